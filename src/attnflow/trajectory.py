@@ -1,0 +1,28 @@
+"""The result of a simulation: states at the requested times, with how they were computed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """States saved at the requested times.
+
+    t: (T,) times; x: (T, N, d), or (T, M, N, d) for a batch of M clouds; x[k] is the state at t[k].
+    info: how it was computed (method, kernel, step counts, evaluations, wall time, notes).
+    """
+
+    t: np.ndarray
+    x: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def at(self, time: float) -> np.ndarray:
+        """The saved state whose time is closest to `time`."""
+        return self.x[int(np.argmin(np.abs(self.t - time)))]
