@@ -1,0 +1,306 @@
+"""W2 solvers against POT and closed forms; diagnostics' invariants; bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnflow import metrics
+from attnflow.metrics import (
+    angle_to_subspace,
+    coupling_bound,
+    find_atoms,
+    lyapunov,
+    resolution_ratio,
+    subspace_mass,
+    w2,
+    w2_to_target,
+)
+from attnflow.sphere import fibonacci_sphere, sample_uniform
+
+ot = pytest.importorskip("ot")
+
+
+def pot_w2(X, Y, a=None, b=None, cost="chordal"):
+    a = np.full(len(X), 1 / len(X)) if a is None else np.asarray(a) / np.sum(a)
+    b = np.full(len(Y), 1 / len(Y)) if b is None else np.asarray(b) / np.sum(b)
+    G = np.clip(X @ Y.T, -1.0, 1.0)
+    M = ot.dist(X, Y) if cost == "chordal" else np.arccos(G) ** 2
+    return math.sqrt(ot.emd2(a, b, M, numItermax=10**7))
+
+
+def random_cloud(n, d, seed):
+    return sample_uniform(n, d, seed=seed)
+
+
+# ------------------------------------------------------------------------------------ exact W2
+
+
+@pytest.mark.parametrize("cost", ["chordal", "geodesic"])
+@pytest.mark.parametrize(
+    ("N", "K", "d", "weighted"), [(40, 40, 3, False), (50, 30, 3, True), (25, 25, 5, True)]
+)
+def test_exact_matches_pot(cost, N, K, d, weighted):
+    rng = np.random.default_rng(N + K + d)
+    X, Y = random_cloud(N, d, 1), random_cloud(K, d, 2)
+    a = rng.random(N) if weighted else None
+    b = rng.random(K) if weighted else None
+    value, info = w2(X, Y, cost=cost, a=a, b=b, log=True)
+    assert info.exact and info.error == 0.0
+    assert value == pytest.approx(pot_w2(X, Y, a, b, cost), abs=1e-9)
+    assert info.method == ("network-simplex" if weighted else "assignment")
+
+
+def test_closed_form_single_atom_and_antipodes():
+    X = random_cloud(500, 3, 3)
+    u = np.array([0.0, 0.0, 1.0])
+    # one atom: W2^2 = mean |x - u|^2 = 2 - 2 mean <x, u>
+    assert w2(X, u[None, :]) == pytest.approx(math.sqrt(2 - 2 * np.mean(X @ u)), abs=1e-12)
+    # a point mass to its antipode: chordal 2, geodesic pi
+    assert w2(u[None], -u[None]) == pytest.approx(2.0)
+    assert w2(u[None], -u[None], cost="geodesic") == pytest.approx(math.pi)
+
+
+@pytest.mark.parametrize("cost", ["chordal", "geodesic"])
+@pytest.mark.parametrize(("k", "b"), [(2, [0.5, 0.5]), (2, [0.13, 0.87]), (3, [0.2, 0.5, 0.3]), (3, None)])
+def test_few_atoms_equals_full_problem(cost, k, b):
+    X = random_cloud(301, 3, 4)  # odd N: the k = 2 sort splits one token
+    atoms = random_cloud(k, 3, 5)
+    a = np.random.default_rng(6).random(301)
+    for weights in (None, a):
+        value, info = w2(X, atoms, cost=cost, a=weights, b=b, log=True)
+        assert info.method == ("atoms-sort" if k == 2 else "atoms-simplex")
+        assert value == pytest.approx(pot_w2(X, atoms, weights, b, cost), abs=1e-9)
+
+
+def test_few_atoms_detected_in_repeated_rows_and_on_either_side():
+    X = random_cloud(400, 3, 7)
+    u = np.array([1.0, 0.0, 0.0])
+    v = np.array([0.0, 0.6, 0.8])
+    labels = np.random.default_rng(8).integers(0, 2, 400)
+    Y = np.where(labels[:, None] == 0, u, v)
+    Y[::2] = Y[::2] + 1e-13 * np.array([1.0, -1.0, 0.5])  # float noise as from a projection
+    Y = Y / np.linalg.norm(Y, axis=1, keepdims=True)
+    value, info = w2(X, Y, log=True)
+    assert info.method == "atoms-sort" and info.n_atoms == 2 and info.error < 1e-12
+    reference = pot_w2(X, Y)
+    assert value == pytest.approx(reference, abs=1e-9)
+    assert w2(Y, X) == pytest.approx(reference, abs=1e-9)  # atoms as the source are swapped over
+    found = find_atoms(Y, np.full(400, 1 / 400))
+    assert found is not None and found[1].sum() == pytest.approx(1.0)
+    assert find_atoms(X, np.full(400, 1 / 400)) is None
+
+
+def test_two_atom_target_at_a_million_tokens_is_exact_and_fast():
+    import time
+
+    X = random_cloud(10**6, 3, 9)
+    u = np.array([0.0, 0.0, 1.0])
+    b1 = np.mean(X @ u > 0)
+    start = time.perf_counter()
+    value = w2(X, np.array([u, -u]), b=[b1, 1 - b1])
+    elapsed = time.perf_counter() - start
+    # Pi_# rho_0: each token goes to the nearer pole, W2^2 = 2 - 2 mean |<x, u>|, here ~ 1 (|z| ~ U(0,1))
+    assert value == pytest.approx(math.sqrt(2 - 2 * np.mean(np.abs(X @ u))), abs=1e-9)
+    assert elapsed < 10.0
+
+
+def test_exact_too_large_raises(monkeypatch):
+    monkeypatch.setattr(metrics, "EXACT_MAX_PAIRS", 100)
+    X, Y = random_cloud(20, 3, 1), random_cloud(20, 3, 2)
+    with pytest.raises(ValueError, match=r"sinkhorn.*subsample"):
+        w2(X, Y)
+    monkeypatch.setattr(metrics, "ATOMS_EMD_MAX_N", 10)
+    with pytest.raises(ValueError, match="sinkhorn"):
+        w2(X, random_cloud(3, 3, 3))
+    with pytest.raises(ValueError, match="fallback"):
+        w2_to_target(X[None], Y)
+
+
+# ------------------------------------------------------------------------ approximate methods
+
+
+@pytest.mark.parametrize("cost", ["chordal", "geodesic"])
+def test_sinkhorn_within_its_reported_error(cost):
+    X, Y = random_cloud(120, 3, 10), random_cloud(90, 3, 11)
+    a = np.random.default_rng(12).random(120)
+    exact = w2(X, Y, cost=cost, a=a)
+    value, info = w2(X, Y, cost=cost, a=a, method="sinkhorn", log=True)
+    assert not info.exact and info.reg > 0 and info.converged
+    lo, hi = info.bounds
+    assert lo - 1e-9 <= exact <= hi + 1e-9  # the bracket is rigorous
+    assert abs(value - exact) <= info.error
+    assert info.error < 0.2 * exact
+    # a smaller reg tightens the bracket
+    _, finer = w2(X, Y, cost=cost, a=a, method="sinkhorn", reg=info.reg / 4, log=True)
+    assert finer.bounds[1] - finer.bounds[0] < hi - lo
+
+
+def test_sinkhorn_divergence_vanishes_on_equal_clouds():
+    X = random_cloud(60, 3, 13)
+    value, info = w2(X, X, method="sinkhorn", log=True)
+    assert value < 1e-6 and info.bounds[0] < 1e-6
+
+
+def test_subsample_ci_contains_exact_value():
+    X = random_cloud(600, 3, 14)
+    Y = sample_uniform(600, 3, seed=15) @ np.diag([1.0, 1.0, 1.0])
+    Y = np.abs(Y)  # the positive octant: far from X, so the subsampling bias is small
+    Y /= np.linalg.norm(Y, axis=1, keepdims=True)
+    exact = w2(X, Y)
+    value, info = w2(X, Y, method="subsample", n_sub=300, seed=3, repeats=8, log=True)
+    assert info.n_sub == 300 and info.repeats == 8 and not info.exact
+    assert info.ci[0] <= exact <= info.ci[1]
+    assert w2(X, Y, method="subsample", n_sub=300, seed=3, repeats=8) == value  # seeded
+
+
+def test_subsample_with_weights_and_full_size_is_exact():
+    X, Y = random_cloud(50, 3, 16), random_cloud(50, 3, 17)
+    v, info = w2(X, Y, method="subsample", n_sub=50, log=True)
+    assert v == pytest.approx(w2(X, Y), abs=1e-12) and info.error == pytest.approx(0.0, abs=1e-12)
+    a = np.random.default_rng(1).random(50)
+    v, info = w2(X, Y, a=a, method="subsample", n_sub=40, log=True)
+    assert np.isfinite(v) and info.ci[0] <= v <= info.ci[1]
+
+
+# -------------------------------------------------------------------------- metric properties
+
+small = st.integers(min_value=1, max_value=12)
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=small, m=small, k=small, seed=seeds, cost=st.sampled_from(["chordal", "geodesic"]))
+def test_w2_is_a_metric(n, m, k, seed, cost):
+    X, Y, Z = random_cloud(n, 3, seed), random_cloud(m, 3, seed + 1), random_cloud(k, 3, seed + 2)
+    xy, yx = w2(X, Y, cost=cost), w2(Y, X, cost=cost)
+    assert xy == pytest.approx(yx, abs=1e-9)
+    assert w2(X, X, cost=cost) <= 1e-7
+    assert w2(X, Z, cost=cost) <= xy + w2(Y, Z, cost=cost) + 1e-9
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(min_value=1, max_value=30), T=st.integers(min_value=1, max_value=3), seed=seeds)
+def test_coupling_bound_is_an_upper_bound(n, T, seed):
+    X_t = sample_uniform(n, 3, seed=seed, M=T)
+    P = random_cloud(n, 3, seed + 1)
+    bounds = coupling_bound(X_t, P)
+    assert bounds.shape == (T,)
+    for X, bound in zip(X_t, bounds, strict=True):
+        assert w2(X, P) <= bound + 1e-9
+    geo = coupling_bound(X_t, P, cost="geodesic")
+    assert np.all([w2(X, P, cost="geodesic") <= g + 1e-9 for X, g in zip(X_t, geo, strict=True)])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=seeds,
+    m=st.integers(min_value=1, max_value=3),
+    e1=st.floats(min_value=1e-3, max_value=math.pi / 2),
+    e2=st.floats(min_value=1e-3, max_value=math.pi / 2),
+)
+def test_subspace_mass_in_unit_interval_and_monotone(seed, m, e1, e2):
+    X = sample_uniform(50, 4, seed=seed, M=2)
+    basis = np.linalg.qr(np.random.default_rng(seed).standard_normal((4, m)))[0]
+    lo, hi = sorted((e1, e2))
+    mass_lo, mass_hi = subspace_mass(X, basis, lo), subspace_mass(X, basis, hi)
+    assert mass_lo.shape == (2,)
+    assert np.all((mass_lo >= 0) & (mass_hi <= 1)) and np.all(mass_lo <= mass_hi)
+    both = subspace_mass(X, basis, [lo, hi])
+    np.testing.assert_array_equal(both, np.stack([mass_lo, mass_hi], axis=-1))
+    np.testing.assert_array_equal(subspace_mass(X, basis, math.pi / 2), np.ones(2))
+
+
+def test_subspace_mass_closed_form_on_s2():
+    # uniform measure on S^2: the band |z| <= sin(eps) around the equator has mass sin(eps)
+    X = fibonacci_sphere(20000)
+    eps = 0.3
+    assert subspace_mass(X, np.eye(3)[:, :2], eps) == pytest.approx(math.sin(eps), abs=1e-3)
+    # the caps within eps of the z-axis (a line) have mass 1 - cos(eps)
+    assert subspace_mass(X, np.array([0.0, 0.0, 1.0]), eps) == pytest.approx(1 - math.cos(eps), abs=1e-3)
+    # angles from the equatorial plane are |asin z|, accurate near the plane
+    z = np.array([[math.sqrt(1 - 1e-20), 0.0, 1e-10]])
+    assert angle_to_subspace(z, np.eye(3)[:, :2])[0] == pytest.approx(1e-10, rel=1e-6)
+
+
+def test_lyapunov_closed_form_and_batch():
+    X = fibonacci_sphere(5000)
+    P1 = np.diag([0.0, 0.0, 1.0])
+    # integral |P^perp x|^2 = E[x^2 + y^2] = 2/3 on S^2
+    assert lyapunov(X, P1) == pytest.approx(2 / 3, abs=1e-3)
+    batch = np.stack([X, np.tile([0.0, 0.0, 1.0], (5000, 1))])
+    np.testing.assert_allclose(lyapunov(batch, P1), [lyapunov(X, P1), 0.0], atol=1e-12)
+
+
+def test_resolution_ratio():
+    # d = 3: spacing sqrt(4 pi / N); ratio 1 at N = 4 pi beta
+    assert resolution_ratio(int(4 * math.pi * 3000), 3, 3000.0) == pytest.approx(1.0, rel=1e-4)
+    assert resolution_ratio(10, 3, math.inf) == math.inf
+    assert resolution_ratio(40000, 3, 3000.0) < resolution_ratio(4000, 3, 3000.0)
+
+
+def test_w2_to_target_over_times_and_fallback(monkeypatch):
+    X_t = sample_uniform(200, 3, seed=20, M=3)
+    u = np.array([0.0, 1.0, 0.0])
+    target = np.where((X_t[0] @ u > 0)[:, None], u, -u)
+    series = w2_to_target(X_t, target)
+    assert series.values.shape == (3,) and series.exact
+    assert all(i.method == "atoms-sort" for i in series.infos)
+    np.testing.assert_allclose(series.values, [pot_w2(X, target) for X in X_t], atol=1e-9)
+    assert series.to_dict()["infos"][0]["n_atoms"] == 2
+    Y = random_cloud(150, 3, 21)
+    general = w2_to_target(X_t[:2], Y)
+    np.testing.assert_allclose(general.values, [pot_w2(X, Y) for X in X_t[:2]], atol=1e-9)
+    monkeypatch.setattr(metrics, "EXACT_MAX_PAIRS", 100)
+    approx = w2_to_target(X_t[:1], Y, fallback="subsample", n_sub=8, seed=1)
+    assert not approx.exact and approx.infos[0].method == "subsample"
+
+
+# --------------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_errors():
+    X, Y = random_cloud(10, 3, 0), random_cloud(10, 3, 1)
+    with pytest.raises(ValueError, match=r"d = 3.*d = 4"):
+        w2(X, random_cloud(10, 4, 2))
+    with pytest.raises(ValueError, match="empty"):
+        w2(np.empty((0, 3)), Y)
+    bad = X.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        w2(bad, Y)
+    with pytest.raises(ValueError, match="unit rows"):
+        w2(2 * X, Y)
+    with pytest.raises(ValueError, match="cost"):
+        w2(X, Y, cost="euclidean")
+    with pytest.raises(ValueError, match="method"):
+        w2(X, Y, method="fast")
+    with pytest.raises(ValueError, match="a must"):
+        w2(X, Y, a=-np.ones(10))
+    with pytest.raises(ValueError, match="shape"):
+        w2(X, Y, b=np.ones(3))
+    with pytest.raises(ValueError, match="reg"):
+        w2(X, Y, method="sinkhorn", reg=-1.0)
+    with pytest.raises(ValueError, match="repeats"):
+        w2(X, Y, method="subsample", repeats=1)
+    with pytest.raises(ValueError, match="fallback"):
+        w2_to_target(X, Y, fallback="exact")
+    for eps in (0.0, -0.1, 2.0, np.nan):
+        with pytest.raises(ValueError, match="eps"):
+            subspace_mass(X, np.eye(3)[:, :1], eps)
+    with pytest.raises(ValueError, match="orthonormal"):
+        subspace_mass(X, np.ones((3, 2)), 0.1)
+    with pytest.raises(ValueError, match="basis"):
+        subspace_mass(X, np.eye(4)[:, :1], 0.1)
+    with pytest.raises(ValueError, match="projector"):
+        lyapunov(X, np.ones((3, 3)))
+    with pytest.raises(ValueError, match="PiX0"):
+        coupling_bound(X, random_cloud(9, 3, 3))
+    with pytest.raises(ValueError, match="beta"):
+        resolution_ratio(100, 3, 0.0)
+    with pytest.raises(ValueError, match="X_t"):
+        coupling_bound(np.ones(3), X)
