@@ -1,0 +1,110 @@
+"""Dense finite-temperature velocity kernels (MATH.md, "Finite temperature").
+
+    v_i = P_{x_i}^perp ( sum_j w_ij V x_j ),   w_ij = softmax_j( beta x_i^T B x_j )
+
+Two implementations with one signature `(X: Tensor (M, N, d), att) -> Tensor (M, N, d)`:
+
+- `velocity_sdpa`: torch's fused `scaled_dot_product_attention` on 4-D tensors (M, 1, N, d), which
+  subtracts the row maximum and never builds the N x N score matrix (memory O(N d)).
+- `velocity_blocked`: explicit max-subtracted softmax over blocks of queries (memory O(N d) plus one
+  block x N score matrix); a fallback and an independent check of the fused kernel.
+
+`field_sdpa` / `field_blocked` evaluate the same field v_beta[rho_X] at other points Y (queries Y,
+keys and values from X): the velocity kernels are the case Y = X.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from ..model import Attention
+
+BLOCK_ELEMENTS = 2**22  # scores per block in velocity_blocked (32 MiB in float64)
+
+
+def tangent(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """P_x^perp w = w - <x, w> x row by row, (..., d) x (..., d) -> (..., d)."""
+    return W - (X * W).sum(-1, keepdim=True) * X
+
+
+def _finite_beta(att: Attention, kernel: str) -> float:
+    beta = float(att.beta)
+    if not math.isfinite(beta):
+        raise ValueError(
+            f"kernel {kernel!r} needs a finite beta, got beta = inf: use kernel='zero' (or 'auto') "
+            "for the zero-temperature field"
+        )
+    return beta
+
+
+def _batched(T: torch.Tensor, name: str) -> torch.Tensor:
+    if T.dim() == 2:
+        return T.unsqueeze(0)
+    if T.dim() != 3:
+        raise ValueError(f"{name} must be a tensor of shape (N, d) or (M, N, d), got {tuple(T.shape)}")
+    return T
+
+
+def _weights(att: Attention, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """B and V as tensors with the dtype and device of `like`."""
+    B = torch.tensor(att.B, dtype=like.dtype, device=like.device)
+    V = torch.tensor(att.V, dtype=like.dtype, device=like.device)
+    return B, V
+
+
+def field_sdpa(Y: torch.Tensor, X: torch.Tensor, att: Attention) -> torch.Tensor:
+    """v_beta[rho_X](y) at the points Y: (M, Nq, d) queries, (M, N, d) tokens -> (M, Nq, d).
+
+    Fused SDPA on (M, 1, ., d) tensors with scale = beta: q = Y B, k = X, v = X V^T, so that
+    q_i . k_j = y_i^T B x_j and the values are V x_j.
+    """
+    beta = _finite_beta(att, "sdpa")
+    squeeze = Y.dim() == 2
+    Y3, X3 = _batched(Y, "Y"), _batched(X, "X")
+    B, V = _weights(att, X3)
+    q = (Y3 @ B).unsqueeze(1).contiguous()
+    k = X3.unsqueeze(1).contiguous()
+    v = (X3 @ V.T).unsqueeze(1).contiguous()
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=beta).squeeze(1)
+    out = tangent(Y3, out)
+    return out.squeeze(0) if squeeze else out
+
+
+def field_blocked(Y: torch.Tensor, X: torch.Tensor, att: Attention, block: int | None = None) -> torch.Tensor:
+    """Same as `field_sdpa`, with an explicit max-subtracted softmax over blocks of queries.
+
+    block: queries per block; default keeps one block of scores (M, block, N) near BLOCK_ELEMENTS.
+    """
+    beta = _finite_beta(att, "blocked")
+    squeeze = Y.dim() == 2
+    Y3, X3 = _batched(Y, "Y"), _batched(X, "X")
+    B, V = _weights(att, X3)
+    M, Nq, _ = Y3.shape
+    N = X3.shape[1]
+    if block is None:
+        block = max(1, BLOCK_ELEMENTS // max(1, M * N))
+    Kt = X3.transpose(1, 2)  # (M, d, N)
+    VX = X3 @ V.T  # (M, N, d): rows V x_j
+    out = torch.empty_like(Y3)
+    for s in range(0, Nq, block):
+        q = Y3[:, s : s + block] @ B  # (M, b, d)
+        S = (q @ Kt) * beta  # (M, b, N) scores beta y_i^T B x_j
+        S -= S.amax(dim=-1, keepdim=True)
+        S.exp_()
+        out[:, s : s + block] = (S @ VX) / S.sum(dim=-1, keepdim=True)
+    out = tangent(Y3, out)
+    return out.squeeze(0) if squeeze else out
+
+
+def velocity_sdpa(X: torch.Tensor, att: Attention) -> torch.Tensor:
+    """Tangent velocity of every token, fused SDPA: (M, N, d) -> (M, N, d) (also (N, d) -> (N, d))."""
+    return field_sdpa(X, X, att)
+
+
+def velocity_blocked(X: torch.Tensor, att: Attention) -> torch.Tensor:
+    """Tangent velocity of every token, blocked explicit softmax: (M, N, d) -> (M, N, d)."""
+    return field_blocked(X, X, att)
