@@ -546,3 +546,49 @@ def test_minilm_sentence_embeddings_make_sense():
     b = embed("A man is eating a piece of bread.")
     c = embed("The stock market fell sharply today.")
     assert a @ b > 0.5 and a @ b > a @ c + 0.3
+
+
+def as_module(sd, config):
+    """A torch module whose state dict is `sd` and which carries a Hugging Face-like `config`."""
+    from types import SimpleNamespace
+
+    root = torch.nn.ModuleDict()
+    for key, value in sd.items():
+        *path, leaf = key.split(".")
+        node = root
+        for name in path:
+            if name not in node._modules:
+                node.add_module(name, torch.nn.ModuleDict())
+            node = node._modules[name]
+        node.register_parameter(leaf, torch.nn.Parameter(value.clone(), requires_grad=False))
+    root.config = SimpleNamespace(to_dict=lambda: dict(config))
+    return root
+
+
+def test_hugging_face_like_model_object(ckpt):
+    folder, sd, config = ckpt
+    model = as_module(sd, {**config, "_name_or_path": str(folder)})
+    ck = P.open_checkpoint(model)
+    assert ck.layout == "bert" and ck.num_heads == [4, 4] and ck.tokenizer_path == folder / "tokenizer.json"
+    text = "a dog sat"
+    assert np.allclose(P.hidden_states(model, text), P.hidden_states(folder, text))
+    L_mod, L_dir = P.load_heads(model)[1], P.load_heads(folder)[1]
+    assert np.array_equal(L_mod.heads[1].attention.B, L_dir.heads[1].attention.B)
+
+
+def test_sharded_safetensors(tmp_path, ckpt):
+    from safetensors.torch import save_file
+
+    folder, sd, config = ckpt
+    keys = sorted(sd)
+    half = len(keys) // 2
+    save_file({k: sd[k] for k in keys[:half]}, str(tmp_path / "model-1.safetensors"))
+    save_file({k: sd[k] for k in keys[half:]}, str(tmp_path / "model-2.safetensors"))
+    weight_map = {k: "model-1.safetensors" if i < half else "model-2.safetensors" for i, k in enumerate(keys)}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    L = P.load_heads(tmp_path)
+    assert np.array_equal(L[0].attention.V, P.load_heads(folder)[0].attention.V)
+    (tmp_path / "model-2.safetensors").unlink()
+    with pytest.raises(P.CheckpointError, match="does not exist"):
+        P.open_checkpoint(tmp_path)

@@ -769,6 +769,7 @@ def _distinct_gap(values: np.ndarray, scale: float) -> tuple[float, float | None
 def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     """Numbers for the theorem's assumptions on one head or layer (JSON-able dict).
 
+    beta_normB: beta ||B||_2, the largest logit on unit tokens (the beta of B scaled to norm 1).
     B: rank, cond_B (None when singular), cond_B_range (s_1 / s_rank, the conditioning on B's range).
     A: asymmetry (relative Frobenius norm of the antisymmetric part), top eigenvalues (real, imag),
     mu1, mu2, gap and gap / spectral radius on real parts, whether the top eigenvalue is complex.
@@ -793,6 +794,7 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
         "d": d,
         "beta": att.beta,
         "norm_B": float(s[0]),
+        "beta_normB": att.beta * float(s[0]),
         "rank_B": rank,
         "cond_B": cond,
         "cond_B_range": float(s[0] / s[rank - 1]) if rank else None,
@@ -817,17 +819,17 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     elif cond > 1e3:
         warnings.append(f"B ill-conditioned: cond {cond:.2g}")
     if asym > 1e-10:
-        failures.append(f"A not symmetric: antisymmetric part {asym:.2f} of |A| (random ~0.71)")
+        failures.append(f"A not symmetric: |A - A^T| / 2|A| = {asym:.2f} (random: 0.71)")
     if mu2 is None or gap <= 0:
         failures.append("A has no spectral gap")
     elif out["rel_gap"] < 1e-2:
-        warnings.append(f"tiny gap of A: {out['rel_gap']:.1e} of the spectral radius")
+        warnings.append(f"tiny gap of A: {out['rel_gap']:.1e} of its spectral radius")
     if top_complex:
-        warnings.append("top eigenvalue of A is complex: tokens rotate instead of settling")
-    if mult > 1:
+        warnings.append("top eigenvalue of A complex (rotation)")
+    if mult > (2 if top_complex else 1):
         warnings.append(f"top eigenvalue of A has multiplicity {mult}")
     if out["sym_indefinite"]:
-        warnings.append("symmetric part of A is indefinite")
+        warnings.append("sym(A) indefinite")
     if X is not None:
         X = to_numpy(X).astype(np.float64)
         if X.ndim != 2 or X.shape[1] != d:

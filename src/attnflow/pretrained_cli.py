@@ -40,7 +40,7 @@ def _row(name: str, r: dict[str, Any], with_tokens: bool) -> list[str]:
         f"{r['gap']:.2g} ({r['rel_gap']:.1e})",
         " ".join(f"{v:.3g}" for v in r["sym_eig_top"][:2]),
         f"{r['sym_gap']:.2g}",
-        f"{r['beta']:.3g}",
+        f"{r['beta']:.3g} / {r['beta_normB']:.3g}",
     ]
     if with_tokens:
         row.append(f"{_g(r['M1'])} / {r['min_P1x']:.2g}")
@@ -66,7 +66,16 @@ def _print_tables(rep: dict[str, Any]) -> None:
             f"|h| = {L['norm']:.3g} ({L['norm_source']})",
             title_justify="left",
         )
-        cols = ["head", "cond(B)", "asym(A)", "top eig A", "gap A (rel)", "top eig sym", "gap sym", "beta"]
+        cols = [
+            "head",
+            "cond(B)",
+            "asym(A)",
+            "top eig A",
+            "gap A (rel)",
+            "top eig sym",
+            "gap sym",
+            "beta / beta|B|",
+        ]
         if with_tokens:
             cols.append("M1 / min|P1x|")
         for c in [*cols, "assumptions that fail (and warnings)"]:
