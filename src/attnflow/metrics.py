@@ -18,7 +18,52 @@ from typing import Any
 import numpy as np
 
 from ._checks import check_beta, check_points, check_positive, to_numpy
+from .fits import (  # re-exported: time scales and fits belong to the metrics toolbox (DESIGN.md)
+    BoundFit,
+    LinearFit,
+    PowerFit,
+    RateFit,
+    TerminalTime,
+    TStar,
+    bound_minimum,
+    fit_decay_rate,
+    fit_min_w2,
+    fit_t_star,
+    fit_theorem_bound,
+    t_star,
+    temperature_scale,
+    terminal_time,
+    theorem_bound,
+)
 from .sphere import SeedLike, geodesic_distance, rng_from, spacing
+
+__all__ = [
+    "BoundFit",
+    "LinearFit",
+    "PowerFit",
+    "RateFit",
+    "TStar",
+    "TerminalTime",
+    "W2Info",
+    "W2Series",
+    "angle_to_subspace",
+    "bound_minimum",
+    "coupling_bound",
+    "find_atoms",
+    "fit_decay_rate",
+    "fit_min_w2",
+    "fit_t_star",
+    "fit_theorem_bound",
+    "lyapunov",
+    "resolution_ratio",
+    "subspace_mass",
+    "t_star",
+    "temperature_scale",
+    "terminal_time",
+    "theorem_bound",
+    "w2",
+    "w2_to_target",
+]
 
 COSTS = ("chordal", "geodesic")
 METHODS = ("exact", "sinkhorn", "subsample")
