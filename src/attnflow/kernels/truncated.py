@@ -1,0 +1,264 @@
+"""Low-temperature velocity kernel: each query sees only the keys near its row maximum.
+
+    v_i = P_{x_i}^perp ( sum_j w_ij V x_j ),   w_ij = softmax_j( beta <b_i, x_j> ),   b_i = B^T x_i
+
+Write b_i = |b_i| u_i with u_i a unit vector and c_i = max_j <u_i, x_j>.  A key whose weight relative
+to the row maximum is at least e^{-cutoff},
+
+    beta |b_i| (<u_i, x_j> - c_i) > -cutoff,
+
+lies within chordal distance r_i of u_i (keys are unit vectors, |u - x|^2 = 2 - 2 <u, x>):
+
+    r_i^2 = dmin_i^2 + 2 cutoff / (beta |b_i|),   dmin_i = min_j |u_i - x_j| = sqrt(2 (1 - c_i)).
+
+dmin_i comes from an exact nearest-neighbour query (scipy cKDTree on the keys), so the row maximum
+is exact.  Queries are grouped into cells of nearby directions u_i (median splits, at most `leaf`
+queries per cell); a cell of radius rho around its centre z gathers every key within rho + max r_i of
+z by one ball query, and all cells of similar key counts are evaluated together as one padded batch:
+GEMM, max-subtracted exp, GEMM in torch.  No Python loop runs over queries.
+
+Error bound.  Every dropped key has weight <= e^{-cutoff} times the row maximum, so the dropped mass
+D_i of row i satisfies D_i / Z_i <= N e^{-cutoff} (Z_i >= 1 is the max-subtracted row sum), and the
+velocity before the tangent projection is off by at most 2 ||V|| N e^{-cutoff}.  The default cutoff
+45 makes N e^{-cutoff} <= 1e-12 for N <= 3.4e7 tokens.  Keys inside the ball but beyond r_i are kept
+too, which only makes the result more accurate.
+
+Rows with beta |b_i| so small that r_i >= 2 (high temperature, or B^T x_i = 0) keep every key; then the
+kernel does dense work with extra overhead, which is why `kernel="auto"` picks a dense kernel there.
+Memory: O(N d) plus one padded score block of about BLOCK_ELEMENTS entries.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from .._checks import check_positive
+from .dense import _batched, _finite_beta, _weights, tangent
+
+if TYPE_CHECKING:
+    from ..model import Attention
+
+DEFAULT_CUTOFF = 45.0  # N e^{-45} <= 1e-12 for N <= 3.4e7
+LEAF = 256  # most queries per cell
+LEAF_MIN = 32  # cells are not cut below this many queries
+CELL_RATIO = 0.5  # cells are cut while their radius exceeds this times the kept radius r_i
+BLOCK_ELEMENTS = 2**22  # padded scores per batch of cells (32 MiB in float64)
+BALL_CHUNK = 2**21  # about this many (cell, key) pairs per ball query call
+_SLACK = 1e-9  # relative widening of the radii: rounding never drops the nearest key
+
+
+def kept_radius(dmin: np.ndarray, bnorm: np.ndarray, beta: float, cutoff: float) -> np.ndarray:
+    """Chordal radius r_i around u_i that holds every key with beta |b_i| (<u_i, x_j> - c_i) > -cutoff.
+
+    dmin (n,): distance from u_i to its nearest key; bnorm (n,): |b_i|.  Returns (n,) radii; inf where
+    b_i = 0 (all keys tie).
+    """
+    with np.errstate(divide="ignore"):
+        r2 = dmin * dmin + 2.0 * cutoff / (beta * bnorm)
+    return np.sqrt(r2) * (1.0 + _SLACK) + _SLACK
+
+
+def _cells(u: np.ndarray, r: np.ndarray, leaf: int, leaf_min: int, ratio: float):
+    """Group the directions u (n, d) by median cuts along each group's widest coordinate.
+
+    A group is cut in two while it has more than `leaf` rows, or more than `leaf_min` rows and a
+    radius (around its centroid) above `ratio` times the smallest kept radius r_i of its rows.  All
+    groups of one level are cut together (one sort).  Returns (perm, starts): group k holds the rows
+    perm[starts[k]:starts[k + 1]].
+    """
+    n = u.shape[0]
+    done_perm, done_sizes = [], []
+    perm = np.arange(n)
+    sizes = np.array([n])
+    while perm.size:
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        seg = np.repeat(np.arange(sizes.size), sizes)
+        P = u[perm]
+        cut = sizes > leaf
+        test = ~cut & (sizes > leaf_min)  # groups whose radius decides
+        if test.any():
+            rows = test[seg]
+            Pt, st = P[rows], np.concatenate([[0], np.cumsum(sizes[test])[:-1]])
+            segt = np.repeat(np.arange(st.size), sizes[test])
+            centre = np.add.reduceat(Pt, st, axis=0) / sizes[test][:, None]
+            rho = np.maximum.reduceat(np.linalg.norm(Pt - centre[segt], axis=1), st)
+            cut[test] = rho > ratio * np.minimum.reduceat(r[perm[rows]], st)
+        keep = ~cut[seg]
+        done_perm.append(perm[keep])
+        done_sizes.append(sizes[~cut])
+        if not cut.any():
+            break
+        perm, P, sizes = perm[~keep], P[~keep], sizes[cut]
+        seg = np.repeat(np.arange(sizes.size), sizes)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        extent = np.maximum.reduceat(P, starts, axis=0) - np.minimum.reduceat(P, starts, axis=0)
+        coord = P[np.arange(P.shape[0]), np.argmax(extent, axis=1)[seg]]  # in [-1, 1]
+        perm = perm[np.argsort(seg * 4.0 + coord)]
+        sizes = np.stack([sizes // 2, sizes - sizes // 2], axis=1).ravel()
+    perm = np.concatenate(done_perm)
+    starts = np.zeros(sum(s.size for s in done_sizes) + 1, dtype=np.int64)
+    np.cumsum(np.concatenate(done_sizes), out=starts[1:])
+    return perm, starts
+
+
+def _candidates(tree, centres: np.ndarray, radii: np.ndarray, n_keys: int):
+    """Ball query of every cell: (flat key indices, offsets) with offsets of length n_cells + 1.
+
+    A radius >= 2 covers the whole sphere: such cells get all keys without a tree search.
+    """
+    everything = radii >= 2.0
+    lists: list = [None] * len(radii)
+    todo = np.flatnonzero(~everything)
+    if todo.size:
+        found = tree.query_ball_point(centres[todo], radii[todo], workers=-1, return_sorted=False)
+        for k, lst in zip(todo, found, strict=True):
+            lists[k] = lst
+    all_keys = range(n_keys)
+    for k in np.flatnonzero(everything):
+        lists[k] = all_keys
+    lens = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+    flat = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(lens.sum()))
+    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return flat, offsets
+
+
+def _sdpa(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask, beta: float) -> torch.Tensor:
+    """Softmax averages of a padded batch: q (G, L, d), keys and vals (G, K, d) -> (G, L, d).
+
+    mask (G, K) True on the real keys (False on padding), or None.  Fused max-subtracted softmax.
+    """
+    F = torch.nn.functional
+    m = None if mask is None else mask[:, None, None, :]
+    out = F.scaled_dot_product_attention(q[:, None], keys[:, None], vals[:, None], attn_mask=m, scale=beta)
+    return out[:, 0]
+
+
+def _average_one(X, Bq, VX, beta: float, cutoff: float, leaf: int, leaf_min: int, ratio: float):
+    """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d)."""
+    from scipy.spatial import cKDTree
+
+    N, d = X.shape
+    Xn = X.detach().to("cpu", torch.float64).numpy()
+    b = Bq.detach().to("cpu", torch.float64).numpy()
+    bnorm = np.linalg.norm(b, axis=1)
+    u = b / np.where(bnorm > 0, bnorm, 1.0)[:, None]
+    u[bnorm == 0] = Xn[bnorm == 0]  # any unit vector: these rows keep every key anyway
+    tree = cKDTree(Xn, leafsize=16, balanced_tree=False, compact_nodes=False)
+    dmin, _ = tree.query(u, k=1, workers=-1)
+    r = kept_radius(dmin, bnorm, beta, cutoff)
+
+    perm, starts = _cells(u, np.minimum(r, 2.0), leaf, leaf_min, ratio)
+    sizes = np.diff(starts)
+    n_cells = sizes.size
+    which = np.repeat(np.arange(n_cells), sizes)
+    centres = np.zeros((n_cells, d))
+    np.add.at(centres, which, u[perm])
+    centres /= sizes[:, None]
+    rho = np.zeros(n_cells)
+    np.maximum.at(rho, which, np.linalg.norm(u[perm] - centres[which], axis=1))
+    rmax = np.zeros(n_cells)
+    np.maximum.at(rmax, which, r[perm])
+    radii = rho + rmax
+
+    out = torch.empty_like(X)
+    perm_t = torch.from_numpy(perm).to(X.device)
+    # ball queries in chunks of cells, so the Python index lists stay bounded: key counts are
+    # estimated for a uniform cloud, then corrected by the counts seen so far (clusters hold more)
+    order = np.argsort(radii, kind="stable")
+    est = N * np.minimum(1.0, (radii**2 / 4.0) ** ((d - 1) / 2.0)) + 1.0
+    factor, start = 1.0, 0
+    while start < n_cells:
+        stop, acc = start, 0.0
+        while stop < n_cells and (stop == start or acc + min(N, factor * est[order[stop]]) <= BALL_CHUNK):
+            acc += min(N, factor * est[order[stop]])
+            stop += 1
+        chunk = order[start:stop]
+        flat, offsets = _candidates(tree, centres[chunk], radii[chunk], N)
+        factor = max(factor, flat.size / est[chunk].sum())
+        _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta)
+        start = stop
+    return out
+
+
+def _pad(flat: torch.Tensor, offsets: np.ndarray, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows flat[offsets[k]:offsets[k+1]] for k in rows as a zero-padded (G, K) index tensor and mask."""
+    lens = offsets[rows + 1] - offsets[rows]
+    K = int(lens.max())
+    dev = flat.device
+    mask = torch.arange(K, device=dev)[None, :] < torch.from_numpy(lens).to(dev)[:, None]
+    idx = torch.zeros(mask.shape, dtype=torch.int64, device=dev)
+    idx[mask] = torch.cat([flat[offsets[k] : offsets[k + 1]] for k in rows])
+    return idx, mask
+
+
+def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta) -> None:
+    """Evaluate the cells `chunk` (cell k's candidate keys: flat[offsets[i]:offsets[i+1]], k = chunk[i]).
+
+    Cells of similar key counts go together through one padded fused-attention call of about
+    BLOCK_ELEMENTS scores; a cell larger than that is split into sub-blocks of queries.
+    """
+    lens = np.diff(offsets)
+    nq = starts[chunk + 1] - starts[chunk]
+    order = np.argsort(lens, kind="stable")
+    flat_t = torch.from_numpy(flat).to(X.device)
+    i, n = 0, len(chunk)
+    while i < n:
+        j = i + 1
+        Lmax = int(nq[order[i]])
+        while j < n and (j - i + 1) * max(Lmax, int(nq[order[j]])) * int(lens[order[j]]) <= BLOCK_ELEMENTS:
+            Lmax = max(Lmax, int(nq[order[j]]))
+            j += 1
+        group = order[i:j]
+        if j == i + 1 and Lmax * int(lens[group[0]]) > BLOCK_ELEMENTS:
+            k = group[0]
+            keys_idx = flat_t[offsets[k] : offsets[k + 1]]
+            q_all = perm_t[starts[chunk[k]] : starts[chunk[k] + 1]]
+            step = max(1, BLOCK_ELEMENTS // keys_idx.numel())
+            keys, vals = X[keys_idx][None], VX[keys_idx][None]
+            for s in range(0, q_all.numel(), step):
+                qi = q_all[s : s + step]
+                out[qi] = _sdpa(Bq[qi][None], keys, vals, None, beta)[0]
+        else:
+            kidx, kmask = _pad(flat_t, offsets, group)
+            qidx, qmask = _pad(perm_t, starts, chunk[group])
+            all_keys = bool(kmask.all())
+            avg = _sdpa(Bq[qidx], X[kidx], VX[kidx], None if all_keys else kmask, beta)
+            out[qidx[qmask]] = avg[qmask]
+        i = j
+
+
+def velocity_truncated(
+    X: torch.Tensor,
+    att: Attention,
+    cutoff: float = DEFAULT_CUTOFF,
+    leaf: int = LEAF,
+    leaf_min: int = LEAF_MIN,
+    ratio: float = CELL_RATIO,
+) -> torch.Tensor:
+    """Tangent velocity of every token, keys within e^{-cutoff} of each row maximum only.
+
+    X: (M, N, d) (or (N, d)) unit rows, float64 or float32; att: Attention with finite beta.
+    cutoff: weights below e^{-cutoff} times the row maximum are dropped; the relative error of each
+    row sum is <= N e^{-cutoff} (default 45: <= 1e-12 for N <= 3.4e7).  leaf, leaf_min, ratio: cells
+    hold at most `leaf` queries, and are cut down to `leaf_min` while wider than `ratio` times r_i.
+    Returns (M, N, d) (or (N, d)) like X.  Meant for small d (up to about 6) and large beta.
+    """
+    beta = _finite_beta(att, "truncated")
+    cutoff = check_positive(cutoff, "cutoff")
+    leaf = int(check_positive(leaf, "leaf", integer=True))
+    leaf_min = min(leaf, int(check_positive(leaf_min, "leaf_min", integer=True)))
+    ratio = check_positive(ratio, "ratio")
+    squeeze = X.dim() == 2
+    X3 = _batched(X, "X")
+    B, V = _weights(att, X3)
+    out = torch.empty_like(X3)
+    for m in range(X3.shape[0]):
+        Xm = X3[m].contiguous()
+        out[m] = _average_one(Xm, Xm @ B, Xm @ V.T, beta, cutoff, leaf, leaf_min, ratio)
+    out = tangent(X3, out)
+    return out.squeeze(0) if squeeze else out
