@@ -592,3 +592,63 @@ def test_sharded_safetensors(tmp_path, ckpt):
     (tmp_path / "model-2.safetensors").unlink()
     with pytest.raises(P.CheckpointError, match="does not exist"):
         P.open_checkpoint(tmp_path)
+
+
+def test_head_attention_accessor(ckpt):
+    folder = ckpt[0]
+    L = P.load_heads(folder, norm=3.0)[1]
+    att = P.head_attention(folder, 1, 2, norm=3.0)
+    assert np.array_equal(att.B, L.heads[2].attention.B) and att.beta == L.heads[2].beta
+    assert np.array_equal(P.head_attention(folder, 1, norm=3.0).A, L.attention.A)
+    with pytest.raises(ValueError, match="head"):
+        P.head_attention(folder, 1, 4)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), low_rank=st.booleans())
+def test_diagnose_is_invariant_under_rotations(seed, low_rank):
+    """Q R, K R, R^T V R: B -> R^T B R and A -> R^T A R, so every reported number is unchanged."""
+    from scipy.stats import special_ortho_group
+
+    rng = np.random.default_rng(seed)
+    d = 6
+    Q, K, V = (rng.standard_normal((d, d)) for _ in range(3))
+    if low_rank:
+        Q[2:], K[2:] = 0.0, 0.0
+    R = special_ortho_group.rvs(d, random_state=seed)
+    X = rng.standard_normal((5, d))
+    a = P.diagnose(Attention(Q, K, V, 2.0), X)
+    b = P.diagnose(Attention(Q @ R, K @ R, R.T @ V @ R, 2.0), X @ R)
+    for key in ("asymmetry", "mu1", "gap", "sym_gap", "norm_B", "cond_B_range", "M1", "min_P1x"):
+        assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-9), key
+    assert a["rank_B"] == b["rank_B"] == (2 if low_rank else d)
+    assert np.allclose(a["sym_eig_top"], b["sym_eig_top"])
+
+
+def test_roberta_positions_start_after_padding(tmp_path):
+    sd, config = write_checkpoint(tmp_path, d=8, heads=2, layers=1, seed=11)
+    config = {**config, "model_type": "roberta", "pad_token_id": 1}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    S = P.hidden_states(tmp_path, "the cat")
+    g = {k: v.double() for k, v in sd.items()}
+    ids = [2, 4, 5, 3]
+    E = g["embeddings.word_embeddings.weight"][ids] + g["embeddings.position_embeddings.weight"][2:6]
+    E = E + g["embeddings.token_type_embeddings.weight"][0]
+    ref = torch.nn.functional.layer_norm(
+        E, (8,), g["embeddings.LayerNorm.weight"], g["embeddings.LayerNorm.bias"], 1e-12
+    )
+    assert np.max(np.abs(S[0] - ref.numpy())) < 1e-9
+
+
+def test_low_rank_spectra_when_the_top_eigenvalue_is_zero():
+    """A = -e1 e1^T: S has eigenvalues 0, 0, 0, -1 and its top eigenspace is e1's complement."""
+    e1 = np.zeros((4, 4))
+    e1[0, 0] = 1.0
+    att = Attention(e1, e1, -np.eye(4))
+    s, w, ws, U = P._spectra(att)
+    assert (
+        np.allclose(s, [1, 0, 0, 0]) and np.allclose(ws, [0, 0, 0, -1]) and np.allclose(w.real, [0, 0, 0, -1])
+    )
+    assert U.shape == (4, 3) and np.allclose(U @ U.T, np.diag([0.0, 1, 1, 1]))
+    r = P.diagnose(att)
+    assert r["multiplicity"] == 3 and r["gap"] == pytest.approx(1.0) and r["rank_B"] == 1

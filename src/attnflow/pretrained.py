@@ -47,6 +47,7 @@ __all__ = [
     "Layer",
     "attention_output",
     "diagnose",
+    "head_attention",
     "hidden_states",
     "load_heads",
     "open_checkpoint",
@@ -529,6 +530,24 @@ def load_heads(
             r, src = math.sqrt(ck.d), "sqrt(d) (no layer norm or text)"
         out.append(_build_layer(i, _layer_weights(ck, i), ck.num_heads[i], r, src))
     return out
+
+
+def head_attention(
+    checkpoint: Any,
+    layer: int,
+    head: int | None = None,
+    *,
+    text: str | None = None,
+    norm: float | None = None,
+    num_heads: int | None = None,
+) -> Attention:
+    """The Attention of one head (head=None: the whole layer) at beta_eff; see `load_heads`."""
+    (L,) = load_heads(checkpoint, text, norm=norm, num_heads=num_heads, layers=[layer])
+    if head is None:
+        return L.attention
+    if isinstance(head, bool) or not isinstance(head, (int, np.integer)) or not 0 <= head < len(L.heads):
+        raise ValueError(f"head must be an integer in [0, {len(L.heads)}) for this layer, got {head!r}")
+    return L.heads[int(head)].attention
 
 
 def _check_layers(layers: Any, n: int) -> list[int]:
