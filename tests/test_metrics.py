@@ -156,12 +156,22 @@ def test_subsample_ci_contains_exact_value():
     assert info.n_sub == 300 and info.repeats == 8 and not info.exact
     assert info.ci[0] <= exact <= info.ci[1]
     assert w2(X, Y, method="subsample", n_sub=300, seed=3, repeats=8) == value  # seeded
+    assert 0 < info.noise_floor < value
+
+
+def test_subsample_noise_floor_flags_equal_laws():
+    X, Y = random_cloud(2000, 3, 30), random_cloud(2000, 3, 31)
+    value, info = w2(X, Y, method="subsample", n_sub=200, seed=0, log=True)
+    # two samples of one law: the subsampled W2 is all bias, at the level of the noise floor
+    assert w2(X, Y) < 0.5 * value
+    assert info.noise_floor == pytest.approx(value, rel=0.3)
 
 
 def test_subsample_with_weights_and_full_size_is_exact():
     X, Y = random_cloud(50, 3, 16), random_cloud(50, 3, 17)
     v, info = w2(X, Y, method="subsample", n_sub=50, log=True)
     assert v == pytest.approx(w2(X, Y), abs=1e-12) and info.error == pytest.approx(0.0, abs=1e-12)
+    assert info.noise_floor == pytest.approx(0.0, abs=1e-12)
     a = np.random.default_rng(1).random(50)
     v, info = w2(X, Y, a=a, method="subsample", n_sub=40, log=True)
     assert np.isfinite(v) and info.ci[0] <= v <= info.ci[1]
