@@ -652,3 +652,18 @@ def test_low_rank_spectra_when_the_top_eigenvalue_is_zero():
     assert U.shape == (4, 3) and np.allclose(U @ U.T, np.diag([0.0, 1, 1, 1]))
     r = P.diagnose(att)
     assert r["multiplicity"] == 3 and r["gap"] == pytest.approx(1.0) and r["rank_B"] == 1
+
+
+def test_tokenizer_given_as_path_or_object(tmp_path, ckpt):
+    from tokenizers import Tokenizer
+
+    folder = ckpt[0]
+    write_checkpoint(tmp_path, tokenizer=False)  # same weights as ckpt (same seed), no tokenizer
+    X = P.token_cloud(tmp_path, "the cat sat", tokenizer=folder / "tokenizer.json")
+    assert np.allclose(X, P.token_cloud(folder, "the cat sat"))
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.enable_padding(length=12)
+    assert P.tokenize(tmp_path, "the cat sat", tokenizer=tok) == ["[CLS]", "the", "cat", "sat", "[SEP]"]
+    assert len(tok.encode("the cat").ids) == 12  # the caller's tokenizer is left as it was
+    with pytest.raises(P.CheckpointError, match="does not exist"):
+        P.token_cloud(tmp_path, "the cat", tokenizer=tmp_path / "nope.json")

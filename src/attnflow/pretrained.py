@@ -345,8 +345,8 @@ def open_checkpoint(checkpoint: Any, num_heads: int | None = None) -> Checkpoint
                 f"('...in_proj_weight'); found {shown}"
             )
         layout, prefix, layers = "mha", "", mha
-        if mha_heads is not None:
-            heads_per_layer = [h for _, h in mha_heads]
+        if mha_heads is not None:  # the module's own order
+            layers, heads_per_layer = [p for p, _ in mha_heads], [h for _, h in mha_heads]
         elif num_heads is not None:
             heads_per_layer = [num_heads] * len(layers)
         else:
@@ -596,7 +596,7 @@ def _tokenizer(ck: Checkpoint, tokenizer: Any):
     from tokenizers import Tokenizer
 
     if isinstance(tokenizer, Tokenizer):
-        tok = tokenizer
+        tok = Tokenizer.from_str(tokenizer.to_str())  # a copy: padding is switched off below
     else:
         path = Path(tokenizer) if tokenizer is not None else ck.tokenizer_path
         if path is None or not path.is_file():
