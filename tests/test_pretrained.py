@@ -667,3 +667,21 @@ def test_tokenizer_given_as_path_or_object(tmp_path, ckpt):
     assert len(tok.encode("the cat").ids) == 12  # the caller's tokenizer is left as it was
     with pytest.raises(P.CheckpointError, match="does not exist"):
         P.token_cloud(tmp_path, "the cat", tokenizer=tmp_path / "nope.json")
+
+
+def test_heads_command_through_typer(ckpt):
+    import typer
+    from typer.testing import CliRunner
+
+    from attnflow.pretrained_cli import heads
+
+    app = typer.Typer()
+    app.command("heads")(heads)
+    app.command("other")(lambda: None)  # two commands, so that the name "heads" is required
+    runner = CliRunner()
+    res = runner.invoke(app, ["heads", str(ckpt[0]), "--layer", "1", "--json", "--text", "a cat ran"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["layers"][0]["layer"] == 1 and data["tokens"] == ["[CLS]", "a", "cat", "ran", "[SEP]"]
+    bad = runner.invoke(app, ["heads", str(ckpt[0]), "--layer", "7"])
+    assert bad.exit_code == 2 and "layer must be an integer" in bad.output
