@@ -1,0 +1,102 @@
+"""`attnflow sweep` and the sweep part of `attnflow show`: command-line front of `attnflow.sweep`.
+
+`sweep_command` is a Typer-annotated function; the CLI registers it with `app.command("sweep")`.
+Exit codes: 0 every point done, 1 a point failed (or the cluster could not be reached),
+2 bad usage/config/grid, 130 interrupted (rerun the same command to resume).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .sweep import is_sweep_store, parse_grid, show_sweep
+
+__all__ = ["is_sweep_store", "show_sweep", "sweep_command"]
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"attnflow sweep: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _figures(store: str, quiet: bool) -> None:
+    """The sweep's figures (t*, min W2 against beta per N) by `attnflow.plot.plot_sweep`, if present."""
+    if "://" in store:
+        return
+    try:
+        from .plot import plot_sweep
+    except (ImportError, AttributeError):
+        return
+    from .sweep import open_sweep
+
+    try:
+        paths = plot_sweep(open_sweep(store), Path(store) / "figures")
+    except Exception as err:  # figures never fail a finished sweep
+        typer.echo(f"attnflow sweep: figures skipped ({type(err).__name__}: {err})", err=True)
+        return
+    if not quiet:
+        for p in paths or []:
+            typer.echo(f"figure: {p}")
+
+
+def sweep_command(
+    config: Annotated[str, typer.Argument(help="experiment name (e.g. concentration) or a TOML config file")],
+    grid: Annotated[
+        list[str],
+        typer.Option(
+            "--grid",
+            "-g",
+            help="a grid axis: key=v1,v2,... or key=a:b[:step] (integers a..b-1); repeat for more axes",
+        ),
+    ],
+    scheduler: Annotated[
+        str | None,
+        typer.Option(help="address of a running Dask scheduler (tcp://host:8786); default: a local cluster"),
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="workers of the local cluster")] = 2,
+    out: Annotated[
+        str, typer.Option("--out", "-o", help="sweep store: a folder or an fsspec URL")
+    ] = "runs/sweep",
+    retries: Annotated[
+        int, typer.Option(min=0, help="resubmissions of a failing point before it is failed")
+    ] = 2,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar, no summary table")] = False,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="override a base config key: key=value (TOML literal)")
+    ] = None,
+    figures: Annotated[bool, typer.Option(help="draw the sweep figures into OUT/figures")] = True,
+) -> None:
+    """Run an experiment over a parameter grid on Dask; rerun the same command to resume."""
+    from .sweep import sweep
+
+    try:
+        axes = parse_grid(grid or [])
+        if not axes:
+            raise ValueError("give at least one --grid key=values")
+        from .experiments import load_config
+
+        cfg = load_config(config, list(set_ or []))
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        raise _fail(str(err), 2) from None
+    try:
+        result = sweep(
+            cfg, axes, client=scheduler, store=out, workers=workers, retries=retries, progress=not quiet
+        )
+    except KeyboardInterrupt:
+        raise _fail(
+            f"interrupted; finished points are kept in {out}: rerun the same command to resume", 130
+        ) from None
+    except (ValueError, TypeError) as err:
+        raise _fail(str(err), 2) from None
+    except (OSError, TimeoutError) as err:
+        raise _fail(f"could not run on the cluster: {type(err).__name__}: {err}", 1) from None
+    if not quiet:
+        typer.echo(str(result))
+        typer.echo(show_sweep(out))
+    if figures:
+        _figures(out, quiet)
+    if not result.ok:
+        raise _fail(f"{len(result.failed)} point(s) failed; see `attnflow show {out}`", 1)
