@@ -1,0 +1,477 @@
+"""Figures, animations and the report, from small synthetic Datasets that follow the schemas."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+xr = pytest.importorskip("xarray")
+PIL_Image = pytest.importorskip("PIL.Image")
+
+from attnflow import plot  # noqa: E402
+from attnflow.report import format_value, summary_table  # noqa: E402
+
+DPI = 50  # small images keep the tests fast
+
+
+def _unit(X):
+    return X / np.linalg.norm(X, axis=-1, keepdims=True)
+
+
+def _zero_temperature_flow(X0, A, t):
+    """Exact zero-temperature flow for B = I: x(t) = expm(A t) x0 / |expm(A t) x0| (A symmetric)."""
+    w, U = np.linalg.eigh(A)
+    Y = np.einsum("ij,tj,nj->tni", U, np.exp(np.outer(t, w - w.max())), X0 @ U)
+    return _unit(Y)
+
+
+def make_concentration(d=3, n_keep=12, betas=(10.0, 100.0, 1000.0), T=9, k=1, seed=0):
+    """A Dataset with the concentration schema; curves follow the theorem's shape."""
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0.0, 8.0, T)
+    betas = np.asarray(betas, dtype=float)
+    A = np.diag(np.linspace(1.0, -1.0, d))
+    basis = np.eye(d)[:, :k]
+    X0 = _unit(rng.standard_normal((n_keep, d)))
+    xz = _zero_temperature_flow(X0, A, t)
+    a = np.sqrt(np.log1p(betas) / betas)
+    w2 = a[:, None] * np.exp(0.6 * t)[None] + np.exp(-1.0 * t)[None]
+    x = _unit(xz[None] + 0.3 * a[:, None, None, None] * np.exp(0.3 * t)[None, :, None, None]
+              * rng.standard_normal((len(betas), T, n_keep, d)))  # fmt: skip
+    mass = np.clip(1 - np.exp(-t)[None] + 0 * a[:, None], 0, 1)
+    i = np.argmin(w2, axis=1)
+    ds = xr.Dataset(
+        {
+            "w2": (("beta", "time"), w2),
+            "coupling_bound": (("beta", "time"), 1.3 * w2),
+            "w2_zero": (("time",), np.exp(-t)),
+            "lyapunov": (("beta", "time"), w2**2),
+            "mass_A": (("beta", "time"), mass),
+            "mass_V": (("beta", "time"), 0.5 * mass),
+            "t_star": (("beta",), t[i]),
+            "t_star_lo": (("beta",), t[i] - 0.5),
+            "t_star_hi": (("beta",), t[i] + 0.7),
+            "min_w2": (("beta",), w2[np.arange(len(betas)), i]),
+            "resolution_ratio": (("beta",), 100.0 / betas),
+            "x": (("beta", "time", "token", "dim"), x.astype(np.float32)),
+            "x_zero": (("time", "token", "dim"), xz.astype(np.float32)),
+            "basis_A": (("dim", "k"), basis),
+        },
+        coords={"beta": betas, "time": t, "token": np.arange(n_keep), "dim": np.arange(d)},
+        attrs={
+            "experiment": "concentration",
+            "config": json.dumps({"experiment": "concentration", "N": 400, "d": d, "eps": 0.1}),
+            "provenance": json.dumps({"attnflow": "0.1.0", "numpy": np.__version__}),
+            "fits": json.dumps(
+                {
+                    "t_star": {"a": 0.5, "b": 0.4, "a_err": 0.1, "b_err": 0.05},
+                    "min_w2": {"exponent": 0.6, "exponent_err": 0.05, "prefactor": 1.5},
+                    "zero_temperature_rate": {"fitted": 1.0, "guaranteed": 0.5, "c_star": 1.0},
+                }
+            ),
+            "seed": seed,
+            "kernel": "sdpa",
+            "integrator": "rk4",
+            "timings": json.dumps({"total_s": 1.0}),
+        },
+    )
+    return ds
+
+
+@pytest.fixture(scope="module")
+def conc3():
+    return make_concentration(d=3, k=2)
+
+
+@pytest.fixture(scope="module")
+def conc5():
+    return make_concentration(d=5, k=1, betas=(30.0, 300.0))
+
+
+def _check_files(paths, stems):
+    assert [p.name for p in paths] == [f"{s}.{ext}" for s in stems for ext in ("png", "pdf")]
+    for p in paths:
+        data = p.read_bytes()
+        assert len(data) > 1000, p
+        assert data.startswith(b"\x89PNG" if p.suffix == ".png" else b"%PDF"), p
+
+
+# --- concentration figures ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", ["plot_w2", "plot_t_star", "plot_min_w2", "plot_mass"])
+def test_concentration_figures_write_png_and_pdf(conc3, tmp_path, fn):
+    paths = getattr(plot, fn)(conc3, tmp_path, dpi=DPI)
+    _check_files(paths, [fn.removeprefix("plot_")])
+
+
+@pytest.mark.parametrize(
+    ("fn", "var"),
+    [("plot_w2", "w2"), ("plot_t_star", "t_star"), ("plot_min_w2", "min_w2"), ("plot_mass", "mass_V")],
+)
+def test_missing_variable_is_a_clear_error(conc3, tmp_path, fn, var):
+    with pytest.raises(ValueError, match=rf"{fn} needs variable\(s\) \['{var}'\]"):
+        getattr(plot, fn)(conc3.drop_vars(var), tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_wrong_dims_and_wrong_type_are_clear_errors(conc3, tmp_path):
+    swept = conc3.expand_dims(seed=[0, 1])
+    with pytest.raises(ValueError, match=r"dims.*plot_sweep"):
+        plot.plot_w2(swept, tmp_path)
+    with pytest.raises(TypeError, match=r"xarray\.Dataset"):
+        plot.plot_w2({"w2": 1}, tmp_path)
+
+
+def test_optional_parts_may_be_absent(conc3, tmp_path):
+    bare = conc3.drop_vars(["coupling_bound", "w2_zero", "t_star", "min_w2"])
+    bare.attrs = {"experiment": "concentration"}
+    _check_files(plot.plot_w2(bare, tmp_path, dpi=DPI), ["w2"])
+    bare = conc3.drop_vars(["t_star_lo", "t_star_hi"])
+    bare.attrs = {}
+    _check_files(plot.plot_t_star(bare, tmp_path, dpi=DPI), ["t_star"])
+    _check_files(plot.plot_min_w2(bare, tmp_path, dpi=DPI), ["min_w2"])
+
+
+def test_log_axes_survive_zeros_and_nans(conc3, tmp_path):
+    ds = conc3.copy(deep=True)
+    ds["w2"][0, 0] = 0.0
+    ds["w2"][1, 2] = np.nan
+    ds["min_w2"][0] = np.nan
+    _check_files(plot.plot_w2(ds, tmp_path, dpi=DPI), ["w2"])
+    _check_files(plot.plot_min_w2(ds, tmp_path, dpi=DPI), ["min_w2"])
+
+
+def test_many_betas_get_a_colorbar(tmp_path):
+    ds = make_concentration(betas=np.geomspace(2, 2e4, 12), T=5, n_keep=4)
+    _check_files(plot.plot_w2(ds, tmp_path, dpi=DPI), ["w2"])
+
+
+# --- tokens -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["conc3", "conc5"])
+def test_snapshots_d3_and_d5(request, tmp_path, which):
+    ds = request.getfixturevalue(which)
+    paths = plot.plot_snapshots(ds, tmp_path, dpi=DPI)
+    _check_files(paths, ["snapshots"])
+
+
+def test_snapshot_time_and_beta_choice(conc5, tmp_path):
+    paths = plot.plot_snapshots(conc5, tmp_path, beta=30.0, times=[0.0, 8.0], dpi=DPI)
+    _check_files(paths, ["snapshots"])
+    with pytest.raises(ValueError, match="beta = 31"):
+        plot.plot_snapshots(conc5, tmp_path, beta=31.0)
+    with pytest.raises(ValueError, match="times"):
+        plot.plot_snapshots(conc5, tmp_path, times=[np.nan])
+    with pytest.raises(ValueError, match=r"\['x'\]"):
+        plot.plot_snapshots(conc5.drop_vars("x"), tmp_path)
+
+
+def test_default_snapshot_times_include_start_t_star_and_end():
+    t = np.linspace(0, 10, 11)
+    assert plot._default_time_indices(t, 7.2) == [0, 5, 7, 10]
+    assert plot._default_time_indices(t, None) == [0, 3, 5, 10]
+    assert plot._default_time_indices(t[:2], None) == [0, 1]
+
+
+def test_directions_are_orthonormal_and_start_with_basis_A(conc5):
+    X = conc5["x"].isel(beta=0).values.astype(float)
+    U, labels = plot._directions(conc5, X, 3)
+    assert labels == ["u1", "w1", "w2"]
+    np.testing.assert_allclose(U.T @ U, np.eye(3), atol=1e-12)
+    np.testing.assert_allclose(U[:, 0], conc5["basis_A"].values[:, 0])
+
+
+@pytest.mark.parametrize("which", ["conc3", "conc5"])
+def test_gif_has_one_frame_per_time(request, tmp_path, which, monkeypatch):
+    monkeypatch.setattr(plot.shutil, "which", lambda name: None)  # GIF only
+    ds = request.getfixturevalue(which)
+    paths = plot.animate(ds, tmp_path / "tokens.gif", dpi=40)
+    assert paths == [tmp_path / "tokens.gif"]
+    with PIL_Image.open(paths[0]) as im:
+        assert im.format == "GIF"
+        assert im.n_frames == ds.sizes["time"]
+
+
+def test_gif_of_zero_temperature_run(conc3, tmp_path, monkeypatch):
+    monkeypatch.setattr(plot.shutil, "which", lambda name: None)
+    ds = make_zero_temperature(conc3)
+    paths = plot.animate(ds, tmp_path / "z.gif", dpi=40, fps=4)
+    with PIL_Image.open(paths[0]) as im:
+        assert im.n_frames == ds.sizes["time"]
+
+
+def test_animate_rejects_bad_path_and_fps(conc3, tmp_path):
+    with pytest.raises(ValueError, match="gif"):
+        plot.animate(conc3, tmp_path / "tokens.mp4")
+    with pytest.raises(ValueError, match="fps"):
+        plot.animate(conc3, tmp_path / "tokens.gif", fps=0)
+
+
+# --- other experiments ---------------------------------------------------------------------------
+
+
+def make_zero_temperature(conc):
+    return xr.Dataset(
+        {
+            "w2": (("time",), conc["w2_zero"].values),
+            "lyapunov": (("time",), conc["w2_zero"].values ** 2),
+            "x": (("time", "token", "dim"), conc["x_zero"].values),
+            "basis_A": conc["basis_A"],
+        },
+        coords={k: conc[k] for k in ("time", "token", "dim")},
+        attrs={
+            "experiment": "zero-temperature",
+            "fits": json.dumps({"fitted": 1.0, "fitted_err": 0.01, "guaranteed": 0.5, "c_star": 1.02}),
+        },
+    )
+
+
+def make_terminal(conc):
+    ds = conc[["mass_A", "mass_V", "x", "basis_A"]].copy()
+    ds["mass_V_magnitude"] = 0.8 * ds["mass_V"]
+    ds["terminal_time"] = ("beta", [2.0, np.nan, 6.0])
+    ds.attrs = {"experiment": "terminal", "config": json.dumps({"N": 50})}
+    return ds
+
+
+def make_resolution():
+    betas, Ns = np.array([10.0, 100.0]), np.array([100, 1000, 10000])
+    m = np.sqrt(np.log1p(betas) / betas)[:, None] + 1.0 / np.sqrt(Ns)[None]
+    return xr.Dataset(
+        {
+            "min_w2": (("beta", "N"), m),
+            "t_star": (("beta", "N"), 1 + np.log(betas)[:, None] + 0 * Ns[None]),
+            "N_needed": (("beta",), [1000.0, np.nan]),
+            "converged": (("beta",), [True, False]),
+        },
+        coords={"beta": betas, "N": Ns},
+        attrs={"experiment": "resolution", "config": json.dumps({"d": 3})},
+    )
+
+
+def make_layers():
+    L = np.array([4, 8, 16, 32])
+    h = 2.0 / L
+    return xr.Dataset(
+        {"error": (("L",), 0.3 * h), "h": (("L",), h)},
+        coords={"L": L},
+        attrs={"experiment": "layers", "fits": json.dumps({"order": 1.0, "order_err": 0.01})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "fn", "stem"),
+    [
+        ("terminal", "plot_mass", "mass"),
+        ("zero_temperature", "plot_zero_temperature", "zero_temperature"),
+        ("resolution", "plot_resolution", "resolution"),
+        ("layers", "plot_layers", "layers"),
+    ],
+)
+def test_other_experiment_figures(conc3, tmp_path, make, fn, stem):
+    maker = globals()[f"make_{make}"]
+    ds = maker(conc3) if make in ("terminal", "zero_temperature") else maker()
+    _check_files(getattr(plot, fn)(ds, tmp_path, dpi=DPI), [stem])
+
+
+def test_zero_temperature_snapshots_have_no_beta(conc3, tmp_path):
+    ds = make_zero_temperature(conc3)
+    _check_files(plot.plot_snapshots(ds, tmp_path, times=[0.0, 4.0], dpi=DPI), ["snapshots"])
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """plot._PLOTTERS and plot_sweep replaced by recorders: plot_run's dispatch without drawing."""
+    calls = []
+
+    def fake(name):
+        def f(ds, outdir, dpi=plot.DPI):
+            calls.append(name)
+            return [outdir / f"{name}.png"]
+
+        f.__name__ = name
+        return f
+
+    table = {k: tuple(fake(fn.__name__) for fn in fns) for k, fns in plot._PLOTTERS.items()}
+    monkeypatch.setattr(plot, "_PLOTTERS", table)
+    monkeypatch.setattr(plot, "plot_sweep", fake("plot_sweep"))
+    # snapshots are recognised by identity: point the module name at the recorder
+    monkeypatch.setattr(plot, "plot_snapshots", table["concentration"][-1])
+    return calls
+
+
+def test_plot_run_dispatch(conc3, tmp_path, recorded):
+    plot.plot_run(conc3, tmp_path)
+    assert recorded == ["plot_w2", "plot_t_star", "plot_min_w2", "plot_mass", "plot_snapshots"]
+    recorded.clear()
+    plot.plot_run(make_layers(), tmp_path)
+    plot.plot_run(make_resolution(), tmp_path)
+    assert recorded == ["plot_layers", "plot_resolution"]
+    recorded.clear()
+    plot.plot_run(make_sweep(), tmp_path)  # extra dims (N, seed): the sweep figure
+    assert recorded == ["plot_sweep"]
+
+
+def test_plot_run_accepts_underscore_names_and_skips_snapshots_without_tokens(conc3, tmp_path):
+    ds = make_zero_temperature(conc3).drop_vars("x")
+    ds.attrs["experiment"] = "zero_temperature"
+    _check_files(plot.plot_run(ds, tmp_path, dpi=DPI), ["zero_temperature"])
+
+
+def test_plot_run_unknown_or_missing_experiment(conc3, tmp_path):
+    ds = conc3.copy()
+    ds.attrs = {"experiment": "nope"}
+    with pytest.raises(ValueError, match="no figures known for experiment 'nope'"):
+        plot.plot_run(ds, tmp_path)
+    ds.attrs = {}
+    with pytest.raises(ValueError, match=r"attrs\['experiment'\]"):
+        plot.plot_run(ds, tmp_path)
+
+
+@pytest.mark.slow
+def test_plot_run_and_report_end_to_end(conc5, tmp_path, monkeypatch):
+    monkeypatch.setattr(plot.shutil, "which", lambda name: None)
+    paths = plot.plot_run(conc5, tmp_path / "figures", animation=True, dpi=DPI)
+    _check_files(paths[:-1], ["w2", "t_star", "min_w2", "mass", "snapshots"])
+    assert paths[-1] == tmp_path / "figures" / "tokens.gif"
+    md = plot.write_report(conc5, {"n": 1}, paths, tmp_path).read_text()
+    assert md.count("![") == 6
+
+
+def test_missing_variable_other_experiments(tmp_path):
+    with pytest.raises(ValueError, match=r"plot_layers needs variable\(s\) \['h'\]"):
+        plot.plot_layers(make_layers().drop_vars("h"), tmp_path)
+    with pytest.raises(ValueError, match=r"plot_resolution needs variable\(s\) \['t_star'\]"):
+        plot.plot_resolution(make_resolution().drop_vars("t_star"), tmp_path)
+
+
+# --- sweeps ---------------------------------------------------------------------------------------
+
+
+def make_sweep(seeds=3):
+    rng = np.random.default_rng(1)
+    betas, Ns = np.array([10.0, 100.0, 1000.0]), np.array([200, 2000])
+    a = np.sqrt(np.log1p(betas) / betas)
+    shape = (len(Ns), seeds, len(betas))
+    ts = 1 + 0.5 * np.log(betas)[None, None] + 0.1 * rng.standard_normal(shape)
+    m = a[None, None] * (1 + 0.1 * rng.standard_normal(shape)) + 0.3 / np.sqrt(Ns)[:, None, None]
+    return xr.Dataset(
+        {"t_star": (("N", "seed", "beta"), ts), "min_w2": (("N", "seed", "beta"), m)},
+        coords={"N": Ns, "seed": np.arange(seeds), "beta": betas},
+        attrs={"experiment": "concentration", "config": json.dumps({"d": 3})},
+    )
+
+
+def test_plot_sweep(tmp_path):
+    ds = make_sweep()
+    ds["min_w2"][0, 0, 0] = np.nan
+    ds["t_star"][1, :, 2] = np.nan  # a grid point that failed for every seed
+    _check_files(plot.plot_sweep(ds, tmp_path, dpi=DPI), ["sweep"])
+    _check_files(plot.plot_sweep(make_sweep(seeds=1).isel(seed=0), tmp_path / "one", dpi=DPI), ["sweep"])
+
+
+def test_plot_sweep_errors(tmp_path):
+    ds = make_sweep()
+    with pytest.raises(ValueError, match=r"plot_sweep needs variable\(s\) \['min_w2'\]"):
+        plot.plot_sweep(ds.drop_vars("min_w2"), tmp_path)
+    with pytest.raises(ValueError, match="'beta' dim"):
+        plot.plot_sweep(ds.isel(beta=0), tmp_path)
+
+
+# --- report ---------------------------------------------------------------------------------------
+
+
+def test_summary_table_formats_and_flattens():
+    text = summary_table({"t_star_fit": {"a": 0.123456, "b": 2}, "ok": True, "ratio": math.inf, "x": None})
+    lines = text.splitlines()
+    assert lines[:2] == ["| quantity | value |", "|---|---|"]
+    assert "| t_star_fit.a | 0.1235 |" in lines
+    assert "| t_star_fit.b | 2 |" in lines
+    assert "| ok | yes |" in lines
+    assert "| ratio | ∞ |" in lines
+    assert format_value(float("nan")) == "NaN"
+    assert format_value(list(range(20))).count(",") == 9
+    assert format_value("a|b") == "a|b"
+    assert "a\\|b" in summary_table({"k": "a|b"})
+    with pytest.raises(TypeError, match="summary"):
+        summary_table([1, 2])
+
+
+def _fake_figures(figdir, stems):
+    """Tiny real PNG/GIF/PDF files standing in for figures (write_report only links them)."""
+    figdir.mkdir(parents=True)
+    paths = []
+    for stem in stems:
+        if stem == "tokens":
+            p = figdir / "tokens.gif"
+            frames = [PIL_Image.new("L", (8, 8), c) for c in (0, 255)]
+            frames[0].save(p, save_all=True, append_images=frames[1:])
+            paths.append(p)
+            continue
+        PIL_Image.new("RGB", (8, 8)).save(figdir / f"{stem}.png")
+        (figdir / f"{stem}.pdf").write_bytes(b"%PDF-1.4 stand-in")
+        paths += [figdir / f"{stem}.png", figdir / f"{stem}.pdf"]
+    return paths
+
+
+def test_write_report(conc3, tmp_path):
+    stems = ["w2", "t_star", "min_w2", "mass", "snapshots", "tokens"]
+    figs = _fake_figures(tmp_path / "figures", stems)
+    summary = {"t_star_slope": 0.41, "min_w2_exponent": 0.6, "resolution_ratio": [10.0, 1.0, 0.1]}
+    md_path = plot.write_report(conc3, summary, figs, tmp_path)
+    assert md_path == tmp_path / "report.md"
+    md = md_path.read_text()
+    assert "| t_star_slope | 0.41 |" in md
+    assert "| resolution_ratio | [10, 1, 0.1] |" in md
+    assert "| t_star.b | 0.4 |" in md  # the fits from attrs
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert images == [f"figures/{s}.png" for s in stems[:-1]] + ["figures/tokens.gif"]
+    assert "(figures/w2.pdf)" in md
+    assert '"N": 400' in md  # the configuration
+    assert "| numpy |" in md  # the provenance
+    page = (tmp_path / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert page.count("<img ") == 6 and 'src="figures/tokens.gif"' in page
+    assert "<td>t_star_slope</td><td>0.41</td>" in page
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_write_report_errors(conc3, tmp_path):
+    with pytest.raises(ValueError, match="do not exist"):
+        plot.write_report(conc3, {}, [tmp_path / "nope.png"], tmp_path)
+    with pytest.raises(TypeError, match="summary"):
+        plot.write_report(conc3, "bad", [], tmp_path)
+    with pytest.raises(TypeError, match="list of paths"):
+        plot.write_report(conc3, {}, tmp_path / "a.png", tmp_path)
+
+
+def test_html_escapes_text(tmp_path):
+    ds = make_layers()
+    ds.attrs["config"] = json.dumps({"note": "<script>"})
+    plot.write_report(ds, {"<b>": "<i>"}, [], tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "<b>" not in page
+
+
+def test_import_attnflow_plot_is_light():
+    import subprocess
+    import sys
+
+    code = "import sys, attnflow.plot; print(any(m.startswith('matplotlib') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_fit_fields_under_either_name():
+    assert plot._pick({"p": 0.5, "exponent": 0.7}, ("exponent", "p")) == 0.7
+    assert plot._pick({"p": 0.5}, ("exponent", "p")) == 0.5
+    assert plot._pick({"p": float("nan")}, ("exponent", "p")) is None
+    assert plot._pick({"p": True}, ("p",)) is None
+    assert plot._pick(None, ("p",)) is None
