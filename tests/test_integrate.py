@@ -100,6 +100,19 @@ def test_output_times_not_on_the_grid():
     assert tr.info["n_steps"] == 3
 
 
+def test_many_output_times():
+    """Dense output grids (0.02 steps, not exact in binary) land on every time, fixed and adaptive."""
+    att = random_attention(3, 5.0, seed=3)
+    X0 = af.sample_uniform(10, 3, seed=4)
+    times = np.linspace(0.0, 1.0, 51)
+    ref = ref_trajectory(X0, att, times)
+    for method in ("rk4", "adaptive"):
+        tr = simulate(X0, att, times, method=method, dt=3e-3, rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(tr.t, times)
+        np.testing.assert_allclose(tr.x, ref, rtol=0, atol=1e-8)
+    assert simulate(X0, att, [0.0]).x.shape == (1, 10, 3)
+
+
 # ---------------------------------------------------------------- convergence orders
 
 

@@ -201,11 +201,14 @@ def simulate(
         else:
             while t < t_next:
                 span = t_next - t
+                if span <= 1e-13 * max(1.0, abs(t_next)):  # a rounding leftover, not a step
+                    t = t_next
+                    break
                 if k1 is None:
                     k1 = f(X)
                 if h_adapt is None:
                     h_adapt = _initial_step(f, X, k1, rtol, atol, span)
-                h = min(h_adapt, span)
+                h = h_adapt if h_adapt < span * (1 - 1e-10) else span
                 if h <= 1e-14 * max(1.0, abs(t)):
                     raise RuntimeError(
                         f"adaptive step size underflow at t = {t:.6g} (h = {h:.3g}): too stiff "

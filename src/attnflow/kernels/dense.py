@@ -92,7 +92,7 @@ def field_blocked(Y: torch.Tensor, X: torch.Tensor, att: Attention, block: int |
     out = torch.empty_like(Y3)
     for s in range(0, Nq, block):
         q = Y3[:, s : s + block] @ B  # (M, b, d)
-        S = (q @ Kt) * beta  # (M, b, N) scores beta y_i^T B x_j
+        S = torch.matmul(q, Kt).mul_(beta)  # (M, b, N) scores beta y_i^T B x_j, one buffer
         S -= S.amax(dim=-1, keepdim=True)
         S.exp_()
         out[:, s : s + block] = (S @ VX) / S.sum(dim=-1, keepdim=True)
