@@ -41,7 +41,7 @@ class Spectrum:
         A has a single distinct eigenvalue.  gap = mu1 - mu2 (0.0 when mu2 is None).
     multiplicity: dimension of the top eigenspace.
     top: top eigenspace of A; top_projector: P_1, orthogonal when A is symmetric, the spectral
-        (Riesz) projector otherwise.
+        (Riesz) projector otherwise (all NaN when the top eigenvalue is defective).
     v_top_real, v_top_magnitude: top eigenspace of V by largest real part and by largest modulus.
     """
 
@@ -102,14 +102,21 @@ def spectrum_of(A: np.ndarray, V: np.ndarray) -> Spectrum:
         P1 = top.projector
         key = w
     else:
-        w, U = np.linalg.eig(A)
+        import scipy.linalg
+
+        w, L, U = scipy.linalg.eig(A, left=True, right=True)
         order = np.lexsort((-w.imag, -w.real))
-        w, U = w[order], U[:, order]
+        w, L, U = w[order], L[:, order], U[:, order]
         idx = _top_group(w, w.real)
         top = EigenSpace(w[idx], _real_basis(U[:, idx]))
-        # Riesz projector onto the top generalised eigenspace (A diagonalisable assumed).
-        L = np.linalg.inv(U)
-        P1 = np.real(U[:, idx] @ L[idx, :])
+        # Riesz projector R (L^H R)^{-1} L^H onto the top eigenspace, from its own left and right
+        # eigenvectors only (A diagonalisable on it); NaN where L^H R is singular (a defective top).
+        R, Lt = U[:, idx], L[:, idx].conj().T
+        G = Lt @ R
+        if np.linalg.cond(G) < 1e12:
+            P1 = np.real(R @ np.linalg.solve(G, Lt))
+        else:
+            P1 = np.full_like(A, np.nan)
         key = w.real
     m = len(idx)
     mu1 = float(key[0])
