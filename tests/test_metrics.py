@@ -114,11 +114,36 @@ def test_exact_too_large_raises(monkeypatch):
     X, Y = random_cloud(20, 3, 1), random_cloud(20, 3, 2)
     with pytest.raises(ValueError, match=r"sinkhorn.*subsample"):
         w2(X, Y)
-    monkeypatch.setattr(metrics, "ATOMS_EMD_MAX_N", 10)
-    with pytest.raises(ValueError, match="sinkhorn"):
-        w2(X, random_cloud(3, 3, 3))
     with pytest.raises(ValueError, match="fallback"):
         w2_to_target(X[None], Y)
+
+
+@pytest.mark.parametrize(("k", "cost"), [(3, "chordal"), (4, "geodesic"), (8, "chordal")])
+def test_few_atoms_band_path_is_exact(monkeypatch, k, cost):
+    # the large-N path for k >= 3 atoms (entropic potentials, simplex on a band, certificate),
+    # forced at N = 3000 by lowering the size below which the whole problem goes to the simplex
+    monkeypatch.setattr(metrics, "ATOMS_EMD_MAX_N", 400)
+    X = random_cloud(3000, 3, 40 + k)
+    atoms = random_cloud(k, 3, k)
+    b = np.random.default_rng(k).random(k)
+    a = np.random.default_rng(1).random(3000)
+    value, info = w2(X, atoms, a=a, b=b, cost=cost, log=True)
+    assert info.method == "atoms-simplex" and info.exact
+    assert value == pytest.approx(pot_w2(X, atoms, a, b, cost), abs=1e-9)
+    monkeypatch.setattr(metrics, "ATOMS_EMD_MAX_N", 0)  # no band allowed: refuse, never approximate
+    with pytest.raises(RuntimeError, match="sinkhorn"):
+        w2(X, atoms, a=a, b=b, cost=cost)
+
+
+def test_certificate_rejects_a_crossed_plan():
+    atoms = np.eye(3)
+    X = np.array([[0.99, 0.1, 0.1], [0.1, 0.99, 0.1], [0.1, 0.1, 0.99]])
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    CT = metrics._cost_matrix(X, atoms, "chordal").T
+    good = [np.array([0]), np.array([1]), np.array([2])]
+    crossed = [np.array([1]), np.array([0]), np.array([2])]  # tokens 0 and 1 swap atoms
+    assert metrics._cyclically_monotone(CT, good, tol=1e-12)
+    assert not metrics._cyclically_monotone(CT, crossed, tol=1e-12)
 
 
 # ------------------------------------------------------------------------ approximate methods

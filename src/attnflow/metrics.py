@@ -75,9 +75,10 @@ EXACT_MAX_PAIRS = 16_000_000
 SINKHORN_MAX_PAIRS = 16_000_000
 #: Few-atoms path: at most this many distinct target points ...
 MAX_ATOMS = 8
-#: ... and, for k >= 3 atoms, at most this many source points (POT's network simplex on the N x k
-#: problem grows faster than linearly in N: about 0.07 s at N = 1e4, 8 s at N = 1e5 for k = 3).
-ATOMS_EMD_MAX_N = 50_000
+#: For k >= 3 atoms: the whole N x k problem goes to POT's network simplex up to this N (its time
+#: grows faster than linearly: about 0.07 s at N = 1e4, 8 s at N = 1e5 for k = 3); past it only
+#: a band of at most this many tokens does (see _atoms_simplex).
+ATOMS_EMD_MAX_N = 20_000
 #: Rows equal after rounding to this many decimals count as one atom (the snap is reported).
 ATOM_DECIMALS = 9
 #: Over-relaxation of the Sinkhorn updates (1 = plain Sinkhorn; 1 < omega < 2 converges faster).
@@ -241,20 +242,123 @@ def _atoms_cost(a: np.ndarray, X: np.ndarray, atoms: np.ndarray, masses: np.ndar
         return float(a @ C[:, 0]), "single-atom"
     if k == 2:
         return _two_atom_cost(a, C, masses), "atoms-sort"
-    if len(X) > ATOMS_EMD_MAX_N:
-        raise ValueError(
-            f"exact W2 to a target with k = {k} >= 3 atoms is solved as an N x k network-simplex "
-            f"problem, limited to N <= {ATOMS_EMD_MAX_N} (got N = {len(X)}); use method='sinkhorn' "
-            "or method='subsample', or a target with at most two atoms"
-        )
-    return _emd(a, masses, C), "atoms-simplex"
+    return _atoms_simplex(a, C, masses), "atoms-simplex"
+
+
+def _smoothed_softmin(CT, a, b, g, eps):
+    """Entropic dual of the N x k problem at potentials g (k,): value and soft assignment (k, N)."""
+    Z = (g[:, None] - CT) / eps
+    m = Z.max(axis=0)
+    Z -= m
+    np.exp(Z, out=Z)
+    s = Z.sum(axis=0)
+    Z /= s
+    return float(b @ g - eps * (a @ (np.log(s) + m))), Z
+
+
+def _atom_potentials(CT: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
+    """Approximate optimal atom potentials g (k,) of the N x k problem, costs CT (k, N).
+
+    Damped Newton ascent on the entropic dual (k - 1 free variables, g_0 = 0), eps decreasing from
+    0.1 to 1e-4 times the cost scale; O(N k^2) per step, a few steps per eps.
+    """
+    k = len(b)
+    g = np.zeros(k)
+    for eps, tol in zip(scale * np.array([1e-1, 1e-2, 1e-3, 1e-4]), [1e-3, 1e-4, 1e-6, 1e-8], strict=True):
+        for _ in range(30):
+            val, P = _smoothed_softmin(CT, a, b, g, eps)
+            pa = P @ a
+            grad = b - pa
+            if np.abs(grad).sum() < tol:
+                break
+            H = ((P * a) @ P.T - np.diag(pa)) / eps  # Hessian, negative semi-definite (null: 1)
+            try:
+                step = np.linalg.solve(H[1:, 1:] - 1e-14 * np.eye(k - 1), -grad[1:])
+            except np.linalg.LinAlgError:
+                break
+            d = np.concatenate([[0.0], step])
+            t = 1.0
+            while t > 1e-6 and _smoothed_softmin(CT, a, b, g + t * d, eps)[0] < val + 1e-4 * t * (grad @ d):
+                t *= 0.5
+            g = g + t * d
+    return g
+
+
+def _cyclically_monotone(CT: np.ndarray, support: list[np.ndarray], tol: float) -> bool:
+    """Whether potentials g (k,) exist with C_ij - g_j <= C_il - g_l for every token i sending mass
+    to atom j and every l: then the plan is optimal (LP complementary slackness).
+
+    support[j]: indices of the tokens sending mass to atom j; CT: costs (k, N). The constraints
+    g_l - g_j <= W_jl = min_i (C_il - C_ij) are difference constraints: solvable iff the graph W has
+    no negative cycle (Floyd-Warshall on k nodes).
+    """
+    k = CT.shape[0]
+    W = np.full((k, k), np.inf)
+    for j, idx in enumerate(support):
+        if idx.size:
+            W[j] = np.min(CT[:, idx] - CT[j, idx], axis=1)
+    np.fill_diagonal(W, np.minimum(np.diag(W), 0.0))
+    for m in range(k):
+        W = np.minimum(W, W[:, m, None] + W[None, m, :])
+    return bool(np.all(np.diag(W) >= -tol))
+
+
+def _atoms_simplex(a: np.ndarray, C: np.ndarray, b: np.ndarray) -> float:
+    """Exact OT cost from weights a (N,) to k >= 3 atoms with masses b, costs C (N, k).
+
+    Small N: POT's network simplex on the whole N x k problem. Large N: near-optimal atom potentials
+    g from the entropic dual (Newton on k variables); tokens whose best atom under C - g wins by
+    more than a margin delta are fixed to it, the rest (a band along the cell boundaries) go to the
+    network simplex with the remaining masses. The combined plan is then certified optimal (its
+    support must be c-cyclically monotone: no negative cycle among the k atoms); otherwise delta
+    grows. O(N k^2) plus a simplex on the band; raises rather than return an uncertified value.
+    """
+    N, k = C.shape
+    if N <= ATOMS_EMD_MAX_N:
+        return _emd(a, b, C)
+    scale = float(C.max()) or 1.0
+    CT = np.ascontiguousarray(C.T)
+    g = _atom_potentials(CT, a, b, scale)
+    R = CT - g[:, None]
+    cols = np.arange(N)
+    best = R.argmin(axis=0)
+    r_best = R[best, cols]
+    R[best, cols] = np.inf
+    margin = R.min(axis=0) - r_best
+    del R
+    for delta in scale * np.array([1e-4, 1e-3, 1e-2, 1e-1]):
+        free = margin <= delta
+        if free.sum() > ATOMS_EMD_MAX_N:
+            break
+        fixed = ~free
+        rest = b - np.bincount(best[fixed], weights=a[fixed], minlength=k)
+        if np.any(rest < -1e-12):
+            continue
+        cost = float(a[fixed] @ CT[best[fixed], cols[fixed]])
+        support = [np.flatnonzero(fixed & (best == j)) for j in range(k)]
+        if free.any():
+            sub_cost, plan = _emd(a[free], np.clip(rest, 0.0, None), C[free], plan=True)
+            cost += sub_cost
+            idx = np.flatnonzero(free)
+            support = [np.concatenate([s, idx[plan[:, j] > 0]]) for j, s in enumerate(support)]
+        elif np.any(np.abs(rest) > 1e-12):
+            continue
+        if _cyclically_monotone(CT, support, tol=1e-11 * scale):
+            return cost
+    raise RuntimeError(
+        f"exact W2 to {k} atoms at N = {N}: could not certify an optimal plan on a band of at most "
+        f"{ATOMS_EMD_MAX_N} tokens; use method='sinkhorn' or method='subsample'"
+    )
 
 
 # -------------------------------------------------------------------------------------- solvers
 
 
-def _emd(a: np.ndarray, b: np.ndarray, M: np.ndarray) -> float:
-    """Exact OT cost by POT's network simplex; raises unless POT reports an optimal solution."""
+def _emd(a: np.ndarray, b: np.ndarray, M: np.ndarray, plan: bool = False) -> Any:
+    """Exact OT cost by POT's network simplex; raises unless POT reports an optimal solution.
+
+    With plan=True returns (cost, G), G (N, K) the optimal plan.
+    """
     try:
         import ot
     except ImportError:  # pragma: no cover - POT is a declared dependency
@@ -263,13 +367,13 @@ def _emd(a: np.ndarray, b: np.ndarray, M: np.ndarray) -> float:
             "(pip install pot); equal-size uniform clouds use SciPy's assignment solver"
         ) from None
     iters = int(max(1_000_000, 200 * M.size))
-    value, log = ot.emd2(a, b, M, numItermax=iters, log=True)
+    G, log = ot.emd(a, b, M, numItermax=iters, log=True)
     if log.get("result_code", 1) != 1 or log.get("warning"):
         raise RuntimeError(
             f"exact W2 did not reach an optimal solution ({log.get('warning')}); "
             "use method='sinkhorn' or method='subsample'"
         )
-    return float(value)
+    return (float(log["cost"]), G) if plan else float(log["cost"])
 
 
 def _too_big(N: int, K: int, limit: int, what: str, alternatives: str) -> None:
@@ -480,9 +584,10 @@ def w2(
     method:
       "exact"     exact value, never approximated: a target (or source) with at most MAX_ATOMS
                   distinct points is solved as an N x k transport problem (k = 2: one sort,
-                  O(N log N), N = 1e6 in well under a second); equal-size uniform clouds by optimal
-                  assignment (SciPy); otherwise POT's network simplex. Problems past EXACT_MAX_PAIRS
-                  raise ValueError suggesting "sinkhorn" or "subsample".
+                  O(N log N), about a second at N = 1e6; k >= 3: the network simplex, on a certified
+                  band of tokens for large N, a few seconds at N = 1e6); equal-size uniform clouds by
+                  optimal assignment (SciPy); otherwise POT's network simplex. Problems past
+                  EXACT_MAX_PAIRS raise ValueError suggesting "sinkhorn" or "subsample".
       "sinkhorn"  debiased Sinkhorn divergence with regularisation `reg` (default 0.5% of the mean
                   cost), log domain; info carries a rigorous bracket of the exact W2 and its width.
       "subsample" mean exact W2 over `repeats` seeded subsamples of n_sub points (default
@@ -576,7 +681,6 @@ def w2_to_target(
     a = np.full(N, 1.0 / N)
     uniform = b is None or bool(np.all(bw == bw[0]))
     too_big = atoms is None and N * K > EXACT_MAX_PAIRS
-    too_big = too_big or (atoms is not None and len(atoms[0]) > 2 and N > ATOMS_EMD_MAX_N)
     if too_big and fallback is None:
         raise ValueError(
             f"exact W2 to this target (N = {N}, K = {K}"
