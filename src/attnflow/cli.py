@@ -1,0 +1,549 @@
+"""The `attnflow` command: run named experiments, list them, show and plot results, check weights.
+
+    attnflow run                                   # the default experiment: concentration
+    attnflow run terminal --out runs/t --set N=400 --set "betas=[10, 100]"
+    attnflow run my.toml                           # a config file (`attnflow list NAME --toml`)
+    attnflow list                                  # experiments, presets, every parameter and default
+    attnflow show runs/concentration               # headline numbers of a finished run
+    attnflow plot runs/concentration               # figures, animation and report
+    attnflow check Q.npy K.npy V.npy               # the theorem's assumptions for given weights
+
+Exit codes: 0 success, 1 the run failed (or `check`: an assumption fails), 2 bad usage, config or
+input file (a message, no traceback), 130 interrupted (rerun the same command to resume).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .experiments._config import ConfigError, Reporter
+
+app = typer.Typer(
+    name="attnflow",
+    help=(
+        "Token dynamics of deep self-attention on the sphere: run the paper's experiments, "
+        "get figures, a summary table and an xarray dataset.\n\n"
+        "Start with `attnflow run` (the concentration experiment, a few minutes on a laptop), then "
+        "`attnflow show runs/concentration`. `attnflow list` shows every experiment and parameter."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+_state = {"debug": False}
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"attnflow: {message}", err=True)
+    return typer.Exit(code)
+
+
+@app.callback()
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="show Python tracebacks of failures")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+# ------------------------------------------------------------------------------------ progress
+
+
+class RichReporter(Reporter):
+    """Rich progress bars (overall and one per running task, with ETA) and messages on stderr."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        super().__init__()
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.quiet = quiet
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=quiet,
+            transient=False,
+        )
+        self._overall: Any = None
+        if not quiet:
+            self.progress.start()
+
+    def overall(self, total: int, description: str) -> None:
+        self._overall = self.progress.add_task(description, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        if self._overall is not None and n:
+            self.progress.advance(self._overall, n)
+
+    @contextmanager
+    def task(self, description: str, total: float = 1.0):
+        tid = self.progress.add_task(f"  {description}", total=total)
+
+        def update(t: float, t_final: float) -> None:
+            self.progress.update(tid, completed=float(t), total=float(t_final))
+
+        try:
+            yield update
+            self.progress.update(tid, completed=self.progress.tasks[tid].total)
+        finally:
+            self.progress.remove_task(tid)
+
+    def info(self, message: str) -> None:
+        super().info(message)
+        if not self.quiet:
+            self.console.print(message, markup=False, highlight=False)
+
+    def warn(self, message: str) -> None:
+        super().warn(message)
+        self.console.print(f"warning: {message}", markup=False, highlight=False, style="bold")
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt, so a killed run cleans up like Ctrl-C and exits 130."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+# ------------------------------------------------------------------------------------------ run
+
+
+def _default_out(target: str) -> Path:
+    name = Path(target).stem if target.endswith(".toml") else target
+    return Path("runs") / name
+
+
+def _figures(ds: Any, summary: dict, out: Path, animation: bool, quiet: bool) -> list[Path]:
+    """Figures, animation and report by attnflow.plot / attnflow.report; a failure here only warns."""
+    try:
+        from .plot import animate, plot_run
+    except ImportError as err:
+        typer.echo(f"attnflow: figures skipped: attnflow.plot is not available ({err})", err=True)
+        return []
+    paths: list[Path] = []
+    try:
+        paths = list(plot_run(ds, out / "figures"))
+        if animation and "x" in ds.variables and ds["x"].sizes.get("token", 0) > 0:
+            paths += list(animate(ds, out / "figures" / "tokens.gif"))
+        try:
+            from .report import write_report
+        except ImportError:
+            from .plot import write_report  # type: ignore[attr-defined,no-redef]
+        report = write_report(ds, summary, paths, out)
+        paths.append(Path(report))
+    except Exception as err:  # figures never fail a finished run
+        if _state["debug"]:
+            raise
+        typer.echo(f"attnflow: figures incomplete ({type(err).__name__}: {err})", err=True)
+    if not quiet:
+        for p in paths:
+            typer.echo(f"wrote {p}")
+    return paths
+
+
+@app.command()
+def run(
+    target: Annotated[
+        str,
+        typer.Argument(help="experiment or preset name (see `attnflow list`) or a TOML config file"),
+    ] = "concentration",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", metavar="DIR", help="output folder (default runs/NAME); rerun with it to resume"
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-s",
+            metavar="KEY=VALUE",
+            help="override a parameter: key=value, value a TOML literal; repeatable",
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="no progress bars or messages (warnings stay)")
+    ] = False,
+    figures: Annotated[bool, typer.Option(help="draw figures, animation and report at the end")] = True,
+    animation: Annotated[bool, typer.Option(help="write the token animation (GIF; MP4 with ffmpeg)")] = True,
+) -> None:
+    """Run an experiment and write OUT/result.zarr, summary.json, summary.md, config.toml, figures/.
+
+    Finished betas (grid points) are saved in OUT/parts as they complete: a run that is killed or
+    fails part-way resumes from them when the same command is run again.
+
+    Examples: `attnflow run`, `attnflow run terminal -s N=300`, `attnflow run concentration-converged`,
+    `attnflow run my.toml -o runs/mine`.
+    """
+    from .experiments import load_config, run_experiment
+
+    try:
+        cfg = load_config(target, list(set_ or []))
+    except ConfigError as err:
+        raise _fail(str(err), EXIT_USAGE) from None
+    out = out or _default_out(target)
+    reporter = RichReporter(quiet=quiet)
+    try:
+        with _sigterm_as_interrupt():
+            ds = run_experiment(cfg, out, progress=reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        raise _fail(
+            f"interrupted; finished parts are kept in {out / 'parts'}: rerun the same command to resume",
+            EXIT_INTERRUPTED,
+        ) from None
+    except (ConfigError, ValueError, TypeError) as err:
+        reporter.close()
+        if _state["debug"]:
+            raise
+        raise _fail(f"run failed: {err}", EXIT_FAILED) from None
+    except Exception as err:
+        reporter.close()
+        if _state["debug"]:
+            raise
+        raise _fail(
+            f"run failed: {type(err).__name__}: {err} (finished parts are kept in {out / 'parts'}; "
+            "`attnflow --debug run ...` shows the traceback)",
+            EXIT_FAILED,
+        ) from None
+    reporter.close()
+    summary = json.loads((out / "summary.json").read_text())
+    if figures:
+        _figures(ds, summary, out, animation, quiet)
+    if not quiet:
+        typer.echo((out / "summary.md").read_text())
+        typer.echo(f"results in {out}/ (result.zarr opens with xarray.open_zarr)")
+
+
+# ----------------------------------------------------------------------------------------- list
+
+
+def _type_name(ann: Any) -> str:
+    import typing
+
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Literal:
+        return " | ".join(str(a) for a in args)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin in (list, tuple):
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
+    return getattr(ann, "__name__", str(ann))
+
+
+def _describe(Config: type) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for name, f in Config.model_fields.items():
+        if name == "experiment":
+            continue
+        rows.append((name, _type_name(f.annotation), json.dumps(f.default), f.description or ""))
+    return rows
+
+
+@app.command("list")
+def list_(
+    name: Annotated[str | None, typer.Argument(help="only this experiment or preset")] = None,
+    toml: Annotated[
+        bool, typer.Option("--toml", help="print NAME's config as TOML (a template file)")
+    ] = False,
+) -> None:
+    """List experiments, presets and every parameter with its default.
+
+    `attnflow list concentration --toml > my.toml` writes a config file to edit and run.
+    """
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .experiments import PRESETS, REGISTRY, load_config, to_toml
+
+    if toml:
+        if name is None:
+            raise _fail(
+                "--toml needs an experiment or preset name, e.g. `attnflow list concentration --toml`", 2
+            )
+        try:
+            typer.echo(to_toml(load_config(name)), nl=False)
+        except ConfigError as err:
+            raise _fail(str(err), EXIT_USAGE) from None
+        return
+    if name is not None and name not in REGISTRY and name not in PRESETS:
+        raise _fail(f"unknown experiment {name!r}; known: {', '.join([*REGISTRY, *PRESETS])}", EXIT_USAGE)
+    console = Console()
+    names = [PRESETS[name][0] if name in PRESETS else name] if name else list(REGISTRY)
+    for exp_name in names:
+        exp = REGISTRY[exp_name]
+        table = Table(title=f"{exp_name}: {exp.description}", title_justify="left", expand=False)
+        for col in ("parameter", "type", "default", "meaning"):
+            table.add_column(col, overflow="fold")
+        for row in _describe(exp.Config):
+            table.add_row(*(escape(c) for c in row))
+        console.print(table)
+        for preset, values in exp.presets.items():
+            console.print(
+                f"  preset [bold]{preset}[/bold]: " + escape(", ".join(f"{k}={v}" for k, v in values.items()))
+            )
+        console.print()
+
+
+# ----------------------------------------------------------------------------------------- show
+
+
+@app.command()
+def show(
+    directory: Annotated[Path, typer.Argument(help="output folder of `attnflow run` (or a sweep store)")],
+) -> None:
+    """Summary of a finished run: headline numbers, dataset layout and provenance."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    try:
+        from .sweep_cli import is_sweep_store, show_sweep
+
+        if is_sweep_store(directory):
+            typer.echo(show_sweep(directory))
+            return
+    except ImportError:
+        pass
+    if not directory.is_dir():
+        raise _fail(f"{directory}: no such folder", EXIT_USAGE)
+    summary = directory / "summary.md"
+    if not summary.exists():
+        parts = (
+            sorted(p.stem for p in (directory / "parts").glob("*.zarr"))
+            if (directory / "parts").is_dir()
+            else []
+        )
+        if parts:
+            raise _fail(
+                f"{directory}: unfinished run ({len(parts)} part(s) done: {', '.join(parts)}); "
+                "rerun the same `attnflow run` command to complete it",
+                EXIT_FAILED,
+            )
+        raise _fail(f"{directory}: not an attnflow run (no summary.md)", EXIT_USAGE)
+    console = Console()
+    console.print(Markdown(summary.read_text()))
+    store = directory / "result.zarr"
+    if store.exists():
+        from .io import read_dataset
+
+        ds = read_dataset(store, load=False)
+        console.print(f"dataset {store}: " + ", ".join(f"{k}={v}" for k, v in ds.sizes.items()))
+        console.print("variables: " + ", ".join(ds.data_vars))
+        prov = json.loads(ds.attrs.get("provenance", "{}"))
+        versions = ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items() if v)
+        console.print(
+            f"computed {prov.get('time_utc')} on {prov.get('host')} "
+            f"({prov.get('cpu_count')} CPUs): {versions}"
+        )
+        console.print(f"kernel: {ds.attrs.get('kernel')}; integrator: {ds.attrs.get('integrator')}")
+    figures = sorted((directory / "figures").glob("*.png")) if (directory / "figures").is_dir() else []
+    if figures:
+        console.print("figures: " + ", ".join(p.name for p in figures))
+    if (directory / "report.md").exists():
+        console.print(f"report: {directory / 'report.md'}")
+
+
+# ----------------------------------------------------------------------------------------- plot
+
+
+@app.command()
+def plot(
+    directory: Annotated[Path, typer.Argument(help="output folder of `attnflow run`")],
+    animation: Annotated[bool, typer.Option(help="write the token animation (GIF; MP4 with ffmpeg)")] = True,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """(Re)draw the figures, animation and report of a finished run into DIRECTORY/figures."""
+    from .io import read_dataset
+
+    store = directory / "result.zarr"
+    if not store.exists():
+        raise _fail(
+            f"{directory}: no result.zarr (run `attnflow run ... --out {directory}` first)", EXIT_USAGE
+        )
+    ds = read_dataset(store)
+    summary_path = directory / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    paths = _figures(ds, summary, directory, animation, quiet)
+    if not paths:
+        raise typer.Exit(EXIT_FAILED)
+
+
+# ---------------------------------------------------------------------------------------- check
+
+
+def load_matrices(files: list[Path]) -> dict[str, Any]:
+    """Q, K, V from three files (.npy, .txt/.csv, or .npz with one array) or one .npz holding Q, K, V.
+
+    Raises ValueError naming the file on an unreadable file, a missing key or a non-square matrix.
+    """
+    import numpy as np
+
+    from ._checks import check_matrix
+
+    def read(path: Path) -> Any:
+        if not path.is_file():
+            raise ValueError(f"{path}: file not found")
+        try:
+            if path.suffix == ".npy":
+                return np.load(path, allow_pickle=False)
+            if path.suffix == ".npz":
+                return dict(np.load(path, allow_pickle=False))
+            if path.suffix in (".txt", ".csv", ".tsv", ".dat"):
+                return np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None, ndmin=2)
+        except (ValueError, OSError) as err:
+            raise ValueError(f"{path}: cannot read a matrix ({err})") from None
+        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .npy, .npz, .txt or .csv")
+
+    if len(files) == 1:
+        data = read(files[0])
+        if not isinstance(data, dict) or not {"Q", "K", "V"} <= set(data):
+            raise ValueError(f"{files[0]}: a single file must be an .npz holding arrays named Q, K and V")
+        named = [(f"{files[0]}[{k}]", k, data[k]) for k in ("Q", "K", "V")]
+    elif len(files) == 3:
+        named = []
+        for path, key in zip(files, ("Q", "K", "V"), strict=True):
+            M = read(path)
+            if isinstance(M, dict):
+                if len(M) != 1:
+                    raise ValueError(f"{path}: an .npz for {key} must hold one array, found {sorted(M)}")
+                M = next(iter(M.values()))
+            named.append((str(path), key, M))
+    else:
+        raise ValueError(
+            f"give Q, K and V as three files, or one .npz holding Q, K, V (got {len(files)} files)"
+        )
+    out: dict[str, Any] = {}
+    d = None
+    for label, key, M in named:
+        try:
+            out[key] = check_matrix(M, key, d)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{label}: {err}") from None
+        d = out[key].shape[0]
+    return out
+
+
+@app.command()
+def check(
+    files: Annotated[
+        list[Path], typer.Argument(help="Q K V as three .npy/.npz/.txt files, or one .npz with Q, K, V")
+    ],
+    beta: Annotated[float, typer.Option(help="inverse temperature (for the report; inf allowed)")] = 1.0,
+    x0: Annotated[
+        Path | None, typer.Option("--x0", help="initial tokens (N, d) as .npy/.txt, for assumption 2")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+) -> None:
+    """Report the theorem's assumptions for attention weights Q, K, V (MATH.md, "Assumptions").
+
+    Exit code 0 when every checkable assumption holds, 1 when one fails, 2 for unreadable input.
+    """
+    import numpy as np
+
+    from ._checks import check_beta, check_points
+    from .model import Attention
+
+    try:
+        mats = load_matrices(list(files))
+        b = check_beta(beta, "--beta")
+        att = Attention(mats["Q"], mats["K"], mats["V"], beta=b)
+        X0 = None
+        if x0 is not None:
+            try:
+                raw = np.load(x0) if x0.suffix == ".npy" else np.loadtxt(x0, ndmin=2)
+            except (ValueError, OSError) as err:
+                raise ValueError(f"{x0}: cannot read tokens ({err})") from None
+            try:
+                X0 = check_points(raw, "X0", d=att.d, normalize=True, allow_batch=False)
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"{x0}: {err}") from None
+    except (ValueError, TypeError) as err:
+        raise _fail(str(err), EXIT_USAGE) from None
+    try:
+        from .assumptions import check_assumptions
+    except ImportError as err:
+        raise _fail(f"attnflow.assumptions is not available ({err})", EXIT_FAILED) from None
+    report = check_assumptions(att, X0=X0)
+    if json_out:
+        from .io import to_json
+
+        typer.echo(to_json(report.to_dict(), indent=2))
+    else:
+        typer.echo(str(report))
+    raise typer.Exit(EXIT_OK if report.ok else EXIT_FAILED)
+
+
+# ------------------------------------------------------------------ commands of other modules
+
+
+def _register_optional(name: str, module: str, attr: str) -> None:
+    import importlib
+
+    try:
+        fn = getattr(importlib.import_module(f".{module}", __package__), attr)
+    except (ImportError, AttributeError) as err:
+        reason = f"{type(err).__name__}: {err}"
+
+        def unavailable() -> None:
+            raise _fail(f"`attnflow {name}` is unavailable: attnflow.{module}.{attr} ({reason})", EXIT_FAILED)
+
+        unavailable.__doc__ = f"(unavailable: attnflow.{module} could not be imported)"
+        app.command(name)(unavailable)
+        return
+    app.command(name)(fn)
+
+
+_register_optional("heads", "pretrained_cli", "heads")
+_register_optional("sweep", "sweep_cli", "sweep_command")
+
+
+def main() -> None:
+    """Entry point of the `attnflow` script."""
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover - outside a command
+        typer.echo("attnflow: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Pieces shared by the experiments: config base class, TOML, errors, progress reporting, resume."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
+
+Kernel = Literal["auto", "sdpa", "blocked", "truncated"]
+Integrator = Literal["adaptive", "rk4", "heun", "euler"]
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used: unknown key, wrong type or value, unreadable file."""
+
+
+class ExperimentConfig(BaseModel):
+    """Base of every experiment config: strict types, unknown keys rejected, every field defaulted."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
+
+    seed: int = Field(0, description="seed of every random draw (initial cloud, token subset)")
+
+
+class SimulationConfig(ExperimentConfig):
+    """Fields shared by experiments that integrate the finite-temperature ODE."""
+
+    kernel: Kernel = Field("auto", description="velocity kernel: auto, sdpa, blocked or truncated")
+    integrator: Integrator = Field("adaptive", description="time integrator: adaptive, rk4, heun or euler")
+    rtol: PositiveFloat = Field(1e-7, description="relative tolerance of the adaptive integrator")
+    atol: PositiveFloat = Field(1e-9, description="absolute tolerance of the adaptive integrator")
+    dt: PositiveFloat = Field(0.01, description="step of the fixed-step integrators (ignored by adaptive)")
+
+
+def check_betas(v: list[float]) -> list[float]:
+    """betas: finite, > 0, no duplicates; returned sorted."""
+    if not v:
+        raise ValueError("at least one beta is needed")
+    if any(not math.isfinite(b) for b in v):
+        raise ValueError("every beta must be finite (the zero-temperature curve is computed separately)")
+    if len(set(v)) != len(v):
+        raise ValueError(f"betas must be distinct, got {v}")
+    return sorted(float(b) for b in v)
+
+
+# ----------------------------------------------------------------------------------------- errors
+
+
+def format_validation_error(err: ValidationError, source: str = "config") -> str:
+    """One line per problem, naming the key: `betas[2]: Input should be greater than 0 (got -1.0)`."""
+    lines = []
+    for e in err.errors():
+        key = ""
+        for part in e["loc"]:
+            key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (see `attnflow list` for the keys this experiment takes)"
+        elif "input" in e and e["type"] != "missing":
+            msg += f" (got {e['input']!r})"
+        lines.append(f"{source}: {key or '<config>'}: {msg}")
+    return "\n".join(lines)
+
+
+def build_config(Config: type[BaseModel], values: dict[str, Any], source: str = "config") -> BaseModel:
+    """Config(**values), with pydantic's errors turned into a ConfigError that names the key."""
+    try:
+        return Config(**values)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+
+
+# ------------------------------------------------------------------------------------------- TOML
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def to_toml(config: BaseModel, comments: bool = True) -> str:
+    """The config as TOML text, every field written, each preceded by its description."""
+    lines = []
+    fields = type(config).model_fields
+    dump = config.model_dump()
+    order = ["experiment", *[k for k in dump if k != "experiment"]] if "experiment" in dump else list(dump)
+    for name in order:
+        value = dump[name]
+        desc = fields[name].description
+        if comments and desc:
+            lines.append(f"# {desc}")
+        lines.append(f"{name} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`key=value` -> (key, value): the value read as a TOML literal, else kept as a bare string."""
+    import tomllib
+
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set N=2000 or --set betas=[10,100]")
+    key, raw = (s.strip() for s in item.split("=", 1))
+    if not key:
+        raise ConfigError(f"--set {item!r}: the key before '=' is empty")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+# ---------------------------------------------------------------------------------------- progress
+
+
+class Reporter:
+    """Progress and messages of a run. This base class is silent and only records messages.
+
+    The command line subclasses it with Rich progress bars. Experiments call:
+    `overall(total, description)` once, `task(description, total)` as a context manager whose
+    value is a `progress(t, t_final)` callback for `simulate`, `advance()` after each unit of
+    work, `info(msg)` and `warn(msg)`.
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.warnings: list[str] = []
+
+    def overall(self, total: int, description: str) -> None:
+        pass
+
+    def advance(self, n: int = 1) -> None:
+        pass
+
+    @contextmanager
+    def task(self, description: str, total: float = 1.0) -> Iterator[Callable[[float, float], None]]:
+        yield lambda t, t_final: None
+
+    def info(self, message: str) -> None:
+        self.messages.append(message)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+    def close(self) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------------------ resume
+
+
+def fingerprint(config: BaseModel, exclude: set[str] = frozenset()) -> str:
+    """Hash of the config fields that determine one part's result (grid axes excluded)."""
+    from .. import __version__
+
+    data = {k: v for k, v in config.model_dump().items() if k not in exclude}
+    data["attnflow_version"] = __version__
+    text = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def part_name(**coords: float) -> str:
+    """File-safe name of one part, e.g. beta=1000 -> 'beta=1000'."""
+    return "_".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in coords.items())
+
+
+def cached_part(
+    out: Path | None,
+    name: str,
+    fp: str,
+    compute: Callable[[], Any],
+    reporter: Reporter,
+):
+    """The Dataset of one finished unit of work (one beta, one grid point).
+
+    With `out`, it is read back from `out/parts/<name>.zarr` when that store exists with the same
+    fingerprint; otherwise computed and written there atomically before being returned.
+    """
+    from ..io import read_dataset, write_dataset
+
+    if out is None:
+        return compute()
+    path = Path(out) / "parts" / f"{name}.zarr"
+    if path.exists():
+        try:
+            ds = read_dataset(path)
+        except Exception:  # an unreadable part is recomputed
+            ds = None
+        if ds is not None and ds.attrs.get("fingerprint") == fp:
+            reporter.info(f"{name}: reused from {path.parent.name}/{path.name}")
+            return ds
+    t0 = time.perf_counter()
+    ds = compute()
+    ds.attrs["fingerprint"] = fp
+    ds.attrs.setdefault("wall_s", time.perf_counter() - t0)
+    write_dataset(ds, path)
+    return ds

@@ -1,0 +1,142 @@
+"""`layers`: an L-layer transformer against the ODE, error against L (first-order convergence).
+
+One layer is an explicit Euler step followed by layer normalisation, x_i <- (x_i + h v_i)/|x_i + h v_i|
+with h = T/L (MATH.md). Its error at time T, max_i |x_i^L - x_i(T)|, is measured against a fine
+adaptive reference of the ODE; the fitted slope of log error against log h is the order (1 expected).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+
+from ._common import base_attrs, initial_cloud, json_attr
+from ._config import ExperimentConfig, Kernel, Reporter
+
+
+class LayersConfig(ExperimentConfig):
+    """Config of the `layers` experiment."""
+
+    experiment: Literal["layers"] = "layers"
+    beta: PositiveFloat = Field(10.0, description="inverse temperature (finite)")
+    N: PositiveInt = Field(128, description="number of tokens")
+    init: Literal["uniform", "fibonacci"] = Field(
+        "uniform", description="initial cloud: uniform or fibonacci"
+    )
+    T: PositiveFloat = Field(2.0, description="depth in time units: L layers of step h = T/L")
+    Ls: list[PositiveInt] = Field([4, 8, 16, 32, 64, 128, 256], description="numbers of layers L")
+    kernel: Kernel = Field("auto", description="velocity kernel: auto, sdpa, blocked or truncated")
+    reference_rtol: PositiveFloat = Field(1e-11, description="rtol of the adaptive reference solution")
+
+    @field_validator("beta")
+    @classmethod
+    def _beta(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("beta must be finite")
+        return v
+
+    @field_validator("Ls")
+    @classmethod
+    def _Ls(cls, v: list[int]) -> list[int]:
+        if len(v) < 2 or len(set(v)) != len(v):
+            raise ValueError(f"Ls needs at least 2 distinct numbers of layers, got {v}")
+        return sorted(v)
+
+
+PRESETS = {"layers-tiny": {"N": 24, "Ls": [4, 8, 16, 32], "T": 1.0}}
+
+
+def transformer(X0: np.ndarray, att, L: int, T: float, kernel: str = "auto") -> np.ndarray:
+    """L layers x <- (x + h v(x)) / |x + h v(x)|, h = T/L: the tokens after the last layer (N, d)."""
+    from ..kernels import velocity
+
+    h = T / L
+    X = np.array(X0, dtype=np.float64)
+    for _ in range(L):
+        Y = X + h * velocity(X, att, kernel=kernel)
+        X = Y / np.linalg.norm(Y, axis=-1, keepdims=True)
+    return X
+
+
+def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None = None):
+    """Error of the L-layer transformer at depth T against the ODE, for every L; fitted order."""
+    import xarray as xr
+    from scipy.stats import linregress
+
+    from ..integrate import simulate
+    from ..model import worked_example
+
+    reporter = progress or Reporter()
+    start = time.perf_counter()
+    att = worked_example(config.beta)
+    X0 = initial_cloud(config.init, config.N, att.d, config.seed)
+    reporter.overall(len(config.Ls) + 1, f"layers: {len(config.Ls)} depths, N = {config.N}")
+    with reporter.task("ODE reference", total=config.T) as cb:
+        ref = simulate(
+            X0,
+            att,
+            [config.T],
+            method="adaptive",
+            rtol=config.reference_rtol,
+            atol=1e-13,
+            kernel=config.kernel,
+            progress=cb,
+        )
+    X_T = ref.x[-1]
+    reporter.advance()
+    errors = []
+    for L in config.Ls:
+        with reporter.task(f"L = {L}", total=1.0):
+            XL = transformer(X0, att, L, config.T, config.kernel)
+        errors.append(float(np.max(np.linalg.norm(XL - X_T, axis=-1))))
+        reporter.advance()
+        reporter.info(f"L = {L}: max_i |x_i^L - x_i(T)| = {errors[-1]:.3g}")
+    errors_a = np.asarray(errors)
+    h = config.T / np.asarray(config.Ls, dtype=float)
+    fits: dict[str, Any]
+    if np.all(errors_a > 0):
+        lr = linregress(np.log(h), np.log(errors_a))
+        fits = {
+            "order": float(lr.slope),
+            "order_err": float(lr.stderr),
+            "prefactor": float(math.exp(lr.intercept)),
+        }
+        fits["r2"] = float(lr.rvalue**2)
+    else:
+        fits = {"error": "an error is exactly 0: no order can be fitted"}
+    timings = {"reference_s": float(ref.info.get("wall_time_s", 0.0)), "total_s": time.perf_counter() - start}
+    ds = xr.Dataset(
+        {"error": (("L",), errors_a), "h": (("L",), h)},
+        coords={"L": np.asarray(config.Ls)},
+    )
+    ds.attrs = base_attrs(
+        config,
+        reporter,
+        timings,
+        kernel=config.kernel,
+        integrator=f"explicit Euler + layer normalisation; reference adaptive rtol={config.reference_rtol:g}",
+        fits=fits,
+    )
+    ds["error"].attrs["long_name"] = "max_i |x_i^L - x_i(T)| against the adaptive ODE reference"
+    ds["h"].attrs["long_name"] = "step h = T/L"
+    return ds
+
+
+def summarize(ds) -> dict[str, Any]:
+    """Fitted order and the error at each depth."""
+    fits = json_attr(ds, "fits", {})
+    return {
+        "experiment": "layers",
+        "order": fits.get("order"),
+        "order_err": fits.get("order_err"),
+        "errors": {
+            f"L={int(L)}": {"h": float(h), "error": float(e)}
+            for L, h, e in zip(ds.L.values, ds.h.values, ds.error.values, strict=True)
+        },
+        "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
+    }
