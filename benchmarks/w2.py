@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
 
     Y = sample_uniform(big, 3, seed=4)
     t, (value, info) = best_time(lambda: w2(X, Y, method="subsample", n_sub=1000, log=True), 1)
-    note = f"n_sub 1000 x {info.repeats}, CI +-{info.error:.2g} (noise only)"
+    note = f"n_sub 1000 x {info.repeats}, CI +-{info.error:.2g}, noise floor {info.noise_floor:.3f}"
     rows.append(("subsample", f"N = K = {big}", t, value, note))
 
     print(f"w2 benchmark, d = 3, chordal cost, numpy {np.__version__}, python {sys.version.split()[0]}\n")

@@ -71,8 +71,9 @@ METHODS = ("exact", "sinkhorn", "subsample")
 #: Largest N * K for the general exact solvers (a dense N x K float64 cost matrix: 128 MB; about 3 s
 #: for N = K = 4000 with SciPy's assignment or POT's network simplex on one core).
 EXACT_MAX_PAIRS = 16_000_000
-#: Largest N * K for the entropic solver (it needs N x K, N x N and K x K matrices).
-SINKHORN_MAX_PAIRS = 16_000_000
+#: Largest max(N, K)^2 for the entropic solver (dense N x K, N x N and K x K matrices, a few
+#: hundred iterations each): it is not a path to much larger clouds, "subsample" is.
+SINKHORN_MAX_PAIRS = 25_000_000
 #: Few-atoms path: at most this many distinct target points ...
 MAX_ATOMS = 8
 #: For k >= 3 atoms: the whole N x k problem goes to POT's network simplex up to this N (its time
@@ -388,7 +389,7 @@ def _too_big(N: int, K: int, limit: int, what: str, alternatives: str) -> None:
 def _exact_sq(X, Y, a, b, cost, uniform: bool) -> tuple[float, str]:
     """Exact W2^2 of general clouds: assignment (equal sizes, uniform) or network simplex."""
     N, K = len(X), len(Y)
-    _too_big(N, K, EXACT_MAX_PAIRS, "exact", "method='sinkhorn' or method='subsample'")
+    _too_big(N, K, EXACT_MAX_PAIRS, "exact", "method='subsample' (or 'sinkhorn' for N, K <= 5000)")
     M = _cost_matrix(X, Y, cost)
     if N == K and uniform:
         # Birkhoff: an optimal plan between equal-size uniform clouds is a permutation. SciPy's
@@ -617,7 +618,7 @@ def _exact(X, Y, a, b, cost, uniform, atoms=None) -> tuple[float, W2Info]:
     """Exact W2 and its info; `atoms` = find_atoms(Y, b) when already known."""
     if atoms is None:
         atoms = find_atoms(Y, b)
-        if atoms is None and len(X) > MAX_ATOMS:
+        if atoms is None:
             found = find_atoms(X, a)
             if found is not None:  # W2 is symmetric: swap so that the few atoms are the target
                 X, Y, a, b, atoms = Y, X, b, a, found
@@ -683,9 +684,8 @@ def w2_to_target(
     too_big = atoms is None and N * K > EXACT_MAX_PAIRS
     if too_big and fallback is None:
         raise ValueError(
-            f"exact W2 to this target (N = {N}, K = {K}"
-            + (f", {len(atoms[0])} atoms" if atoms is not None else "")
-            + ") is past the exact size limits; pass fallback='sinkhorn' or fallback='subsample'"
+            f"exact W2 to this target (N = {N}, K = {K}) is past the exact size limit N * K <= "
+            f"{EXACT_MAX_PAIRS:.3g}; pass fallback='subsample' or fallback='sinkhorn'"
         )
     values, infos = [], []
     for X in flat:
