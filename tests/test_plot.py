@@ -475,3 +475,43 @@ def test_fit_fields_under_either_name():
     assert plot._pick({"p": float("nan")}, ("exponent", "p")) is None
     assert plot._pick({"p": True}, ("p",)) is None
     assert plot._pick(None, ("p",)) is None
+
+
+def test_mp4_is_written_when_ffmpeg_exists(conc5, tmp_path, monkeypatch):
+    """With ffmpeg on the PATH, animate also drives FFMpegWriter (a recorder here) frame by frame."""
+    import matplotlib.animation as manim
+
+    frames = {}
+
+    class FakeFFMpeg(manim.AbstractMovieWriter):
+        def __init__(self, fps):
+            super().__init__(fps=fps)
+
+        def setup(self, fig, outfile, dpi=None):
+            super().setup(fig, outfile, dpi)
+            frames[outfile] = 0
+
+        def grab_frame(self, **kwargs):
+            frames[self.outfile] += 1
+
+        def finish(self):
+            pass
+
+    monkeypatch.setattr(plot.shutil, "which", lambda name: "/usr/bin/ffmpeg")
+    monkeypatch.setattr(manim, "FFMpegWriter", FakeFFMpeg)
+    paths = plot.animate(conc5, tmp_path / "a.gif", dpi=30)
+    assert paths == [tmp_path / "a.gif", tmp_path / "a.mp4"]
+    assert frames == {str(tmp_path / "a.mp4"): conc5.sizes["time"]}
+
+
+@pytest.mark.slow
+def test_example_script_runs(tmp_path):
+    import runpy
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "plot_concentration.py"
+    module = runpy.run_path(str(path))
+    report = module["main"](tmp_path)
+    assert report.is_file() and (tmp_path / "report.html").is_file()
+    with PIL_Image.open(tmp_path / "figures" / "tokens.gif") as im:
+        assert im.n_frames == len(module["TIMES"])
