@@ -63,6 +63,10 @@ def field_sdpa(Y: torch.Tensor, X: torch.Tensor, att: Attention) -> torch.Tensor
     q_i . k_j = y_i^T B x_j and the values are V x_j.
     """
     beta = _finite_beta(att, "sdpa")
+    if X.device.type != "cpu" and X.dtype == torch.float64:
+        # CUDA's fused attention kernels take no float64: torch would fall back to its math path,
+        # which builds the N x N matrix.  The blocked kernel computes the same field in O(N d) memory.
+        return field_blocked(Y, X, att)
     squeeze = Y.dim() == 2
     Y3, X3 = _batched(Y, "Y"), _batched(X, "X")
     B, V = _weights(att, X3)
