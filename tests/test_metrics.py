@@ -216,6 +216,10 @@ def test_w2_is_a_metric(n, m, k, seed, cost):
     assert xy == pytest.approx(yx, abs=1e-9)
     assert w2(X, X, cost=cost) <= 1e-7
     assert w2(X, Z, cost=cost) <= xy + w2(Y, Z, cost=cost) + 1e-9
+    # invariant under a rotation of the whole problem and a relabelling of the tokens
+    R = np.linalg.qr(np.random.default_rng(seed).standard_normal((3, 3)))[0]
+    perm = np.random.default_rng(seed).permutation(n)
+    assert w2(X[perm] @ R.T, Y @ R.T, cost=cost) == pytest.approx(xy, abs=1e-9)
 
 
 @settings(max_examples=30, deadline=None)
@@ -248,6 +252,15 @@ def test_subspace_mass_in_unit_interval_and_monotone(seed, m, e1, e2):
     both = subspace_mass(X, basis, [lo, hi])
     np.testing.assert_array_equal(both, np.stack([mass_lo, mass_hi], axis=-1))
     np.testing.assert_array_equal(subspace_mass(X, basis, math.pi / 2), np.ones(2))
+
+
+def test_float32_clouds_are_accepted_and_renormalised():
+    X, Y = random_cloud(30, 3, 1), random_cloud(20, 3, 2)
+    X32, Y32 = X.astype(np.float32), Y.astype(np.float32)
+    assert w2(X32, Y32) == pytest.approx(w2(X, Y), abs=1e-6)
+    assert coupling_bound(X32[None], X32) == pytest.approx([0.0], abs=1e-7)
+    with pytest.raises(ValueError, match="unit rows"):
+        w2((1.01 * X).astype(np.float32), Y)
 
 
 def test_subspace_mass_closed_form_on_s2():

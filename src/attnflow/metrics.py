@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_beta, check_points, check_positive, to_numpy
+from ._checks import UNIT_TOL, check_beta, check_points, check_positive, to_numpy
 from .fits import (  # re-exported: time scales and fits belong to the metrics toolbox (DESIGN.md)
     BoundFit,
     LinearFit,
@@ -147,9 +147,18 @@ def _check_weights(w: Any, n: int, name: str) -> np.ndarray:
     return w / total
 
 
+def _unit_rows(X: Any, name: str, allow_batch: bool = False) -> np.ndarray:
+    """check_points, with float32 (or lower precision) input accepted within 1e-5 of unit norm and
+    renormalised in float64 (a float32 trajectory's rows are off by about 1e-7)."""
+    A = to_numpy(X)
+    low = A.dtype.kind == "f" and A.dtype.itemsize < 8
+    P = check_points(A, name, allow_batch=allow_batch, tol=1e-5 if low else UNIT_TOL)
+    return P / np.linalg.norm(P, axis=-1, keepdims=True) if low else P
+
+
 def _check_cloud_pair(X: Any, Y: Any, nx: str = "X", ny: str = "Y") -> tuple[np.ndarray, np.ndarray]:
-    X = check_points(X, nx, allow_batch=False)
-    Y = check_points(Y, ny, allow_batch=False)
+    X = _unit_rows(X, nx)
+    Y = _unit_rows(Y, ny)
     if X.shape[1] != Y.shape[1]:
         raise ValueError(
             f"{nx} has d = {X.shape[1]} columns but {ny} has d = {Y.shape[1]}: both clouds must lie on "
@@ -164,7 +173,7 @@ def _check_stack(X: Any, name: str) -> np.ndarray:
     if A.ndim < 2:
         raise ValueError(f"{name} must have shape (..., N, d), e.g. (N, d) or (T, N, d), got {A.shape}")
     flat = A.reshape(-1, *A.shape[-2:]) if A.ndim > 3 else A
-    return check_points(flat, name, allow_batch=True).reshape(A.shape)
+    return _unit_rows(flat, name, allow_batch=True).reshape(A.shape)
 
 
 # ------------------------------------------------------------------------------------------ costs
@@ -671,7 +680,7 @@ def w2_to_target(
     if fallback is not None:
         _check_choice(fallback, "fallback", ("sinkhorn", "subsample"))
     Xs = _check_stack(X_t, "X_t")
-    T = check_points(target, "target", allow_batch=False)
+    T = _unit_rows(target, "target")
     if T.shape[1] != Xs.shape[-1]:
         raise ValueError(f"target has d = {T.shape[1]} columns but X_t has d = {Xs.shape[-1]}")
     bw = _check_weights(b, len(T), "b")
