@@ -7,6 +7,8 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 from scipy.linalg import expm
 from scipy.stats import special_ortho_group
@@ -191,6 +193,36 @@ def test_batch_equals_separate_runs():
         np.testing.assert_allclose(tb.x[:, m], simulate(X0[m], att, times, dt=1e-2).x, rtol=0, atol=1e-13)
         sep = simulate(X0[m], att, times, method="adaptive", rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(ab.x[:, m], sep.x, rtol=0, atol=1e-8)  # shared steps differ
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    d=st.integers(2, 6),
+    N=st.integers(1, 24),
+    M=st.integers(1, 3),
+    log_beta=st.floats(np.log(0.5), np.log(100.0)),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_properties_random_problems(d, N, M, log_beta, seed):
+    """Unit rows, batch = separate runs, permutation equivariance, agreement with SciPy."""
+    att = random_attention(d, float(np.exp(log_beta)), seed)
+    X0 = af.sample_uniform(N, d, seed=seed + 1, M=M)
+    times = [0.01, 0.05]
+    tr = simulate(X0, att, times, method="rk4", dt=1e-3)
+    assert tr.x.shape == (2, M, N, d)
+    assert np.abs(np.linalg.norm(tr.x, axis=-1) - 1.0).max() < 1e-13
+    perm = np.random.default_rng(seed).permutation(N)
+    one = simulate(X0[0][perm], att, times, method="rk4", dt=1e-3)
+    np.testing.assert_allclose(one.x, tr.x[:, 0][:, perm], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(tr.x[:, 0], ref_trajectory(X0[0], att, times), rtol=0, atol=1e-8)
+
+
+def test_torch_input():
+    att = random_attention(3, 4.0, seed=2)
+    X0 = af.sample_uniform(10, 3, seed=3)
+    tr = simulate(torch.as_tensor(X0), att, [0.2])
+    assert isinstance(tr.x, np.ndarray)
+    np.testing.assert_array_equal(tr.x, simulate(X0, att, [0.2]).x)
 
 
 def test_euler_step_is_one_layer_with_layer_norm():
