@@ -153,11 +153,9 @@ def simulate(
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     kernel = check_kernel_name(kernel)
     name = check_dtype(dtype)
-    if method == "adaptive":
-        rtol = check_positive(rtol, "rtol")
-        atol = check_positive(atol, "atol")
-    else:
-        dt = check_positive(dt, "dt")
+    dt = check_positive(dt, "dt")
+    rtol = check_positive(rtol, "rtol")
+    atol = check_positive(atol, "atol")
     max_steps = int(check_positive(max_steps, "max_steps", integer=True))
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a callable progress(t, t_final) or None, got {progress!r}")
