@@ -368,7 +368,7 @@ def plot_min_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
         ms=7,
         color="black",
         mfc="white",
-        label=r"$\min_t$ $W_2(\rho^\beta_t,\, \Pi_\#\rho_0)$",
+        label=r"$\mathrm{min}_t$ $W_2(\rho^\beta_t,\, \Pi_\#\rho_0)$",
     )
     _mark_under_resolved(ax, ds, betas, m)
     bb = np.geomspace(betas[ok].min(), betas[ok].max(), 100)
@@ -397,10 +397,12 @@ def plot_min_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
     ax.set_xscale("log")
     ax.set_yscale("log", nonpositive="mask")
     ax.set_xlabel("inverse temperature β (log scale)")
-    ax.set_ylabel(r"$\min_t W_2$ (log scale)")
+    ax.set_ylabel(r"$\mathrm{min}_t W_2$ (log scale)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
-    fig.suptitle(_run_title(ds, r"Closest approach $\min_t W_2(\rho^\beta_t, \Pi_\#\rho_0)$ against $\beta$"))
+    fig.suptitle(
+        _run_title(ds, r"Closest approach $\mathrm{min}_t W_2(\rho^\beta_t, \Pi_\#\rho_0)$ against $\beta$")
+    )
     return _save(fig, outdir, "min_w2", dpi)
 
 
@@ -859,7 +861,7 @@ def plot_resolution(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[
     has_needed = "N_needed" in ds.variables
     fig, axes = _new_figure(1, 3 if has_needed else 2, (15 if has_needed else 10.5, 4.6))
     for ax, var, ylab in (
-        (axes[0][0], "min_w2", r"$\min_t W_2$ (log scale)"),
+        (axes[0][0], "min_w2", r"$\mathrm{min}_t W_2$ (log scale)"),
         (axes[0][1], "t_star", r"$t^*$"),
     ):
         vals = ds[var].transpose("beta", "N").values
@@ -870,6 +872,9 @@ def plot_resolution(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[
             ax.set_yscale("log", nonpositive="mask")
         ax.set_xlabel("number of tokens N (log scale)")
         ax.set_ylabel(ylab)
+        ax.set_title(
+            "closest approach to Π#ρ₀" if var == "min_w2" else "time of closest approach", fontsize="medium"
+        )
         ax.grid(True, which="both", alpha=0.3)
     _beta_legend(fig, axes[0][0], betas)
     if has_needed:
@@ -884,21 +889,23 @@ def plot_resolution(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[
             ref = betas ** ((d - 1) / 2)
             c = math.exp(float(np.mean(np.log(need[ok]) - np.log(ref[ok]))))
             ax.plot(betas, c * ref, color="0.4", ls="--", label=f"{_fmt(c)}·β^((d−1)/2), d = {d}")
+        ax.axhline(Ns.max(), color="0.6", ls=":", lw=1.2, label=f"largest N tried ({Ns.max():g})")
         nc = ~np.isfinite(need)
         if nc.any():
-            top = np.nanmax(need) if ok.any() else Ns.max()
             ax.plot(
                 betas[nc],
-                np.full(nc.sum(), top * 1.5),
+                np.full(nc.sum(), Ns.max() * 1.6),
                 ls="",
                 marker="^",
+                ms=9,
                 color="0.3",
-                label="not converged within the N ladder",
+                label=f"not converged: N needed > {Ns.max():g}",
             )
         ax.set_xscale("log")
         ax.set_yscale("log", nonpositive="mask")
         ax.set_xlabel("inverse temperature β (log scale)")
         ax.set_ylabel("N needed (log scale)")
+        ax.set_title("tokens needed for mean-field resolution", fontsize="medium")
         ax.legend(fontsize="small")
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(_run_title(ds, "Mean-field resolution: results against the number of tokens N"))
@@ -916,7 +923,16 @@ def plot_layers(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
     e = _positive(ds["error"].values)
     fig, axes = _new_figure(1, 1, (6.5, 4.6))
     ax = axes[0][0]
-    ax.plot(h, e, ls="-", marker="o", color="black", mfc="white", ms=7, label="max_i |x_i^L − x_i(T)|")
+    ax.plot(
+        h,
+        e,
+        ls="-",
+        marker="o",
+        color="black",
+        mfc="white",
+        ms=7,
+        label=r"$\mathrm{max}_i\, |x_i^L - x_i(T)|$",
+    )
     order = _json_attr(ds, "fits").get("order")
     ok = np.flatnonzero(np.isfinite(e) & np.isfinite(h) & (h > 0))
     if isinstance(order, int | float) and ok.size:
@@ -1010,14 +1026,19 @@ def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]
                 label="∝ √(log(β+1)/β) (reference)",
             )
     spread = f"median over {nseed} seeds, bars and band: min–max" if nseed > 1 else "single seed"
-    for ax, ylab in ((ax_t, r"$t^*(\beta) = \mathrm{argmin}_t\, W_2$"), (ax_m, r"$\min_t W_2$ (log scale)")):
+    for ax, ylab in (
+        (ax_t, r"$t^*(\beta) = \mathrm{argmin}_t\, W_2$"),
+        (ax_m, r"$\mathrm{min}_t W_2$ (log scale)"),
+    ):
         ax.set_xscale("log")
         ax.set_xlabel("inverse temperature β (log scale)")
         ax.set_ylabel(ylab)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small", title=spread, title_fontsize="x-small")
     ax_m.set_yscale("log", nonpositive="mask")
-    fig.suptitle(_run_title(ds, r"Sweep: time of closest approach $t^*$ and $\min_t W_2$ against $\beta$"))
+    fig.suptitle(
+        _run_title(ds, r"Sweep: time of closest approach $t^*$ and $\mathrm{min}_t W_2$ against $\beta$")
+    )
     return _save(fig, outdir, "sweep", dpi)
 
 

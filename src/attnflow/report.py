@@ -37,6 +37,20 @@ CAPTIONS = {
 }
 
 
+TITLES = {
+    "w2": "Distance to the zero-temperature limit",
+    "t_star": "Time of closest approach t*(β)",
+    "min_w2": "Closest approach min_t W₂ against β",
+    "mass": "Mass near the top eigenspaces",
+    "snapshots": "Token snapshots",
+    "tokens": "Animation",
+    "zero_temperature": "Zero-temperature convergence",
+    "resolution": "Mean-field resolution",
+    "layers": "Layers as Euler steps",
+    "sweep": "Sweep over β, N and seeds",
+}
+
+
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """Nested mappings -> [(dotted.key, value)] in insertion order."""
     rows: list[tuple[str, Any]] = []
@@ -167,11 +181,11 @@ def write_report(
     md += ["## Figures", ""]
     for stem, files in stems.items():
         caption = CAPTIONS.get(stem, stem)
-        md.append(f"### {stem}")
+        md.append(f"### {TITLES.get(stem, stem)}")
         md.append("")
         imgs = [rel for p, rel in files if p.suffix.lower() in IMAGE_SUFFIXES]
         if imgs:
-            md.append(f"![{caption}]({imgs[0]})")
+            md.append(f"![{stem}]({imgs[0]})")
             md.append("")
         links = [f"[{p.suffix.lstrip('.').upper()}]({rel})" for p, rel in files]
         md += [f"{caption} Files: " + ", ".join(links), ""]
@@ -201,10 +215,10 @@ def write_report(
     h.append("<h2>Figures</h2>")
     for stem, files in stems.items():
         caption = CAPTIONS.get(stem, stem)
-        h.append("<figure>")
+        h.append(f"<h3>{e(TITLES.get(stem, stem))}</h3><figure>")
         imgs = [rel for p, rel in files if p.suffix.lower() in IMAGE_SUFFIXES]
         if imgs:
-            h.append(f'<img src="{e(imgs[0])}" alt="{e(caption)}">')
+            h.append(f'<img src="{e(imgs[0])}" alt="{e(stem)}">')
         videos = [rel for p, rel in files if p.suffix.lower() == ".mp4"]
         if videos and not imgs:
             h.append(f'<video controls src="{e(videos[0])}"></video>')
