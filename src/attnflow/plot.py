@@ -742,8 +742,10 @@ def animate(
         )
         lines.append(ln)
     ax.legend(loc="upper left", fontsize="x-small")
-    title = fig.suptitle("")
-    head = _run_title(ds, f"Tokens on $S^{{{d - 1}}}$, {label}").replace("\n", "; ")
+    title = fig.suptitle("", fontsize="medium")
+    N = _config_value(ds, "N", "n_tokens", "n")
+    shown = f"{X.shape[1]} of N = {N} tokens" if isinstance(N, int) else f"{X.shape[1]} tokens"
+    head = f"{ds.attrs.get('experiment', '')}: {shown} on $S^{{{d - 1}}}$, {label}".lstrip(": ")
 
     def draw(k: int) -> None:
         for ln, (mask, _) in zip(lines, groups, strict=True):
