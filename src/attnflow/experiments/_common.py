@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -50,6 +52,22 @@ def simulate_kwargs(config: Any) -> dict[str, Any]:
         "rtol": config.rtol,
         "atol": config.atol,
     }
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run with n torch CPU threads (n = 0: leave torch's setting), restored afterwards."""
+    if not n:
+        yield
+        return
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def integrator_label(config: Any) -> str:

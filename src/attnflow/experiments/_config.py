@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, ValidationError
 
 Kernel = Literal["auto", "sdpa", "blocked", "truncated"]
 Integrator = Literal["adaptive", "rk4", "heun", "euler"]
@@ -37,6 +37,9 @@ class SimulationConfig(ExperimentConfig):
     rtol: PositiveFloat = Field(1e-7, description="relative tolerance of the adaptive integrator")
     atol: PositiveFloat = Field(1e-9, description="absolute tolerance of the adaptive integrator")
     dt: PositiveFloat = Field(0.01, description="step of the fixed-step integrators (ignored by adaptive)")
+    threads: NonNegativeInt = Field(
+        0, description="torch CPU threads (0: torch's default; 1 is much faster on a busy machine)"
+    )
 
 
 def check_betas(v: list[float]) -> list[float]:
@@ -172,7 +175,8 @@ def fingerprint(config: BaseModel, exclude: set[str] = frozenset()) -> str:
     """Hash of the config fields that determine one part's result (grid axes excluded)."""
     from .. import __version__
 
-    data = {k: v for k, v in config.model_dump().items() if k not in exclude}
+    skip = {*exclude, "threads"}  # the thread count does not change results
+    data = {k: v for k, v in config.model_dump().items() if k not in skip}
     data["attnflow_version"] = __version__
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -28,6 +28,7 @@ from ._common import (
     simulate_kwargs,
     time_grid,
     token_subset,
+    torch_threads,
 )
 from ._config import Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
 
@@ -73,7 +74,16 @@ PRESETS = {
     # N-converged in d = 3 for beta <= 3000 needs N >> 4 pi beta (MATH.md): a machine with a GPU.
     "concentration-converged": {"N": 100_000, "init": "fibonacci", "n_keep": 500},
     # seconds on a laptop: the tests and examples/quickstart.py use it
-    "concentration-tiny": {"betas": [10.0, 100.0], "N": 64, "t_max": 4.0, "dt_save": 0.2, "n_keep": 16},
+    "concentration-tiny": {
+        "betas": [10.0, 100.0],
+        "N": 64,
+        "t_max": 4.0,
+        "dt_save": 0.2,
+        "n_keep": 16,
+        "integrator": "rk4",
+        "dt": 0.05,
+        "threads": 1,
+    },
 }
 
 
@@ -117,7 +127,7 @@ def _beta_part(
     from ..integrate import simulate
     from ..model import worked_example
 
-    with reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
+    with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
         traj = simulate(X0, worked_example(beta), times, progress=cb, **simulate_kwargs(config))
     Xt = traj.x
     w2 = metrics.w2_to_target(Xt, PiX0).values

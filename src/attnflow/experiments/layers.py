@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
 
-from ._common import base_attrs, initial_cloud, json_attr
+from ._common import base_attrs, initial_cloud, json_attr, torch_threads
 from ._config import ExperimentConfig, Kernel, Reporter
 
 
@@ -32,6 +32,9 @@ class LayersConfig(ExperimentConfig):
     Ls: list[PositiveInt] = Field([4, 8, 16, 32, 64, 128, 256], description="numbers of layers L")
     kernel: Kernel = Field("auto", description="velocity kernel: auto, sdpa, blocked or truncated")
     reference_rtol: PositiveFloat = Field(1e-11, description="rtol of the adaptive reference solution")
+    threads: NonNegativeInt = Field(
+        0, description="torch CPU threads (0: torch's default; 1 is much faster on a busy machine)"
+    )
 
     @field_validator("beta")
     @classmethod
@@ -48,7 +51,7 @@ class LayersConfig(ExperimentConfig):
         return sorted(v)
 
 
-PRESETS = {"layers-tiny": {"N": 24, "Ls": [4, 8, 16, 32], "T": 1.0}}
+PRESETS = {"layers-tiny": {"N": 24, "Ls": [4, 8, 16, 32], "T": 1.0, "reference_rtol": 1e-9, "threads": 1}}
 
 
 def transformer(X0: np.ndarray, att, L: int, T: float, kernel: str = "auto") -> np.ndarray:
@@ -76,7 +79,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
     att = worked_example(config.beta)
     X0 = initial_cloud(config.init, config.N, att.d, config.seed)
     reporter.overall(len(config.Ls) + 1, f"layers: {len(config.Ls)} depths, N = {config.N}")
-    with reporter.task("ODE reference", total=config.T) as cb:
+    with torch_threads(config.threads), reporter.task("ODE reference", total=config.T) as cb:
         ref = simulate(
             X0,
             att,
@@ -91,7 +94,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
     reporter.advance()
     errors = []
     for L in config.Ls:
-        with reporter.task(f"L = {L}", total=1.0):
+        with torch_threads(config.threads), reporter.task(f"L = {L}", total=1.0):
             XL = transformer(X0, att, L, config.T, config.kernel)
         errors.append(float(np.max(np.linalg.norm(XL - X_T, axis=-1))))
         reporter.advance()

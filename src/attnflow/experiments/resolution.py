@@ -25,6 +25,7 @@ from ._common import (
     json_attr,
     simulate_kwargs,
     time_grid,
+    torch_threads,
 )
 from ._config import Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
 
@@ -56,7 +57,18 @@ class ResolutionConfig(SimulationConfig):
         return self
 
 
-PRESETS = {"resolution-tiny": {"betas": [10.0, 30.0], "N_min": 16, "N_max": 64, "t_max": 3.0, "dt_save": 0.1}}
+PRESETS = {
+    "resolution-tiny": {
+        "betas": [10.0, 30.0],
+        "N_min": 16,
+        "N_max": 64,
+        "t_max": 3.0,
+        "dt_save": 0.1,
+        "integrator": "rk4",
+        "dt": 0.05,
+        "threads": 1,
+    }
+}
 
 
 def ladder(N_min: int, N_max: int) -> list[int]:
@@ -79,7 +91,10 @@ def _point(config: ResolutionConfig, beta: float, N: int, reporter: Reporter):
     att = worked_example(beta)
     X0 = initial_cloud(config.init, N, att.d, config.seed)
     times = time_grid(config.t_max, config.dt_save)
-    with reporter.task(f"beta = {beta:g}, N = {N}", total=float(times[-1])) as cb:
+    with (
+        torch_threads(config.threads),
+        reporter.task(f"beta = {beta:g}, N = {N}", total=float(times[-1])) as cb,
+    ):
         traj = simulate(X0, att, times, progress=cb, **simulate_kwargs(config))
     ts = t_star(times, metrics.w2_to_target(traj.x, project(X0, att)).values)
     return xr.Dataset(

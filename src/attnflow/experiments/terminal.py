@@ -25,6 +25,7 @@ from ._common import (
     simulate_kwargs,
     time_grid,
     token_subset,
+    torch_threads,
 )
 from ._config import Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
 
@@ -65,7 +66,16 @@ class TerminalConfig(SimulationConfig):
 
 
 PRESETS = {
-    "terminal-tiny": {"betas": [10.0, 30.0], "N": 48, "t_max": 8.0, "dt_save": 0.4, "n_keep": 12},
+    "terminal-tiny": {
+        "betas": [10.0, 30.0],
+        "N": 48,
+        "t_max": 8.0,
+        "dt_save": 0.4,
+        "n_keep": 12,
+        "integrator": "rk4",
+        "dt": 0.05,
+        "threads": 1,
+    },
 }
 
 
@@ -77,7 +87,7 @@ def _beta_part(config: TerminalConfig, beta: float, X0, times, keep, spaces, rep
     from ..integrate import simulate
     from ..model import worked_example
 
-    with reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
+    with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
         traj = simulate(X0, worked_example(beta), times, progress=cb, **simulate_kwargs(config))
     Xt = traj.x
     masses = {name: np.asarray(metrics.subspace_mass(Xt, spaces[name], config.eps)) for name in spaces}

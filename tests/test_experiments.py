@@ -1,0 +1,320 @@
+"""Experiments: configs (validation, TOML), each experiment on a tiny config, resume after a failure."""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import attnflow.integrate as integrate
+from attnflow.experiments import (
+    PRESETS,
+    REGISTRY,
+    ConfigError,
+    load_config,
+    run_experiment,
+    summary_markdown,
+    to_toml,
+)
+from attnflow.experiments._common import time_grid
+from attnflow.io import read_dataset
+from attnflow.sphere import spacing
+
+# rk4 with dt = 0.05 matches the adaptive integrator to 1e-3 in positions here, in a fraction of the time
+# (one torch thread: on a shared machine two threads are 10-1000x slower for small N)
+TINY = [
+    "N=32",
+    "betas=[10, 100]",
+    "t_max=3.0",
+    "dt_save=0.25",
+    "n_keep=8",
+    "integrator=rk4",
+    "dt=0.05",
+    "threads=1",
+]
+
+
+@pytest.fixture(scope="module")
+def conc(tmp_path_factory):
+    """A tiny concentration run on disk (shared by the tests that only read it)."""
+    out = tmp_path_factory.mktemp("conc")
+    ds = run_experiment(load_config("concentration", TINY), out)
+    return out, ds
+
+
+# ------------------------------------------------------------------------------------- configs
+
+
+def test_registry_contract():
+    assert set(REGISTRY) == {"concentration", "terminal", "resolution", "zero-temperature", "layers"}
+    for name, exp in REGISTRY.items():
+        assert exp.name == name and exp.description
+        cfg = exp.Config()  # every field has a default
+        assert cfg.experiment == name
+        for field, info in exp.Config.model_fields.items():
+            assert field == "experiment" or info.description, f"{name}.{field} has no description"
+        with pytest.raises(ValueError):
+            exp.Config(not_a_key=1)
+    for preset, (name, _) in PRESETS.items():
+        assert load_config(preset).experiment == name
+
+
+@pytest.mark.parametrize("name", sorted([*REGISTRY, *PRESETS]))
+def test_toml_roundtrip(name, tmp_path):
+    cfg = load_config(name)
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml(cfg))
+    assert tomllib.loads(path.read_text())["experiment"] == cfg.experiment
+    assert load_config(path) == cfg
+
+
+def test_overrides_are_toml_literals():
+    cfg = load_config(
+        "concentration", ["N=500", "betas=[100, 10]", "init=fibonacci", 'kernel="sdpa"', "t_max=8"]
+    )
+    assert cfg.N == 500 and cfg.betas == [10.0, 100.0]  # sorted
+    assert cfg.init == "fibonacci" and cfg.kernel == "sdpa" and cfg.t_max == 8.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["Nn=10"], "Nn"),  # unknown key
+        (["N=abc"], "N"),  # wrong type
+        (["N=10.5"], "N"),  # wrong type: no silent truncation
+        (["betas=[10, -1]"], "betas[1]"),  # beta <= 0
+        (["betas=[0]"], "betas[0]"),
+        (["betas=10"], "betas"),
+        (["init=gaussian"], "init"),
+        (["eps=3"], "eps"),
+        (["t_max=0"], "t_max"),
+    ],
+)
+def test_bad_overrides_name_the_key(overrides, key):
+    with pytest.raises(ConfigError) as err:
+        load_config("concentration", overrides)
+    assert key in str(err.value)
+
+
+def test_bad_config_files_name_the_file(tmp_path):
+    missing = tmp_path / "missing.toml"
+    with pytest.raises(ConfigError, match=r"missing\.toml"):
+        load_config(missing)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("N = = 3")
+    with pytest.raises(ConfigError, match=r"bad\.toml.*TOML"):
+        load_config(bad)
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text('experiment = "concentration"\nbeta = [1.0]\n')
+    with pytest.raises(ConfigError, match=r"unknown.toml.*beta.*unknown key"):
+        load_config(unknown)
+    other = tmp_path / "other.toml"
+    other.write_text('experiment = "nope"\n')
+    with pytest.raises(ConfigError, match="nope"):
+        load_config(other)
+    with pytest.raises(ConfigError, match="unknown experiment"):
+        load_config("concentrashun")
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config("concentration", ["N"])
+
+
+def test_time_grid_includes_t_max():
+    np.testing.assert_allclose(time_grid(1.0, 0.25), [0, 0.25, 0.5, 0.75, 1.0])
+    t = time_grid(1.0, 0.3)
+    assert t[-1] == 1.0 and np.all(np.diff(t) > 0)
+
+
+# ------------------------------------------------------------------------------- concentration
+
+
+def test_concentration_files_and_schema(conc):
+    out, _ = conc
+    for name in ("result.zarr", "summary.json", "summary.md", "config.toml"):
+        assert (out / name).exists()
+    assert sorted(p.name for p in (out / "parts").iterdir()) == ["beta=10.zarr", "beta=100.zarr", "zero.zarr"]
+    back = xr.open_zarr(out / "result.zarr")  # plain xarray
+    assert dict(back.sizes) == {"beta": 2, "time": 13, "token": 8, "dim": 3, "k": 1}
+    for v in ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V"):
+        assert back[v].dims == ("beta", "time")
+    for v in ("t_star", "t_star_lo", "t_star_hi", "min_w2", "resolution_ratio"):
+        assert back[v].dims == ("beta",)
+    assert back["x"].dims == ("beta", "time", "token", "dim") and back["x"].dtype == np.float32
+    assert back["x_zero"].dims == ("time", "token", "dim") and back["w2_zero"].dims == ("time",)
+    prov = json.loads(back.attrs["provenance"])
+    assert prov["versions"]["numpy"] == np.__version__
+    cfg = json.loads(back.attrs["config"])
+    assert cfg["N"] == 32 and cfg["experiment"] == "concentration"
+    assert back.attrs["experiment"] == "concentration" and back.attrs["seed"] == 0
+    assert "rk4" in back.attrs["integrator"] and back.attrs["kernel"].startswith("auto")
+    assert "total_s" in json.loads(back.attrs["timings"])
+    assert load_config(out / "config.toml") == load_config("concentration", TINY)
+
+
+def test_concentration_values_are_consistent(conc):
+    _, ds = conc
+    t = ds.time.values
+    # all curves start at W2(rho_0, Pi_# rho_0), the same for every beta and for beta = inf
+    np.testing.assert_allclose(ds.w2.values[:, 0], ds.w2_zero.values[0], rtol=1e-12)
+    # the coupling bound is an upper bound on the exact W2
+    assert np.all(ds.coupling_bound.values >= ds.w2.values - 1e-12)
+    np.testing.assert_allclose(ds.min_w2.values, ds.w2.min("time").values)
+    for b in ds.beta.values:
+        row = ds.sel(beta=b)
+        assert float(row.t_star_lo) <= float(row.t_star) <= float(row.t_star_hi)
+        assert float(row.w2.sel(time=float(row.t_star))) == pytest.approx(float(row.min_w2))
+    assert np.all((ds.mass_A.values >= 0) & (ds.mass_A.values <= 1))
+    norms = np.linalg.norm(ds.x.values.astype(float), axis=-1)
+    np.testing.assert_allclose(norms, 1.0, atol=1e-6)
+    np.testing.assert_allclose(ds.resolution_ratio.values, spacing(32, 3) * np.sqrt([10.0, 100.0]))
+    # the zero-temperature flow concentrates: W2 and the Lyapunov functional fall
+    assert ds.w2_zero.values[-1] < 0.5 * ds.w2_zero.values[0]
+    assert ds.lyapunov_zero.values[-1] < ds.lyapunov_zero.values[0]
+    assert t[0] == 0 and t[-1] == 3.0
+
+
+def test_concentration_w2_against_pot(conc):
+    """The exact W2 at t = 0 against an independent solver: POT's network simplex."""
+    import ot
+
+    from attnflow.experiments._common import initial_cloud
+    from attnflow.model import worked_example
+    from attnflow.zero_temperature import project
+
+    _, ds = conc
+    X0 = initial_cloud("uniform", 32, 3, 0)
+    PiX0 = project(X0, worked_example(1.0))
+    M = ot.dist(X0, PiX0)  # squared Euclidean = chordal cost
+    w = np.full(32, 1 / 32)
+    assert float(ds.w2.values[0, 0]) == pytest.approx(math.sqrt(ot.emd2(w, w, M)), rel=1e-9)
+
+
+def test_concentration_fits_and_summary(conc):
+    out, ds = conc
+    fits = json.loads(ds.attrs["fits"])
+    assert {"a", "b"} <= set(fits["t_star"])
+    assert {"exponent", "prefactor"} <= set(fits["min_w2"])
+    assert "fitted" in fits["zero_temperature_rate"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["per_beta"]) == {"10", "100"}
+    assert summary["per_beta"]["10"]["t_star"] == pytest.approx(float(ds.t_star.sel(beta=10.0)))
+    md = (out / "summary.md").read_text()
+    assert "| 100 |" in md and "t_star" in md
+    assert any("too small" in w for w in summary["warnings"])  # N = 32 cannot resolve beta = 100
+
+
+def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
+    """Fault injection: the run dies after the first beta; the rerun computes only the rest."""
+    calls = []
+    real = integrate.simulate
+
+    def failing(X0, att, times, **kw):
+        if len(calls) == 1:
+            raise RuntimeError("injected failure")
+        calls.append(att.beta)
+        return real(X0, att, times, **kw)
+
+    monkeypatch.setattr(integrate, "simulate", failing)
+    cfg = load_config("concentration", TINY)
+    with pytest.raises(RuntimeError, match="injected"):
+        run_experiment(cfg, tmp_path)
+    assert calls == [10.0]
+    assert (tmp_path / "parts" / "beta=10.zarr").exists()
+    assert not (tmp_path / "parts" / "beta=100.zarr").exists()
+    assert not (tmp_path / "result.zarr").exists()
+    assert [p.name for p in (tmp_path / "parts").iterdir() if p.name.startswith(".")] == []
+
+    def counting(X0, att, times, **kw):
+        calls.append(att.beta)
+        return real(X0, att, times, **kw)
+
+    monkeypatch.setattr(integrate, "simulate", counting)
+    ds = run_experiment(cfg, tmp_path)
+    assert calls == [10.0, 100.0]  # beta = 10 was not recomputed
+    fresh = run_experiment(cfg, None)
+    np.testing.assert_allclose(ds.w2.values, fresh.w2.values, rtol=1e-12)
+
+    # a finished run rerun computes nothing; adding a beta computes only that one
+    calls.clear()
+    run_experiment(cfg, tmp_path)
+    assert calls == []
+    run_experiment(load_config("concentration", [*TINY, "betas=[10, 30, 100]"]), tmp_path)
+    assert calls == [30.0]
+    # a change that alters every beta's result (here N) invalidates the parts
+    calls.clear()
+    run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path)
+    assert calls == [10.0, 100.0]
+
+
+def test_summary_markdown_tables():
+    md = summary_markdown({"experiment": "x", "per_beta": {"10": {"t_star": 1.5}}, "fit": {"a": 2.0}})
+    assert "| 10 | 1.5 |" in md and "| a | 2 |" in md
+
+
+# ------------------------------------------------------------------------- other experiments
+
+
+def test_terminal_tiny(tmp_path):
+    ds = run_experiment(load_config("terminal-tiny", ["N=24", "t_max=4.0"]), tmp_path)
+    assert "rk4" in ds.attrs["integrator"]
+    assert dict(ds.sizes)["beta"] == 2
+    for v in ("mass_A", "mass_V", "mass_V_magnitude"):
+        assert ds[v].dims == ("beta", "time")
+        assert np.all((ds[v].values >= 0) & (ds[v].values <= 1))
+    tt = ds.terminal_time.values
+    assert np.all(np.isnan(tt) | ((tt >= 0) & (tt <= 4.0)))
+    assert ds.x.dims == ("beta", "time", "token", "dim")
+    back = read_dataset(tmp_path / "result.zarr")
+    assert back.attrs["experiment"] == "terminal"
+    json.dumps(REGISTRY["terminal"].summarize(back))
+
+
+def test_zero_temperature_tiny(tmp_path):
+    ds = run_experiment(load_config("zero-temperature-tiny"), tmp_path)
+    assert ds.w2.dims == ("time",) and ds.lyapunov.dims == ("time",)
+    assert ds.x.dims == ("time", "token", "dim")
+    fits = json.loads(ds.attrs["fits"])
+    assert fits["fitted"] > 0  # exponential convergence to Pi_# rho_0 (Corollary 2)
+    assert ds.w2.values[-1] < 0.05 * ds.w2.values[0]
+    if "guaranteed" in fits:  # gamma / (2 ||B||) is a lower bound on the rate
+        assert fits["guaranteed"] == pytest.approx(1.5 / (2 * 3.0))
+        assert fits["fitted"] >= fits["guaranteed"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["rate"]["fitted"] == pytest.approx(fits["fitted"])
+
+
+def test_layers_first_order(tmp_path):
+    ds = run_experiment(load_config("layers-tiny"), tmp_path)
+    err = ds.error.values
+    assert np.all(np.diff(err) < 0)  # more layers, smaller error
+    np.testing.assert_allclose(ds.h.values, 1.0 / ds.L.values)
+    fits = json.loads(ds.attrs["fits"])
+    assert fits["order"] == pytest.approx(1.0, abs=0.15)  # explicit Euler + normalisation: order 1
+
+
+def test_layers_transformer_is_one_euler_step_per_layer():
+    from attnflow.experiments.layers import transformer
+    from attnflow.kernels import velocity
+    from attnflow.model import worked_example
+    from attnflow.sphere import sample_uniform
+
+    att = worked_example(5.0)
+    X0 = sample_uniform(10, 3, seed=1)
+    Y = X0 + 0.25 * velocity(X0, att)
+    np.testing.assert_allclose(transformer(X0, att, 1, 0.25), Y / np.linalg.norm(Y, axis=1, keepdims=True))
+
+
+def test_resolution_tiny(tmp_path):
+    ds = run_experiment(load_config("resolution-tiny"), tmp_path)
+    assert list(ds.N.values) == [16, 32, 64]
+    assert ds.min_w2.dims == ("beta", "N") and ds.N_needed.dims == ("beta",)
+    for b in ds.beta.values:
+        row = ds.sel(beta=b)
+        assert bool(row.converged) == (not math.isnan(float(row.N_needed)))
+        if bool(row.converged):
+            assert float(row.N_needed) in ds.N.values
+        assert not np.isnan(float(row.min_w2.isel(N=0)))
+    json.dumps(REGISTRY["resolution"].summarize(ds))
