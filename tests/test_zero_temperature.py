@@ -12,7 +12,7 @@ from scipy.stats import ortho_group
 
 from attnflow.model import Attention, attention_from_A, worked_example
 from attnflow.sphere import sample_uniform
-from attnflow.zero_temperature import _Exact, project, simulate_zero_temperature
+from attnflow.zero_temperature import _eigen, _Exact, project, simulate_zero_temperature
 
 
 def random_problem(d: int, seed: int, mu=None) -> Attention:
@@ -259,7 +259,8 @@ def test_nonsymmetric_exact_matches_integration_with_complex_pair():
     np.testing.assert_allclose(traj.x, reference_flow(X0, att, TIMES), atol=1e-9)
     # the flow keeps rotating, so long runs are costly; the closed form itself at s = 1e4 (where
     # expm(A s) overflows) must stay finite and lie in the top invariant plane
-    Y = _Exact(X0, np.asarray(att.A), symmetric=False).y(np.full(6, 1e4))
+    lam, W, _ = _eigen(np.asarray(att.A), symmetric=False)
+    Y = _Exact(X0, lam, W, symmetric=False).y(np.full(6, 1e4))
     assert np.all(np.isfinite(Y))
     Y /= np.linalg.norm(Y, axis=1, keepdims=True)
     P = np.asarray(att.spectrum().top_projector)
@@ -349,3 +350,22 @@ def test_chunked_clocks_equal_one_solve(monkeypatch):
     np.testing.assert_allclose(parts.x, whole.x, atol=1e-9)
     np.testing.assert_allclose(parts.info["s"], whole.info["s"], atol=1e-9)
     np.testing.assert_allclose(parts.x, reference_flow(X0, att, TIMES), atol=1e-9)
+
+
+def test_fixed_points_and_tokens_orthogonal_to_top():
+    """Eigenvectors of A are fixed points; a token with P_1 x0 = 0 (exactly: diagonal A, so its
+    coefficient is an exact zero) never reaches u_1: it goes to +-u_2.  The per-token shift keeps it
+    finite at t = 1e4, where every exp((mu_k - mu_1) s) underflows."""
+    att = attention_from_A(np.diag([1.0, -0.5, -1.0]), np.diag([3.0, 1.0, 1.0 / 3.0]))
+    X0 = np.concatenate([np.eye(3), [[0.0, 0.6, 0.8], [0.0, -0.6, 0.8]]])
+    traj = simulate_zero_temperature(X0, att, [0.0, 3.0, 1e4])
+    assert np.all(np.isfinite(traj.x))
+    np.testing.assert_allclose(traj.x[:, :3], np.broadcast_to(np.eye(3), (3, 3, 3)), atol=1e-14)
+    np.testing.assert_allclose(traj.x[-1, 3:], [[0.0, 1.0, 0.0], [0.0, -1.0, 0.0]], atol=1e-12)
+    # the clock of a fixed point e_k runs at the constant rate 1/|B^T e_k| = 1/B_kk
+    np.testing.assert_allclose(traj.info["s"][1:, :3], np.outer([3.0, 1e4], [1 / 3, 1.0, 3.0]), rtol=1e-10)
+    # a generic token orthogonal to u_1 up to rounding in a rotated frame still stays finite
+    R = ortho_group.rvs(3, random_state=1)
+    rot = attention_from_A(R @ np.diag([1.0, -0.5, -1.0]) @ R.T, R @ np.diag([3.0, 1.0, 1 / 3]) @ R.T)
+    late = simulate_zero_temperature(X0 @ R.T, rot, [0.0, 1e4])
+    assert np.all(np.isfinite(late.x)) and np.all(np.isfinite(late.info["s"]))

@@ -46,6 +46,15 @@ def _check_invertible_B(att: Attention) -> None:
         )
 
 
+def _eigen(A: np.ndarray, symmetric: bool) -> tuple[np.ndarray, np.ndarray, float]:
+    """A = W diag(lam) W^{-1}: eigh for symmetric A (W orthogonal), eig otherwise; and cond(W)."""
+    if symmetric:
+        lam, W = np.linalg.eigh((A + A.T) / 2)
+        return lam, W, 1.0
+    lam, W = np.linalg.eig(A)
+    return lam, W, float(np.linalg.cond(W))
+
+
 class _Exact:
     """y(s) = expm(A s) x_0 / scale for many tokens, from A = W diag(lam) W^{-1}.
 
@@ -53,15 +62,8 @@ class _Exact:
     subtracts, per token, the largest Re(lam_k) s + log|c_k|, so the dominant term is O(1).
     """
 
-    def __init__(self, X: np.ndarray, A: np.ndarray, symmetric: bool) -> None:
-        if symmetric:
-            lam, W = np.linalg.eigh((A + A.T) / 2)
-            C = X @ W  # W orthogonal: c = W^T x
-            self.cond = 1.0
-        else:
-            lam, W = np.linalg.eig(A)
-            self.cond = float(np.linalg.cond(W))
-            C = np.linalg.solve(W, X.T).T  # c = W^{-1} x, rows
+    def __init__(self, X: np.ndarray, lam: np.ndarray, W: np.ndarray, symmetric: bool) -> None:
+        C = X @ W if symmetric else np.linalg.solve(W, X.T).T  # c = W^{-1} x, one row per token
         self.symmetric = symmetric
         self.W = W
         self.re = np.real(lam)
@@ -212,11 +214,17 @@ def simulate_zero_temperature(
     A = np.asarray(att.A)
 
     flow = None
-    if method != "integrate":
-        flow = _Exact(Xf, A, sp.symmetric)
-        if not flow.cond <= COND_EIG_MAX:
+    if method == "integrate":
+        note = "direct DOP853 integration (requested)"
+    else:
+        lam, W, cond = _eigen(A, sp.symmetric)
+        if cond <= COND_EIG_MAX:
+            flow = _Exact(Xf, lam, W, sp.symmetric)
+            kind = "eigh, A symmetric" if sp.symmetric else f"complex eig, cond(W) = {cond:.3g}"
+            note = f"exact solution x = expm(A s) x0 / |.| ({kind}); clocks s by DOP853"
+        else:
             reason = (
-                f"A's eigenvector matrix has condition number {flow.cond:.3g} > {COND_EIG_MAX:.0e} "
+                f"A's eigenvector matrix has condition number {cond:.3g} > {COND_EIG_MAX:.0e} "
                 "(A is defective or nearly so): its eigendecomposition is not accurate"
             )
             if method == "exact":
@@ -226,23 +234,17 @@ def simulate_zero_temperature(
                 UserWarning,
                 stacklevel=2,
             )
-            flow = None
             note = f"direct DOP853 integration (fallback): {reason}"
-        else:
-            kind = "eigh, A symmetric" if sp.symmetric else f"complex eig, cond(W) = {flow.cond:.3g}"
-            note = f"exact solution x = expm(A s) x0 / |.| ({kind}); clocks s by DOP853"
-    else:
-        note = "direct DOP853 integration (requested)"
 
     if flow is not None:
         S, nfev, chunks = _solve_clocks(flow, np.asarray(att.B), t, rtol, atol)
         x = np.stack([_unit(flow.y(s)) for s in S])
-        x[t == 0] = Xf  # exactly the initial state at t = 0
         used = "exact"
     else:
         x, S, nfev = _integrate(Xf, att, t, rtol, atol)
         chunks = 1
         used = "integrate"
+    x[t == 0] = Xf  # exactly the initial state at t = 0
     info = {
         "method": used,
         "note": note,
