@@ -115,10 +115,16 @@ def run_flaky(c: ToyConfig) -> xr.Dataset:
 
 
 def run_list(c: ToyListConfig) -> xr.Dataset:
+    """Like the concentration experiment: a `beta` dim of its own, a seeded subset of tokens."""
     beta = np.array(c.betas)
+    tokens = 10 * c.seed + np.arange(3)
     return xr.Dataset(
-        {"t_star": (("beta",), 1.0 / beta), "w2_zero": (("time",), np.exp(-TIMES) + c.seed)},
-        coords={"beta": beta, "time": TIMES},
+        {
+            "t_star": (("beta",), 1.0 / beta),
+            "w2_zero": (("time",), np.exp(-TIMES) + c.seed),
+            "x": (("token",), tokens + 0.5),
+        },
+        coords={"beta": beta, "time": TIMES, "token": tokens},
     )
 
 
@@ -479,6 +485,10 @@ def test_fsspec_url_store_and_grid_dim_in_results(client, tmp_path):
     ds = open_sweep(url)  # `beta` is a length-1 dimension of each point: it becomes the grid axis
     np.testing.assert_allclose(ds.t_star.values, [[1.0, 1.0], [0.25, 0.25]])
     np.testing.assert_allclose(ds.w2_zero.sel(beta=4.0, seed=1), np.exp(-TIMES) + 1)
+    # the token subset differs per seed: positions 0..2 along `token`, the ids in `token_id`
+    assert ds.sizes["token"] == 3 and not bool(ds.x.isnull().any())
+    np.testing.assert_array_equal(ds.token_id.sel(beta=1.0, seed=1), [10, 11, 12])
+    np.testing.assert_array_equal(ds.x.sel(beta=4.0, seed=1), [10.5, 11.5, 12.5])
     assert not list((tmp_path / "remote" / "points").glob(".*"))  # no temporaries left
 
 
@@ -497,3 +507,77 @@ def test_half_written_point_is_recomputed(client, tmp_path):
 def test_open_sweep_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a sweep store"):
         open_sweep(tmp_path)
+
+
+# -------------------------------------------------------------------------------------- command
+
+
+def _app():
+    import typer
+
+    from attnflow.sweep_cli import sweep_command
+
+    app = typer.Typer()
+    app.command("sweep")(sweep_command)
+    app.command("other")(lambda: None)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["concentration", "--grid", "beta"], "key=v1,v2"),
+        (["nonsense-experiment", "--grid", "beta=1,2"], "unknown experiment"),
+        (["concentration", "--grid", "gamma=1,2"], "'gamma' is not a field"),
+        (["concentration", "--grid", "N=-5"], "grid point"),
+        (["concentration", "--grid", "beta=1", "--set", "bogus=3"], "bogus"),
+    ],
+)
+def test_command_bad_usage_exits_2(tmp_path, args, match):
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(_app(), ["sweep", *args, "--out", str(tmp_path / "s"), "-q"])
+    assert res.exit_code == 2, res.output
+    assert match in res.output and "Traceback" not in res.output
+
+
+def test_command_exit_codes_failed_and_interrupted(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import attnflow.sweep as sw
+
+    def failing(*a, **k):
+        return sw.SweepResult(
+            store=str(tmp_path), keys=["a", "b"], ran=["a"], failed={"b": "RuntimeError: x"}
+        )
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    for fake, code, text in ((failing, 1, "1 point(s) failed"), (interrupted, 130, "rerun the same command")):
+        monkeypatch.setattr(sw, "sweep", fake)
+        res = CliRunner().invoke(_app(), ["sweep", "concentration", "-g", "beta=1", "-q", "--no-figures"])
+        assert res.exit_code == code and text in res.output, res.output
+
+
+@pytest.mark.slow
+def test_command_runs_concentration_grid(client, tmp_path):
+    """The real experiment, a tiny grid, through `attnflow sweep --scheduler` on the 2-worker cluster."""
+    from typer.testing import CliRunner
+
+    out = tmp_path / "conc"
+    args = ["sweep", "concentration-tiny", "-g", "beta=10,100", "-g", "seed=0:2", "--set", "N=32"]
+    args += ["--set", "t_max=2.0", "--scheduler", client.scheduler.address, "--out", str(out), "--no-figures"]
+    res = CliRunner().invoke(_app(), args)
+    assert res.exit_code == 0, res.output
+    assert "4 run, 0 already done, 0 failed" in res.output and "t_star" in res.output
+    ds = open_sweep(out)
+    assert ds.attrs["experiment"] == "concentration" and ds.attrs["complete"]
+    assert dict(ds.w2.sizes) == {"beta": 2, "seed": 2, "time": 11}
+    from attnflow.experiments import load_config, run_experiment
+
+    ref = run_experiment(load_config("concentration-tiny", ["betas=[100.0]", "N=32", "t_max=2.0", "seed=1"]))
+    np.testing.assert_allclose(ds.w2.sel(beta=100.0, seed=1), ref.w2.sel(beta=100.0), rtol=1e-12)
+    assert float(ds.t_star.sel(beta=100.0, seed=1)) == float(ref.t_star.sel(beta=100.0))
+    res = CliRunner().invoke(_app(), args)  # again: every point already done
+    assert res.exit_code == 0 and "0 run, 4 already done" in res.output, res.output

@@ -313,33 +313,39 @@ def _config_dict(config: Any, grid: dict[str, list]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ task
 
 
-def _default_run(config: Any) -> Any:
+def _default_run(config: Any, workdir: Path | None = None) -> Any:
+    """The registered experiment's run; its finished parts are kept in `workdir` for a retry."""
     from .experiments import REGISTRY
 
     name = getattr(config, "experiment", None)
     if name not in REGISTRY:
         raise ValueError(f"unknown experiment {name!r}; known: {sorted(REGISTRY)}")
-    return REGISTRY[name].run(config, None, None)
+    return REGISTRY[name].run(config, workdir, None)
 
 
-def _summarize(config: Any, ds: Any) -> dict[str, Any]:
-    """Headline numbers of one point: the experiment's `summarize`, else its scalar variables."""
+def _scalars(ds: Any) -> dict[str, Any]:
+    """The point's one-element numeric variables (t_star, min_w2, ... of one beta) as numbers."""
+    out = {}
+    for name, var in ds.data_vars.items():
+        if var.size == 1 and var.dtype.kind in "fiub":
+            out[str(name)] = var.values.reshape(()).item()
+    return out
+
+
+def _summarize(config: Any, ds: Any) -> dict[str, Any] | None:
+    """The experiment's own `summarize` (JSON-able), None for an unregistered experiment."""
     try:
         from .experiments import REGISTRY
 
         exp = REGISTRY.get(getattr(config, "experiment", None))
     except ImportError:
         exp = None
-    if exp is not None and hasattr(exp, "summarize"):
-        try:
-            return json.loads(_json(exp.summarize(ds)))
-        except Exception as err:  # a summary never fails a finished point
-            return {"summary_error": f"{type(err).__name__}: {err}"}
-    out = {}
-    for name, var in ds.data_vars.items():
-        if var.size == 1 and var.dtype.kind in "fiub":
-            out[name] = var.values.reshape(()).item()
-    return out
+    if exp is None or not hasattr(exp, "summarize"):
+        return None
+    try:
+        return json.loads(_json(exp.summarize(ds), None))
+    except Exception as err:  # a summary never fails a finished point
+        return {"summary_error": f"{type(err).__name__}: {err}"}
 
 
 def _set_threads(torch_threads: int | dict[str, int] | None) -> int | None:
@@ -421,7 +427,8 @@ def run_point(
     # the import only if torch is already loaded in this worker
     threads = _set_threads(torch_threads) if run_fn is None or "torch" in sys.modules else None
     started, t0 = _now(), time.perf_counter()
-    ds = (run_fn or _default_run)(config)
+    workdir = None if st.url else Path(st.path(f"work/{key}"))
+    ds = run_fn(config) if run_fn is not None else _default_run(config, workdir)
     if not isinstance(ds, xr.Dataset):
         raise TypeError(f"the experiment of point {key} returned {type(ds).__name__}, not an xarray.Dataset")
     seconds = time.perf_counter() - t0
@@ -429,7 +436,7 @@ def run_point(
     ds.attrs["sweep_key"] = key
     ds.attrs["sweep_point"] = _json(point, None)
     ds.attrs.setdefault("experiment", str(getattr(config, "experiment", "")))
-    summary = _summarize(config, ds)
+    summary, scalars = _summarize(config, ds), _scalars(ds)
     st.makedirs(POINTS_DIR)
     wrote = (_write_point_url if st.url else _write_point_local)(st, ds, key)
     rec = {
@@ -440,10 +447,13 @@ def run_point(
         "seconds": seconds,
         "worker": f"{socket.gethostname()}:{os.getpid()}",
         "torch_threads": threads,
+        "scalars": scalars,
         "summary": summary,
     }
     if wrote or not st.exists(_done_rel(key)):
         st.write_text(_done_rel(key), _json(rec))
+        if workdir is not None:
+            st.remove(f"work/{key}")
     else:
         rec = json.loads(st.read_text(_done_rel(key)))
         rec["reused"] = True
@@ -549,8 +559,8 @@ def _complete(st: _Store, key: str) -> dict | None:
     return None
 
 
-def _client_for(client: Any, workers: int) -> tuple[Any, Any, int]:
-    """(client, cluster we own or None, torch threads per task for a local cluster or None)."""
+def _client_for(client: Any, workers: int) -> tuple[Any, Any, int | None, bool]:
+    """(client, cluster we own or None, torch threads per task on a local cluster, client is ours)."""
     from distributed import Client, LocalCluster
 
     if client is None:
@@ -560,12 +570,12 @@ def _client_for(client: Any, workers: int) -> tuple[Any, Any, int]:
         cluster = LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
         )
-        return Client(cluster), cluster, max(1, (os.cpu_count() or 1) // workers)
+        return Client(cluster), cluster, max(1, (os.cpu_count() or 1) // workers), True
     if isinstance(client, str):
-        return Client(client), None, None
+        return Client(client), None, None, True
     if not isinstance(client, Client):
         raise TypeError(f"client must be a distributed.Client, a scheduler address or None, got {client!r}")
-    return client, None, None
+    return client, None, None, False
 
 
 def _cluster_threads(client: Any) -> dict[str, int]:
@@ -631,7 +641,11 @@ def sweep(
         rec = _complete(st, key)
         if rec is not None:
             entry.update(
-                {k: rec[k] for k in ("started", "finished", "seconds", "worker", "summary") if k in rec}
+                {
+                    k: rec[k]
+                    for k in ("started", "finished", "seconds", "worker", "scalars", "summary")
+                    if k in rec
+                }
             )
             entry.update(status="done", error=None)
             result.skipped.append(key)
@@ -647,7 +661,7 @@ def sweep(
         return result
 
     t0 = time.perf_counter()
-    client, cluster, local_threads = _client_for(client, workers)
+    client, cluster, local_threads, own_client = _client_for(client, workers)
     threads = torch_threads or local_threads or _cluster_threads(client)
     bar = _progress_bar(progress, len(todo), st.name)
     futures: dict[Any, str] = {}
@@ -673,15 +687,22 @@ def sweep(
     try:
         ac = as_completed([submit(k) for k in todo])
         for fut in ac:
-            key = futures.pop(fut)
+            key = futures.pop(fut, None)
+            if key is None or manifest[key]["status"] == "done":
+                continue
             entry = manifest[key]
             if fut.status == "finished":
                 rec = fut.result()
                 entry.update(
-                    {k: rec[k] for k in ("started", "finished", "seconds", "worker", "summary") if k in rec}
+                    {
+                        k: rec[k]
+                        for k in ("started", "finished", "seconds", "worker", "scalars", "summary")
+                        if k in rec
+                    }
                 )
                 entry.update(status="done", error=None)
-                (result.skipped if rec.get("reused") else result.ran).append(key)
+                # a point recomputed after its worker died finds its own .done: it still ran once
+                result.ran.append(key)
                 bar.advance(1)
             else:
                 try:
@@ -715,8 +736,9 @@ def sweep(
         raise
     finally:
         bar.close()
-        if cluster is not None:
+        if own_client:
             client.close()
+        if cluster is not None:
             cluster.close()
     _write_manifest(st, manifest)
     result.seconds = time.perf_counter() - t0
@@ -781,7 +803,7 @@ def sweep_info(store: str | os.PathLike) -> dict[str, Any]:
         rec = _complete(st, key)
         if rec is not None:
             e["status"] = "done"
-            e.update({k: rec[k] for k in ("seconds", "summary", "worker") if k in rec})
+            e.update({k: rec[k] for k in ("seconds", "scalars", "summary", "worker") if k in rec})
         elif e.get("status") in ("done", "running"):
             e["status"] = "pending"
         entries[key] = e
@@ -802,6 +824,32 @@ def _prepare_point(ds: Any, point: dict[str, Any]) -> Any:
             ds = ds.drop_vars(key)
     ds = ds.expand_dims({k: [v] for k, v in reversed(point.items())})
     return ds.transpose(*point, ...)
+
+
+def _align_indexes(opened: dict[str, Any], grid: dict[str, list]) -> dict[str, Any]:
+    """Points whose index along a non-grid dim differs (e.g. the seeded token subset) but has the same
+    length: the index becomes positions 0..n-1 and its values a variable `<dim>_id` over the grid."""
+    import numpy as np
+
+    first = next(iter(opened.values()))
+    varying = set()
+    for ds in opened.values():
+        for dim, idx in ds.indexes.items():
+            if dim in grid or dim not in first.indexes:
+                continue
+            if not idx.equals(first.indexes[dim]):
+                varying.add(dim)
+    sizes_ok = {d for d in varying if len({ds.sizes.get(d) for ds in opened.values()}) == 1}
+    if not sizes_ok:
+        return opened
+    out = {}
+    for key, ds in opened.items():
+        for dim in sorted(sizes_ok):
+            ids = ds[dim].values
+            ds = ds.drop_vars(dim).assign_coords({dim: np.arange(ds.sizes[dim])})
+            ds[f"{dim}_id"] = ((*grid, dim), ids.reshape((1,) * len(grid) + ids.shape))
+        out[key] = ds
+    return out
 
 
 def open_sweep(store: str | os.PathLike) -> Any:
@@ -827,6 +875,7 @@ def open_sweep(store: str | os.PathLike) -> Any:
             missing.append(key)
     if not opened:
         raise ValueError(f"sweep store {os.fspath(store)} holds no finished point yet ({len(keys)} pending)")
+    opened = _align_indexes(opened, grid)
     template = next(iter(opened.values()))
     pieces = []
     for key, point in zip(keys, points, strict=True):
@@ -878,18 +927,18 @@ def _num(v: Any) -> str:
 
 def summary_table(store: str | os.PathLike, max_columns: int = 6) -> tuple[list[str], list[list[str]]]:
     """(header, rows): one row per grid point with its values, status, attempts, seconds and the
-    first `max_columns` scalar headline numbers of its summary."""
+    first `max_columns` one-element variables of its Dataset (t_star, min_w2, ...)."""
     info = sweep_info(store)
     cols: list[str] = []
     for e in info["entries"].values():
-        for k, v in (e.get("summary") or {}).items():
+        for k, v in (e.get("scalars") or {}).items():
             if k not in cols and isinstance(v, (int, float)) and not isinstance(v, bool):
                 cols.append(k)
     cols = cols[:max_columns]
     header = [*info["grid"], "status", "attempts", "seconds", *cols]
     rows = []
     for e in info["entries"].values():
-        s = e.get("summary") or {}
+        s = e.get("scalars") or {}
         sec = e.get("seconds")
         rows.append(
             [_num(v) for v in e["point"].values()]
