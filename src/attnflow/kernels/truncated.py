@@ -46,7 +46,8 @@ DEFAULT_CUTOFF = 45.0  # N e^{-45} <= 1e-12 for N <= 3.4e7
 LEAF = 256  # most queries per cell
 LEAF_MIN = 32  # cells are not cut below this many queries
 CELL_RATIO = 0.5  # cells are cut while their radius exceeds this times the kept radius r_i
-BLOCK_ELEMENTS = 2**22  # padded scores per batch of cells (32 MiB in float64)
+BLOCK_ELEMENTS = 2**22  # key-query pairs per fused call on a batch of cells
+PAD_RATIO = 1.25  # cells batched together differ in key count by at most this factor
 BALL_CHUNK = 2**21  # about this many (cell, key) pairs per ball query call
 _SLACK = 1e-9  # relative widening of the radii: rounding never drops the nearest key
 
@@ -138,13 +139,17 @@ def _sdpa(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask, beta: f
     return out[:, 0]
 
 
-def _average_one(X, Bq, VX, beta: float, cutoff: float, leaf: int, leaf_min: int, ratio: float):
-    """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d)."""
+def _geometry(
+    Xn: np.ndarray, b: np.ndarray, beta: float, cutoff: float, leaf: int, leaf_min: int, ratio: float
+):
+    """Cells of queries and their ball radii for keys Xn (N, d) and b (N, d) rows b_i = B^T x_i.
+
+    Returns (tree on the keys, perm, starts, centres (n_cells, d), radii (n_cells,)): cell k holds
+    the queries perm[starts[k]:starts[k + 1]] and needs every key within radii[k] of centres[k].
+    """
     from scipy.spatial import cKDTree
 
-    N, d = X.shape
-    Xn = X.detach().to("cpu", torch.float64).numpy()
-    b = Bq.detach().to("cpu", torch.float64).numpy()
+    d = Xn.shape[1]
     bnorm = np.linalg.norm(b, axis=1)
     u = b / np.where(bnorm > 0, bnorm, 1.0)[:, None]
     u[bnorm == 0] = Xn[bnorm == 0]  # any unit vector: these rows keep every key anyway
@@ -163,7 +168,49 @@ def _average_one(X, Bq, VX, beta: float, cutoff: float, leaf: int, leaf_min: int
     np.maximum.at(rho, which, np.linalg.norm(u[perm] - centres[which], axis=1))
     rmax = np.zeros(n_cells)
     np.maximum.at(rmax, which, r[perm])
-    radii = rho + rmax
+    return tree, perm, starts, centres, rho + rmax
+
+
+def _numpy64(T: torch.Tensor) -> np.ndarray:
+    return T.detach().to("cpu", torch.float64).numpy()
+
+
+def candidate_pairs(
+    X: torch.Tensor,
+    att: Attention,
+    cutoff: float = DEFAULT_CUTOFF,
+    leaf: int = LEAF,
+    leaf_min: int = LEAF_MIN,
+    ratio: float = CELL_RATIO,
+) -> int:
+    """Number of key-query pairs `velocity_truncated` would evaluate on X (M, N, d), summed over the
+    M clouds (before padding); M N^2 is what a dense kernel evaluates.  Costs the kernel's geometry
+    (tree, nearest-neighbour queries, cells, ball counts) without its exponentials.
+    """
+    beta = _finite_beta(att, "truncated")
+    X3 = _batched(X, "X")
+    B = np.asarray(att.B)
+    total = 0
+    for m in range(X3.shape[0]):
+        Xn = _numpy64(X3[m])
+        tree, _, starts, centres, radii = _geometry(Xn, Xn @ B, beta, cutoff, leaf, leaf_min, ratio)
+        counts = np.full(radii.size, Xn.shape[0], dtype=np.int64)
+        small = radii < 2.0
+        if small.any():
+            counts[small] = tree.query_ball_point(
+                centres[small], radii[small], workers=-1, return_length=True
+            )
+        total += int(np.dot(counts, np.diff(starts)))
+    return total
+
+
+def _average_one(X, Bq, VX, beta: float, cutoff: float, leaf: int, leaf_min: int, ratio: float, stats: dict):
+    """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d)."""
+    N, d = X.shape
+    tree, perm, starts, centres, radii = _geometry(
+        _numpy64(X), _numpy64(Bq), beta, cutoff, leaf, leaf_min, ratio
+    )
+    n_cells = radii.size
 
     out = torch.empty_like(X)
     perm_t = torch.from_numpy(perm).to(X.device)
@@ -180,8 +227,9 @@ def _average_one(X, Bq, VX, beta: float, cutoff: float, leaf: int, leaf_min: int
         chunk = order[start:stop]
         flat, offsets = _candidates(tree, centres[chunk], radii[chunk], N)
         factor = max(factor, flat.size / est[chunk].sum())
-        _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta)
+        _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats)
         start = stop
+    stats["cells"] = stats.get("cells", 0) + n_cells
     return out
 
 
@@ -196,38 +244,41 @@ def _pad(flat: torch.Tensor, offsets: np.ndarray, rows: np.ndarray) -> tuple[tor
     return idx, mask
 
 
-def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta) -> None:
+def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats: dict) -> None:
     """Evaluate the cells `chunk` (cell k's candidate keys: flat[offsets[i]:offsets[i+1]], k = chunk[i]).
 
-    Cells of similar key counts go together through one padded fused-attention call of about
-    BLOCK_ELEMENTS scores; a cell larger than that is split into sub-blocks of queries.
+    Cells of similar key counts go together through one padded fused-attention call of at most
+    BLOCK_ELEMENTS key-query pairs; a cell larger than that goes alone.
     """
     lens = np.diff(offsets)
     nq = starts[chunk + 1] - starts[chunk]
-    order = np.argsort(lens, kind="stable")
+    stats["pairs"] = stats.get("pairs", 0) + int(np.dot(lens, nq))
+    order = np.lexsort((lens, nq))  # by query count, then key count: little padding
     flat_t = torch.from_numpy(flat).to(X.device)
     i, n = 0, len(chunk)
     while i < n:
+        L0, K0 = int(nq[order[i]]), int(lens[order[i]])
         j = i + 1
-        Lmax = int(nq[order[i]])
-        while j < n and (j - i + 1) * max(Lmax, int(nq[order[j]])) * int(lens[order[j]]) <= BLOCK_ELEMENTS:
-            Lmax = max(Lmax, int(nq[order[j]]))
+        while (
+            j < n
+            and int(nq[order[j]]) == L0
+            and int(lens[order[j]]) <= PAD_RATIO * K0
+            and (j - i + 1) * L0 * int(lens[order[j]]) <= BLOCK_ELEMENTS
+        ):
             j += 1
         group = order[i:j]
-        if j == i + 1 and Lmax * int(lens[group[0]]) > BLOCK_ELEMENTS:
+        if j == i + 1:  # a single cell: no padding (the fused kernel never forms the score block)
             k = group[0]
-            keys_idx = flat_t[offsets[k] : offsets[k + 1]]
-            q_all = perm_t[starts[chunk[k]] : starts[chunk[k] + 1]]
-            step = max(1, BLOCK_ELEMENTS // keys_idx.numel())
-            keys, vals = X[keys_idx][None], VX[keys_idx][None]
-            for s in range(0, q_all.numel(), step):
-                qi = q_all[s : s + step]
-                out[qi] = _sdpa(Bq[qi][None], keys, vals, None, beta)[0]
+            kk = flat_t[offsets[k] : offsets[k + 1]]
+            qi = perm_t[starts[chunk[k]] : starts[chunk[k] + 1]]
+            out[qi] = _sdpa(Bq[qi][None], X[kk][None], VX[kk][None], None, beta)[0]
+            stats["padded_pairs"] = stats.get("padded_pairs", 0) + qi.numel() * kk.numel()
         else:
             kidx, kmask = _pad(flat_t, offsets, group)
             qidx, qmask = _pad(perm_t, starts, chunk[group])
             all_keys = bool(kmask.all())
             avg = _sdpa(Bq[qidx], X[kidx], VX[kidx], None if all_keys else kmask, beta)
+            stats["padded_pairs"] = stats.get("padded_pairs", 0) + qidx.numel() * kidx.shape[1]
             out[qidx[qmask]] = avg[qmask]
         i = j
 
@@ -239,6 +290,7 @@ def velocity_truncated(
     leaf: int = LEAF,
     leaf_min: int = LEAF_MIN,
     ratio: float = CELL_RATIO,
+    stats: dict | None = None,
 ) -> torch.Tensor:
     """Tangent velocity of every token, keys within e^{-cutoff} of each row maximum only.
 
@@ -246,6 +298,7 @@ def velocity_truncated(
     cutoff: weights below e^{-cutoff} times the row maximum are dropped; the relative error of each
     row sum is <= N e^{-cutoff} (default 45: <= 1e-12 for N <= 3.4e7).  leaf, leaf_min, ratio: cells
     hold at most `leaf` queries, and are cut down to `leaf_min` while wider than `ratio` times r_i.
+    stats: a dict to fill with counts: "cells", "pairs" (key-query pairs evaluated), "padded_pairs".
     Returns (M, N, d) (or (N, d)) like X.  Meant for small d (up to about 6) and large beta.
     """
     beta = _finite_beta(att, "truncated")
@@ -253,12 +306,13 @@ def velocity_truncated(
     leaf = int(check_positive(leaf, "leaf", integer=True))
     leaf_min = min(leaf, int(check_positive(leaf_min, "leaf_min", integer=True)))
     ratio = check_positive(ratio, "ratio")
+    stats = {} if stats is None else stats
     squeeze = X.dim() == 2
     X3 = _batched(X, "X")
     B, V = _weights(att, X3)
     out = torch.empty_like(X3)
     for m in range(X3.shape[0]):
         Xm = X3[m].contiguous()
-        out[m] = _average_one(Xm, Xm @ B, Xm @ V.T, beta, cutoff, leaf, leaf_min, ratio)
+        out[m] = _average_one(Xm, Xm @ B, Xm @ V.T, beta, cutoff, leaf, leaf_min, ratio, stats)
     out = tangent(X3, out)
     return out.squeeze(0) if squeeze else out
