@@ -26,6 +26,8 @@ _API = {
     "project": "zero_temperature",
     "check_assumptions": "assumptions",
     "AssumptionReport": "assumptions",
+    "reference_rates": "assumptions",
+    "subspace_angle": "assumptions",
     "w2": "metrics",
     "W2Info": "metrics",
     "w2_to_target": "metrics",
