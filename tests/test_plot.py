@@ -49,6 +49,7 @@ def make_concentration(d=3, n_keep=12, betas=(10.0, 100.0, 1000.0), T=9, k=1, se
             "w2": (("beta", "time"), w2),
             "coupling_bound": (("beta", "time"), 1.3 * w2),
             "w2_zero": (("time",), np.exp(-t)),
+            "lyapunov_zero": (("time",), np.exp(-2 * t)),
             "lyapunov": (("beta", "time"), w2**2),
             "mass_A": (("beta", "time"), mass),
             "mass_V": (("beta", "time"), 0.5 * mass),
@@ -71,6 +72,7 @@ def make_concentration(d=3, n_keep=12, betas=(10.0, 100.0, 1000.0), T=9, k=1, se
                     "t_star": {"a": 0.5, "b": 0.4, "a_err": 0.1, "b_err": 0.05},
                     "min_w2": {"exponent": 0.6, "exponent_err": 0.05, "prefactor": 1.5},
                     "zero_temperature_rate": {"fitted": 1.0, "guaranteed": 0.5, "c_star": 1.0},
+                    "theorem_bound": {"C1": 0.6, "c": 1.0, "K1": 1.0, "K2": 1.0},
                 }
             ),
             "seed": seed,
@@ -235,7 +237,10 @@ def make_zero_temperature(conc):
 def make_terminal(conc):
     ds = conc[["mass_A", "mass_V", "x", "basis_A"]].copy()
     ds["mass_V_magnitude"] = 0.8 * ds["mass_V"]
-    ds["terminal_time"] = ("beta", [2.0, np.nan, 6.0])
+    d = ds.sizes["dim"]
+    ds["basis_V"] = (("dim", "kv"), (np.arange(d) + 1.0)[:, None] / np.linalg.norm(np.arange(d) + 1.0))
+    B = ds.sizes["beta"]
+    ds["terminal_time"] = ("beta", np.where(np.arange(B) == 1, np.nan, 2.0 + 2 * np.arange(B)))
     ds.attrs = {"experiment": "terminal", "config": json.dumps({"N": 50})}
     return ds
 
@@ -278,6 +283,13 @@ def test_other_experiment_figures(conc3, tmp_path, make, fn, stem):
     maker = globals()[f"make_{make}"]
     ds = maker(conc3) if make in ("terminal", "zero_temperature") else maker()
     _check_files(getattr(plot, fn)(ds, tmp_path, dpi=DPI), [stem])
+
+
+@pytest.mark.parametrize("which", ["conc3", "conc5"])
+def test_terminal_snapshots_mark_v(request, tmp_path, which):
+    ds = make_terminal(request.getfixturevalue(which))
+    assert plot._v_direction(ds, ds.sizes["dim"]) is not None
+    _check_files(plot.plot_snapshots(ds, tmp_path, times=[0.0, 8.0], dpi=DPI), ["snapshots"])
 
 
 def test_zero_temperature_snapshots_have_no_beta(conc3, tmp_path):

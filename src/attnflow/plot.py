@@ -230,9 +230,32 @@ def _concentration_a(beta: np.ndarray) -> np.ndarray:
 # concentration figures
 
 
+def _theorem_bound_curves(ax: Axes, ds: xr.Dataset, t, betas, styles, w2) -> None:
+    """Thin dotted curves K1 a(beta) exp(C1 t) + K2 exp(-c t) from attrs["fits"]["theorem_bound"],
+    with the y range kept to the data's (the bound grows without limit)."""
+    fit = _json_attr(ds, "fits").get("theorem_bound")
+    K1, K2, C1, c = (_pick(fit, (k,)) for k in ("K1", "K2", "C1", "c"))
+    if None in (K1, K2, C1, c):
+        return
+    first = True
+    for i, b in enumerate(betas):
+        if not (np.isfinite(b) and b > 0):
+            continue
+        curve = K1 * _concentration_a(b) * np.exp(C1 * t) + K2 * np.exp(-c * t)
+        lab = r"fitted bound $K_1 a(\beta) e^{C_1 t} + K_2 e^{-c t}$" if first else None
+        ax.plot(t, curve, color=styles[i]["color"], lw=1.0, ls=(0, (1, 1.5)), alpha=0.9, label=lab)
+        first = False
+    data = _positive(w2)
+    if "w2_zero" in ds.variables:
+        data = np.concatenate([data.ravel(), _positive(ds["w2_zero"].values)])
+    if np.isfinite(data).any():
+        ax.set_ylim(np.nanmin(data) / 2, np.nanmax(data) * 2)
+
+
 def plot_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
-    """W2(rho^beta_t, Pi_# rho_0) against t (log y), one line per beta, the zero-temperature curve
-    and t*(beta) marked; a second panel with the synchronous coupling bound when present.
+    """W2(rho^beta_t, Pi_# rho_0) against t (log y), one line per beta, the zero-temperature curve,
+    t*(beta) marked and the fitted theorem bound (attrs["fits"]["theorem_bound"] = {K1, K2, C1, c})
+    when present; a second panel with the synchronous coupling bound when present.
 
     Needs `w2` (beta, time); uses `w2_zero` (time), `coupling_bound` (beta, time), `t_star`,
     `min_w2` (beta) when present.  Writes w2.png and w2.pdf in outdir.
@@ -245,7 +268,7 @@ def plot_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
     fig, axes = _new_figure(1, 2 if has_bound else 1, (11 if has_bound else 6.5, 4.6))
     panels = [("w2", r"exact $W_2(\rho^\beta_t,\, \Pi_\#\rho_0)$")]
     if has_bound:
-        panels.append(("coupling_bound", r"synchronous coupling bound (an upper bound on $W_2$)"))
+        panels.append(("coupling_bound", r"coupling bound (an upper bound on $W_2$)"))
     for ax, (var, subtitle) in zip(axes[0], panels, strict=True):
         vals = ds[var].transpose("beta", "time").values
         for i, b in enumerate(betas):
@@ -259,6 +282,8 @@ def plot_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
                 ls=(0, (6, 2)),
                 label="β = ∞ (zero temperature)",
             )
+        if var == "w2":
+            _theorem_bound_curves(ax, ds, t, betas, styles, vals)
         if var == "w2" and "t_star" in ds.variables:
             ts = np.asarray(ds["t_star"].values, dtype=float)
             mins = (
@@ -437,6 +462,15 @@ def plot_mass(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
             ax.plot(t, y, label=_beta_label(b), markevery=_markevery(len(t)), **styles[i])
             if tt is not None and var != "lyapunov" and np.isfinite(tt[i]):
                 ax.axvline(tt[i], color=styles[i]["color"], ls=styles[i]["linestyle"], lw=0.9, alpha=0.8)
+        if var == "lyapunov" and "lyapunov_zero" in ds.variables and ds["lyapunov_zero"].dims == ("time",):
+            ax.plot(
+                t,
+                _positive(ds["lyapunov_zero"].values),
+                color="black",
+                lw=2.2,
+                ls=(0, (6, 2)),
+                label="β = ∞ (zero temperature)",
+            )
         ax.set_xlabel("time t")
         if var == "lyapunov":
             ax.set_yscale("log", nonpositive="mask")
@@ -548,9 +582,24 @@ def _time_indices(t: np.ndarray, times: Sequence[float] | None, t_star: float | 
     return sorted({int(np.argmin(np.abs(t - s))) for s in tt})
 
 
-def _sphere_axes(ax: Axes, U: np.ndarray, labels: list[str]) -> None:
+def _v_direction(ds: xr.Dataset, d: int) -> np.ndarray | None:
+    """V's top eigenvector (d,) from `basis_V` (dim, kv) when present (terminal runs), else None."""
+    if "basis_V" not in ds.variables or "dim" not in ds["basis_V"].dims:
+        return None
+    Bv = ds["basis_V"]
+    M = np.asarray(Bv.transpose("dim", *[dd for dd in Bv.dims if dd != "dim"]).values, dtype=float)
+    M = M.reshape(d, -1)
+    if M.shape[1] == 0 or not np.all(np.isfinite(M[:, 0])) or np.linalg.norm(M[:, 0]) == 0:
+        return None
+    return M[:, 0] / np.linalg.norm(M[:, 0])
+
+
+V_STYLE = {"ls": "", "marker": "D", "ms": 8, "mfc": "none", "mec": "0.35", "mew": 1.2}
+
+
+def _sphere_axes(ax: Axes, U: np.ndarray, labels: list[str], v: np.ndarray | None = None) -> None:
     """A 3-D axes with a light wireframe sphere and the axes +-u_k drawn through it (only A's
-    eigenvectors u_k; the principal axis w1 when there are none)."""
+    eigenvectors u_k; the principal axis w1 when there are none); +-v1 (V's top) when given."""
     n_u = max(sum(lab.startswith("u") for lab in labels), 1)
     U, labels = U[:, :n_u], labels[:n_u]
     g = np.linspace(0, 2 * np.pi, 37)
@@ -583,6 +632,11 @@ def _sphere_axes(ax: Axes, U: np.ndarray, labels: list[str]) -> None:
             mec="black",
             mew=0.9,
         )
+    if v is not None:
+        w = 1.25 * v
+        ax.plot([-w[0], w[0]], [-w[1], w[1]], [-w[2], w[2]], color="0.45", lw=1.2, ls="-.")
+        ax.plot([v[0], -v[0]], [v[1], -v[1]], [v[2], -v[2]], label="±v1 (top of V)", **V_STYLE)
+        ax.text(*(1.1 * w), "±v1", fontsize=8, bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
     ax.set_xlim(-1, 1)
     ax.set_ylim(-1, 1)
     ax.set_zlim(-1, 1)
@@ -598,7 +652,10 @@ def _sphere_axes(ax: Axes, U: np.ndarray, labels: list[str]) -> None:
         ax.view_init(elev=20, azim=float(np.degrees(np.arctan2(U[1, 0], U[0, 0]))) + 40.0)
 
 
-def _plane_axes(ax: Axes, li: str, lj: str) -> None:
+def _plane_axes(ax: Axes, li: str, lj: str, v: np.ndarray | None = None) -> None:
+    """Unit circle, axes labelled <x, li>, <x, lj>; v: V's top eigenvector in plane coordinates."""
+    if v is not None:
+        ax.plot([v[0], -v[0]], [v[1], -v[1]], label="±v1 (top of V), projected", **V_STYLE)
     g = np.linspace(0, 2 * np.pi, 200)
     ax.plot(np.cos(g), np.sin(g), color="0.8", lw=0.8)
     ax.axhline(0, color="0.85", lw=0.6)
@@ -627,19 +684,22 @@ def plot_snapshots(
     d = 3: 3-D scatter on the sphere with A's top eigenvectors (`basis_A`) drawn as axes.  d != 3:
     projections onto the planes spanned by pairs of A's top eigenvectors (completed by principal
     axes of the cloud when basis_A has fewer than three).  Tokens are marked by the sign of
-    <x_i(0), u1> so clusters can be followed in greyscale.  With `x_zero` present a second row
+    <x_i(0), u1> so clusters can be followed in greyscale; V's top eigenvector is marked (diamonds)
+    when `basis_V` is present.  With `x_zero` present a second row
     (d = 3) shows the zero-temperature flow at the same times.
 
     Needs `x` ((beta,) time, token, dim).  beta: which beta (default: largest finite); times:
     nearest saved times (default: start, t*, middle, end).  Writes snapshots.png / .pdf.
     """
     t, X, label = _select_positions(ds, beta)
-    t_star = None
-    if "t_star" in ds.variables and "beta" in ds["t_star"].dims and label.startswith("β = "):
-        betas = np.asarray(ds["beta"].values, dtype=float)
-        bsel = betas[np.flatnonzero([_beta_label(b) == label for b in betas])[0]]
-        t_star = float(ds["t_star"].sel(beta=bsel).values)
-    idx = _time_indices(t, times, t_star)
+    t_key = None  # t* (concentration) or the terminal time, shown when times is None
+    for name in ("t_star", "terminal_time"):
+        if t_key is None and name in ds.variables and ds[name].dims == ("beta",) and label.startswith("β = "):
+            betas = np.asarray(ds["beta"].values, dtype=float)
+            bsel = betas[np.flatnonzero([_beta_label(b) == label for b in betas])[0]]
+            t_key = float(ds[name].sel(beta=bsel).values)
+    idx = _time_indices(t, times, t_key)
+    v = _v_direction(ds, X.shape[-1])
     d = X.shape[-1]
     rows = [(X, label)]
     if "x_zero" in ds.variables and ds["x_zero"].sizes.get("token", 0) == X.shape[1]:
@@ -653,7 +713,7 @@ def plot_snapshots(
         for r, (Xr, lab) in enumerate(rows):
             for c, k in enumerate(idx):
                 ax = fig.add_subplot(len(rows), len(idx), r * len(idx) + c + 1, projection="3d")
-                _sphere_axes(ax, U, labels)
+                _sphere_axes(ax, U, labels, v)
                 for mask, st in groups:
                     P = Xr[k][mask]
                     ax.plot(
@@ -676,7 +736,7 @@ def plot_snapshots(
         for r, (i, j) in enumerate(planes):
             for c, k in enumerate(idx):
                 ax = axes[r][c]
-                _plane_axes(ax, labels[i], labels[j])
+                _plane_axes(ax, labels[i], labels[j], None if v is None else v @ U[:, [i, j]])
                 for mask, st in groups:
                     P = X[k][mask] @ U[:, [i, j]]
                     ax.plot(
@@ -726,15 +786,16 @@ def animate(
     d = X.shape[-1]
     U, labels = _directions(ds, X, 3 if d == 3 else 2)
     groups = _hemisphere_groups(X[0], U[:, 0])
+    v = _v_direction(ds, d)
     if d == 3:
         fig, _ = _new_figure(1, 1, (5.0, 5.2))
         fig.clear()
         ax = fig.add_subplot(1, 1, 1, projection="3d")
-        _sphere_axes(ax, U, labels)
+        _sphere_axes(ax, U, labels, v)
     else:
         fig, axes = _new_figure(1, 1, (5.0, 5.2))
         ax = axes[0][0]
-        _plane_axes(ax, labels[0], labels[1])
+        _plane_axes(ax, labels[0], labels[1], None if v is None else v @ U[:, :2])
     lines = []
     for _, st in groups:
         (ln,) = ax.plot(
