@@ -101,13 +101,15 @@ class RichReporter(Reporter):
     @contextmanager
     def task(self, description: str, total: float = 1.0):
         tid = self.progress.add_task(f"  {description}", total=total)
+        final = [float(total)]
 
         def update(t: float, t_final: float) -> None:
-            self.progress.update(tid, completed=float(t), total=float(t_final))
+            final[0] = float(t_final)
+            self.progress.update(tid, completed=float(t), total=final[0])
 
         try:
             yield update
-            self.progress.update(tid, completed=self.progress.tasks[tid].total)
+            self.progress.update(tid, completed=final[0])
         finally:
             self.progress.remove_task(tid)
 
