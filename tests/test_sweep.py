@@ -244,6 +244,15 @@ def test_point_config_validates_and_maps_plural():
         point_config(ToyConfig(), {"N": "many"})
 
 
+def test_package_level_sweep_is_callable(tmp_path):
+    import attnflow as af
+    import attnflow.sweep  # the submodule import rebinds `attnflow.sweep`: it must stay callable
+
+    assert callable(af.sweep) and af.open_sweep is open_sweep
+    with pytest.raises(TypeError, match="config must be"):
+        af.sweep(3.0, {"seed": [1]}, store=tmp_path / "s")
+
+
 def test_sweep_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="'gamma' is not a field"):
         sweep(ToyConfig(), {"gamma": [1]}, store=tmp_path / "s", run_fn=run_toy, progress=False)
@@ -567,10 +576,11 @@ def test_command_runs_concentration_grid(client, tmp_path):
 
     out = tmp_path / "conc"
     args = ["sweep", "concentration-tiny", "-g", "beta=10,100", "-g", "seed=0:2", "--set", "N=32"]
-    args += ["--set", "t_max=2.0", "--scheduler", client.scheduler.address, "--out", str(out), "--no-figures"]
+    args += ["--set", "t_max=2.0", "--scheduler", client.scheduler.address, "--out", str(out)]
     res = CliRunner().invoke(_app(), args)
     assert res.exit_code == 0, res.output
     assert "4 run, 0 already done, 0 failed" in res.output and "t_star" in res.output
+    assert (out / "figures" / "sweep.png").stat().st_size > 0
     ds = open_sweep(out)
     assert ds.attrs["experiment"] == "concentration" and ds.attrs["complete"]
     assert dict(ds.w2.sizes) == {"beta": 2, "seed": 2, "time": 11}

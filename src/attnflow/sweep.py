@@ -27,6 +27,7 @@ import socket
 import sys
 import time
 import traceback
+import types
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -348,6 +349,14 @@ def _summarize(config: Any, ds: Any) -> dict[str, Any] | None:
         return {"summary_error": f"{type(err).__name__}: {err}"}
 
 
+def _cpus() -> int:
+    """Cores this process may use (its CPU affinity: a SLURM or container allocation), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
 def _set_threads(torch_threads: int | dict[str, int] | None) -> int | None:
     """torch.set_num_threads: a number, or {host: threads of the workers there} to share cores."""
     if isinstance(torch_threads, dict):
@@ -357,7 +366,7 @@ def _set_threads(torch_threads: int | dict[str, int] | None) -> int | None:
             host = get_worker().address.split("://")[-1].rsplit(":", 1)[0]
         except (ImportError, ValueError):
             host = ""
-        torch_threads = max(1, (os.cpu_count() or 1) // max(1, torch_threads.get(host, 1)))
+        torch_threads = max(1, _cpus() // max(1, torch_threads.get(host, 1)))
     if not torch_threads:
         return None
     try:
@@ -570,7 +579,7 @@ def _client_for(client: Any, workers: int) -> tuple[Any, Any, int | None, bool]:
         cluster = LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
         )
-        return Client(cluster), cluster, max(1, (os.cpu_count() or 1) // workers), True
+        return Client(cluster), cluster, max(1, _cpus() // workers), True
     if isinstance(client, str):
         return Client(client), None, None, True
     if not isinstance(client, Client):
@@ -980,3 +989,14 @@ def show_sweep(store: str | os.PathLike, width: int = 120) -> str:
             last = e["error"].strip().splitlines()[-1]
             con.print(f"FAILED {key} after {e.get('attempts', 0)} attempts: {last}")
     return buf.getvalue()
+
+
+# `attnflow.sweep` names both this module and its function: once the module is imported, Python
+# sets the package attribute `attnflow.sweep` to the module, hiding the lazily exported function.
+# A callable module keeps `attnflow.sweep(config, grid, ...)` working either way.
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args: Any, **kwargs: Any) -> SweepResult:
+        return sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
