@@ -410,6 +410,7 @@ def test_summary_table_formats_and_flattens():
     assert format_value(float("nan")) == "NaN"
     assert format_value(list(range(20))).count(",") == 9
     assert format_value("a|b") == "a|b"
+    assert format_value(["one", "two"]) == "one; two"
     assert "a\\|b" in summary_table({"k": "a|b"})
     with pytest.raises(TypeError, match="summary"):
         summary_table([1, 2])
@@ -435,7 +436,12 @@ def _fake_figures(figdir, stems):
 def test_write_report(conc3, tmp_path):
     stems = ["w2", "t_star", "min_w2", "mass", "snapshots", "tokens"]
     figs = _fake_figures(tmp_path / "figures", stems)
-    summary = {"t_star_slope": 0.41, "min_w2_exponent": 0.6, "resolution_ratio": [10.0, 1.0, 0.1]}
+    summary = {
+        "t_star_slope": 0.41,
+        "min_w2_exponent": 0.6,
+        "resolution_ratio": [10.0, 1.0, 0.1],
+        "warnings": ["N = 400 is too small for beta >= 100"],
+    }
     md_path = plot.write_report(conc3, summary, figs, tmp_path)
     assert md_path == tmp_path / "report.md"
     md = md_path.read_text()
@@ -445,12 +451,15 @@ def test_write_report(conc3, tmp_path):
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert images == [f"figures/{s}.png" for s in stems[:-1]] + ["figures/tokens.gif"]
     assert "(figures/w2.pdf)" in md
+    assert "## Warnings\n\n- N = 400 is too small for beta >= 100\n" in md
+    assert md.index("## Warnings") < md.index("## Summary")
     assert '"N": 400' in md  # the configuration
     assert "| numpy |" in md  # the provenance
     page = (tmp_path / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert page.count("<img ") == 6 and 'src="figures/tokens.gif"' in page
     assert "<td>t_star_slope</td><td>0.41</td>" in page
+    assert "<li>N = 400 is too small for beta &gt;= 100</li>" in page
     assert not list(tmp_path.glob(".*.tmp"))
 
 

@@ -80,6 +80,8 @@ def format_value(v: Any) -> str:
         return f"{f:.4g}"
     if isinstance(v, np.ndarray):
         v = v.tolist()
+    if isinstance(v, list | tuple) and v and all(isinstance(x, str) for x in v):
+        return "; ".join(v)
     if isinstance(v, list | tuple):
         items = [format_value(x) for x in v]
         return "[" + ", ".join(items if len(items) <= 10 else [*items[:8], "…", items[-1]]) + "]"
@@ -96,6 +98,16 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         key = str(k).replace("|", r"\|")
         lines.append(f"| {key} | {cell} |")
     return "\n".join(lines)
+
+
+def _warnings(summary: Mapping[str, Any]) -> list[str]:
+    """summary["warnings"] (a string or a list of strings) as a list, shown above the table."""
+    w = summary.get("warnings")
+    if isinstance(w, str):
+        return [w] if w else []
+    if isinstance(w, list | tuple):
+        return [str(x) for x in w]
+    return []
 
 
 def _json_attr(ds: xr.Dataset, key: str) -> Any:
@@ -175,7 +187,11 @@ def write_report(
     for p, rel in figs:
         stems.setdefault(p.stem, []).append((p, rel))
 
-    md = [f"# {title}", "", subtitle, "", "## Summary", "", table, ""]
+    warns = _warnings(summary)
+    md = [f"# {title}", "", subtitle, ""]
+    if warns:
+        md += ["## Warnings", "", *[f"- {w}" for w in warns], ""]
+    md += ["## Summary", "", table, ""]
     if isinstance(fits, Mapping) and fits:
         md += ["## Fits", "", summary_table(fits), ""]
     md += ["## Figures", ""]
@@ -207,9 +223,10 @@ def write_report(
         "pre{background:#f4f4f4;padding:1em;overflow-x:auto}</style></head><body>",
         f"<h1>{e(title)}</h1>",
         f"<p>{e(subtitle)}</p>",
-        "<h2>Summary</h2>",
-        _html_table(summary),
     ]
+    if warns:
+        h += ["<h2>Warnings</h2>", "<ul>", *[f"<li>{e(w)}</li>" for w in warns], "</ul>"]
+    h += ["<h2>Summary</h2>", _html_table(summary)]
     if isinstance(fits, Mapping) and fits:
         h += ["<h2>Fits</h2>", _html_table(fits)]
     h.append("<h2>Figures</h2>")
