@@ -12,10 +12,12 @@ lies within chordal distance r_i of u_i (keys are unit vectors, |u - x|^2 = 2 - 
     r_i^2 = dmin_i^2 + 2 cutoff / (beta |b_i|),   dmin_i = min_j |u_i - x_j| = sqrt(2 (1 - c_i)).
 
 dmin_i comes from an exact nearest-neighbour query (scipy cKDTree on the keys), so the row maximum
-is exact.  Queries are grouped into cells of nearby directions u_i (median splits, at most `leaf`
-queries per cell); a cell of radius rho around its centre z gathers every key within rho + max r_i of
-z by one ball query, and all cells of similar key counts are evaluated together as one padded batch:
-GEMM, max-subtracted exp, GEMM in torch.  No Python loop runs over queries.
+is exact (the nearest key is always among the candidates).  Queries are grouped into cells of nearby
+directions u_i (median cuts, all cells of a level at once, until a cell is narrower than CELL_RATIO
+times its r_i or holds LEAF_MIN queries); a cell of radius rho around its centre z gathers every key
+within rho + max r_i of z (triangle inequality) by one ball query, and cells of equal query count and
+similar key count are evaluated together as one padded batch by torch's fused, max-subtracted
+`scaled_dot_product_attention` (padding keys masked).  No Python loop runs over queries.
 
 Error bound.  Every dropped key has weight <= e^{-cutoff} times the row maximum, so the dropped mass
 D_i of row i satisfies D_i / Z_i <= N e^{-cutoff} (Z_i >= 1 is the max-subtracted row sum), and the
@@ -25,7 +27,9 @@ too, which only makes the result more accurate.
 
 Rows with beta |b_i| so small that r_i >= 2 (high temperature, or B^T x_i = 0) keep every key; then the
 kernel does dense work with extra overhead, which is why `kernel="auto"` picks a dense kernel there.
-Memory: O(N d) plus one padded score block of about BLOCK_ELEMENTS entries.
+float32 inputs: the geometry is computed in float64, the scores in float32 (error about beta ||B|| 1e-7,
+as for the dense kernels).  Memory: O(N d) for the geometry, the keys gathered for one batch of cells
+(at most BLOCK_ELEMENTS / queries-per-cell rows) and at most about BALL_CHUNK candidate indices.
 """
 
 from __future__ import annotations
