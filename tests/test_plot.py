@@ -536,3 +536,12 @@ def test_example_script_runs(tmp_path):
     assert report.is_file() and (tmp_path / "report.html").is_file()
     with PIL_Image.open(tmp_path / "figures" / "tokens.gif") as im:
         assert im.n_frames == len(module["TIMES"])
+
+
+def test_titles_say_what_was_run(conc3):
+    title = plot._run_title(conc3, "what")
+    assert title.splitlines() == ["what", "concentration, N = 400, d = 3, β = 10…1000 (3), seed 0"]
+    sweep = make_sweep()
+    sweep.attrs["grid"] = json.dumps({"N": [200, 2000], "seed": [0, 1, 2], "kernel": ["sdpa", "blocked"]})
+    line = plot._run_title(sweep, "w").splitlines()[1]
+    assert line == "concentration, N ∈ {200, 2000}, d = 3, β = 10…1000 (3), kernel ∈ {sdpa, blocked}, 3 seeds"

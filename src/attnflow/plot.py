@@ -105,21 +105,39 @@ def _beta_label(b: float) -> str:
     return "β = ∞" if math.isinf(b) else f"β = {b:g}"
 
 
+def _values_label(name: str, values: Any) -> str:
+    v = list(np.asarray(values).ravel())
+    if len(v) <= 4:
+        return f"{name} ∈ {{{', '.join(_fmt(x.item() if hasattr(x, 'item') else x) for x in v)}}}"
+    return f"{name} = {_fmt(v[0])}…{_fmt(v[-1])} ({len(v)})"
+
+
 def _run_title(ds: xr.Dataset, what: str) -> str:
-    """Figure title: what is shown and what was run (experiment, N, d, beta)."""
+    """Figure title: what is shown and what was run (experiment, N, d, beta, seed; swept values for
+    dims of a sweep or of the resolution ladder)."""
     parts = [str(ds.attrs.get("experiment", "?"))]
-    N = _config_value(ds, "N", "n_tokens", "n")
-    if N is not None and not isinstance(N, list | dict):
-        parts.append(f"N = {N}")
+    if "N" in ds.dims and "N" in ds.coords:
+        parts.append(_values_label("N", ds["N"].values))
+    else:
+        N = _config_value(ds, "N", "n_tokens", "n")
+        if N is not None and not isinstance(N, list | dict):
+            parts.append(f"N = {N}")
     d = ds.sizes.get("dim") or _config_value(ds, "d", "dim")
     if d is not None:
         parts.append(f"d = {d}")
     if "beta" in ds.coords and ds.sizes.get("beta", 0) > 0:
         b = np.asarray(ds["beta"].values, dtype=float)
         parts.append(_beta_label(b[0]) if b.size == 1 else f"β = {_fmt(b.min())}…{_fmt(b.max())} ({b.size})")
-    seed = ds.attrs.get("seed")
-    if seed is not None:
-        parts.append(f"seed {seed}")
+    grid = _json_attr(ds, "grid")
+    for k, vals in grid.items():
+        if k not in ("N", "beta", "seed") and isinstance(vals, list):
+            parts.append(_values_label(k, vals))
+    if "seed" in ds.dims:
+        parts.append(f"{ds.sizes['seed']} seeds")
+    else:
+        seed = ds.attrs.get("seed", _config_value(ds, "seed"))
+        if seed is not None:
+            parts.append(f"seed {seed}")
     return f"{what}\n" + ", ".join(parts)
 
 
