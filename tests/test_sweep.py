@@ -581,6 +581,12 @@ def test_command_runs_concentration_grid(client, tmp_path):
     assert res.exit_code == 0, res.output
     assert "4 run, 0 already done, 0 failed" in res.output and "t_star" in res.output
     assert (out / "figures" / "sweep.png").stat().st_size > 0
+    # each task shares the host's cores with the other worker: cores // 2 torch threads
+    from attnflow.sweep import _cpus, _threads_on_host
+
+    assert client.submit(_threads_on_host, pure=False).result() == 2
+    entries = sweep_info(out)["entries"].values()
+    assert {e["torch_threads"] for e in entries} == {max(1, _cpus() // 2)}
     ds = open_sweep(out)
     assert ds.attrs["experiment"] == "concentration" and ds.attrs["complete"]
     assert dict(ds.w2.sizes) == {"beta": 2, "seed": 2, "time": 11}

@@ -357,25 +357,30 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _set_threads(torch_threads: int | dict[str, int] | None) -> int | None:
-    """torch.set_num_threads: a number, or {host: threads of the workers there} to share cores."""
-    if isinstance(torch_threads, dict):
-        try:
-            from distributed import get_worker
+def _threads_on_host() -> int:
+    """Threads of all the Dask workers on this task's host (1 outside a worker or on error)."""
+    import inspect
 
-            host = get_worker().address.split("://")[-1].rsplit(":", 1)[0]
-        except (ImportError, ValueError):
-            host = ""
-        torch_threads = max(1, _cpus() // max(1, torch_threads.get(host, 1)))
-    if not torch_threads:
-        return None
     try:
-        import torch
-    except ImportError:
-        return None
-    if torch.get_num_threads() != torch_threads:
-        torch.set_num_threads(torch_threads)
-    return torch_threads
+        from distributed import get_client, get_worker
+
+        host = get_worker().address.split("://")[-1].rsplit(":", 1)[0]
+        client = get_client()
+        kw = {"n_workers": -1} if "n_workers" in inspect.signature(client.scheduler_info).parameters else {}
+        workers = client.scheduler_info(**kw).get("workers", {}).values()
+        return max(1, sum(int(w.get("nthreads", 1)) for w in workers if w.get("host") == host))
+    except Exception:  # not on a worker, or the scheduler is unreachable: assume alone
+        return 1
+
+
+def _set_threads(torch_threads: int | None) -> int:
+    """torch.set_num_threads: the given number, else this host's cores shared by its worker threads."""
+    import torch
+
+    n = int(torch_threads) if torch_threads else max(1, _cpus() // _threads_on_host())
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
 
 
 def _write_point_local(st: _Store, ds: Any, key: str) -> bool:
@@ -417,7 +422,7 @@ def run_point(
     key: str,
     store: str,
     run_fn: RunFn | None = None,
-    torch_threads: int | dict[str, int] | None = None,
+    torch_threads: int | None = None,
 ) -> dict[str, Any]:
     """One sweep task (runs on a worker): run the point's config and write its result.
 
@@ -558,6 +563,10 @@ def _write_manifest(st: _Store, entries: dict[str, dict]) -> None:
     st.write_text(MANIFEST_FILE, _json({"updated": _now(), "counts": counts, "points": entries}))
 
 
+# what the manifest copies from a point's .done record
+_RECORD_KEYS = ("started", "finished", "seconds", "worker", "torch_threads", "scalars", "summary")
+
+
 def _complete(st: _Store, key: str) -> dict | None:
     """The .done record of a complete point, else None (a stray half-written store is removed)."""
     if st.exists(_done_rel(key)) and st.exists(_zarr_rel(key)):
@@ -587,18 +596,6 @@ def _client_for(client: Any, workers: int) -> tuple[Any, Any, int | None, bool]:
     return client, None, None, False
 
 
-def _cluster_threads(client: Any) -> dict[str, int]:
-    """{worker host: threads of all workers on that host}, for tasks to share the host's cores."""
-    import inspect
-
-    kw = {"n_workers": -1} if "n_workers" in inspect.signature(client.scheduler_info).parameters else {}
-    per_host: dict[str, int] = {}
-    for w in client.scheduler_info(**kw).get("workers", {}).values():
-        host = str(w.get("host", ""))
-        per_host[host] = per_host.get(host, 0) + int(w.get("nthreads", 1))
-    return per_host
-
-
 def sweep(
     config: Any,
     grid: dict[str, list],
@@ -621,7 +618,8 @@ def sweep(
     retries: each failing point is resubmitted up to this many times, then marked failed.
     progress: True for a Rich progress bar, False for none, or a callable (done, total).
     run_fn: config -> xarray.Dataset (default: the registered experiment's `run`), a test hook.
-    torch_threads: torch threads per task (default: cores // workers on a local cluster).
+    torch_threads: torch threads per task (default: cores // workers on a local cluster; on another
+        cluster, the usable cores of the task's host // the threads of all workers on that host).
     Returns a SweepResult (ran, skipped, failed keys); `.ok` is False when a point failed.
     """
     from distributed import as_completed
@@ -649,13 +647,7 @@ def sweep(
         entry.update(point=point, path=_zarr_rel(key))
         rec = _complete(st, key)
         if rec is not None:
-            entry.update(
-                {
-                    k: rec[k]
-                    for k in ("started", "finished", "seconds", "worker", "scalars", "summary")
-                    if k in rec
-                }
-            )
+            entry.update({k: rec[k] for k in _RECORD_KEYS if k in rec})
             entry.update(status="done", error=None)
             result.skipped.append(key)
         else:
@@ -671,7 +663,7 @@ def sweep(
 
     t0 = time.perf_counter()
     client, cluster, local_threads, own_client = _client_for(client, workers)
-    threads = torch_threads or local_threads or _cluster_threads(client)
+    threads = torch_threads or local_threads  # None: each task shares its host's cores
     bar = _progress_bar(progress, len(todo), st.name)
     futures: dict[Any, str] = {}
     last_write = 0.0
@@ -702,13 +694,7 @@ def sweep(
             entry = manifest[key]
             if fut.status == "finished":
                 rec = fut.result()
-                entry.update(
-                    {
-                        k: rec[k]
-                        for k in ("started", "finished", "seconds", "worker", "scalars", "summary")
-                        if k in rec
-                    }
-                )
+                entry.update({k: rec[k] for k in _RECORD_KEYS if k in rec})
                 entry.update(status="done", error=None)
                 # a point recomputed after its worker died finds its own .done: it still ran once
                 result.ran.append(key)
@@ -812,7 +798,7 @@ def sweep_info(store: str | os.PathLike) -> dict[str, Any]:
         rec = _complete(st, key)
         if rec is not None:
             e["status"] = "done"
-            e.update({k: rec[k] for k in ("seconds", "scalars", "summary", "worker") if k in rec})
+            e.update({k: rec[k] for k in _RECORD_KEYS if k in rec})
         elif e.get("status") in ("done", "running"):
             e["status"] = "pending"
         entries[key] = e
