@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 xr = pytest.importorskip("xarray")
 PIL_Image = pytest.importorskip("PIL.Image")
@@ -485,9 +488,12 @@ def test_import_attnflow_plot_is_light():
     import subprocess
     import sys
 
-    code = "import sys, attnflow.plot; print(any(m.startswith('matplotlib') for m in sys.modules))"
+    code = (
+        "import sys, attnflow.plot; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'xarray', 'torch'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "[]"
 
 
 def test_fit_fields_under_either_name():
@@ -545,3 +551,47 @@ def test_titles_say_what_was_run(conc3):
     sweep.attrs["grid"] = json.dumps({"N": [200, 2000], "seed": [0, 1, 2], "kernel": ["sdpa", "blocked"]})
     line = plot._run_title(sweep, "w").splitlines()[1]
     assert line == "concentration, N ∈ {200, 2000}, d = 3, β = 10…1000 (3), kernel ∈ {sdpa, blocked}, 3 seeds"
+
+
+@settings(max_examples=40, deadline=None)
+@given(d=st.integers(2, 6), k=st.integers(0, 3), n=st.integers(3, 12), seed=st.integers(0, 2**31 - 1))
+def test_directions_property(d, k, n, seed):
+    """Directions are orthonormal, start with basis_A's columns and span at most d dims."""
+    rng = np.random.default_rng(seed)
+    k = min(k, d)
+    basis = np.linalg.qr(rng.standard_normal((d, d)))[0][:, :k]
+    X = _unit(rng.standard_normal((2, n, d)))
+    ds = xr.Dataset({"basis_A": (("dim", "k"), basis)}) if k else xr.Dataset()
+    U, labels = plot._directions(ds, X, 3)
+    m = min(3, d)
+    assert U.shape == (d, m) and len(labels) == m
+    np.testing.assert_allclose(U.T @ U, np.eye(m), atol=1e-10)
+    np.testing.assert_allclose(U[:, : min(k, m)], basis[:, :m], atol=1e-12)
+    assert labels[: min(k, m)] == [f"u{j + 1}" for j in range(min(k, m))]
+
+
+leaf = st.one_of(st.floats(allow_nan=True), st.integers(), st.booleans(), st.none(), st.text(max_size=5))
+tree = st.recursive(leaf, lambda c: st.dictionaries(st.text("ab_", min_size=1, max_size=3), c, max_size=3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(summary=st.dictionaries(st.text("xyz", min_size=1, max_size=3), tree, max_size=4))
+def test_summary_table_has_one_row_per_leaf(summary):
+    def leaves(d):
+        return sum(leaves(v) if isinstance(v, dict) else 1 for v in d.values())
+
+    lines = summary_table(summary).split("\n")
+    body = [ln for ln in lines[2:] if ln.startswith("| ")]
+    assert len(lines) == 2 + leaves(summary)
+    assert all(ln.endswith(" |") for ln in body)
+
+
+@pytest.mark.parametrize("cmap", [plot.BETA_CMAP, plot.SERIES_CMAP])
+def test_series_styles_are_greyscale_readable(cmap):
+    """Luminance rises with rank, and line style and marker also change from one series to the next."""
+    styles = plot._series_styles(6, cmap)
+    rgb = np.array([s["color"][:3] for s in styles])
+    luminance = rgb @ [0.2126, 0.7152, 0.0722]
+    assert np.all(np.diff(luminance) > 0.03)
+    for a, b in itertools.pairwise(styles):
+        assert a["linestyle"] != b["linestyle"] and a["marker"] != b["marker"]
