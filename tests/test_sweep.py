@@ -513,6 +513,19 @@ def test_half_written_point_is_recomputed(client, tmp_path):
     )
 
 
+def test_stale_temporaries_are_cleaned(tmp_path):
+    from attnflow.sweep import _clean_temporaries, _Store
+
+    points = tmp_path / "points"
+    (points / ".seed=1.zarr.1a2b3c4d").mkdir(parents=True)
+    (points / ".seed=2.zarr.5e6f7a8b").mkdir()
+    (points / "seed=0.zarr").mkdir()
+    old = time.time() - 3600
+    os.utime(points / ".seed=1.zarr.1a2b3c4d", (old, old))
+    assert _clean_temporaries(_Store(tmp_path)) == 1
+    assert sorted(p.name for p in points.iterdir()) == [".seed=2.zarr.5e6f7a8b", "seed=0.zarr"]
+
+
 def test_open_sweep_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a sweep store"):
         open_sweep(tmp_path)

@@ -577,6 +577,23 @@ def _complete(st: _Store, key: str) -> dict | None:
     return None
 
 
+def _clean_temporaries(st: _Store, older_than_s: float = 600.0) -> int:
+    """Remove hidden temporaries in points/ left by writes that died; returns how many.
+
+    Only local stores, and only those older than `older_than_s` (a write still under way in a
+    task of another, live sweep of the same store is left alone).
+    """
+    folder = Path(st.path(POINTS_DIR))
+    if st.url or not folder.is_dir():
+        return 0
+    n, now = 0, time.time()
+    for p in folder.iterdir():
+        if p.name.startswith(".") and now - p.stat().st_mtime > older_than_s:
+            st.remove(f"{POINTS_DIR}/{p.name}")
+            n += 1
+    return n
+
+
 def _client_for(client: Any, workers: int) -> tuple[Any, Any, int | None, bool]:
     """(client, cluster we own or None, torch threads per task on a local cluster, client is ours)."""
     from distributed import Client, LocalCluster
@@ -640,6 +657,7 @@ def sweep(
     configs = {k: point_config(config, p) for k, p in zip(keys, points, strict=True)}
 
     manifest = _read_manifest(st)
+    _clean_temporaries(st)
     result = SweepResult(store=st.name, keys=keys)
     todo = []
     for key, point in zip(keys, points, strict=True):
