@@ -162,7 +162,7 @@ def test_many_betas_get_a_colorbar(tmp_path):
 @pytest.mark.parametrize("which", ["conc3", "conc5"])
 def test_snapshots_d3_and_d5(request, tmp_path, which):
     ds = request.getfixturevalue(which)
-    paths = plot.plot_snapshots(ds, tmp_path, dpi=DPI)
+    paths = plot.plot_snapshots(ds, tmp_path, times=[0.0, 8.0], dpi=DPI)
     _check_files(paths, ["snapshots"])
 
 

@@ -48,6 +48,7 @@ BETA_CMAP = "viridis"  # sequential, luminance increases with beta: readable in 
 SERIES_CMAP = "cividis"  # for other ordered series (N in sweeps)
 LINESTYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+CMAP_LO, CMAP_SPAN = 0.05, 0.72  # part of the colormap used: no near-white lines
 LEGEND_MAX = 10  # more series than this: a colorbar instead of a legend
 
 # ---------------------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def _series_styles(n: int, cmap: str = BETA_CMAP) -> list[dict[str, Any]]:
         frac = 0.0 if n == 1 else i / (n - 1)
         out.append(
             {
-                "color": cm(0.05 + 0.8 * frac),
+                "color": cm(CMAP_LO + CMAP_SPAN * frac),
                 "linestyle": LINESTYLES[i % len(LINESTYLES)],
                 "marker": MARKERS[i % len(MARKERS)],
             }
@@ -182,20 +183,27 @@ def _series_styles(n: int, cmap: str = BETA_CMAP) -> list[dict[str, Any]]:
 
 
 def _beta_legend(fig: Figure, ax: Axes, betas: np.ndarray, cmap: str = BETA_CMAP, label: str = "β") -> None:
-    """A legend for few series, a colorbar (by rank) for many."""
+    """A legend outside the axes for few series; for many, a discrete colorbar (one swatch per
+    beta) and a legend of the other entries (zero temperature, t*, fits)."""
+    handles, labels = ax.get_legend_handles_labels()
     if len(betas) <= LEGEND_MAX:
-        fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize="small")
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
         return
-    from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
+    from matplotlib.colors import BoundaryNorm, ListedColormap
 
-    sm = ScalarMappable(Normalize(-0.05 / 0.8, 1 + 0.15 / 0.8), colormaps[cmap])
+    n = len(betas)
+    colors = ListedColormap([s["color"] for s in _series_styles(n, cmap)])
+    sm = ScalarMappable(BoundaryNorm(np.arange(n + 1) - 0.5, n), colors)
     cb = fig.colorbar(sm, ax=ax)
-    ticks = np.unique(np.linspace(0, len(betas) - 1, min(len(betas), 6)).round().astype(int))
-    cb.set_ticks(ticks / max(len(betas) - 1, 1))
+    ticks = np.unique(np.linspace(0, n - 1, min(n, 6)).round().astype(int))
+    cb.set_ticks(ticks)
     cb.set_ticklabels([_fmt(float(betas[i])) for i in ticks])
     cb.set_label(label)
+    beta_labels = {_beta_label(float(b)) for b in betas}
+    rest = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab not in beta_labels]
+    if rest:
+        ax.legend(*zip(*rest, strict=True), fontsize="small", loc="best")
 
 
 def _positive(a: Any) -> np.ndarray:
