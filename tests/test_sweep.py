@@ -328,6 +328,34 @@ def test_worker_killed_mid_sweep(client, tmp_path):
     check_values(open_sweep(store), GRID)
 
 
+def test_worker_process_sigkilled_from_outside(client, tmp_path):
+    """SIGKILL to a worker process while it runs a point (as the OOM killer would)."""
+    import signal
+
+    store, mk = tmp_path / "store", tmp_path / "mk"
+    mk.mkdir()
+    killed = []
+
+    def kill_one(done, total):
+        if done >= 1 and not killed:
+            busy = [a for a, tasks in client.processing().items() if tasks]
+            pid = client.run(os.getpid, workers=busy[:1])[busy[0]] if busy else None
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    grid = {"beta": [1.0, 2.0], "seed": [0, 1, 2]}
+    res = sweep(
+        ToyConfig(marker_dir=str(mk)), grid, client=client, store=store, run_fn=run_slow, progress=kill_one
+    )
+    assert killed and res.ok and len(res.ran) == 6
+    ends = markers(mk, "end")  # the killed run may have got past its computation: at most one extra
+    assert len(set(ends)) == 6 and len(ends) <= 7
+    zarrs = sorted(p.name for p in (store / "points").glob("[!.]*.zarr"))
+    assert zarrs == sorted(f"{k}.zarr" for k in res.keys)  # every point committed exactly once
+    check_values(open_sweep(store).expand_dims(N=[10]).transpose("beta", "N", ...), {**grid, "N": [10]})
+
+
 def test_failed_points_are_retried_then_reported(client, tmp_path):
     store, mk = tmp_path / "store", tmp_path / "mk"
     mk.mkdir()
