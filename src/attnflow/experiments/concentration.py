@@ -43,11 +43,11 @@ class ConcentrationConfig(SimulationConfig):
     betas: list[PositiveFloat] = Field(
         [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0], description="inverse temperatures beta (finite, > 0)"
     )
-    N: PositiveInt = Field(1000, description="number of tokens")
+    N: PositiveInt = Field(600, description="number of tokens")
     init: Literal["uniform", "fibonacci"] = Field(
         "uniform", description="initial cloud: uniform (i.i.d., seeded) or fibonacci (quasi-uniform lattice)"
     )
-    t_max: PositiveFloat = Field(15.0, description="final time (t* grows like log beta; late phase after it)")
+    t_max: PositiveFloat = Field(12.0, description="final time (t* grows like log beta; late phase after it)")
     dt_save: PositiveFloat = Field(0.1, description="spacing of the saved times (resolution of t*)")
     eps: PositiveFloat = Field(0.1, description="angle (radians) defining 'near' an eigenspace for mass_A/V")
     n_keep: NonNegativeInt = Field(
@@ -72,7 +72,7 @@ class ConcentrationConfig(SimulationConfig):
 
 PRESETS = {
     # N-converged in d = 3 for beta <= 3000 needs N >> 4 pi beta (MATH.md): a machine with a GPU.
-    "concentration-converged": {"N": 100_000, "init": "fibonacci", "n_keep": 500},
+    "concentration-converged": {"N": 100_000, "init": "fibonacci", "n_keep": 500, "threads": 0},
     # seconds on a laptop: the tests and examples/quickstart.py use it
     "concentration-tiny": {
         "betas": [10.0, 100.0],
@@ -82,7 +82,6 @@ PRESETS = {
         "n_keep": 16,
         "integrator": "rk4",
         "dt": 0.05,
-        "threads": 1,
     },
 }
 

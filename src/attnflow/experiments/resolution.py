@@ -66,7 +66,6 @@ PRESETS = {
         "dt_save": 0.1,
         "integrator": "rk4",
         "dt": 0.05,
-        "threads": 1,
     }
 }
 

@@ -74,7 +74,6 @@ PRESETS = {
         "n_keep": 12,
         "integrator": "rk4",
         "dt": 0.05,
-        "threads": 1,
     },
 }
 
