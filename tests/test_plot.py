@@ -216,6 +216,10 @@ def test_animate_rejects_bad_path_and_fps(conc3, tmp_path):
         plot.animate(conc3, tmp_path / "tokens.mp4")
     with pytest.raises(ValueError, match="fps"):
         plot.animate(conc3, tmp_path / "tokens.gif", fps=0)
+    with pytest.raises(TypeError, match="dpi"):
+        plot.animate(conc3, tmp_path / "tokens.gif", dpi=1.5)
+    with pytest.raises(ValueError, match="dpi"):
+        plot.plot_layers(make_layers(), tmp_path, dpi=-1)
 
 
 # --- other experiments ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._checks import check_positive
 from .report import write_report
 
 if TYPE_CHECKING:
@@ -155,6 +156,7 @@ def _new_figure(nrows: int, ncols: int, size: tuple[float, float], **subplot_kw:
 
 def _save(fig: Figure, outdir: str | Path, stem: str, dpi: int) -> list[Path]:
     """Write fig as outdir/stem.png and outdir/stem.pdf; returns both paths."""
+    dpi = int(check_positive(dpi, "dpi", integer=True))
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [outdir / f"{stem}.png", outdir / f"{stem}.pdf"]
@@ -805,9 +807,8 @@ def animate(
     path = Path(path)
     if path.suffix.lower() != ".gif":
         raise ValueError(f"path must name a .gif file, got {str(path)!r}")
-    fps = int(fps)
-    if fps <= 0:
-        raise ValueError(f"fps must be a positive integer, got {fps}")
+    fps = int(check_positive(fps, "fps", integer=True))
+    dpi = int(check_positive(dpi, "dpi", integer=True))
     t, X, label = _select_positions(ds, beta)
     d = X.shape[-1]
     U, labels = _directions(ds, X, 3 if d == 3 else 2)
