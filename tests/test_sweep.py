@@ -91,9 +91,9 @@ def run_slow(c: ToyConfig) -> xr.Dataset:
 
 
 def run_kill_once(c: ToyConfig) -> xr.Dataset:
-    """The worker process dies (os._exit) on the first attempt at beta=2, seed=1."""
+    """The worker process dies (os._exit) on the first attempt at beta=2, N=20, seed=1."""
     flag = Path(c.marker_dir) / f"killed-{c.beta:g}-{c.N}-{c.seed}"
-    if c.beta == 2.0 and c.seed == 1 and not flag.exists():
+    if (c.beta, c.N, c.seed) == (2.0, 20, 1) and not flag.exists():
         flag.touch()
         os._exit(1)
     return run_toy(c)
@@ -319,7 +319,7 @@ def test_worker_killed_mid_sweep(client, tmp_path):
     res = sweep(
         ToyConfig(marker_dir=str(mk)), GRID, client=client, store=store, run_fn=run_kill_once, progress=False
     )
-    assert (mk / "killed-2-10-1").exists() and (mk / "killed-2-20-1").exists()  # two workers did die
+    assert (mk / "killed-2-20-1").exists()  # the worker did die
     assert res.ok and len(res.ran) == 8
     ends = markers(mk, "end")
     assert len(ends) == len(set(ends)) == 8
