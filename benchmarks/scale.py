@@ -246,6 +246,34 @@ def million(args) -> None:
     print(row(["sdpa", "1e4", f"{t:.1f}", f"{c:.1f}", f"{m:.0f}", "8192 queries x 10^6 keys (memory probe)"]))
 
 
+def concentration(N: int, threads: int) -> None:
+    """Wall time of the whole `concentration` experiment (six betas, defaults otherwise) at N tokens,
+    with its per-beta solver counts: evaluations, rejected steps, kernels used."""
+    import json
+
+    from attnflow.experiments.concentration import ConcentrationConfig, run
+
+    config = ConcentrationConfig(N=N, threads=threads)
+    t0 = time.perf_counter()
+    ds = run(config)
+    wall = time.perf_counter() - t0
+    timings = ds.attrs.get("timings", {})
+    if isinstance(timings, str):
+        timings = json.loads(timings)
+    solver = ds.attrs.get("solver", [])
+    if isinstance(solver, str):
+        solver = json.loads(solver)
+    print(f"\n### The `concentration` experiment at N = {N} (defaults: {config.integrator}, kernel auto)\n")
+    print(f"total wall time {wall:.1f} s (load {load():.1f} at the end)\n")
+    print("| beta | wall s | steps | evaluations | kernel evaluations |")
+    print("|---:|---:|---:|---:|:---|")
+    for beta, info in zip(config.betas, solver, strict=False):
+        info = json.loads(info) if isinstance(info, str) else info
+        evals = info.get("kernel_evals", "")
+        cells = [f"{beta:g}", f"{timings.get(f'beta={beta:g}_s', float('nan')):.1f}"]
+        print(row([*cells, info.get("n_steps", ""), info.get("n_evals", ""), evals]), flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     if "MALLOC_MMAP_THRESHOLD_" not in os.environ and sys.platform.startswith("linux") and argv is None:
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 17)}
@@ -263,6 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true", help="N in {16384, 65536}, d = 3, betas 100 and 1e4")
     p.add_argument("--million", action="store_true", help="also one evaluation at N = 10^6")
     p.add_argument("--skip", nargs="*", default=[], choices=["dense", "truncated"])
+    p.add_argument("--concentration", type=int, default=None, metavar="N", help="time the experiment")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     args = p.parse_args(argv)
     if args.quick:
@@ -284,6 +313,8 @@ def main(argv: list[str] | None = None) -> None:
         truncated_table(args, rates)
     if args.million:
         million(args)
+    if args.concentration:
+        concentration(args.concentration, args.threads or 0)
     print(f"\nload average {load():.1f} at the end")
 
 

@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 TRUNCATED_MAX_D = 6  # cells of directions stop paying off in higher dimension
 TRUNCATED_MIN_N = 4096  # below this the dense kernel takes milliseconds: no decision needed
 SKIP_FRACTION = 0.25  # a larger sampled kept fraction means "sdpa" without planning
-# largest fraction of the N^2 pairs the truncated kernel may evaluate and still be chosen, by d:
-# its time is about (overhead + 1.3 * pairs / N^2) times the dense time for d <= 4, more above
-PAIRS_MAX = {2: 0.5, 3: 0.5, 4: 0.4, 5: 0.15, 6: 0.1}
+# largest fraction of the N^2 pairs the truncated kernel may evaluate and still be chosen, by d.  Per
+# core its time is about (overhead + 1.3 pairs / N^2) times the dense time for d <= 4 (more above),
+# but its many small blocks run on one thread where the dense kernel uses all: hence the margin
+PAIRS_MAX = {2: 0.2, 3: 0.2, 4: 0.15, 5: 0.08, 6: 0.05}
 SAMPLE = 256  # queries per decision (all clouds of a batch together)
 
 

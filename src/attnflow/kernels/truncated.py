@@ -34,6 +34,7 @@ as for the dense kernels).  Memory: O(N d) for the geometry, the keys gathered f
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -50,7 +51,10 @@ DEFAULT_CUTOFF = 45.0  # N e^{-45} <= 1e-12 for N <= 3.4e7
 LEAF = 256  # most queries per cell
 LEAF_MIN = 32  # cells are not cut below this many queries
 CELL_RATIO = 0.5  # cells are cut while their radius exceeds this times the kept radius r_i
-BLOCK_ELEMENTS = 2**22  # key-query pairs per fused call on a batch of cells
+BLOCK_ELEMENTS = 2**23  # key-query pairs per fused call on a batch of cells
+# fused calls with fewer pairs run on one thread: many small parallel regions cost more than they
+# gain (measured: 5-10x slower on a busy 2-core machine); larger calls use all of torch's threads
+PARALLEL_PAIRS = 2**22
 PAD_RATIO = 1.25  # cells batched together differ in key count by at most this factor
 BALL_CHUNK = 2**21  # about this many (cell, key) pairs per ball query call
 _SLACK = 1e-9  # relative widening of the radii: rounding never drops the nearest key
@@ -132,6 +136,19 @@ def _candidates(tree, centres: np.ndarray, radii: np.ndarray, n_keys: int):
     return flat, offsets
 
 
+@contextmanager
+def _threads(n: int):
+    """Run the block with n torch intra-op threads, then restore the previous count."""
+    before = torch.get_num_threads()
+    if n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if n != before:
+            torch.set_num_threads(before)
+
+
 def _sdpa(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask, beta: float) -> torch.Tensor:
     """Softmax averages of a padded batch: q (G, L, d), keys and vals (G, K, d) -> (G, L, d).
 
@@ -208,7 +225,7 @@ def candidate_pairs(
     return total
 
 
-def _average_one(X, Bq, VX, beta: float, cutoff: float, leaf: int, leaf_min: int, ratio: float, stats: dict):
+def _average_one(X, Bq, VX, beta, cutoff, leaf, leaf_min, ratio, stats: dict, threads: int):
     """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d)."""
     N, d = X.shape
     tree, perm, starts, centres, radii = _geometry(
@@ -231,7 +248,7 @@ def _average_one(X, Bq, VX, beta: float, cutoff: float, leaf: int, leaf_min: int
         chunk = order[start:stop]
         flat, offsets = _candidates(tree, centres[chunk], radii[chunk], N)
         factor = max(factor, flat.size / est[chunk].sum())
-        _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats)
+        _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats, threads)
         start = stop
     stats["cells"] = stats.get("cells", 0) + n_cells
     return out
@@ -248,7 +265,7 @@ def _pad(flat: torch.Tensor, offsets: np.ndarray, rows: np.ndarray) -> tuple[tor
     return idx, mask
 
 
-def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats: dict) -> None:
+def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats: dict, threads: int):
     """Evaluate the cells `chunk` (cell k's candidate keys: flat[offsets[i]:offsets[i+1]], k = chunk[i]).
 
     Cells of similar key counts go together through one padded fused-attention call of at most
@@ -275,13 +292,15 @@ def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, 
             k = group[0]
             kk = flat_t[offsets[k] : offsets[k + 1]]
             qi = perm_t[starts[chunk[k]] : starts[chunk[k] + 1]]
-            out[qi] = _sdpa(Bq[qi][None], X[kk][None], VX[kk][None], None, beta)[0]
+            with _threads(threads if qi.numel() * kk.numel() >= PARALLEL_PAIRS else 1):
+                out[qi] = _sdpa(Bq[qi][None], X[kk][None], VX[kk][None], None, beta)[0]
             stats["padded_pairs"] = stats.get("padded_pairs", 0) + qi.numel() * kk.numel()
         else:
             kidx, kmask = _pad(flat_t, offsets, group)
             qidx, qmask = _pad(perm_t, starts, chunk[group])
             all_keys = bool(kmask.all())
-            avg = _sdpa(Bq[qidx], X[kidx], VX[kidx], None if all_keys else kmask, beta)
+            with _threads(threads if qidx.numel() * kidx.shape[1] >= PARALLEL_PAIRS else 1):
+                avg = _sdpa(Bq[qidx], X[kidx], VX[kidx], None if all_keys else kmask, beta)
             stats["padded_pairs"] = stats.get("padded_pairs", 0) + qidx.numel() * kidx.shape[1]
             out[qidx[qmask]] = avg[qmask]
         i = j
@@ -315,8 +334,10 @@ def velocity_truncated(
     X3 = _batched(X, "X")
     B, V = _weights(att, X3)
     out = torch.empty_like(X3)
-    for m in range(X3.shape[0]):
-        Xm = X3[m].contiguous()
-        out[m] = _average_one(Xm, Xm @ B, Xm @ V.T, beta, cutoff, leaf, leaf_min, ratio, stats)
+    threads = torch.get_num_threads()
+    with _threads(1):  # small operations: see PARALLEL_PAIRS
+        for m in range(X3.shape[0]):
+            Xm = X3[m].contiguous()
+            out[m] = _average_one(Xm, Xm @ B, Xm @ V.T, beta, cutoff, leaf, leaf_min, ratio, stats, threads)
     out = tangent(X3, out)
     return out.squeeze(0) if squeeze else out
