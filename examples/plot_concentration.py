@@ -25,8 +25,8 @@ from attnflow import fits, metrics, plot
 
 N, SEED, EPS = 150, 0, 0.1
 BETAS = (3.0, 30.0, 300.0)
-TIMES = np.linspace(0.0, 6.0, 25)
-N_KEEP = 50  # tokens kept for snapshots and the animation
+TIMES = np.linspace(0.0, 6.0, 19)
+N_KEEP = 40  # tokens kept for snapshots and the animation
 
 
 def build_dataset() -> xr.Dataset:
