@@ -7,6 +7,7 @@ A sweep store is a folder (or an fsspec URL) laid out as
                               (rewritten atomically by the client only)
     STORE/points/<key>.zarr   one Dataset per finished point, written atomically by its task
     STORE/points/<key>.done   written by the task after the store: the point is complete
+    STORE/work/<key>/         finished parts of a running point (reused by a retry), then removed
 
 Every path inside the store is relative, so a store moved elsewhere still opens. A rerun of the same
 sweep skips the complete points; a failing point is retried `retries` times and then reported as
