@@ -268,14 +268,17 @@ def _pad(flat: torch.Tensor, offsets: np.ndarray, rows: np.ndarray) -> tuple[tor
 def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats: dict, threads: int):
     """Evaluate the cells `chunk` (cell k's candidate keys: flat[offsets[i]:offsets[i+1]], k = chunk[i]).
 
-    Cells of similar key counts go together through one padded fused-attention call of at most
-    BLOCK_ELEMENTS key-query pairs; a cell larger than that goes alone.
+    Cells of equal query count and similar key count go together through one padded fused-attention
+    call of at most BLOCK_ELEMENTS key-query pairs.  Calls below PARALLEL_PAIRS run one per thread
+    (a pool of `threads` workers, torch single-threaded: its kernels release the GIL); larger calls
+    then run one after the other on all threads.
     """
     lens = np.diff(offsets)
     nq = starts[chunk + 1] - starts[chunk]
     stats["pairs"] = stats.get("pairs", 0) + int(np.dot(lens, nq))
     order = np.lexsort((lens, nq))  # by query count, then key count: little padding
     flat_t = torch.from_numpy(flat).to(X.device)
+    groups = []
     i, n = 0, len(chunk)
     while i < n:
         L0, K0 = int(nq[order[i]]), int(lens[order[i]])
@@ -288,22 +291,36 @@ def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, 
         ):
             j += 1
         group = order[i:j]
-        if j == i + 1:  # a single cell: no padding (the fused kernel never forms the score block)
+        groups.append((group, L0 * int(lens[group].max()) * len(group)))
+        i = j
+    stats["padded_pairs"] = stats.get("padded_pairs", 0) + sum(p for _, p in groups)
+
+    def run(group: np.ndarray) -> None:
+        if len(group) == 1:  # a single cell: no padding (the fused kernel never forms the score block)
             k = group[0]
             kk = flat_t[offsets[k] : offsets[k + 1]]
             qi = perm_t[starts[chunk[k]] : starts[chunk[k] + 1]]
-            with _threads(threads if qi.numel() * kk.numel() >= PARALLEL_PAIRS else 1):
-                out[qi] = _sdpa(Bq[qi][None], X[kk][None], VX[kk][None], None, beta)[0]
-            stats["padded_pairs"] = stats.get("padded_pairs", 0) + qi.numel() * kk.numel()
+            out[qi] = _sdpa(Bq[qi][None], X[kk][None], VX[kk][None], None, beta)[0]
         else:
             kidx, kmask = _pad(flat_t, offsets, group)
             qidx, qmask = _pad(perm_t, starts, chunk[group])
             all_keys = bool(kmask.all())
-            with _threads(threads if qidx.numel() * kidx.shape[1] >= PARALLEL_PAIRS else 1):
-                avg = _sdpa(Bq[qidx], X[kidx], VX[kidx], None if all_keys else kmask, beta)
-            stats["padded_pairs"] = stats.get("padded_pairs", 0) + qidx.numel() * kidx.shape[1]
-            out[qidx[qmask]] = avg[qmask]
-        i = j
+            avg = _sdpa(Bq[qidx], X[kidx], VX[kidx], None if all_keys else kmask, beta)
+            out[qidx[qmask]] = avg[qmask]  # rows of different groups are disjoint
+
+    small = [g for g, p in groups if p < PARALLEL_PAIRS]
+    if threads > 1 and len(small) > 1 and X.device.type == "cpu":
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(run, small))
+    else:
+        for g in small:
+            run(g)
+    with _threads(threads):
+        for g, p in groups:
+            if p >= PARALLEL_PAIRS:
+                run(g)
 
 
 def velocity_truncated(
