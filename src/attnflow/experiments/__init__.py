@@ -172,11 +172,13 @@ def run_experiment(
 ):
     """Run `config`'s experiment. With `out`: write out/config.toml first, resume from out/parts/,
     then write out/result.zarr (atomically), out/summary.json and out/summary.md. Returns the Dataset.
+
+    progress: a Reporter (progress bars, messages); quiet=True uses a silent one instead.
     """
     from ..io import atomic_write_text, clean_stale, to_json, write_dataset
 
     exp = _experiment_of(config)
-    reporter = progress or Reporter()
+    reporter = Reporter() if quiet or progress is None else progress
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
