@@ -39,8 +39,8 @@ class TerminalConfig(SimulationConfig):
     init: Literal["uniform", "fibonacci"] = Field(
         "uniform", description="initial cloud: uniform or fibonacci"
     )
-    t_max: PositiveFloat = Field(40.0, description="final time (long: the terminal phase comes last)")
-    dt_save: PositiveFloat = Field(0.2, description="spacing of the saved times")
+    t_max: PositiveFloat = Field(20.0, description="final time (long: the terminal phase comes last)")
+    dt_save: PositiveFloat = Field(0.1, description="spacing of the saved times")
     eps: PositiveFloat = Field(0.1, description="angle (radians) defining 'near' an eigenspace")
     threshold: PositiveFloat = Field(0.5, description="terminal time: first t with mass_V >= threshold")
     n_keep: NonNegativeInt = Field(200, description="tokens whose positions are stored")
