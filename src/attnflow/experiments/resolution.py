@@ -2,9 +2,10 @@
 
 MATH.md, "Mean-field resolution": N tokens follow the mean-field equation only when their spacing is
 well below the softmax resolution beta^(-1/2). For each beta, N runs through N_min, 2 N_min, ... up
-to N_max and stops at the first doubling N -> 2N that changes min_t W2 by less than `tol` (relative)
-and t* by less than max(t_tol, one saved-time step): N_needed is that N (NaN when the ladder ends
-first, then `converged` is false).
+to N_max and stops once `streak` consecutive doublings N -> 2N each change min_t W2 by less than `tol`
+(relative) and t* by less than max(t_tol, one saved-time step): N_needed is the first N of that
+streak (NaN when the ladder ends first, then `converged` is false). One agreeing doubling is not
+enough: below resolution the curves barely move with N either.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class ResolutionConfig(SimulationConfig):
     dt_save: PositiveFloat = Field(0.05, description="spacing of the saved times")
     tol: PositiveFloat = Field(0.05, description="relative change of min W2 accepted between N and 2N")
     t_tol: PositiveFloat = Field(0.2, description="change of t* accepted between N and 2N (time units)")
+    streak: PositiveInt = Field(
+        2,
+        description="doublings in a row that must agree (1 is fooled: curves barely move below resolution)",
+    )
 
     @field_validator("betas")
     @classmethod
@@ -52,8 +57,11 @@ class ResolutionConfig(SimulationConfig):
 
     @model_validator(mode="after")
     def _ladder(self):
-        if self.N_max < 2 * self.N_min:
-            raise ValueError(f"N_max = {self.N_max} must be at least 2 N_min = {2 * self.N_min}")
+        if self.N_max < 2**self.streak * self.N_min:
+            raise ValueError(
+                f"N_max = {self.N_max} must be at least 2^streak N_min = {2**self.streak * self.N_min} "
+                f"(streak = {self.streak} doublings must agree)"
+            )
         return self
 
 
@@ -62,6 +70,7 @@ PRESETS = {
         "betas": [10.0, 30.0],
         "N_min": 16,
         "N_max": 64,
+        "streak": 1,
         "t_max": 3.0,
         "dt_save": 0.1,
         "integrator": "rk4",
@@ -111,13 +120,16 @@ def run(config: ResolutionConfig, out: Path | None = None, progress: Reporter | 
     start = time.perf_counter()
     Ns = ladder(config.N_min, config.N_max)
     betas = list(config.betas)
-    fp = fingerprint(config, exclude={"betas", "N_min", "N_max"})
+    fp = fingerprint(
+        config, exclude={"betas", "N_min", "N_max", "tol", "t_tol", "streak"}
+    )  # per-point inputs only
     reporter.overall(len(betas) * len(Ns), f"resolution: {len(betas)} betas, N = {Ns[0]}..{Ns[-1]}")
     min_w2 = np.full((len(betas), len(Ns)), np.nan)
     tstar = np.full_like(min_w2, np.nan)
     needed = np.full(len(betas), np.nan)
     timings: dict[str, float] = {}
     for i, beta in enumerate(betas):
+        streak = 0
         for j, N in enumerate(Ns):
             t0 = time.perf_counter()
             p = cached_part(
@@ -136,8 +148,10 @@ def run(config: ResolutionConfig, out: Path | None = None, progress: Reporter | 
                 reporter.info(
                     f"beta = {beta:g}, N = {Ns[j - 1]} -> {N}: min W2 changes {dw:.2%}, t* by {dt:.3g}"
                 )
-                if dw < config.tol and dt <= max(config.t_tol, config.dt_save):
-                    needed[i] = Ns[j - 1]
+                ok = dw < config.tol and dt <= max(config.t_tol, config.dt_save)
+                streak = streak + 1 if ok else 0
+                if streak >= config.streak:
+                    needed[i] = Ns[j - config.streak]
                     reporter.advance(len(Ns) - 1 - j)
                     break
         if math.isnan(needed[i]):
