@@ -264,3 +264,17 @@ def test_sigterm_mid_run_then_resume(tmp_path):
     for p, m in mtimes.items():
         assert (out / "parts" / p).stat().st_mtime_ns == m  # finished parts were not recomputed
     assert xr.open_zarr(out / "result.zarr").sizes["beta"] == 4
+
+
+def test_check_with_tokens(tmp_path):
+    pytest.importorskip("attnflow.assumptions")
+    from attnflow.sphere import sample_uniform
+
+    paths = _worked_files(tmp_path)
+    np.save(tmp_path / "X0.npy", sample_uniform(200, 3, seed=0))
+    result = invoke("check", *paths, "--x0", str(tmp_path / "X0.npy"), "--kind", "uniform", "--json")
+    assert result.exit_code == 0, result.output
+    assert "M1" in result.output or "M_1" in result.output
+    assert_clean_error(invoke("check", *paths, "--kind", "gaussian"), 2, "kind")
+    np.save(tmp_path / "X4.npy", sample_uniform(10, 4, seed=0))
+    assert_clean_error(invoke("check", *paths, "--x0", str(tmp_path / "X4.npy")), 2, "X4.npy")

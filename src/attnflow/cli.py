@@ -473,6 +473,10 @@ def check(
     x0: Annotated[
         Path | None, typer.Option("--x0", help="initial tokens (N, d) as .npy/.txt, for assumption 2")
     ] = None,
+    kind: Annotated[
+        str | None,
+        typer.Option(help="how X0 was drawn: uniform, vmf or points (assumption 3 needs a density)"),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
     """Report the theorem's assumptions for attention weights Q, K, V (MATH.md, "Assumptions").
@@ -504,7 +508,10 @@ def check(
         from .assumptions import check_assumptions
     except ImportError as err:
         raise _fail(f"attnflow.assumptions is not available ({err})", EXIT_FAILED) from None
-    report = check_assumptions(att, X0=X0)
+    try:
+        report = check_assumptions(att, X0=X0, kind=kind)
+    except ValueError as err:
+        raise _fail(f"--kind: {err}" if "kind" in str(err) else str(err), EXIT_USAGE) from None
     if json_out:
         from .io import to_json
 
