@@ -391,3 +391,15 @@ def test_heads_tiny(tmp_path):
 def test_heads_bad_checkpoint_names_it():
     with pytest.raises(ValueError, match="no_such_model"):
         REGISTRY["heads"].run(load_config("heads", ["checkpoint=no_such_model"]))
+
+
+def test_resolution_warning_only_when_unresolved():
+    from attnflow.experiments._config import Reporter
+    from attnflow.experiments.concentration import resolution_report
+
+    rep = Reporter()
+    ratios = resolution_report(10**6, 3, [10.0, 100.0], rep)
+    np.testing.assert_allclose(ratios, spacing(10**6, 3) * np.sqrt([10.0, 100.0]))
+    assert rep.warnings == [] and len(rep.messages) == 2
+    resolution_report(1000, 3, [10.0, 3000.0], rep)
+    assert len(rep.warnings) == 1 and "beta >= 3000" in rep.warnings[0]
