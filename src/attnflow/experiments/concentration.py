@@ -239,10 +239,13 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
 
     betas = np.asarray(config.betas)
     fits: dict[str, Any] = {
-        "t_star": fit_or_reason(fit_t_star, betas, ds.t_star.values),
+        # weights: half the near-minimal plateau, at least half a saved-time step
+        "t_star": fit_or_reason(fit_t_star, betas, ds.t_star.values, sigma=_t_star_sigma(ds, config.dt_save)),
         "min_w2": _power_fit(betas, ds.min_w2.values),
         "zero_temperature_rate": _rate_fit(times, ds.w2_zero.values, att),
     }
+    if "a" in fits["t_star"]:
+        fits["t_star"]["sigma"] = _t_star_sigma(ds, config.dt_save).tolist()
     if len(betas) >= 2:
         fits["theorem_bound"] = fit_or_reason(
             fit_theorem_bound, times, np.maximum(ds.w2.values, 1e-300), betas
@@ -266,6 +269,10 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     ds["mass_V"].attrs["long_name"] = f"fraction of tokens within {config.eps:g} rad of V's top eigenspace"
     ds["x"].attrs["long_name"] = "positions of a seeded subset of tokens (float32)"
     return ds
+
+
+def _t_star_sigma(ds, dt_save: float) -> np.ndarray:
+    return np.maximum(0.5 * (ds.t_star_hi.values - ds.t_star_lo.values), 0.5 * dt_save)
 
 
 def _power_fit(betas: np.ndarray, min_w2: np.ndarray) -> dict[str, Any]:
