@@ -106,6 +106,8 @@ def test_run_bad_config_file_exits_2(tmp_path):
     assert_clean_error(invoke("run", str(bad)), 2, "bad.toml", "N")
     assert_clean_error(invoke("run", str(tmp_path / "absent.toml")), 2, "absent.toml")
     assert_clean_error(invoke("run", "concentrashun"), 2, "unknown experiment")
+    (tmp_path / "afile").write_text("x")
+    assert_clean_error(invoke("run", "concentration-tiny", "--out", str(tmp_path / "afile")), 2, "afile")
 
 
 def test_run_failure_exits_1_and_interrupt_exits_130(tmp_path, monkeypatch):

@@ -222,6 +222,8 @@ def run(
     except ConfigError as err:
         raise _fail(str(err), EXIT_USAGE) from None
     out = out or _default_out(target)
+    if out.exists() and not out.is_dir():
+        raise _fail(f"--out {out}: exists and is not a folder", EXIT_USAGE)
     reporter = RichReporter(quiet=quiet)
     try:
         with _sigterm_as_interrupt():
