@@ -159,16 +159,22 @@ def _figures(ds: Any, summary: dict, out: Path, animation: bool, quiet: bool) ->
     except ImportError as err:
         typer.echo(f"attnflow: figures skipped: attnflow.plot is not available ({err})", err=True)
         return []
+    from contextlib import nullcontext
+
+    from rich.console import Console
+
     paths: list[Path] = []
+    status = nullcontext() if quiet else Console(stderr=True).status("drawing figures, animation and report")
     try:
-        paths = list(plot_run(ds, out / "figures"))
-        if animation and "x" in ds.variables and ds["x"].sizes.get("token", 0) > 0:
-            paths += list(animate(ds, out / "figures" / "tokens.gif"))
-        try:
-            from .report import write_report
-        except ImportError:
-            from .plot import write_report  # type: ignore[attr-defined,no-redef]
-        report = write_report(ds, summary, paths, out)
+        with status:
+            paths = list(plot_run(ds, out / "figures"))
+            if animation and "x" in ds.variables and ds["x"].sizes.get("token", 0) > 0:
+                paths += list(animate(ds, out / "figures" / "tokens.gif"))
+            try:
+                from .report import write_report
+            except ImportError:
+                from .plot import write_report  # type: ignore[attr-defined,no-redef]
+            report = write_report(ds, summary, paths, out)
         paths.append(Path(report))
     except Exception as err:  # figures never fail a finished run
         if _state["debug"]:
