@@ -403,3 +403,21 @@ def test_resolution_warning_only_when_unresolved():
     assert rep.warnings == [] and len(rep.messages) == 2
     resolution_report(1000, 3, [10.0, 3000.0], rep)
     assert len(rep.warnings) == 1 and "beta >= 3000" in rep.warnings[0]
+
+
+def test_concentration_curves_against_pot_at_every_time():
+    """Keep every token, then recompute W2 and the coupling bound from the stored positions."""
+    import ot
+
+    from attnflow.experiments._common import initial_cloud
+    from attnflow.model import worked_example
+    from attnflow.zero_temperature import project
+
+    ds = run_experiment(load_config("concentration", [*TINY, "n_keep=32", "t_max=1.5", "betas=[30]"]))
+    PiX0 = project(initial_cloud("uniform", 32, 3, 0), worked_example(1.0))
+    w = np.full(32, 1 / 32)
+    X = ds.x.sel(beta=30.0).values.astype(np.float64)  # float32 on disk: 1e-7 relative
+    pot = [math.sqrt(ot.emd2(w, w, ot.dist(Xk, PiX0))) for Xk in X]
+    np.testing.assert_allclose(ds.w2.sel(beta=30.0).values, pot, rtol=1e-5, atol=1e-6)
+    cb = np.sqrt(np.mean(np.sum((X - PiX0) ** 2, axis=-1), axis=-1))
+    np.testing.assert_allclose(ds.coupling_bound.sel(beta=30.0).values, cb, rtol=1e-5, atol=1e-6)
