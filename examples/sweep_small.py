@@ -16,7 +16,7 @@ from pathlib import Path
 
 import attnflow as af
 from attnflow.experiments import load_config
-from attnflow.sweep import show_sweep
+from attnflow.sweeps import show_sweep
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
-from attnflow.sweep import (
+from attnflow.sweeps import (
     check_grid,
     expand_grid,
     is_sweep_store,
@@ -246,7 +246,7 @@ def test_point_config_validates_and_maps_plural():
 
 def test_package_level_sweep_is_callable(tmp_path):
     import attnflow as af
-    import attnflow.sweep  # the submodule import rebinds `attnflow.sweep`: it must stay callable
+    import attnflow.sweeps  # the module is `sweeps`, so importing it leaves `attnflow.sweep` alone
 
     assert callable(af.sweep) and af.open_sweep is open_sweep
     with pytest.raises(TypeError, match="config must be"):
@@ -442,7 +442,7 @@ SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 from test_sweep import ToyConfig, run_slow
-from attnflow.sweep import sweep
+from attnflow.sweeps import sweep
 
 if __name__ == "__main__":
     res = sweep(ToyConfig(marker_dir={mk!r}), {grid!r}, store={store!r}, workers=2, run_fn=run_slow,
@@ -542,7 +542,7 @@ def test_half_written_point_is_recomputed(client, tmp_path):
 
 
 def test_stale_temporaries_are_cleaned(tmp_path):
-    from attnflow.sweep import _clean_temporaries, _Store
+    from attnflow.sweeps import _clean_temporaries, _Store
 
     points = tmp_path / "points"
     (points / ".seed=1.zarr.1a2b3c4d").mkdir(parents=True)
@@ -594,7 +594,7 @@ def test_command_bad_usage_exits_2(tmp_path, args, match):
 def test_command_exit_codes_failed_and_interrupted(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import attnflow.sweep as sw
+    import attnflow.sweeps as sw
 
     def failing(*a, **k):
         return sw.SweepResult(
@@ -623,7 +623,7 @@ def test_command_runs_concentration_grid(client, tmp_path):
     assert "4 run, 0 already done, 0 failed" in res.output and "t_star" in res.output
     assert (out / "figures" / "sweep.png").stat().st_size > 0
     # each task shares the host's cores with the other worker: cores // 2 torch threads
-    from attnflow.sweep import _cpus, _threads_on_host
+    from attnflow.sweeps import _cpus, _threads_on_host
 
     assert client.submit(_threads_on_host, pure=False).result() == 2
     entries = sweep_info(out)["entries"].values()

@@ -42,8 +42,8 @@ _API = {
     "theorem_bound": "fits",
     "fit_theorem_bound": "fits",
     "terminal_time": "fits",
-    "sweep": "sweep",
-    "open_sweep": "sweep",
+    "sweep": "sweeps",
+    "open_sweep": "sweeps",
 }
 
 __all__ = [*sorted(_API), "__version__"]

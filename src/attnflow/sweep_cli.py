@@ -1,4 +1,4 @@
-"""`attnflow sweep` and the sweep part of `attnflow show`: command-line front of `attnflow.sweep`.
+"""`attnflow sweep` and the sweep part of `attnflow show`: command-line front of `attnflow.sweeps`.
 
 `sweep_command` is a Typer-annotated function; the CLI registers it with `app.command("sweep")`.
 Exit codes: 0 every point done, 1 a point failed (or the cluster could not be reached),
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from .sweep import is_sweep_store, parse_grid, show_sweep
+from .sweeps import is_sweep_store, parse_grid, show_sweep
 
 __all__ = ["is_sweep_store", "show_sweep", "sweep_command"]
 
@@ -30,7 +30,7 @@ def _figures(store: str, quiet: bool) -> None:
         from .plot import plot_sweep
     except (ImportError, AttributeError):
         return
-    from .sweep import open_sweep
+    from .sweeps import open_sweep
 
     try:
         paths = plot_sweep(open_sweep(store), Path(store) / "figures")
@@ -70,7 +70,7 @@ def sweep_command(
     figures: Annotated[bool, typer.Option(help="draw the sweep figures into OUT/figures")] = True,
 ) -> None:
     """Run an experiment over a parameter grid on Dask; rerun the same command to resume."""
-    from .sweep import sweep
+    from .sweeps import sweep
 
     try:
         axes = parse_grid(grid or [])

@@ -28,7 +28,6 @@ import socket
 import sys
 import time
 import traceback
-import types
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -994,14 +993,3 @@ def show_sweep(store: str | os.PathLike, width: int = 120) -> str:
             last = e["error"].strip().splitlines()[-1]
             con.print(f"FAILED {key} after {e.get('attempts', 0)} attempts: {last}")
     return buf.getvalue()
-
-
-# `attnflow.sweep` names both this module and its function: once the module is imported, Python
-# sets the package attribute `attnflow.sweep` to the module, hiding the lazily exported function.
-# A callable module keeps `attnflow.sweep(config, grid, ...)` working either way.
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> SweepResult:
-        return sweep(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
