@@ -222,10 +222,9 @@ def find_atoms(
         labels[rest[same]] = len(first)
         first.append(int(rest[0]))
         rest = rest[~same]
-    inverse = labels
     atoms = Y[first]
-    masses = np.bincount(inverse, weights=b, minlength=len(first))
-    snap = float(np.max(np.linalg.norm(Y - atoms[inverse], axis=1)))
+    masses = np.bincount(labels, weights=b, minlength=len(first))
+    snap = float(np.max(np.linalg.norm(Y - atoms[labels], axis=1)))
     return atoms, masses, snap
 
 
@@ -410,7 +409,22 @@ def _exact_sq(X, Y, a, b, cost, uniform: bool) -> tuple[float, str]:
     return _emd(a, b, M), "network-simplex"
 
 
+# Why a hand-written Sinkhorn and not POT's (measured with POT 0.9.7, SciPy 1.17, N = K = 300 and
+# 1000 uniform on S^2, default reg, one process, same bracket code):
+# - ot.sinkhorn(method="sinkhorn_log") gives the same potentials and bracket but has no
+#   over-relaxation or eps-scaling warm start: about 1900 iterations for the (a, b) problem instead
+#   of 155, and over 5000 (unconverged) for the symmetric ones; each iteration is also ~10x slower
+#   (scipy.special.logsumexp: 5.4 ms vs 0.5 ms for a 300 x 300 matrix). w2 took 75 s instead of
+#   0.9 s at N = 300 and reported converged=False; at N = 1000, 64 ms per iteration (minutes).
+# - method="sinkhorn_stabilized" (matrix-vector products) returns a zero plan at N = 1000 (the
+#   kernel underflows). method="sinkhorn_epsilon_scaling" solves the (a, b) problem at N = 300 in
+#   0.5 s but leaves the symmetric (a, a) one unconverged after 50,000 iterations, and at N = 1000
+#   did not finish the (a, b) problem in 400 s.
+# POT stays the independent reference in the tests (same plan and entropic value).
+
+
 def _lse(Z: np.ndarray, axis: int) -> np.ndarray:
+    """log sum exp along axis (NumPy; ~10x faster here than scipy.special.logsumexp)."""
     m = Z.max(axis=axis, keepdims=True)
     return (m + np.log(np.exp(Z - m).sum(axis=axis, keepdims=True))).squeeze(axis)
 
