@@ -413,7 +413,7 @@ def _exact_sq(X, Y, a, b, cost, uniform: bool) -> tuple[float, str]:
 # 1000 uniform on S^2, default reg, one process, same bracket code):
 # - ot.sinkhorn(method="sinkhorn_log") gives the same potentials and bracket but has no
 #   over-relaxation or eps-scaling warm start: about 1900 iterations for the (a, b) problem instead
-#   of 155, and over 5000 (unconverged) for the symmetric ones; each iteration is also ~10x slower
+#   of 155, and a symmetric one hit the 5000-iteration cap unconverged; each iteration is ~10x slower
 #   (scipy.special.logsumexp: 5.4 ms vs 0.5 ms for a 300 x 300 matrix). w2 took 75 s instead of
 #   0.9 s at N = 300 and reported converged=False; at N = 1000, 64 ms per iteration (minutes).
 # - method="sinkhorn_stabilized" (matrix-vector products) returns a zero plan at N = 1000 (the
