@@ -377,3 +377,20 @@ def test_bad_input_errors():
         resolution_ratio(100, 3, 0.0)
     with pytest.raises(ValueError, match="X_t"):
         coupling_bound(np.ones(3), X)
+
+
+def test_two_atom_path_has_no_cancellation_floor():
+    """Tokens within 1e-9 of +-u: W2 to the two atoms is about 1e-9, not a rounding floor ~1e-7."""
+    from attnflow.metrics import coupling_bound, w2_to_target
+
+    rng = np.random.default_rng(0)
+    N, d = 50_000, 3
+    u = np.array([1.0, 0.0, 0.0])
+    signs = np.where(rng.random(N) < 0.5, 1.0, -1.0)
+    target = signs[:, None] * u
+    X = target + 1e-9 * rng.standard_normal((N, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    value = w2_to_target(X[None], target).values[0]
+    bound = coupling_bound(X, target)
+    assert 0 < value <= bound * (1 + 1e-6)
+    assert value > 0.5 * bound  # each token is nearest its own atom: W2 equals the bound here

@@ -233,14 +233,15 @@ def _two_atom_cost(a: np.ndarray, C: np.ndarray, b: np.ndarray) -> float:
 
     The cost is sum_i a_i C_i2 + sum_i pi_i1 (C_i1 - C_i2) with 0 <= pi_i1 <= a_i, sum pi_i1 = b_1: a
     fractional knapsack. Sending mass to atom 1 in increasing order of C_i1 - C_i2 (a sort) is
-    optimal; the token where the cumulative mass passes b_1 is split.
+    optimal; the token where the cumulative mass passes b_1 is split.  The cost is summed as
+    sum pi_i1 C_i1 + (a_i - pi_i1) C_i2, all terms >= 0: no cancellation when W2 is tiny.
     """
-    D = C[:, 0] - C[:, 1]
-    order = np.argsort(D)
+    order = np.argsort(C[:, 0] - C[:, 1])
     a_sorted = a[order]
     before = np.cumsum(a_sorted) - a_sorted  # mass sent ahead of each token
     to_first = np.clip(b[0] - before, 0.0, a_sorted)
-    return float(a @ C[:, 1] + to_first @ D[order])
+    Cs = C[order]
+    return float(to_first @ Cs[:, 0] + (a_sorted - to_first) @ Cs[:, 1])
 
 
 def _atoms_cost(a: np.ndarray, X: np.ndarray, atoms: np.ndarray, masses: np.ndarray, cost: str) -> tuple:
