@@ -42,6 +42,8 @@ _API = {
     "theorem_bound": "fits",
     "fit_theorem_bound": "fits",
     "terminal_time": "fits",
+    "load_config": "experiments",
+    "run_experiment": "experiments",
     "sweep": "sweeps",
     "open_sweep": "sweeps",
 }
