@@ -10,7 +10,8 @@ decides in two steps, both cheap next to one dense evaluation:
    exponentials): clustered or hot states (fraction > SKIP_FRACTION) go to "sdpa" at once;
 2. otherwise the truncated kernel's own plan (tree, nearest neighbours, cells, ball counts, no
    exponentials) counts the pairs it would evaluate; "truncated" is chosen when that is at most
-   PAIRS_MAX[d] of N^2, a threshold measured on this kind of machine (benchmarks/scale.py).
+   PAIRS_MAX[d] of N^2 (more from N = LARGE_N on), thresholds measured on this kind of machine
+   (benchmarks/scale.py, docs/benchmarks.md).
 
 The integrator re-decides every few steps as the tokens move.
 """
@@ -32,10 +33,11 @@ if TYPE_CHECKING:
 TRUNCATED_MAX_D = 6  # cells of directions stop paying off in higher dimension
 TRUNCATED_MIN_N = 4096  # below this the dense kernel takes milliseconds: no decision needed
 SKIP_FRACTION = 0.25  # a larger sampled kept fraction means "sdpa" without planning
-# largest fraction of the N^2 pairs the truncated kernel may evaluate and still be chosen, by d.  Per
-# core its time is about (overhead + 1.3 pairs / N^2) times the dense time for d <= 4 (more above),
-# but its many small blocks run on one thread where the dense kernel uses all: hence the margin
+# largest fraction of the N^2 pairs the truncated kernel may evaluate and still be chosen, by d.
+# Measured (d = 3, benchmarks/scale.py), truncated / dense time: 0.93 at 36 % of the pairs and
+# N = 16384, 0.60 at 29 % and N = 65536, 0.04 at 0.5 %; higher d costs more per pair (ball queries)
 PAIRS_MAX = {2: 0.2, 3: 0.2, 4: 0.15, 5: 0.08, 6: 0.05}
+LARGE_N, LARGE_N_FACTOR = 32768, 1.5  # from N = LARGE_N on, the fixed overhead matters less
 SAMPLE = 256  # queries per decision (all clouds of a batch together)
 
 
@@ -75,7 +77,7 @@ def choose_kernel(X: torch.Tensor, att: Attention) -> str:
 
     "zero" when beta = inf; "truncated" when d <= TRUNCATED_MAX_D, N >= TRUNCATED_MIN_N, the
     sampled kept fraction is <= SKIP_FRACTION and the truncated kernel would evaluate at most
-    PAIRS_MAX[d] of the N^2 pairs; "sdpa" otherwise.
+    PAIRS_MAX[d] of the N^2 pairs (LARGE_N_FACTOR times that from N = LARGE_N on); "sdpa" otherwise.
     """
     if math.isinf(att.beta):
         return "zero"
@@ -89,4 +91,5 @@ def choose_kernel(X: torch.Tensor, att: Attention) -> str:
     from .truncated import candidate_pairs
 
     M = X.shape[0] if X.dim() == 3 else 1
-    return "truncated" if candidate_pairs(X, att) <= PAIRS_MAX[d] * M * N * N else "sdpa"
+    limit = PAIRS_MAX[d] * (LARGE_N_FACTOR if N >= LARGE_N else 1.0)
+    return "truncated" if candidate_pairs(X, att) <= limit * M * N * N else "sdpa"
