@@ -331,7 +331,8 @@ def test_plot_run_dispatch(conc3, tmp_path, recorded):
     recorded.clear()
     plot.plot_run(make_layers(), tmp_path)
     plot.plot_run(make_resolution(), tmp_path)
-    assert recorded == ["plot_layers", "plot_resolution"]
+    plot.plot_run(make_heads(), tmp_path)
+    assert recorded == ["plot_layers", "plot_resolution", "plot_heads"]
     recorded.clear()
     plot.plot_run(make_sweep(), tmp_path)  # extra dims (N, seed): the sweep figure
     assert recorded == ["plot_sweep"]
@@ -368,6 +369,74 @@ def test_missing_variable_other_experiments(tmp_path):
         plot.plot_layers(make_layers().drop_vars("h"), tmp_path)
     with pytest.raises(ValueError, match=r"plot_resolution needs variable\(s\) \['t_star'\]"):
         plot.plot_resolution(make_resolution().drop_vars("t_star"), tmp_path)
+
+
+# --- pretrained heads -----------------------------------------------------------------------------
+
+
+def make_heads(heads=(-1, 0, 1, 2), T=11, model=True, n_tokens=9):
+    """A Dataset with the heads schema: whole layer (head = -1) and a few heads."""
+    t = np.linspace(0.0, 2.0, T)
+    heads = np.asarray(heads)
+    k = np.arange(len(heads))[:, None]
+    data = {
+        "mass_S": (("head", "time"), np.clip(0.1 * k * t[None] / 2, 0, 1)),
+        "mass_V": (("head", "time"), np.zeros((len(heads), T))),
+        "alignment": (("head", "time"), 0.2 + 0.0 * k * t[None]),
+        "diameter": (("head", "time"), 1.5 * np.exp(-0.5 * (heads[:, None] == -1) * t[None])),
+        "w2_pi_S": (("head", "time"), 1.3 - 0.01 * (k + 1) * t[None]),
+        "pi_undefined": (("head",), np.zeros(len(heads), dtype=int)),
+        "beta_eff": (("head",), np.full(len(heads), 12.6)),
+    }
+    if model:
+        w2m = 0.5 + 0.1 * (t[None] - 0.2 * (k + 1)) ** 2
+        i = np.argmin(w2m, axis=1)
+        data["w2_model"] = (("head", "time"), w2m)
+        data["t_model"] = (("head",), t[i])
+        data["w2_model_min"] = (("head",), w2m[np.arange(len(heads)), i])
+        data["w2_model_ref"] = ((), float(w2m[0, 0]))
+    cfg = {"experiment": "heads", "checkpoint": "/some/where/minilm", "layer": 2, "eps": 0.3, "text": "a b c"}
+    return xr.Dataset(
+        data,
+        coords={"head": heads, "time": t, "token": np.arange(n_tokens)},
+        attrs={"experiment": "heads", "config": json.dumps(cfg)},
+    )
+
+
+@pytest.mark.parametrize("model", [True, False])
+def test_plot_heads_writes_png_and_pdf(tmp_path, model):
+    _check_files(plot.plot_heads(make_heads(model=model), tmp_path, dpi=DPI), ["heads"])
+    with PIL_Image.open(tmp_path / "heads.png") as im:
+        assert im.size[0] > im.size[1] > 100  # a grid of panels, wider than tall
+
+
+def test_plot_heads_through_plot_run_and_title(tmp_path):
+    ds = make_heads(heads=(-1, *range(12)))  # all heads of a MiniLM layer: more than LEGEND_MAX lines
+    _check_files(plot.plot_run(ds, tmp_path, dpi=DPI), ["heads"])
+    title = plot._heads_title(ds, "what").splitlines()
+    assert title[0] == "what"
+    assert title[1] == "heads: checkpoint minilm, layer 2, N = 9 tokens, β = 12.6, “a b c”"
+
+
+@pytest.mark.parametrize("var", ["mass_S", "mass_V", "w2_pi_S", "diameter"])
+def test_plot_heads_missing_variable_is_a_clear_error(tmp_path, var):
+    with pytest.raises(ValueError, match=rf"plot_heads needs variable\(s\) \['{var}'\]"):
+        plot.plot_heads(make_heads().drop_vars(var), tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_plot_heads_wrong_dims(tmp_path):
+    ds = make_heads()
+    ds["w2_model"] = ds["w2_model"].isel(time=0)
+    with pytest.raises(ValueError, match=r"plot_heads needs ds\['w2_model'\] with dims \('head', 'time'\)"):
+        plot.plot_heads(ds, tmp_path)
+
+
+def test_plot_heads_survives_nan_w2(tmp_path):
+    """A head whose Pi_S is undefined for every token has NaN W2: a gap on the log axis, not a crash."""
+    ds = make_heads()
+    ds["w2_pi_S"][1] = np.nan
+    _check_files(plot.plot_heads(ds, tmp_path, dpi=DPI), ["heads"])
 
 
 # --- sweeps ---------------------------------------------------------------------------------------
