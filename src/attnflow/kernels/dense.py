@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..model import Attention
 
 BLOCK_ELEMENTS = 2**22  # scores per block in velocity_blocked (32 MiB in float64)
+PAD_TO = 16  # float32 sdpa pads d up to this many columns (measured 1.45x faster at d = 3 on CPU)
 
 
 def tangent(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
@@ -73,7 +74,11 @@ def field_sdpa(Y: torch.Tensor, X: torch.Tensor, att: Attention) -> torch.Tensor
     q = (Y3 @ B).unsqueeze(1).contiguous()
     k = X3.unsqueeze(1).contiguous()
     v = (X3 @ V.T).unsqueeze(1).contiguous()
-    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=beta).squeeze(1)
+    d = q.shape[-1]
+    if q.dtype == torch.float32 and d < PAD_TO:
+        # zero columns change no score and no value; the fused float32 kernel is faster on them
+        q, k, v = (torch.nn.functional.pad(a, (0, PAD_TO - d)) for a in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=beta).squeeze(1)[..., :d]
     out = tangent(Y3, out)
     return out.squeeze(0) if squeeze else out
 
@@ -98,6 +103,9 @@ def field_blocked(Y: torch.Tensor, X: torch.Tensor, att: Attention, block: int |
         q = Y3[:, s : s + block] @ B  # (M, b, d)
         S = torch.matmul(q, Kt).mul_(beta)  # (M, b, N) scores beta y_i^T B x_j, one buffer
         S -= S.amax(dim=-1, keepdim=True)
+        # weights below e^-80 (float32) / e^-700 (float64) change a row sum by at most N e^-80
+        # relative; clamping keeps exp out of libm's slow underflow path
+        S.clamp_(min=-80.0 if S.dtype == torch.float32 else -700.0)
         S.exp_()
         out[:, s : s + block] = (S @ VX) / S.sum(dim=-1, keepdim=True)
     out = tangent(Y3, out)
