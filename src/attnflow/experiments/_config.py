@@ -9,12 +9,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, ValidationError
 
 Kernel = Literal["auto", "sdpa", "blocked", "truncated"]
 Integrator = Literal["adaptive", "rk4", "heun", "euler"]
+
+
+# an angle in radians defining 'near' a subspace
+Angle = Annotated[float, Field(gt=0.0, le=math.pi / 2)]
 
 
 class ConfigError(ValueError):

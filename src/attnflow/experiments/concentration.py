@@ -30,7 +30,7 @@ from ._common import (
     token_subset,
     torch_threads,
 )
-from ._config import Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from ._config import Angle, Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
 
 # Below this mean-field resolution ratio (token spacing / softmax angular scale) N counts as enough.
 RATIO_OK = 1.0
@@ -49,7 +49,7 @@ class ConcentrationConfig(SimulationConfig):
     )
     t_max: PositiveFloat = Field(12.0, description="final time (t* grows like log beta; late phase after it)")
     dt_save: PositiveFloat = Field(0.1, description="spacing of the saved times (resolution of t*)")
-    eps: PositiveFloat = Field(0.1, description="angle (radians) defining 'near' an eigenspace for mass_A/V")
+    eps: Angle = Field(0.1, description="angle (radians) defining 'near' an eigenspace for mass_A/V")
     n_keep: NonNegativeInt = Field(
         200, description="tokens whose positions are stored (snapshots, animation)"
     )
@@ -61,13 +61,6 @@ class ConcentrationConfig(SimulationConfig):
     @classmethod
     def _betas(cls, v: list[float]) -> list[float]:
         return check_betas(v)
-
-    @field_validator("eps")
-    @classmethod
-    def _eps(cls, v: float) -> float:
-        if v > math.pi / 2:
-            raise ValueError(f"eps is an angle in (0, pi/2] radians, got {v}")
-        return v
 
 
 PRESETS = {

@@ -15,13 +15,12 @@ residual bookkeeping and no other heads).
 from __future__ import annotations
 
 import importlib
-import math
 import time
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat
 
 from ._common import (
     base_attrs,
@@ -32,7 +31,7 @@ from ._common import (
     time_grid,
     torch_threads,
 )
-from ._config import Reporter, SimulationConfig, cached_part, fingerprint, part_name
+from ._config import Angle, Reporter, SimulationConfig, cached_part, fingerprint, part_name
 
 WHOLE_LAYER = -1  # value of the `head` coordinate for the whole layer
 #: Tokens with |P_S x| at or below this have no Pi_S(x): they are left out of W2 to (Pi_S)_# rho_0.
@@ -55,17 +54,10 @@ class HeadsConfig(SimulationConfig):
     beta_scale: PositiveFloat = Field(1.0, description="multiplies each head's beta_eff")
     t_max: PositiveFloat = Field(5.0, description="final time")
     dt_save: PositiveFloat = Field(0.05, description="spacing of the saved times")
-    eps: PositiveFloat = Field(0.3, description="angle (radians) defining 'near' an eigenspace")
+    eps: Angle = Field(0.3, description="angle (radians) defining 'near' an eigenspace")
     compare_model: bool = Field(
         True, description="also W2 to the model's own token states after the layer (a comparison)"
     )
-
-    @field_validator("eps")
-    @classmethod
-    def _eps(cls, v: float) -> float:
-        if v > math.pi / 2:
-            raise ValueError(f"eps is an angle in (0, pi/2] radians, got {v}")
-        return v
 
 
 PRESETS = {

@@ -8,7 +8,6 @@ eigenspace (largest real part) first reaches `threshold`; V's top eigenspace by 
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -27,7 +26,7 @@ from ._common import (
     token_subset,
     torch_threads,
 )
-from ._config import Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from ._config import Angle, Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
 
 
 class TerminalConfig(SimulationConfig):
@@ -41,7 +40,7 @@ class TerminalConfig(SimulationConfig):
     )
     t_max: PositiveFloat = Field(20.0, description="final time (long: the terminal phase comes last)")
     dt_save: PositiveFloat = Field(0.1, description="spacing of the saved times")
-    eps: PositiveFloat = Field(0.1, description="angle (radians) defining 'near' an eigenspace")
+    eps: Angle = Field(0.1, description="angle (radians) defining 'near' an eigenspace")
     threshold: PositiveFloat = Field(0.5, description="terminal time: first t with mass_V >= threshold")
     n_keep: NonNegativeInt = Field(200, description="tokens whose positions are stored")
 
@@ -49,13 +48,6 @@ class TerminalConfig(SimulationConfig):
     @classmethod
     def _betas(cls, v: list[float]) -> list[float]:
         return check_betas(v)
-
-    @field_validator("eps")
-    @classmethod
-    def _eps(cls, v: float) -> float:
-        if v > math.pi / 2:
-            raise ValueError(f"eps is an angle in (0, pi/2] radians, got {v}")
-        return v
 
     @field_validator("threshold")
     @classmethod
