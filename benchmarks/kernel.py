@@ -20,36 +20,20 @@ import time
 
 import numpy as np
 import torch
+from _rss import reset_peak, status_kib
 
 import attnflow as af
 from attnflow.kernels.dense import velocity_blocked, velocity_sdpa
 
 
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def measure(fn, repeats_s: float = 0.5, max_repeats: int = 5) -> tuple[float, float]:
     """(best wall time per call in s, peak RSS growth in MiB) of fn(); fn already warmed up."""
-    ok = _reset_peak()
-    base = _status_kib("VmRSS")
+    ok = reset_peak()
+    base = status_kib("VmRSS")
     t0 = time.perf_counter()
     fn()
     best = time.perf_counter() - t0
-    peak = (_status_kib("VmHWM") - base) / 1024 if ok else float("nan")
+    peak = (status_kib("VmHWM") - base) / 1024 if ok else float("nan")
     n = min(max_repeats, int(repeats_s / max(best, 1e-9)))
     for _ in range(n):
         t0 = time.perf_counter()

@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 import torch
+from _rss import reset_peak, status_kib
 
 import attnflow as af
 from attnflow.integrate import AUTO_EVERY
@@ -38,31 +39,14 @@ from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.truncated import velocity_truncated
 
 
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def measure(fn, budget_s: float = 3.0, max_repeats: int = 3) -> tuple[float, float, float]:
     """(best wall s, CPU s of that call, peak RSS growth MiB) of fn(); fn already warmed up."""
-    ok = _reset_peak()
-    base = _status_kib("VmRSS")
+    ok = reset_peak()
+    base = status_kib("VmRSS")
     c0, t0 = time.process_time(), time.perf_counter()
     fn()
     best, cpu = time.perf_counter() - t0, time.process_time() - c0
-    peak = (_status_kib("VmHWM") - base) / 1024 if ok else float("nan")
+    peak = (status_kib("VmHWM") - base) / 1024 if ok else float("nan")
     for _ in range(min(max_repeats - 1, int(budget_s / max(best, 1e-9)))):
         c0, t0 = time.process_time(), time.perf_counter()
         fn()
