@@ -19,11 +19,14 @@ import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from .experiments._config import ConfigError, Reporter
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 app = typer.Typer(
     name="attnflow",
@@ -279,7 +282,7 @@ def _type_name(ann: Any) -> str:
     return getattr(ann, "__name__", str(ann))
 
 
-def _describe(Config: type) -> list[tuple[str, str, str, str]]:
+def _describe(Config: type[BaseModel]) -> list[tuple[str, str, str, str]]:
     rows = []
     for name, f in Config.model_fields.items():
         if name == "experiment":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -125,7 +125,16 @@ def t_star(t: Any, w2: Any, rel_tol: float = 0.05) -> TStar:
 # ---------------------------------------------------------------------------- linear fits
 
 
-def _linfit(x: np.ndarray, y: np.ndarray, sigma: np.ndarray | None) -> dict[str, float]:
+class _Line(TypedDict):
+    intercept: float
+    slope: float
+    intercept_err: float
+    slope_err: float
+    r2: float
+    n: int
+
+
+def _linfit(x: np.ndarray, y: np.ndarray, sigma: np.ndarray | None) -> _Line:
     """Weighted least squares y = intercept + slope x with standard errors (scaled by the residual
     variance, as scipy's curve_fit with absolute_sigma=False); errors are NaN with 2 points."""
     n = x.size
@@ -325,7 +334,7 @@ def fit_theorem_bound(t: Any, w2: Any, beta: Any) -> BoundFit:
         raise ValueError("w2 must be finite and > 0 (its logarithm is fitted)")
     if t.size < 3:
         raise ValueError("need at least 3 saved times to fit the bound")
-    a = temperature_scale(betas)[:, None]
+    a = np.asarray(temperature_scale(betas))[:, None]
     logW = np.log(W)
 
     def model_log(theta):

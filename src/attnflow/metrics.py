@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -589,6 +589,55 @@ def _subsample(X, Y, a, b, cost, n_sub, repeats, seed, uniform_a, uniform_b) -> 
 # ----------------------------------------------------------------------------------------- w2
 
 
+@overload
+def w2(
+    X: Any,
+    Y: Any,
+    cost: str = ...,
+    method: str = ...,
+    a: Any = ...,
+    b: Any = ...,
+    reg: float | None = ...,
+    n_sub: int | None = ...,
+    seed: SeedLike = ...,
+    log: Literal[False] = ...,
+    repeats: int = ...,
+) -> float: ...
+
+
+@overload
+def w2(
+    X: Any,
+    Y: Any,
+    cost: str = ...,
+    method: str = ...,
+    a: Any = ...,
+    b: Any = ...,
+    reg: float | None = ...,
+    n_sub: int | None = ...,
+    seed: SeedLike = ...,
+    *,
+    log: Literal[True],
+    repeats: int = ...,
+) -> tuple[float, W2Info]: ...
+
+
+@overload
+def w2(
+    X: Any,
+    Y: Any,
+    cost: str = ...,
+    method: str = ...,
+    a: Any = ...,
+    b: Any = ...,
+    reg: float | None = ...,
+    n_sub: int | None = ...,
+    seed: SeedLike = ...,
+    log: bool = ...,
+    repeats: int = ...,
+) -> float | tuple[float, W2Info]: ...
+
+
 def w2(
     X: Any,
     Y: Any,
@@ -714,6 +763,7 @@ def w2_to_target(
     values, infos = [], []
     for X in flat:
         if too_big:
+            assert fallback is not None  # too_big without a fallback raised above
             v, info = w2(X, T, cost=cost, method=fallback, b=b, log=True, **options)
         else:
             v, info = _exact(X, T, a, bw, cost, uniform, atoms=atoms)

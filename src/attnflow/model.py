@@ -80,7 +80,7 @@ def top_eigenspace(M: np.ndarray, by: str = "real") -> EigenSpace:
     """
     if by not in ("real", "magnitude"):
         raise ValueError(f"by must be 'real' or 'magnitude', got {by!r}")
-    if np.allclose(M, M.T, rtol=0, atol=SYMMETRY_TOL * max(np.linalg.norm(M), 1e-300)):
+    if np.allclose(M, M.T, rtol=0, atol=SYMMETRY_TOL * max(float(np.linalg.norm(M)), 1e-300)):
         w, U = np.linalg.eigh((M + M.T) / 2)
         idx = _top_group(w, w if by == "real" else np.abs(w))
         return EigenSpace(w[idx][::-1].copy(), U[:, idx][:, ::-1].copy())

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from mpl_toolkits.mplot3d import Axes3D
 
 __all__ = [
     "animate",
@@ -200,7 +201,7 @@ def _beta_legend(fig: Figure, ax: Axes, betas: np.ndarray, cmap: str = BETA_CMAP
     sm = ScalarMappable(BoundaryNorm(np.arange(n + 1) - 0.5, n), colors)
     cb = fig.colorbar(sm, ax=ax)
     ticks = np.unique(np.linspace(0, n - 1, min(n, 6)).round().astype(int))
-    cb.set_ticks(ticks)
+    cb.set_ticks(ticks.tolist())
     cb.set_ticklabels([_fmt(float(betas[i])) for i in ticks])
     cb.set_label(label)
     beta_labels = {_beta_label(float(b)) for b in betas}
@@ -264,7 +265,7 @@ def _theorem_bound_curves(ax: Axes, ds: xr.Dataset, t, betas, styles, w2) -> Non
     with the y range kept to the data's (the bound grows without limit)."""
     fit = _json_attr(ds, "fits").get("theorem_bound")
     K1, K2, C1, c = (_pick(fit, (k,)) for k in ("K1", "K2", "C1", "c"))
-    if None in (K1, K2, C1, c):
+    if K1 is None or K2 is None or C1 is None or c is None:
         return
     first = True
     for i, b in enumerate(betas):
@@ -623,10 +624,10 @@ def _v_direction(ds: xr.Dataset, d: int) -> np.ndarray | None:
     return M[:, 0] / np.linalg.norm(M[:, 0])
 
 
-V_STYLE = {"ls": "", "marker": "D", "ms": 8, "mfc": "none", "mec": "0.35", "mew": 1.2}
+V_STYLE: dict[str, Any] = {"ls": "", "marker": "D", "ms": 8, "mfc": "none", "mec": "0.35", "mew": 1.2}
 
 
-def _sphere_axes(ax: Axes, U: np.ndarray, labels: list[str], v: np.ndarray | None = None) -> None:
+def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | None = None) -> None:
     """A 3-D axes with a light wireframe sphere and the axes +-u_k drawn through it (only A's
     eigenvectors u_k; the principal axis w1 when there are none); +-v1 (V's top) when given."""
     n_u = max(sum(lab.startswith("u") for lab in labels), 1)
@@ -1099,7 +1100,7 @@ def plot_heads(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]
     `t_model`, `w2_model_min` (head), `w2_model_ref` (), `beta_eff` (head).  Writes heads.png / .pdf.
     """
     need = ["mass_S", "mass_V", "w2_pi_S", "diameter"]
-    dims = {v: HEADS_DIMS for v in [*need, "w2_model"]}
+    dims: dict[str, tuple[str, ...]] = {v: HEADS_DIMS for v in [*need, "w2_model"]}
     dims.update({v: ("head",) for v in ("t_model", "w2_model_min", "beta_eff")})
     _require(ds, need, "plot_heads", dims)
     t = np.asarray(ds["time"].values, dtype=float)
@@ -1212,12 +1213,12 @@ def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]
         for ax, var in zip(axes[0], ("t_star", "min_w2"), strict=True):
             a = ds[var].isel(sel)
             a = a.transpose("beta", *(["seed"] if "seed" in dims else []))
-            v = np.asarray(a.values, dtype=float).reshape(len(betas), -1)
+            vals = np.asarray(a.values, dtype=float).reshape(len(betas), -1)
             if var == "min_w2":
-                v = _positive(v)
+                vals = _positive(vals)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN, wanted
-                med, lo, hi = np.nanmedian(v, 1), np.nanmin(v, 1), np.nanmax(v, 1)
+                med, lo, hi = np.nanmedian(vals, 1), np.nanmin(vals, 1), np.nanmax(vals, 1)
             st = styles[ci]
             ax.errorbar(
                 betas,

@@ -33,7 +33,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 
@@ -118,6 +118,12 @@ class Checkpoint:
     _get: Callable[[str], Any] = field(repr=False)
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
+    @overload
+    def array(self, key: str, required: Literal[True] = ...) -> np.ndarray: ...
+
+    @overload
+    def array(self, key: str, required: bool) -> np.ndarray | None: ...
+
     def array(self, key: str, required: bool = True) -> np.ndarray | None:
         """Tensor `key` as float64 NumPy, cached; None (or CheckpointError if required) when absent."""
         if key not in self._cache:
@@ -138,6 +144,12 @@ class Checkpoint:
                 raise CheckpointError(f"checkpoint {self.source}: tensor {key!r} contains NaN or inf")
             self._cache[key] = a
         return self._cache[key]
+
+    @overload
+    def layer_array(self, layer: int, name: str, required: Literal[True] = ...) -> np.ndarray: ...
+
+    @overload
+    def layer_array(self, layer: int, name: str, required: bool) -> np.ndarray | None: ...
 
     def layer_array(self, layer: int, name: str, required: bool = True) -> np.ndarray | None:
         """Per-layer tensor by its MATH name (W_Q, b_Q, ..., see _BERT_LAYER), float64."""
@@ -313,7 +325,7 @@ def open_checkpoint(checkpoint: Any, num_heads: int | None = None) -> Checkpoint
     if num_heads is not None:
         num_heads = int(check_positive(num_heads, "num_heads", integer=True))
     keys = frozenset(state)
-    bert = {}
+    bert: dict[str, set[int]] = {}
     for k in keys:
         m = _BERT_QUERY.match(k)
         if m:
@@ -367,7 +379,7 @@ def _natural_key(s: str) -> list[Any]:
 
 def _validate_shapes(ck: Checkpoint) -> int:
     """Check every layer's attention tensors exist with consistent shapes; return d."""
-    d = None
+    d: int | None = None
     for i in range(ck.num_layers):
         if ck.layout == "mha":
             W = ck.array(ck.layers[i] + "in_proj_weight")
@@ -389,6 +401,7 @@ def _validate_shapes(ck: Checkpoint) -> int:
                 raise CheckpointError(
                     f"checkpoint {ck.source}: layer {i} {name} has shape {b.shape}, expected ({d},)"
                 )
+        assert d is not None  # set by the attention tensors above
         if d % ck.num_heads[i]:
             raise CheckpointError(
                 f"checkpoint {ck.source}: width d = {d} is not divisible by num_heads = {ck.num_heads[i]}"
@@ -524,8 +537,8 @@ def load_heads(
             r, src = norm, "given"
         elif states is not None:
             r, src = float(np.median(np.linalg.norm(states[i], axis=1))), "median |h| of the text's tokens"
-        elif (r := _layer_norm_scale(ck, i)) is not None:
-            src = "layer norm sqrt(|gamma|^2+|b|^2)"
+        elif (scale := _layer_norm_scale(ck, i)) is not None:
+            r, src = scale, "layer norm sqrt(|gamma|^2+|b|^2)"
         else:
             r, src = math.sqrt(ck.d), "sqrt(d) (no layer norm or text)"
         out.append(_build_layer(i, _layer_weights(ck, i), ck.num_heads[i], r, src))
@@ -754,7 +767,9 @@ def _spectra(att: Attention) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
         ws, Us = ws[::-1].copy(), Us[:, ::-1]
     else:
         Qr, Kr = att.Q[keep], att.K[keep]
-        R1, R2 = np.linalg.qr(Qr.T, mode="r"), np.linalg.qr(Kr.T, mode="r")
+        # NumPy's stubs type qr(mode="r") as QRResult; it returns the R array
+        R1 = cast(np.ndarray, np.linalg.qr(Qr.T, mode="r"))
+        R2 = cast(np.ndarray, np.linalg.qr(Kr.T, mode="r"))
         s = np.concatenate([np.linalg.svd(R1 @ R2.T, compute_uv=False), np.zeros(d - r)])
         w = np.concatenate([np.linalg.eigvals(Qr @ att.V @ Kr.T), np.zeros(d - r)])
         Qz, Rz = np.linalg.qr(np.hstack([att.V @ Kr.T, Qr.T]))
@@ -835,7 +850,7 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     failures, warnings = [], []
     if rank < d:
         failures.append(f"B singular: rank {rank} of {d}")
-    elif cond > 1e3:
+    elif cond is not None and cond > 1e3:  # rank == d here, so cond is set
         warnings.append(f"B ill-conditioned: cond {cond:.2g}")
     if asym > 1e-10:
         failures.append(f"A not symmetric: |A - A^T| / 2|A| = {asym:.2f} (random: 0.71)")
@@ -911,7 +926,7 @@ def report(
     }
     for rec in recs:
         X = states[rec.layer] if states is not None else None
-        entry = {
+        entry: dict[str, Any] = {
             "layer": rec.layer,
             "d_head": rec.d_head,
             "norm": rec.norm,

@@ -239,8 +239,8 @@ def write_report(
         videos = [rel for p, rel in files if p.suffix.lower() == ".mp4"]
         if videos and not imgs:
             h.append(f'<video controls src="{e(videos[0])}"></video>')
-        links = ", ".join(f'<a href="{e(rel)}">{e(p.suffix.lstrip(".").upper())}</a>' for p, rel in files)
-        h.append(f"<figcaption>{e(caption)} Files: {links}</figcaption></figure>")
+        anchors = ", ".join(f'<a href="{e(rel)}">{e(p.suffix.lstrip(".").upper())}</a>' for p, rel in files)
+        h.append(f"<figcaption>{e(caption)} Files: {anchors}</figcaption></figure>")
     if config is not None:
         h += ["<h2>Configuration</h2>", f"<pre>{e(json.dumps(config, indent=2, default=str))}</pre>"]
     if isinstance(prov, Mapping) and prov:

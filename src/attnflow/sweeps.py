@@ -32,7 +32,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 FORMAT = "attnflow-sweep"
 VERSION = 1
@@ -273,7 +276,7 @@ def _resolve_config(config: Any) -> Any:
     )
 
 
-def _field_for(Config: type, key: str) -> tuple[str, bool]:
+def _field_for(Config: type[BaseModel], key: str) -> tuple[str, bool]:
     """The config field a grid key sets: (field, wrap) where wrap means a one-element list.
 
     `beta` sets the field `beta` when there is one, else `betas` = [value].
@@ -338,7 +341,8 @@ def _summarize(config: Any, ds: Any) -> dict[str, Any] | None:
     try:
         from .experiments import REGISTRY
 
-        exp = REGISTRY.get(getattr(config, "experiment", None))
+        name = getattr(config, "experiment", None)
+        exp = REGISTRY.get(name) if isinstance(name, str) else None
     except ImportError:
         exp = None
     if exp is None or not hasattr(exp, "summarize"):
@@ -646,6 +650,7 @@ def sweep(
     retries = int(retries)
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
+    key: str | None  # a grid key, then a finished future's point (None: not ours)
     for key in grid:
         _field_for(type(config), key)
     st = _Store(store)

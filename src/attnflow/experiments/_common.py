@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
 from ._config import Reporter
 
@@ -76,7 +75,7 @@ def integrator_label(config: Any) -> str:
     return f"{config.integrator}, dt={config.dt:g}"
 
 
-def base_attrs(config: BaseModel, reporter: Reporter, timings: dict[str, float], **extra: Any) -> dict:
+def base_attrs(config: Any, reporter: Reporter, timings: dict[str, float], **extra: Any) -> dict:
     """attrs every result carries: experiment, full config, provenance, seed, timings, warnings."""
     from ..io import provenance, to_json
 

@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Set
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -175,7 +175,7 @@ class Reporter:
 # ------------------------------------------------------------------------------------------ resume
 
 
-def fingerprint(config: BaseModel, exclude: set[str] = frozenset()) -> str:
+def fingerprint(config: BaseModel, exclude: Set[str] = frozenset()) -> str:
     """Hash of the config fields that determine one part's result (grid axes excluded)."""
     from .. import __version__
 

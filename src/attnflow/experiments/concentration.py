@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -213,7 +214,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
             out,
             part_name(beta=beta),
             fp,
-            lambda beta=beta: _beta_part(config, beta, X0, PiX0, times, keep, spaces, reporter),
+            partial(_beta_part, config, beta, X0, PiX0, times, keep, spaces, reporter),
             reporter,
         )
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0

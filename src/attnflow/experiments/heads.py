@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -170,7 +171,7 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
             out,
             part_name(head=h),
             fp,
-            lambda att=att, P1=P1, VU=VU, h=h: _head_part(att, X0, times, P1, VU, Y1, config, h, reporter),
+            partial(_head_part, att, X0, times, P1, VU, Y1, config, h, reporter),
             reporter,
         )
         timings[f"head={h}_s"] = time.perf_counter() - t0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -136,7 +137,7 @@ def run(config: ResolutionConfig, out: Path | None = None, progress: Reporter | 
                 out,
                 part_name(beta=beta, N=N),
                 fp,
-                lambda b=beta, n=N: _point(config, b, n, reporter),
+                partial(_point, config, beta, N, reporter),
                 reporter,
             )
             timings[f"beta={beta:g}_N={N}_s"] = time.perf_counter() - t0

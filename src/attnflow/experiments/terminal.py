@@ -9,6 +9,7 @@ eigenspace (largest real part) first reaches `threshold`; V's top eigenspace by 
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -123,7 +124,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
             out,
             part_name(beta=beta),
             fp,
-            lambda beta=beta: _beta_part(config, beta, X0, times, keep, spaces, reporter),
+            partial(_beta_part, config, beta, X0, times, keep, spaces, reporter),
             reporter,
         )
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0

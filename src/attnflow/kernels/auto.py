@@ -72,7 +72,7 @@ def kept_fraction(
     return float(kept) / (M * per * N)
 
 
-def choose_kernel(X: torch.Tensor, att: Attention) -> str:
+def choose_kernel(X: torch.Tensor | None, att: Attention) -> str:
     """Name of the kernel to use on the state X (M, N, d).
 
     "zero" when beta = inf; "truncated" when d <= TRUNCATED_MAX_D, N >= TRUNCATED_MIN_N, the
