@@ -31,6 +31,7 @@ $(VENV)/.minilm: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/mypy
 
 test: $(VENV)/.installed $(VENV)/.minilm lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q

@@ -397,7 +397,7 @@ def plot_t_star(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
     ax.set_ylabel(r"$t^*(\beta) = \mathrm{argmin}_t\, W_2$")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
-    fig.suptitle(_run_title(ds, "Time of closest approach t*(β) grows like log β"))
+    fig.suptitle(_run_title(ds, "Time of closest approach t*(β) against log β (theory: linear)"))
     return _save(fig, outdir, "t_star", dpi)
 
 
