@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 import torch
-from _rss import reset_peak, status_kib
+from _machine import cpu_name, reset_peak, status_kib
 
 import attnflow as af
 from attnflow.kernels.dense import velocity_blocked, velocity_sdpa
@@ -53,12 +53,7 @@ def naive_velocity(X: np.ndarray, B: np.ndarray, V: np.ndarray, beta: float) -> 
 
 
 def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
         f"- CPU: {cpu}, {os.cpu_count()} logical cores, load average {load:.1f} at start\n"

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 import torch
-from _rss import reset_peak, status_kib
+from _machine import cpu_name, reset_peak, status_kib
 
 import attnflow as af
 from attnflow.integrate import AUTO_EVERY
@@ -57,12 +57,7 @@ def measure(fn, budget_s: float = 3.0, max_repeats: int = 3) -> tuple[float, flo
 
 
 def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     return (
         f"- CPU: {cpu}, {os.cpu_count()} logical cores; load average {load():.1f} at start\n"
         f"- torch {torch.__version__}, {torch.get_num_threads()} intra-op threads; "

@@ -1,4 +1,4 @@
-"""Peak resident memory of this process (Linux /proc), shared by the benchmark scripts."""
+"""Machine facts shared by the benchmark scripts: peak resident memory (Linux /proc), CPU model."""
 
 from __future__ import annotations
 
@@ -23,3 +23,14 @@ def reset_peak() -> bool:
         return True
     except OSError:
         return False
+
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (platform.processor() where that is unavailable)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
