@@ -115,6 +115,61 @@ def test_many_output_times():
     assert simulate(X0, att, [0.0]).x.shape == (1, 10, 3)
 
 
+def test_adaptive_steps_do_not_stop_at_output_times():
+    """Outputs far closer together than the steps come from the continuous extension: few steps,
+    every output within tolerance of SciPy, and the renormalised outputs stay on the sphere."""
+    att = random_attention(3, 2.0, seed=5)
+    X0 = af.sample_uniform(30, 3, seed=6)
+    times = np.linspace(0.0, 3.0, 601)
+    ref = ref_trajectory(X0, att, times)
+    tr = simulate(X0, att, times, method="adaptive", rtol=1e-8, atol=1e-10)
+    assert tr.info["n_steps"] < len(times) / 5
+    np.testing.assert_allclose(tr.x, ref, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(tr.x, axis=-1), 1.0, rtol=0, atol=1e-14)
+
+
+def test_dense_output_order_four():
+    """The continuous extension between two steps is 4th order: error / h^5 roughly constant."""
+    from attnflow.integrate import _DP_A, _dense_output, _Field
+
+    import torch
+
+    att = random_attention(3, 2.0, seed=7)
+    X0 = af.sample_uniform(12, 3, seed=8)
+    f = _Field(att, "sdpa", torch.as_tensor(X0[None]))
+    errs = []
+    hs = (0.4, 0.2, 0.1, 0.05)
+    for h in hs:
+        X = torch.as_tensor(X0[None])
+        ks = [f(X)]
+        for a_row in _DP_A[1:]:
+            ks.append(f(X + h * sum(a * k for a, k in zip(a_row, ks, strict=False) if a != 0.0)))
+        mid = _dense_output(X, ks, h, 0.37)[0].numpy()
+        errs.append(np.abs(mid - ref_trajectory(X0, att, [0.37 * h], tol=1e-13)[-1]).max())
+    slope = np.polyfit(np.log(hs), np.log(errs), 1)[0]
+    assert slope > 4.5, (slope, errs)  # local error O(h^5)
+
+
+def test_batch_error_control_per_cloud():
+    """A batch is stepped for its hardest cloud: resting clouds beside a moving one leave its steps
+    and states as they are alone (an RMS over the whole batch would dilute the error of the moving
+    cloud and take longer, less accurate steps)."""
+    att = af.worked_example(20.0)
+    w, U = np.linalg.eig(att.V)
+    v = np.real(U[:, np.flatnonzero(np.abs(w.imag) < 1e-12)[0]])
+    v /= np.linalg.norm(v)
+    moving = af.sample_uniform(40, 3, seed=9)
+    resting = np.tile(np.stack([v, -v]), (20, 1))  # +-v, V v = lambda v: a fixed point
+    times = [0.5, 2.0]
+    kw = {"method": "adaptive", "rtol": 1e-6, "atol": 1e-9, "kernel": "sdpa"}
+    alone = simulate(moving, att, times, **kw)
+    batch = simulate(np.stack([moving] + [resting] * 7), att, times, **kw)
+    assert alone.info["n_steps"] > 20
+    assert batch.info["n_steps"] == alone.info["n_steps"]
+    np.testing.assert_allclose(batch.x[:, 0], alone.x, rtol=0, atol=1e-6)  # first steps differ a little
+    np.testing.assert_allclose(batch.x[:, 1:], np.broadcast_to(resting, (2, 7, 40, 3)), rtol=0, atol=1e-12)
+
+
 # ---------------------------------------------------------------- convergence orders
 
 

@@ -47,6 +47,17 @@ _DP_E = (  # b5 - b4, b4 the embedded 4th-order weights
     22 / 525,
     -1 / 40,
 )
+# Dormand-Prince continuous extension of order 4 (Hairer, Norsett, Wanner; the coefficients of
+# SciPy's RK45): x(t + theta h) = x + h sum_i k_i sum_j P[i][j] theta^(j+1)
+_DP_P = (
+    (1.0, -8048581381 / 2820520608, 8663915743 / 2820520608, -12715105075 / 11282082432),
+    (0.0, 0.0, 0.0, 0.0),
+    (0.0, 131558114200 / 32700410799, -68118460800 / 10900136933, 87487479700 / 32700410799),
+    (0.0, -1754552775 / 470086768, 14199869525 / 1410260304, -10690763975 / 1880347072),
+    (0.0, 127303824393 / 49829197408, -318862633887 / 49829197408, 701980252875 / 199316789632),
+    (0.0, -282668133 / 205662961, 2019193451 / 616988883, -1453857185 / 822651844),
+    (0.0, 40617522 / 29380423, -110615467 / 29380423, 69997945 / 29380423),
+)
 
 
 class _Field:
@@ -106,17 +117,139 @@ def _step_fixed(method: str, f: _Field, X, h: float):
 
 
 def _initial_step(f: _Field, X, k1, rtol: float, atol: float, span: float) -> float:
-    """Starting step size (Hairer, Norsett, Wanner, II.4), capped by the span to integrate."""
+    """Starting step size (Hairer, Norsett, Wanner, II.4) for the fastest cloud of the batch,
+    capped by the span to integrate."""
     sc = atol + rtol * X.abs()
-    d0 = float((X / sc).pow(2).mean().sqrt())
-    d1 = float((k1 / sc).pow(2).mean().sqrt())
+
+    def rms(T) -> float:  # largest per-cloud RMS
+        return float((T / sc).pow(2).mean(dim=(-2, -1)).sqrt().max())
+
+    d0, d1 = rms(X), rms(k1)
     h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
     h0 = min(h0, span)
     k2 = f(X + h0 * k1)
-    d2 = float(((k2 - k1) / sc).pow(2).mean().sqrt()) / h0
+    d2 = rms(k2 - k1) / h0
     dm = max(d1, d2)
     h1 = max(1e-6, h0 * 1e-3) if dm <= 1e-15 else (0.01 / dm) ** (1 / 5)
     return min(100 * h0, h1, span)
+
+
+def _run_fixed(method: str, f: _Field, X, t_out, dt: float, max_steps: int, progress) -> tuple[list, int]:
+    """Steps of dt, the last one before each output time shortened to land on it."""
+    saved, n_steps, t = [], 0, 0.0
+    t_final = float(t_out[-1])
+    for t_next in t_out:
+        t_next = float(t_next)
+        t_start, span = t, t_next - t
+        n_take = math.ceil(span / dt - 1e-9) if span > 0 else 0
+        for i in range(n_take):
+            last = i == n_take - 1
+            h = span - (n_take - 1) * dt if last else dt
+            if n_steps >= max_steps:
+                raise RuntimeError(f"max_steps = {max_steps} reached at t = {t:.6g} < {t_final:.6g}")
+            X = _step_fixed(method, f, X, h)
+            n_steps += 1
+            t = t_next if last else t_start + (i + 1) * dt
+            _check_finite(X, t, f)
+            if n_steps % AUTO_EVERY == 0:
+                f.maybe_redecide(X)
+            if progress is not None and n_steps % PROGRESS_EVERY == 0:
+                progress(t, t_final)
+        t = t_next
+        saved.append(X.clone())
+        if progress is not None:
+            progress(t, t_final)
+    return saved, n_steps
+
+
+def _error_norm(err_vec, X, Xn, rtol: float, atol: float) -> float:
+    """Largest over the clouds of a batch of the RMS of err / (atol + rtol max(|x|, |x_new|)).
+
+    The maximum, not the RMS over the whole batch: every cloud is integrated at least as
+    accurately as it would be alone.
+    """
+    import torch
+
+    sc = atol + rtol * torch.maximum(X.abs(), Xn.abs())
+    err = float((err_vec / sc).pow(2).mean(dim=(-2, -1)).sqrt().max())
+    return err if math.isfinite(err) else math.inf
+
+
+def _dense_output(X, ks: list, h: float, theta: float):
+    """Dormand-Prince 4th-order continuous extension at t + theta h, theta in (0, 1], renormalised."""
+    powers = [theta**p for p in range(1, 5)]
+    inc = sum(sum(P[j] * powers[j] for j in range(4)) * k for P, k in zip(_DP_P, ks, strict=True) if any(P))
+    return _normalize_rows(X + h * inc)
+
+
+def _run_adaptive(
+    f: _Field, X, t_out, rtol: float, atol: float, max_steps: int, progress
+) -> tuple[list, int, int]:
+    """Dormand-Prince 5(4) from 0 to t_out[-1]; states at t_out from the continuous extension.
+
+    The steps do not stop at the output times (which may be much closer together than the steps a
+    slow phase needs); the output between two accepted steps comes from the 4th-order interpolant
+    of the step, renormalised.
+    """
+    saved: list = []
+    t_final = float(t_out[-1])
+    j = 0  # next output time
+    while j < len(t_out) and float(t_out[j]) <= 0.0:
+        saved.append(X.clone())
+        j += 1
+    t, n_steps, n_rejected = 0.0, 0, 0
+    h_adapt: float | None = None
+    k1 = None  # first stage of the next step (FSAL)
+    while j < len(t_out):
+        span = t_final - t
+        if k1 is None:
+            k1 = f(X)
+        if h_adapt is None:
+            h_adapt = _initial_step(f, X, k1, rtol, atol, span)
+        h = h_adapt if h_adapt < span * (1 - 1e-10) else span
+        if h <= 1e-14 * max(1.0, abs(t)):
+            raise RuntimeError(
+                f"adaptive step size underflow at t = {t:.6g} (h = {h:.3g}): too stiff "
+                f"for rtol = {rtol:g}, atol = {atol:g}"
+            )
+        if n_steps + n_rejected >= max_steps:
+            raise RuntimeError(f"max_steps = {max_steps} reached at t = {t:.6g} < {t_final:.6g}")
+        ks = [k1]
+        for a_row in _DP_A[1:]:
+            Y = X + h * sum(a * k for a, k in zip(a_row, ks, strict=False) if a != 0.0)
+            ks.append(f(Y))
+        Xn = Y  # last stage point is the 5th-order solution (FSAL)
+        err_vec = h * sum(e * k for e, k in zip(_DP_E, ks, strict=True) if e != 0.0)
+        err = _error_norm(err_vec, X, Xn, rtol, atol)
+        fac = 0.9 * err ** (-1 / 5) if err > 0 else 5.0
+        if err > 1.0:
+            n_rejected += 1
+            h_adapt = h * min(1.0, max(0.2, fac))
+            continue
+        last = h >= span
+        t_new = t_final if last else t + h
+        X_new = _normalize_rows(Xn)
+        _check_finite(X_new, t_new, f)
+        while j < len(t_out) and (last or float(t_out[j]) < t_new):
+            t_j = float(t_out[j])
+            saved.append(X_new.clone() if t_j >= t_new else _dense_output(X, ks, h, (t_j - t) / h))
+            j += 1
+            if progress is not None:
+                progress(t_j, t_final)
+        while j < len(t_out) and float(t_out[j]) <= t_new:  # an output time on the step's end
+            saved.append(X_new.clone())
+            j += 1
+        X, t, k1 = X_new, t_new, ks[-1]
+        n_steps += 1
+        h_adapt = h * min(5.0, max(0.2, fac))
+        if n_steps % AUTO_EVERY == 0 and f.auto:
+            before = f.name
+            f.maybe_redecide(X)
+            if f.name != before:
+                k1 = None
+        if progress is not None and n_steps % PROGRESS_EVERY == 0:
+            progress(t, t_final)
+    return saved, n_steps, n_rejected
 
 
 def simulate(
@@ -164,87 +297,13 @@ def simulate(
     batched = X0n.ndim == 3
     X = torch.as_tensor(X0n if batched else X0n[None], dtype=getattr(torch, name))
     f = _Field(att, kernel, X)
-    t_final = float(t_out[-1])
-    saved = []
-    n_steps = n_rejected = 0
-    t = 0.0
-    h_adapt: float | None = None
-    k1 = None  # first stage of the next adaptive step (FSAL)
     if progress is not None:
-        progress(0.0, t_final)
-
-    def tick(i: int) -> None:
-        if i % AUTO_EVERY == 0:
-            f.maybe_redecide(X)
-        if progress is not None and i % PROGRESS_EVERY == 0:
-            progress(t, t_final)
-
-    for t_next in t_out:
-        t_next = float(t_next)
-        if method != "adaptive":
-            # steps of dt from t, the last one shortened to land exactly on t_next
-            t_start, span = t, t_next - t
-            n_take = math.ceil(span / dt - 1e-9) if span > 0 else 0
-            for i in range(n_take):
-                last = i == n_take - 1
-                h = span - (n_take - 1) * dt if last else dt
-                if n_steps >= max_steps:
-                    raise RuntimeError(f"max_steps = {max_steps} reached at t = {t:.6g} < {t_final:.6g}")
-                X = _step_fixed(method, f, X, h)
-                n_steps += 1
-                t = t_next if last else t_start + (i + 1) * dt
-                _check_finite(X, t, f)
-                tick(n_steps)
-            t = t_next
-        else:
-            while t < t_next:
-                span = t_next - t
-                if span <= 1e-13 * max(1.0, abs(t_next)):  # a rounding leftover, not a step
-                    t = t_next
-                    break
-                if k1 is None:
-                    k1 = f(X)
-                if h_adapt is None:
-                    h_adapt = _initial_step(f, X, k1, rtol, atol, span)
-                h = h_adapt if h_adapt < span * (1 - 1e-10) else span
-                if h <= 1e-14 * max(1.0, abs(t)):
-                    raise RuntimeError(
-                        f"adaptive step size underflow at t = {t:.6g} (h = {h:.3g}): too stiff "
-                        f"for rtol = {rtol:g}, atol = {atol:g}"
-                    )
-                if n_steps + n_rejected >= max_steps:
-                    raise RuntimeError(f"max_steps = {max_steps} reached at t = {t:.6g} < {t_final:.6g}")
-                ks = [k1]
-                for a_row in _DP_A[1:]:
-                    Y = X + h * sum(a * k for a, k in zip(a_row, ks, strict=False) if a != 0.0)
-                    ks.append(f(Y))
-                Xn = Y  # last stage point is the 5th-order solution (FSAL)
-                err_vec = h * sum(e * k for e, k in zip(_DP_E, ks, strict=True) if e != 0.0)
-                sc = atol + rtol * torch.maximum(X.abs(), Xn.abs())
-                err = float((err_vec / sc).pow(2).mean().sqrt())
-                if not math.isfinite(err):
-                    err = math.inf
-                fac = 0.9 * err ** (-1 / 5) if err > 0 else 5.0
-                if err <= 1.0:
-                    X = _normalize_rows(Xn)
-                    k1 = ks[-1]
-                    t = t + h if h < span else t_next
-                    n_steps += 1
-                    _check_finite(X, t, f)
-                    h_adapt = h * min(5.0, max(0.2, fac))
-                    if n_steps % AUTO_EVERY == 0 and f.auto:
-                        before = f.name
-                        f.maybe_redecide(X)
-                        if f.name != before:
-                            k1 = None
-                    if progress is not None and n_steps % PROGRESS_EVERY == 0:
-                        progress(t, t_final)
-                else:
-                    n_rejected += 1
-                    h_adapt = h * min(1.0, max(0.2, fac))
-        saved.append(X.clone())
-        if progress is not None:
-            progress(t, t_final)
+        progress(0.0, float(t_out[-1]))
+    if method == "adaptive":
+        saved, n_steps, n_rejected = _run_adaptive(f, X, t_out, rtol, atol, max_steps, progress)
+    else:
+        saved, n_steps = _run_fixed(method, f, X, t_out, dt, max_steps, progress)
+        n_rejected = 0
 
     x = torch.stack(saved).cpu().numpy()
     if not batched:
