@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import tomllib
 
 import numpy as np
@@ -12,6 +13,7 @@ import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import attnflow.experiments.concentration as concentration
 import attnflow.integrate as integrate
 from attnflow.experiments import (
     PRESETS,
@@ -210,6 +212,7 @@ def test_concentration_fits_and_summary(conc):
 
 def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     """Fault injection: the run dies after the first beta; the rerun computes only the rest."""
+    monkeypatch.setattr(concentration, "BATCH_BETAS_MAX_N", 0)  # one simulate call per beta
     calls = []
     real = integrate.simulate
 
@@ -249,6 +252,37 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     calls.clear()
     run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path)
     assert calls == [10.0, 100.0]
+
+
+def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatch):
+    """Small N, fixed step: one simulate call for all the betas still to do, with the same results
+    as one call per beta; a rerun after a lost part integrates only the missing betas."""
+    calls = []
+    real = integrate.simulate
+
+    def recording(X0, att, times, **kw):
+        calls.append(kw.get("betas") or [att.beta])
+        return real(X0, att, times, **kw)
+
+    monkeypatch.setattr(integrate, "simulate", recording)
+    cfg = load_config("concentration", [*TINY, "betas=[10, 30, 100]"])
+    assert cfg.integrator != "adaptive" and cfg.N <= concentration.BATCH_BETAS_MAX_N
+    together = run_experiment(cfg, tmp_path)
+    assert calls == [[10.0, 30.0, 100.0]]
+    monkeypatch.setattr(concentration, "BATCH_BETAS_MAX_N", 0)
+    calls.clear()
+    alone = run_experiment(cfg, None)
+    assert calls == [[10.0], [30.0], [100.0]]
+    for var in ("w2", "coupling_bound", "lyapunov", "t_star", "x"):
+        np.testing.assert_allclose(together[var].values, alone[var].values, rtol=0, atol=1e-12)
+
+    monkeypatch.setattr(concentration, "BATCH_BETAS_MAX_N", 128)
+    for name in ("beta=10.zarr", "beta=100.zarr", "result.zarr"):
+        shutil.rmtree(tmp_path / "parts" / name if name != "result.zarr" else tmp_path / name)
+    calls.clear()
+    again = run_experiment(cfg, tmp_path)
+    assert calls == [[10.0, 100.0]]
+    np.testing.assert_allclose(again.w2.values, together.w2.values, rtol=0, atol=1e-12)
 
 
 def test_summary_markdown_tables():

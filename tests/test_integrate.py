@@ -130,9 +130,9 @@ def test_adaptive_steps_do_not_stop_at_output_times():
 
 def test_dense_output_order_four():
     """The continuous extension between two steps is 4th order: error / h^5 roughly constant."""
-    from attnflow.integrate import _DP_A, _dense_output, _Field
-
     import torch
+
+    from attnflow.integrate import _DP_A, _dense_output, _Field
 
     att = random_attention(3, 2.0, seed=7)
     X0 = af.sample_uniform(12, 3, seed=8)
@@ -235,6 +235,41 @@ def test_rotation_equivariance(method):
     a = simulate(X0, att, [0.3, 0.8], method=method, dt=1e-2, rtol=1e-10, atol=1e-12)
     b = simulate(X0 @ R.T, att_R, [0.3, 0.8], method=method, dt=1e-2, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(b.x, a.x @ R.T, rtol=0, atol=1e-8 if method == "adaptive" else 1e-12)
+
+
+def test_several_betas_in_one_run():
+    """simulate(betas=...): fixed steps give the separate runs; adaptive ones agree to tolerance."""
+    att = random_attention(3, 1.0, seed=13)
+    X0 = af.sample_uniform(24, 3, seed=14)
+    times = [0.3, 1.0]
+    betas = [2.0, 20.0, 200.0]
+    rk = simulate(X0, att, times, method="rk4", dt=1e-2, betas=betas)
+    ada = simulate(X0, att, times, method="adaptive", rtol=1e-10, atol=1e-12, betas=betas, kernel="blocked")
+    assert rk.x.shape == (2, 3, 24, 3) and rk.info["betas"] == betas and rk.info["beta"] is None
+    assert ada.info["kernel"] == "blocked"
+    for m, b in enumerate(betas):
+        alone = simulate(X0, att.with_beta(b), times, method="rk4", dt=1e-2, kernel="sdpa")
+        np.testing.assert_allclose(rk.x[:, m], alone.x, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(
+            ada.x[:, m], ref_trajectory(X0, att.with_beta(b), times), rtol=0, atol=1e-7
+        )
+    own = simulate(af.sample_uniform(24, 3, seed=15, M=3), att, times, dt=1e-2, betas=betas)
+    assert own.x.shape == (2, 3, 24, 3)
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"betas": [1.0, 2.0]}, "X0 holds 3 clouds but betas has 2"),
+    ({"betas": [1.0, float("inf"), 2.0]}, "finite and > 0"),
+    ({"betas": [1.0, -1.0, 2.0]}, "finite and > 0"),
+    ({"betas": [[1.0, 2.0, 3.0]]}, "1-D"),
+    ({"betas": ["a", "b", "c"]}, "sequence of numbers"),
+    ({"betas": [1.0, 2.0, 3.0], "kernel": "truncated"}, "kernel must be 'auto' or one of"),
+])  # fmt: skip
+def test_several_betas_bad_input(kw, match):
+    att = random_attention(3, 1.0, seed=13)
+    X0 = af.sample_uniform(8, 3, seed=14, M=3)
+    with pytest.raises((ValueError, TypeError), match=match):
+        simulate(X0, att, [0.1], **kw)
 
 
 def test_batch_equals_separate_runs():

@@ -104,6 +104,23 @@ def test_beta_1e6_tight_cluster(kappa):
         np.testing.assert_allclose(out, ref, rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("kernel", [velocity_sdpa, velocity_blocked])
+def test_one_beta_per_cloud(kernel):
+    """betas=(M,): cloud m moves at beta_m, as in a separate call with att.with_beta(beta_m)."""
+    att = random_attention(4, 1.0, seed=3)
+    X = torch.as_tensor(af.sample_uniform(50, 4, seed=4, M=3))
+    betas = [0.5, 40.0, 3e4]
+    together = kernel(X, att, betas=torch.tensor(betas, dtype=torch.float64)).numpy()
+    for m, b in enumerate(betas):
+        np.testing.assert_allclose(
+            together[m], ref_velocity(X[m].numpy(), att.with_beta(b)), rtol=0, atol=1e-12
+        )
+    with pytest.raises(ValueError, match="3 entries for a batch of 2"):
+        kernel(X[:2], att, betas=torch.tensor(betas))
+    with pytest.raises(ValueError, match="finite betas"):
+        kernel(X, att, betas=torch.tensor([1.0, float("inf"), 2.0]))
+
+
 def test_blocked_block_sizes_and_field_at_other_points():
     att = random_attention(4, 20.0, seed=5)
     X = torch.as_tensor(af.sample_uniform(50, 4, seed=1, M=2))

@@ -16,6 +16,8 @@ import time as _time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ._checks import check_points, check_positive, check_times
 from .kernels import check_attention, check_dtype, check_kernel_name, get_kernel, resolve_kernel
 from .model import Attention
@@ -23,6 +25,7 @@ from .trajectory import Trajectory
 
 METHODS = ("euler", "heun", "rk4", "adaptive")
 ORDERS = {"euler": 1, "heun": 2, "rk4": 4, "adaptive": 5}
+BATCH_KERNELS = ("sdpa", "blocked")  # kernels that take one beta per cloud (simulate(betas=...))
 AUTO_EVERY = 50  # steps between two decisions of kernel="auto"
 PROGRESS_EVERY = 100  # steps between two calls of the progress callback (also at every save time)
 
@@ -61,15 +64,27 @@ _DP_P = (
 
 
 class _Field:
-    """The velocity field with evaluation counting and, for kernel="auto", periodic re-decisions."""
+    """The velocity field with evaluation counting and, for kernel="auto", periodic re-decisions.
 
-    def __init__(self, att: Attention, kernel: str, X):
+    betas: optional (M,) tensor of inverse temperatures, one per cloud (dense kernels only).
+    """
+
+    def __init__(self, att: Attention, kernel: str, X, betas=None):
         self.att = att
-        self.auto = kernel == "auto"
+        self.betas = betas
+        self.auto = kernel == "auto" and betas is None
         self.requested = kernel
         self.n_evals = 0
         self.used: dict[str, int] = {}
-        self._set(resolve_kernel(kernel, att, X))
+        if betas is not None:
+            if kernel not in ("auto", *BATCH_KERNELS):
+                raise ValueError(
+                    f"betas= runs several temperatures in one call of a dense kernel: kernel must be "
+                    f"'auto' or one of {list(BATCH_KERNELS)}, got {kernel!r}"
+                )
+            self._set("sdpa" if kernel == "auto" else kernel)
+        else:
+            self._set(resolve_kernel(kernel, att, X))
 
     def _set(self, name: str) -> None:
         self.name = name
@@ -84,7 +99,24 @@ class _Field:
     def __call__(self, X):
         self.n_evals += 1
         self.used[self.name] = self.used.get(self.name, 0) + 1
+        if self.betas is not None:
+            return self.fn(X, self.att, betas=self.betas)
         return self.fn(X, self.att)
+
+
+def _check_betas(betas: Any, X0n) -> Any:
+    """betas as a 1-D float64 array of finite values > 0 matching the batch of X0n."""
+    try:
+        arr = np.asarray(betas, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"betas must be a sequence of numbers, got {betas!r}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"betas must be a non-empty 1-D sequence, got shape {arr.shape}")
+    if not (np.isfinite(arr).all() and (arr > 0).all()):
+        raise ValueError(f"every beta in betas must be finite and > 0, got {arr.tolist()}")
+    if X0n.ndim == 3 and X0n.shape[0] != arr.size:
+        raise ValueError(f"X0 holds {X0n.shape[0]} clouds but betas has {arr.size} entries")
+    return arr
 
 
 def _normalize_rows(X):
@@ -265,6 +297,7 @@ def simulate(
     normalize: bool = False,
     progress: Callable[[float, float], Any] | None = None,
     max_steps: int = 10_000_000,
+    betas: Any = None,
 ) -> Trajectory:
     """Integrate the token dynamics dx_i/dt = P_{x_i}^perp(sum_j w_ij V x_j) from X0 at t = 0.
 
@@ -274,8 +307,13 @@ def simulate(
     to land on it) or "adaptive" (Dormand-Prince 5(4), error control with rtol/atol).
     kernel: "auto" (re-decided every AUTO_EVERY steps), "sdpa", "blocked", "zero", "truncated".
     dtype: "float64" or "float32"; progress: callable progress(t, t_final), called now and then.
+    betas: optional M finite inverse temperatures integrated together, one per cloud, in one kernel
+    call per stage (att.beta is then not used; kernel "auto" means "sdpa"): X0 (N, d) is shared by
+    all, or (M, N, d) gives each its own cloud; x gets shape (T, M, N, d).  All clouds share the
+    steps (the adaptive step is that of the hardest one), so this pays off only where one call on
+    M clouds is much cheaper than M calls: small N (docs/benchmarks.md, "Several betas").
     Returns Trajectory(t=times (T,), x (T, N, d) or (T, M, N, d), info) with info = method, kernel
-    (resolved), dt or rtol/atol, n_steps, n_rejected, n_evals, wall_time_s, dtype.
+    (resolved), dt or rtol/atol, n_steps, n_rejected, n_evals, wall_time_s, dtype, beta (or betas).
     """
     import torch
 
@@ -293,10 +331,14 @@ def simulate(
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a callable progress(t, t_final) or None, got {progress!r}")
 
+    beta_arr = None if betas is None else _check_betas(betas, X0n)
+
     wall0 = _time.perf_counter()
-    batched = X0n.ndim == 3
-    X = torch.as_tensor(X0n if batched else X0n[None], dtype=getattr(torch, name))
-    f = _Field(att, kernel, X)
+    batched = X0n.ndim == 3 or beta_arr is not None
+    if X0n.ndim == 2 and beta_arr is not None:
+        X0n = np.broadcast_to(X0n, (len(beta_arr), *X0n.shape))
+    X = torch.as_tensor(np.array(X0n if batched else X0n[None]), dtype=getattr(torch, name))
+    f = _Field(att, kernel, X, None if beta_arr is None else torch.as_tensor(beta_arr, dtype=X.dtype))
     if progress is not None:
         progress(0.0, float(t_out[-1]))
     if method == "adaptive":
@@ -318,8 +360,10 @@ def simulate(
         "n_evals": f.n_evals,
         "wall_time_s": _time.perf_counter() - wall0,
         "dtype": name,
-        "beta": att.beta,
+        "beta": att.beta if beta_arr is None else None,
     }
+    if beta_arr is not None:
+        info["betas"] = beta_arr.tolist()
     if method == "adaptive":
         info.update(rtol=rtol, atol=atol)
     else:

@@ -191,6 +191,27 @@ def part_name(**coords: float) -> str:
     return "_".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in coords.items())
 
 
+def _read_part(out: Path | None, name: str, fp: str):
+    """The finished part `name` with fingerprint fp from out/parts, or None."""
+    from ..io import read_dataset
+
+    if out is None:
+        return None
+    path = Path(out) / "parts" / f"{name}.zarr"
+    if not path.exists():
+        return None
+    try:
+        ds = read_dataset(path)
+    except Exception:  # an unreadable part is recomputed
+        return None
+    return ds if ds.attrs.get("fingerprint") == fp else None
+
+
+def part_done(out: Path | None, name: str, fp: str) -> bool:
+    """Whether `cached_part(out, name, fp, ...)` would read the part back instead of computing it."""
+    return _read_part(out, name, fp) is not None
+
+
 def cached_part(
     out: Path | None,
     name: str,
@@ -203,19 +224,15 @@ def cached_part(
     With `out`, it is read back from `out/parts/<name>.zarr` when that store exists with the same
     fingerprint; otherwise computed and written there atomically before being returned.
     """
-    from ..io import read_dataset, write_dataset
+    from ..io import write_dataset
 
     if out is None:
         return compute()
     path = Path(out) / "parts" / f"{name}.zarr"
-    if path.exists():
-        try:
-            ds = read_dataset(path)
-        except Exception:  # an unreadable part is recomputed
-            ds = None
-        if ds is not None and ds.attrs.get("fingerprint") == fp:
-            reporter.info(f"{name}: reused from {path.parent.name}/{path.name}")
-            return ds
+    ds = _read_part(out, name, fp)
+    if ds is not None:
+        reporter.info(f"{name}: reused from {path.parent.name}/{path.name}")
+        return ds
     t0 = time.perf_counter()
     ds = compute()
     ds.attrs["fingerprint"] = fp

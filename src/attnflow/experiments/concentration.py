@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -31,10 +32,23 @@ from ._common import (
     token_subset,
     torch_threads,
 )
-from ._config import Angle, Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from ._config import (
+    Angle,
+    Reporter,
+    SimulationConfig,
+    cached_part,
+    check_betas,
+    fingerprint,
+    part_done,
+    part_name,
+)
 
 # Below this mean-field resolution ratio (token spacing / softmax angular scale) N counts as enough.
 RATIO_OK = 1.0
+# Up to this N a fixed-step run integrates all betas in one kernel call per stage: 1.8x faster at
+# N = 64, no gain from N = 256 on (benchmarks/betas.py).  Adaptive runs never do: the clouds would
+# share the steps of the largest beta.
+BATCH_BETAS_MAX_N = 128
 
 
 class ConcentrationConfig(SimulationConfig):
@@ -111,8 +125,12 @@ def _beta_part(
     keep: np.ndarray,
     spaces: dict[str, np.ndarray],
     reporter: Reporter,
+    together: Callable[[float], Any] | None = None,
 ):
-    """Simulate at one beta and reduce the trajectory to the per-beta variables (a Dataset)."""
+    """Simulate at one beta and reduce the trajectory to the per-beta variables (a Dataset).
+
+    together: where given, returns this beta's trajectory from a run of all betas in one batch.
+    """
     import xarray as xr
 
     from .. import metrics
@@ -120,8 +138,11 @@ def _beta_part(
     from ..integrate import simulate
     from ..model import worked_example
 
-    with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
-        traj = simulate(X0, worked_example(beta), times, progress=cb, **simulate_kwargs(config))
+    if together is not None:
+        traj = together(beta)
+    else:
+        with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
+            traj = simulate(X0, worked_example(beta), times, progress=cb, **simulate_kwargs(config))
     Xt = traj.x
     w2 = metrics.w2_to_target(Xt, PiX0).values
     ts = t_star(times, w2, rel_tol=config.t_star_rel_tol)
@@ -144,6 +165,41 @@ def _beta_part(
         coords={"beta": [beta], "time": times},
         attrs={"solver": _json(info), "t_star_notes": ts.notes},
     )
+
+
+def _batch_betas(config: ConcentrationConfig, betas: list[float]) -> bool:
+    """Whether `betas` go through one kernel call per stage (where that is measured faster)."""
+    return (
+        config.integrator != "adaptive"
+        and config.kernel in ("auto", "sdpa", "blocked")
+        and config.N <= BATCH_BETAS_MAX_N
+        and len(betas) > 1
+    )
+
+
+def _betas_together(
+    config: ConcentrationConfig, betas: list[float], X0, times, reporter: Reporter
+) -> Callable[[float], Any]:
+    """beta -> its trajectory, from one run of all `betas` (made on the first call, then reused)."""
+    from ..integrate import simulate
+    from ..model import worked_example
+    from ..trajectory import Trajectory
+
+    runs: dict[float, Trajectory] = {}
+
+    def get(beta: float) -> Trajectory:
+        if not runs:
+            label = f"betas {betas[0]:g}..{betas[-1]:g} together"
+            with torch_threads(config.threads), reporter.task(label, total=float(times[-1])) as cb:
+                tr = simulate(
+                    X0, worked_example(1.0), times, progress=cb, betas=betas, **simulate_kwargs(config)
+                )
+            for i, b in enumerate(betas):
+                info = {**tr.info, "beta": b, "betas_together": len(betas)}
+                runs[b] = Trajectory(t=tr.t, x=tr.x[:, i], info=info)
+        return runs[beta]
+
+    return get
 
 
 def _json(obj: Any) -> str:
@@ -208,13 +264,15 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     timings["zero_temperature_s"] = time.perf_counter() - t0
     reporter.advance()
     parts = []
+    todo = [b for b in config.betas if not part_done(out, part_name(beta=b), fp)]
+    together = _betas_together(config, todo, X0, times, reporter) if _batch_betas(config, todo) else None
     for beta in config.betas:
         t0 = time.perf_counter()
         part = cached_part(
             out,
             part_name(beta=beta),
             fp,
-            partial(_beta_part, config, beta, X0, PiX0, times, keep, spaces, reporter),
+            partial(_beta_part, config, beta, X0, PiX0, times, keep, spaces, reporter, together),
             reporter,
         )
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0

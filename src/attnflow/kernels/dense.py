@@ -32,7 +32,11 @@ def tangent(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     return W - (X * W).sum(-1, keepdim=True) * X
 
 
-def _finite_beta(att: Attention, kernel: str) -> float:
+def _finite_beta(att: Attention, kernel: str, betas: torch.Tensor | None = None) -> float:
+    if betas is not None:
+        if not bool(torch.isfinite(betas).all()):
+            raise ValueError(f"kernel {kernel!r} needs finite betas, got {betas.tolist()}")
+        return 1.0
     beta = float(att.beta)
     if not math.isfinite(beta):
         raise ValueError(
@@ -57,21 +61,38 @@ def _weights(att: Attention, like: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return B, V
 
 
-def field_sdpa(Y: torch.Tensor, X: torch.Tensor, att: Attention) -> torch.Tensor:
+def _per_cloud(betas: torch.Tensor | None, M: int, like: torch.Tensor) -> torch.Tensor | None:
+    """betas (M,) as a (M, 1, 1) tensor like `like`, or None."""
+    if betas is None:
+        return None
+    betas = torch.as_tensor(betas, dtype=like.dtype, device=like.device).reshape(-1)
+    if betas.shape[0] != M:
+        raise ValueError(f"betas has {betas.shape[0]} entries for a batch of {M} clouds")
+    return betas.view(M, 1, 1)
+
+
+def field_sdpa(
+    Y: torch.Tensor, X: torch.Tensor, att: Attention, betas: torch.Tensor | None = None
+) -> torch.Tensor:
     """v_beta[rho_X](y) at the points Y: (M, Nq, d) queries, (M, N, d) tokens -> (M, Nq, d).
 
     Fused SDPA on (M, 1, ., d) tensors with scale = beta: q = Y B, k = X, v = X V^T, so that
-    q_i . k_j = y_i^T B x_j and the values are V x_j.
+    q_i . k_j = y_i^T B x_j and the values are V x_j.  betas: optional (M,) inverse temperatures,
+    one per cloud, in place of att.beta (the queries of cloud m are scaled by betas[m], scale = 1).
     """
-    beta = _finite_beta(att, "sdpa")
+    beta = _finite_beta(att, "sdpa", betas)
     if X.device.type != "cpu" and X.dtype == torch.float64:
         # CUDA's fused attention kernels take no float64: torch would fall back to its math path,
         # which builds the N x N matrix.  The blocked kernel computes the same field in O(N d) memory.
-        return field_blocked(Y, X, att)
+        return field_blocked(Y, X, att, betas=betas)
     squeeze = Y.dim() == 2
     Y3, X3 = _batched(Y, "Y"), _batched(X, "X")
     B, V = _weights(att, X3)
-    q = (Y3 @ B).unsqueeze(1).contiguous()
+    q = Y3 @ B
+    per = _per_cloud(betas, Y3.shape[0], q)
+    if per is not None:
+        q = q * per
+    q = q.unsqueeze(1).contiguous()
     k = X3.unsqueeze(1).contiguous()
     v = (X3 @ V.T).unsqueeze(1).contiguous()
     d = q.shape[-1]
@@ -83,15 +104,25 @@ def field_sdpa(Y: torch.Tensor, X: torch.Tensor, att: Attention) -> torch.Tensor
     return out.squeeze(0) if squeeze else out
 
 
-def field_blocked(Y: torch.Tensor, X: torch.Tensor, att: Attention, block: int | None = None) -> torch.Tensor:
+def field_blocked(
+    Y: torch.Tensor,
+    X: torch.Tensor,
+    att: Attention,
+    block: int | None = None,
+    betas: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Same as `field_sdpa`, with an explicit max-subtracted softmax over blocks of queries.
 
     block: queries per block; default keeps one block of scores (M, block, N) near BLOCK_ELEMENTS.
+    betas: optional (M,) inverse temperatures, one per cloud, in place of att.beta.
     """
-    beta = _finite_beta(att, "blocked")
+    beta = _finite_beta(att, "blocked", betas)
     squeeze = Y.dim() == 2
     Y3, X3 = _batched(Y, "Y"), _batched(X, "X")
     B, V = _weights(att, X3)
+    per = _per_cloud(betas, Y3.shape[0], Y3)
+    if per is not None:
+        B = B * per  # (M, d, d): beta_m B
     M, Nq, _ = Y3.shape
     N = X3.shape[1]
     if block is None:
@@ -112,11 +143,17 @@ def field_blocked(Y: torch.Tensor, X: torch.Tensor, att: Attention, block: int |
     return out.squeeze(0) if squeeze else out
 
 
-def velocity_sdpa(X: torch.Tensor, att: Attention) -> torch.Tensor:
-    """Tangent velocity of every token, fused SDPA: (M, N, d) -> (M, N, d) (also (N, d) -> (N, d))."""
-    return field_sdpa(X, X, att)
+def velocity_sdpa(X: torch.Tensor, att: Attention, betas: torch.Tensor | None = None) -> torch.Tensor:
+    """Tangent velocity of every token, fused SDPA: (M, N, d) -> (M, N, d) (also (N, d) -> (N, d)).
+
+    betas: optional (M,) inverse temperatures, one per cloud, in place of att.beta.
+    """
+    return field_sdpa(X, X, att, betas=betas)
 
 
-def velocity_blocked(X: torch.Tensor, att: Attention) -> torch.Tensor:
-    """Tangent velocity of every token, blocked explicit softmax: (M, N, d) -> (M, N, d)."""
-    return field_blocked(X, X, att)
+def velocity_blocked(X: torch.Tensor, att: Attention, betas: torch.Tensor | None = None) -> torch.Tensor:
+    """Tangent velocity of every token, blocked explicit softmax: (M, N, d) -> (M, N, d).
+
+    betas: optional (M,) inverse temperatures, one per cloud, in place of att.beta.
+    """
+    return field_blocked(X, X, att, betas=betas)
