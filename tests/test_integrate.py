@@ -161,7 +161,7 @@ def test_batch_error_control_per_cloud():
     moving = af.sample_uniform(40, 3, seed=9)
     resting = np.tile(np.stack([v, -v]), (20, 1))  # +-v, V v = lambda v: a fixed point
     times = [0.5, 2.0]
-    kw = {"method": "adaptive", "rtol": 1e-6, "atol": 1e-9, "kernel": "sdpa"}
+    kw = {"method": "adaptive", "rtol": 1e-7, "atol": 1e-9, "kernel": "sdpa"}
     alone = simulate(moving, att, times, **kw)
     batch = simulate(np.stack([moving] + [resting] * 7), att, times, **kw)
     assert alone.info["n_steps"] > 20
@@ -234,7 +234,7 @@ def test_rotation_equivariance(method):
     X0 = af.sample_uniform(25, d, seed=10)
     a = simulate(X0, att, [0.3, 0.8], method=method, dt=1e-2, rtol=1e-10, atol=1e-12)
     b = simulate(X0 @ R.T, att_R, [0.3, 0.8], method=method, dt=1e-2, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(b.x, a.x @ R.T, rtol=0, atol=1e-8 if method == "adaptive" else 1e-12)
+    np.testing.assert_allclose(b.x, a.x @ R.T, rtol=0, atol=1e-12)  # the error norm is frame-free
 
 
 def test_several_betas_in_one_run():

@@ -151,7 +151,7 @@ def _step_fixed(method: str, f: _Field, X, h: float):
 def _initial_step(f: _Field, X, k1, rtol: float, atol: float, span: float) -> float:
     """Starting step size (Hairer, Norsett, Wanner, II.4) for the fastest cloud of the batch,
     capped by the span to integrate."""
-    sc = atol + rtol * X.abs()
+    sc = atol + rtol * X.norm(dim=-1, keepdim=True)
 
     def rms(T) -> float:  # largest per-cloud RMS
         return float((T / sc).pow(2).mean(dim=(-2, -1)).sqrt().max())
@@ -195,14 +195,17 @@ def _run_fixed(method: str, f: _Field, X, t_out, dt: float, max_steps: int, prog
 
 
 def _error_norm(err_vec, X, Xn, rtol: float, atol: float) -> float:
-    """Largest over the clouds of a batch of the RMS of err / (atol + rtol max(|x|, |x_new|)).
+    """Largest over the clouds of a batch of the RMS of err_ik / (atol + rtol max(|x_i|, |x_i new|)).
 
-    The maximum, not the RMS over the whole batch: every cloud is integrated at least as
-    accurately as it would be alone.
+    |x_i| is the norm of token i (1 on the sphere), not of its coordinate k: coordinates have no
+    scale of their own on the sphere, and a per-coordinate scale would make the tolerance depend
+    on the frame (near-zero coordinates would demand errors of atol, and the steps would change
+    under rotations).  The maximum over clouds, not the RMS over the whole batch: every cloud is
+    integrated at least as accurately as it would be alone.
     """
     import torch
 
-    sc = atol + rtol * torch.maximum(X.abs(), Xn.abs())
+    sc = atol + rtol * torch.maximum(X.norm(dim=-1, keepdim=True), Xn.norm(dim=-1, keepdim=True))
     err = float((err_vec / sc).pow(2).mean(dim=(-2, -1)).sqrt().max())
     return err if math.isfinite(err) else math.inf
 
@@ -304,7 +307,9 @@ def simulate(
     X0: (N, d) or (M, N, d) unit rows (error unless normalize=True); att: Attention.
     times: non-decreasing output times >= 0 (times[0] may be > 0: X0 is the state at t = 0).
     method: "euler", "heun", "rk4" (fixed step dt, the last step before each output time shortened
-    to land on it) or "adaptive" (Dormand-Prince 5(4), error control with rtol/atol).
+    to land on it) or "adaptive" (Dormand-Prince 5(4): the RMS over tokens and coordinates of the
+    local error, each token's divided by atol + rtol |x_i| with |x_i| = 1, is kept below 1, so
+    rtol + atol is a tolerance on positions in the sphere's own scale, the same in every frame).
     kernel: "auto" (re-decided every AUTO_EVERY steps), "sdpa", "blocked", "zero", "truncated".
     dtype: "float64" or "float32"; progress: callable progress(t, t_final), called now and then.
     betas: optional M finite inverse temperatures integrated together, one per cloud, in one kernel
