@@ -50,7 +50,14 @@ def simulate_kwargs(config: Any) -> dict[str, Any]:
         "kernel": config.kernel,
         "rtol": config.rtol,
         "atol": config.atol,
+        "dtype": config.dtype,
     }
+
+
+def unit_float64(x: np.ndarray) -> np.ndarray:
+    """States of a trajectory as float64 unit rows (a float32 run's rows are unit to 6e-8 only)."""
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
 @contextmanager

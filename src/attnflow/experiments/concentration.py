@@ -31,6 +31,7 @@ from ._common import (
     time_grid,
     token_subset,
     torch_threads,
+    unit_float64,
 )
 from ._config import (
     Angle,
@@ -143,7 +144,7 @@ def _beta_part(
     else:
         with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
             traj = simulate(X0, worked_example(beta), times, progress=cb, **simulate_kwargs(config))
-    Xt = traj.x
+    Xt = unit_float64(traj.x)
     w2 = metrics.w2_to_target(Xt, PiX0).values
     ts = t_star(times, w2, rel_tol=config.t_star_rel_tol)
     per_time = {

@@ -31,6 +31,7 @@ from ._common import (
     simulate_kwargs,
     time_grid,
     torch_threads,
+    unit_float64,
 )
 from ._config import Angle, Reporter, SimulationConfig, cached_part, fingerprint, part_name
 
@@ -105,7 +106,7 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
     label = "whole layer" if head == WHOLE_LAYER else f"head {head}"
     with torch_threads(config.threads), reporter.task(label, total=float(times[-1])) as cb:
         traj = simulate(X0, att, times, progress=cb, **simulate_kwargs(config))
-    Xt = traj.x
+    Xt = unit_float64(traj.x)
     diff = Xt[:, :, None, :] - Xt[:, None, :, :]
     PiX0, ok = pi_symmetric(X0, S1)
     if ok.any():  # the undefined tokens leave both measures (rho_t and the target)

@@ -28,6 +28,7 @@ from ._common import (
     simulate_kwargs,
     time_grid,
     torch_threads,
+    unit_float64,
 )
 from ._config import Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
 
@@ -105,7 +106,7 @@ def _point(config: ResolutionConfig, beta: float, N: int, reporter: Reporter):
         reporter.task(f"beta = {beta:g}, N = {N}", total=float(times[-1])) as cb,
     ):
         traj = simulate(X0, att, times, progress=cb, **simulate_kwargs(config))
-    ts = t_star(times, metrics.w2_to_target(traj.x, project(X0, att)).values)
+    ts = t_star(times, metrics.w2_to_target(unit_float64(traj.x), project(X0, att)).values)
     return xr.Dataset(
         {"min_w2": (("beta", "N"), [[ts.w2_min]]), "t_star": (("beta", "N"), [[ts.t_star]])},
         coords={"beta": [beta], "N": [N]},

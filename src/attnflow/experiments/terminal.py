@@ -26,6 +26,7 @@ from ._common import (
     time_grid,
     token_subset,
     torch_threads,
+    unit_float64,
 )
 from ._config import Angle, Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
 
@@ -81,7 +82,7 @@ def _beta_part(config: TerminalConfig, beta: float, X0, times, keep, spaces, rep
 
     with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
         traj = simulate(X0, worked_example(beta), times, progress=cb, **simulate_kwargs(config))
-    Xt = traj.x
+    Xt = unit_float64(traj.x)
     masses = {name: np.asarray(metrics.subspace_mass(Xt, spaces[name], config.eps)) for name in spaces}
     tt = terminal_time(times, masses["mass_V"], config.threshold)
     data: dict[str, Any] = {k: (("beta", "time"), v[None]) for k, v in masses.items()}
