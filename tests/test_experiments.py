@@ -96,6 +96,8 @@ def test_overrides_are_toml_literals():
         (["init=gaussian"], "init"),
         (["eps=3"], "eps"),
         (["t_max=0"], "t_max"),
+        (["dtype=float16"], "dtype"),
+        (["dtype=float32"], "rtol"),  # the default rtol 1e-7 is below float32's reach
     ],
 )
 def test_bad_overrides_name_the_key(overrides, key):
@@ -252,6 +254,17 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     calls.clear()
     run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path)
     assert calls == [10.0, 100.0]
+
+
+def test_float32_run_matches_float64():
+    """dtype=float32: the same curves to float32 accuracy, states stored as unit rows."""
+    base = [*TINY, "integrator=adaptive", "rtol=1e-5", "N=200"]
+    d64 = run_experiment(load_config("concentration", base), None)
+    d32 = run_experiment(load_config("concentration", [*base, "dtype=float32"]), None)
+    assert json.loads(d32.attrs["config"])["dtype"] == "float32"
+    np.testing.assert_allclose(d32.w2.values, d64.w2.values, rtol=0, atol=1e-3)
+    assert 0 < np.abs(d32.w2.values - d64.w2.values).max()  # it did run in float32
+    np.testing.assert_allclose(np.linalg.norm(d32.x.values, axis=-1), 1.0, atol=1e-6)
 
 
 def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatch):
