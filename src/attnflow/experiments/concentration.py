@@ -160,7 +160,7 @@ def _beta_part(
     data["t_star_hi"] = (("beta",), [ts.t_hi])
     data["min_w2"] = (("beta",), [ts.w2_min])
     data["x"] = (("beta", "time", "token", "dim"), Xt[:, keep].astype(np.float32)[None])
-    info = {k: v for k, v in traj.info.items() if isinstance(v, (int, float, str))}
+    info = {k: v for k, v in traj.info.items() if isinstance(v, (int, float, str, dict))}
     return xr.Dataset(
         data,
         coords={"beta": [beta], "time": times},

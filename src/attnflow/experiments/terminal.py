@@ -90,7 +90,7 @@ def _beta_part(config: TerminalConfig, beta: float, X0, times, keep, spaces, rep
     data["x"] = (("beta", "time", "token", "dim"), Xt[:, keep].astype(np.float32)[None])
     from ..io import to_json
 
-    info = {k: v for k, v in traj.info.items() if isinstance(v, (int, float, str))}
+    info = {k: v for k, v in traj.info.items() if isinstance(v, (int, float, str, dict))}
     return xr.Dataset(
         data,
         coords={"beta": [beta], "time": times},
