@@ -47,8 +47,8 @@ from ._config import (
 # Below this mean-field resolution ratio (token spacing / softmax angular scale) N counts as enough.
 RATIO_OK = 1.0
 # Up to this N a fixed-step run integrates all betas in one kernel call per stage: 1.9x faster at
-# N = 64, 1.4x at 128, no gain from N = 600 on (benchmarks/betas.py).  Adaptive runs never do: the clouds would
-# share the steps of the largest beta.
+# N = 64, 1.4x at 128, no gain from N = 600 on (benchmarks/betas.py).  Adaptive runs never do: the
+# clouds would share the steps of the largest beta.
 BATCH_BETAS_MAX_N = 128
 
 
