@@ -265,8 +265,11 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     timings["zero_temperature_s"] = time.perf_counter() - t0
     reporter.advance()
     parts = []
-    todo = [b for b in config.betas if not part_done(out, part_name(beta=b), fp)]
-    together = _betas_together(config, todo, X0, times, reporter) if _batch_betas(config, todo) else None
+    together = None
+    if _batch_betas(config, config.betas):  # small fixed-step runs: the betas still to do in one batch
+        todo = [b for b in config.betas if not part_done(out, part_name(beta=b), fp)]
+        if _batch_betas(config, todo):
+            together = _betas_together(config, todo, X0, times, reporter)
     for beta in config.betas:
         t0 = time.perf_counter()
         part = cached_part(
