@@ -582,11 +582,15 @@ def _directions(ds: xr.Dataset, X: np.ndarray, want: int) -> tuple[np.ndarray, l
 
 
 def _hemisphere_groups(X0: np.ndarray, u: np.ndarray) -> list[tuple[np.ndarray, dict[str, Any]]]:
-    """Tokens split by the sign of <x_i(0), u1>: filled circles and open triangles (greyscale-safe)."""
+    """Tokens split by the sign of <x_i(0), u1>: filled circles and open triangles (greyscale-safe).
+
+    Each group: (mask (N,), keyword arguments of `ax.plot` for its markers).
+    """
     s = X0 @ u >= 0
+    dots = {"ls": "", "ms": 4}
     return [
-        (s, {"marker": "o", "color": "#1f3b73", "mfc": "#1f3b73", "label": "⟨x(0), u1⟩ ≥ 0"}),
-        (~s, {"marker": "^", "color": "#b2520e", "mfc": "white", "label": "⟨x(0), u1⟩ < 0"}),
+        (s, {**dots, "marker": "o", "mec": "#1f3b73", "mfc": "#1f3b73", "label": "⟨x(0), u1⟩ ≥ 0"}),
+        (~s, {**dots, "marker": "^", "mec": "#b2520e", "mfc": "white", "label": "⟨x(0), u1⟩ < 0"}),
     ]
 
 
@@ -746,18 +750,7 @@ def plot_snapshots(
                 _sphere_axes(ax, U, labels, v)
                 for mask, st in groups:
                     P = Xr[k][mask]
-                    ax.plot(
-                        P[:, 0],
-                        P[:, 1],
-                        P[:, 2],
-                        ls="",
-                        ms=4,
-                        mec=st["color"],
-                        mfc=st["mfc"],
-                        marker=st["marker"],
-                        label=st["label"],
-                        alpha=0.9,
-                    )
+                    ax.plot(P[:, 0], P[:, 1], P[:, 2], **st, alpha=0.9)
                 ax.set_title(f"{lab}, t = {t[k]:.3g}", fontsize="medium")
         fig.axes[0].legend(loc="upper left", fontsize="x-small", framealpha=0.9)
     else:
@@ -769,17 +762,7 @@ def plot_snapshots(
                 _plane_axes(ax, labels[i], labels[j], None if v is None else v @ U[:, [i, j]])
                 for mask, st in groups:
                     P = X[k][mask] @ U[:, [i, j]]
-                    ax.plot(
-                        P[:, 0],
-                        P[:, 1],
-                        ls="",
-                        ms=4,
-                        mec=st["color"],
-                        mfc=st["mfc"],
-                        marker=st["marker"],
-                        label=st["label"],
-                        alpha=0.9,
-                    )
+                    ax.plot(P[:, 0], P[:, 1], **st, alpha=0.9)
                 if r == 0:
                     ax.set_title(f"{label}, t = {t[k]:.3g}", fontsize="medium")
         axes[0][0].legend(loc="lower left", fontsize="x-small", framealpha=0.9)
@@ -827,9 +810,7 @@ def animate(
         _plane_axes(ax, labels[0], labels[1], None if v is None else v @ U[:, :2])
     lines = []
     for _, st in groups:
-        (ln,) = ax.plot(
-            [], [], ls="", ms=4, mec=st["color"], mfc=st["mfc"], marker=st["marker"], label=st["label"]
-        )
+        (ln,) = ax.plot([], [], **st)
         lines.append(ln)
     ax.legend(loc="upper left", fontsize="x-small")
     title = fig.suptitle("", fontsize="medium")
