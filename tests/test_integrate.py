@@ -16,6 +16,7 @@ from scipy.stats import special_ortho_group
 import attnflow as af
 from attnflow.integrate import simulate
 from attnflow.kernels import velocity
+from helpers import random_attention
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -53,12 +54,6 @@ def ref_trajectory(X0: np.ndarray, att: af.Attention, times, tol: float = 1e-12)
     )
     assert sol.success
     return sol.y.T.reshape(len(t_eval), N, d)[index]
-
-
-def random_attention(d: int, beta: float, seed: int) -> af.Attention:
-    rng = np.random.default_rng(seed)
-    Q, K, V = rng.standard_normal((3, d, d)) / np.sqrt(d)
-    return af.Attention(Q, K, V, beta)
 
 
 # ---------------------------------------------------------------- agreement with SciPy

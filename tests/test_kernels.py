@@ -17,6 +17,7 @@ from attnflow.kernels import KERNELS, check_dtype, get_kernel, resolve_kernel, v
 from attnflow.kernels.auto import choose_kernel
 from attnflow.kernels.dense import field_blocked, field_sdpa, velocity_blocked, velocity_sdpa
 from attnflow.kernels.zero import velocity_zero
+from helpers import random_attention
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -42,12 +43,6 @@ def ref_velocity(X: np.ndarray, att: af.Attention) -> np.ndarray:
     if X.ndim == 3:
         return np.stack([ref_field(x, x, att) for x in X])
     return ref_field(X, X, att)
-
-
-def random_attention(d: int, beta: float, seed: int) -> af.Attention:
-    rng = np.random.default_rng(seed)
-    Q, K, V = rng.standard_normal((3, d, d)) / np.sqrt(d)
-    return af.Attention(Q, K, V, beta)
 
 
 # ---------------------------------------------------------------- agreement with the reference
