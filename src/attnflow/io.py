@@ -55,7 +55,7 @@ def _clean_attrs(attrs: dict[str, Any], where: str) -> dict[str, Any]:
         if isinstance(value, (tuple, np.ndarray)):
             value = np.asarray(value).tolist() if isinstance(value, np.ndarray) else list(value)
         if isinstance(value, dict):
-            value = json.dumps(value, default=_json_default)
+            value = to_json(value)
         ok = isinstance(value, (str, int, float, bool)) or (
             isinstance(value, list) and all(isinstance(v, (str, int, float, bool)) for v in value)
         )
@@ -71,6 +71,8 @@ def _clean_attrs(attrs: dict[str, Any], where: str) -> dict[str, Any]:
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
+    if isinstance(obj, complex):
+        return [obj.real, obj.imag]
     if isinstance(obj, np.ndarray):
         return obj.tolist()
     if isinstance(obj, Path):
@@ -79,13 +81,17 @@ def _json_default(obj: Any) -> Any:
 
 
 def to_json(obj: Any, **kwargs: Any) -> str:
-    """json.dumps that also accepts NumPy scalars/arrays and Paths; NaN/inf are written as null."""
+    """The one JSON encoder of attnflow: standard JSON (RFC 8259), also for NumPy scalars/arrays,
+    complex numbers ([re, im]) and Paths. NaN and +-inf have no JSON literal: they are written as
+    null, and readers take null back as "no finite value" (NaN)."""
     return json.dumps(_nan_to_none(obj), default=_json_default, allow_nan=False, **kwargs)
 
 
 def _nan_to_none(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         obj = obj.item()
+    if isinstance(obj, complex):
+        obj = [obj.real, obj.imag]
     if isinstance(obj, float) and not np.isfinite(obj):
         return None
     if isinstance(obj, dict):
@@ -95,6 +101,23 @@ def _nan_to_none(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return [_nan_to_none(v) for v in obj.tolist()]
     return obj
+
+
+def json_attr(ds: Any, key: str, default: Any = None) -> Any:
+    """The attribute `key` of a Dataset (or of anything with `.attrs`), decoded from JSON.
+
+    Missing: `default`. A non-string value is returned as stored. A string that is not JSON raises
+    ValueError naming the key: attrs written by attnflow are always JSON.
+    """
+    raw = ds.attrs.get(key)
+    if raw is None:
+        return default
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ValueError(f"attribute {key!r} is not valid JSON: {raw[:60]!r}") from None
 
 
 def write_dataset(ds, path: str | os.PathLike) -> Path:

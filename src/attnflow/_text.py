@@ -1,0 +1,59 @@
+"""Text in and out: values read from the command line and numbers written for people.
+
+One home for both, so that `--set`, `--grid` and config files read the same literals, and every
+table, title and report writes a number the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["format_value", "parse_literal"]
+
+
+def parse_literal(raw: str) -> Any:
+    """A TOML literal (`10`, `1e3`, `inf`, `true`, `"x"`, `[10, 100]`), else the bare string."""
+    import tomllib
+
+    raw = raw.strip()
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def format_value(v: Any, digits: int = 4) -> str:
+    """A value as text: floats to `digits` significant digits, inf as ∞, None as —, lists joined.
+
+    Lists of more than 10 numbers are shortened to the first 8, an ellipsis and the last.
+    """
+    if v is None:
+        return "—"
+    if isinstance(v, bool | np.bool_):
+        return "yes" if v else "no"
+    if isinstance(v, int | np.integer):
+        return str(int(v))
+    if isinstance(v, complex | np.complexfloating):
+        z = complex(v)
+        if not z.imag:
+            return format_value(z.real, digits)
+        sign = "+" if z.imag >= 0 else "−"
+        return f"{format_value(z.real, digits)}{sign}{format_value(abs(z.imag), digits)}j"
+    if isinstance(v, float | np.floating):
+        f = float(v)
+        if math.isnan(f):
+            return "NaN"
+        if math.isinf(f):
+            return "∞" if f > 0 else "−∞"
+        return f"{f:.{digits}g}"
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if isinstance(v, list | tuple) and v and all(isinstance(x, str) for x in v):
+        return "; ".join(v)
+    if isinstance(v, list | tuple):
+        items = [format_value(x, digits) for x in v]
+        return "[" + ", ".join(items if len(items) <= 10 else [*items[:8], "…", items[-1]]) + "]"
+    return str(v)
