@@ -399,3 +399,52 @@ def test_two_atom_path_has_no_cancellation_floor():
     bound = coupling_bound(X, target)
     assert 0 < value <= bound * (1 + 1e-6)
     assert value > 0.5 * bound  # each token is nearest its own atom: W2 equals the bound here
+
+
+# ------------------------------------------------------------------------------ weighted measures
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(min_value=1, max_value=12), seed=seeds)
+def test_weighted_diagnostics_equal_replicated_clouds(n, seed):
+    """Integer weights c_i / sum c are the cloud with token i repeated c_i times."""
+    rng = np.random.default_rng(seed)
+    X_t = sample_uniform(n, 3, seed=seed, M=2)  # (T, N, d)
+    P = random_cloud(n, 3, seed + 1)
+    counts = rng.integers(1, 5, n)
+    w = counts / counts.sum()
+    rep = np.repeat(np.arange(n), counts)
+    basis, P1 = np.eye(3)[:, :1], np.diag([1.0, 0.0, 0.0])
+    np.testing.assert_allclose(
+        coupling_bound(X_t, P, weights=w), coupling_bound(X_t[:, rep], P[rep]), atol=1e-12
+    )
+    np.testing.assert_allclose(lyapunov(X_t, P1, weights=w), lyapunov(X_t[:, rep], P1), atol=1e-12)
+    eps = [0.3, 1.0]
+    np.testing.assert_allclose(
+        subspace_mass(X_t, basis, eps, weights=w), subspace_mass(X_t[:, rep], basis, eps), atol=1e-12
+    )
+    np.testing.assert_allclose(
+        subspace_mass(X_t, basis, 0.5, weights=w), subspace_mass(X_t[:, rep], basis, 0.5), atol=1e-12
+    )
+    # the weighted coupling bound still bounds the weighted W2
+    for X, bound in zip(X_t, coupling_bound(X_t, P, weights=w), strict=True):
+        assert w2(X, P, a=w, b=w) <= bound + 1e-9
+
+
+def test_weighted_diagnostics_batch_weights_and_errors():
+    X_t = sample_uniform(20, 3, seed=1, M=8).reshape(2, 4, 20, 3)  # (T, M, N, d)
+    W = np.random.default_rng(2).random((4, 20)) + 0.1
+    W /= W.sum(axis=1, keepdims=True)
+    P1 = np.diag([0.0, 0.0, 1.0])
+    got = lyapunov(X_t, P1, weights=W)
+    assert got.shape == (2, 4)
+    want = [[lyapunov(X_t[t, m : m + 1], P1, weights=W[m])[0] for m in range(4)] for t in range(2)]
+    np.testing.assert_allclose(got, want, atol=1e-14)
+    uniform = np.full(20, 1 / 20)
+    np.testing.assert_allclose(lyapunov(X_t, P1, weights=uniform), lyapunov(X_t, P1), atol=1e-14)
+    with pytest.raises(ValueError, match="weights must sum to 1"):
+        lyapunov(X_t, P1, weights=2 * W)
+    with pytest.raises(ValueError, match="weights must have shape"):
+        subspace_mass(X_t, np.eye(3)[:, :1], 0.1, weights=W[:3])
+    with pytest.raises(ValueError, match="weights must be > 0"):
+        coupling_bound(X_t, X_t[0, 0], weights=np.r_[0.0, np.full(19, 1 / 19)])
