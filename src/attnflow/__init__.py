@@ -16,6 +16,8 @@ _API = {
     "Spectrum": "model",
     "attention_from_A": "model",
     "worked_example": "model",
+    "random_attention": "model",
+    "load_attention": "model",
     "sample_uniform": "sphere",
     "sample_vmf": "sphere",
     "fibonacci_sphere": "sphere",
