@@ -448,3 +448,35 @@ def test_weighted_diagnostics_batch_weights_and_errors():
         subspace_mass(X_t, np.eye(3)[:, :1], 0.1, weights=W[:3])
     with pytest.raises(ValueError, match="weights must be > 0"):
         coupling_bound(X_t, X_t[0, 0], weights=np.r_[0.0, np.full(19, 1 / 19)])
+
+
+def test_resolution_ratio_uses_the_kernel_width():
+    """concentration-converged's setting: worked example, N = 100,000 Fibonacci tokens, beta = 1000."""
+    from attnflow.model import worked_example
+    from attnflow.sphere import spacing
+
+    att, N, beta = worked_example(1000.0), 100_000, 1000.0
+    X = fibonacci_sphere(N)
+    h = math.sqrt(4 * math.pi / N)
+    assert spacing(N, 3) == pytest.approx(h)
+    # s = max_i |B^T x_i|: the lattice has a node within 1e-2 of e_1, where |B^T x| = ||B|| = 3
+    ratio = resolution_ratio(N, 3, beta, B=att.B, X=X)
+    s = (ratio / h) ** 2 / beta
+    assert 3.0 - 1e-4 < s <= 3.0
+    assert ratio == pytest.approx(0.614, abs=5e-4)
+    # ||B|| bounds s from above; the old beta^(-1/2) width (s = 1) gave 0.354, sqrt(3) times smaller
+    assert resolution_ratio(N, 3, beta, B=att.B) == pytest.approx(h * math.sqrt(3 * beta), rel=1e-12)
+    with pytest.warns(DeprecationWarning):
+        assert resolution_ratio(N, 3, beta) == pytest.approx(0.3545, abs=1e-4)
+    # a cloud near u_1 only sees |B^T u_1| = 2.134
+    u1 = att.spectrum().top.basis[:, 0]
+    near = np.tile(u1, (N, 1))
+    assert resolution_ratio(N, 3, beta, B=att.B, X=near) == pytest.approx(
+        h * math.sqrt(2.1344 * beta), rel=1e-4
+    )
+    with pytest.raises(ValueError, match="pass B"):
+        resolution_ratio(N, 3, beta, X=X)
+    with pytest.raises(ValueError, match=r"X must be the cloud of N = 10 tokens"):
+        resolution_ratio(10, 3, beta, B=att.B, X=X)
+    with pytest.raises(ValueError, match="B must be 3 x 3"):
+        resolution_ratio(N, 3, beta, B=np.eye(2))
