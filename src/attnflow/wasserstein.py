@@ -93,7 +93,7 @@ def _measure_weights(w: Any, n: int, name: str) -> np.ndarray:
     """Weights (n,) of one cloud, as `check_weights`; None -> uniform 1/n.
 
     Deprecated leniency: weights that are finite and >= 0 with a positive total, but not positive
-    or not summing to 1, are still normalised (with a DeprecationWarning), as before 0.2.
+    or not summing to 1, are still normalised as they used to be, with a DeprecationWarning.
     """
     if w is None:
         return np.full(n, 1.0 / n)
