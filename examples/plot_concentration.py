@@ -39,7 +39,7 @@ def build_dataset() -> xr.Dataset:
     rows = {k: [] for k in ("w2", "bound", "mass_A", "mass_V", "lyap", "x")}
     for beta in BETAS:
         traj = af.simulate(X0, att.with_beta(beta), TIMES, method="rk4", dt=0.1)
-        rows["w2"].append(metrics.w2_to_target(traj.x, PiX0).values)
+        rows["w2"].append(af.w2_to_target(traj.x, PiX0).values)
         rows["bound"].append(metrics.coupling_bound(traj.x, PiX0))
         rows["mass_A"].append(metrics.subspace_mass(traj.x, spec.top.basis, EPS))
         rows["mass_V"].append(metrics.subspace_mass(traj.x, spec.v_top_real.basis, EPS))
@@ -55,7 +55,7 @@ def build_dataset() -> xr.Dataset:
         {
             "w2": (bt, w2),
             "coupling_bound": (bt, np.array(rows["bound"])),
-            "w2_zero": ("time", metrics.w2_to_target(zero.x, PiX0).values),
+            "w2_zero": ("time", af.w2_to_target(zero.x, PiX0).values),
             "lyapunov": (bt, np.array(rows["lyap"])),
             "mass_A": (bt, np.array(rows["mass_A"])),
             "mass_V": (bt, np.array(rows["mass_V"])),
@@ -63,7 +63,7 @@ def build_dataset() -> xr.Dataset:
             "t_star_lo": ("beta", [s.t_lo for s in ts]),
             "t_star_hi": ("beta", [s.t_hi for s in ts]),
             "min_w2": ("beta", [s.w2_min for s in ts]),
-            "resolution_ratio": ("beta", [metrics.resolution_ratio(N, 3, b) for b in BETAS]),
+            "resolution_ratio": ("beta", [metrics.resolution_ratio(N, 3, b, B=att.B, X=X0) for b in BETAS]),
             "x": (("beta", "time", "token", "dim"), np.array(rows["x"], dtype=np.float32)),
             "x_zero": (("time", "token", "dim"), zero.x[:, keep].astype(np.float32)),
             "basis_A": (("dim", "k"), spec.top.basis),

@@ -117,3 +117,73 @@ def check_positive(x: Any, name: str, integer: bool = False) -> float:
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
     return v
+
+
+def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """One of a few option strings."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def check_cloud(X: Any, name: str = "X", allow_batch: bool = False) -> np.ndarray:
+    """check_points for measured clouds: float32 (or lower precision) input is accepted within 1e-5
+    of unit norm and renormalised in float64 (a float32 trajectory's rows are off by about 1e-7)."""
+    A = to_numpy(X)
+    low = A.dtype.kind == "f" and A.dtype.itemsize < 8
+    P = check_points(A, name, allow_batch=allow_batch, tol=1e-5 if low else UNIT_TOL)
+    return P / np.linalg.norm(P, axis=-1, keepdims=True) if low else P
+
+
+def check_stack(X: Any, name: str) -> np.ndarray:
+    """Clouds with any leading axes (..., N, d), e.g. (T, N, d) or (T, M, N, d), as check_cloud."""
+    A = to_numpy(X)
+    if A.ndim < 2:
+        raise ValueError(f"{name} must have shape (..., N, d), e.g. (N, d) or (T, N, d), got {A.shape}")
+    flat = A.reshape(-1, *A.shape[-2:]) if A.ndim > 3 else A
+    return check_cloud(flat, name, allow_batch=True).reshape(A.shape)
+
+
+#: Largest |sum_i w_i - 1| accepted for the weights of a measure (float sums of N weights 1/N are
+#: off by about 1e-16 log2 N).
+WEIGHT_SUM_TOL = 1e-12
+
+
+def check_weights(w: Any, shape: tuple[int, ...], name: str = "weights") -> np.ndarray:
+    """Weights of a measure sum_i w_i delta_{x_i}: finite, > 0, summing to 1 over the token axis.
+
+    shape: the cloud's leading shape X.shape[:-1], e.g. (N,), (M, N) or (T, M, N). The weights have
+    N entries on their last axis and broadcast against `shape` ((N,) for every cloud alike; (M, N)
+    for a batch of M clouds, the same at every saved time). Returns a float64 array (no copy for
+    float64 input).
+    """
+    n = shape[-1]
+    try:
+        W = to_numpy(w).astype(np.float64, copy=False)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be a real array of {n} weights per cloud, got {type(w).__name__}"
+        ) from None
+    try:
+        fits = W.ndim >= 1 and W.shape[-1] == n and np.broadcast_shapes(W.shape, shape) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name} must have shape ({n},) or one that broadcasts against the clouds' {tuple(shape)}, "
+            f"got {W.shape}"
+        )
+    if not np.all(np.isfinite(W)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if np.any(W <= 0):
+        raise ValueError(
+            f"{name} must be > 0 (a weighted measure's atoms carry positive mass), got min {W.min():.3g}; "
+            "drop the points of zero weight"
+        )
+    off = float(np.max(np.abs(W.sum(axis=-1) - 1.0)))
+    if off > WEIGHT_SUM_TOL:
+        raise ValueError(
+            f"{name} must sum to 1 over the tokens (a probability measure): off by {off:.3g}; "
+            f"pass {name} / {name}.sum(axis=-1, keepdims=True)"
+        )
+    return W

@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 
 from ._checks import check_points, check_positive, to_numpy
-from .model import SYMMETRY_TOL, Attention
+from .model import COND_B_MAX, SYMMETRY_TOL, Attention
 
-COND_B_MAX = 1e12  # B with a larger 2-norm condition number counts as singular
 KINDS = (None, "points", "uniform", "vmf")
 OK, FAILS, NOT_CHECKABLE = "ok", "fails", "not checkable"
 

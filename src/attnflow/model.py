@@ -1,17 +1,21 @@
-"""Single-head attention weights on the sphere: B = Q^T K, A = V B^T and their spectra (MATH.md)."""
+"""Single-head attention weights on the sphere: B = Q^T K, A = V B^T and their spectra (MATH.md);
+the worked examples, seeded random weights and weights from a file."""
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
 from ._checks import check_beta, check_matrix
+from .sphere import SeedLike, rng_from
 
 SYMMETRY_TOL = 1e-10  # relative antisymmetric part below which A is treated as symmetric
 TOP_TOL = 1e-9  # eigenvalues within TOP_TOL * spectral radius of mu_1 count as top
+COND_B_MAX = 1e12  # B with a larger 2-norm condition number counts as singular
 
 
 @dataclass(frozen=True)
@@ -208,18 +212,117 @@ def attention_from_A(A, B, beta: float = 1.0) -> Attention:
     """
     A = check_matrix(A, "A")
     B = check_matrix(B, "B", A.shape[0])
-    if not np.isfinite(np.linalg.cond(B)) or np.linalg.cond(B) > 1e14:
-        raise ValueError("B must be invertible to build V = A B^{-T} (its condition number is > 1e14)")
+    cond = np.linalg.cond(B)
+    if not cond <= COND_B_MAX:
+        raise ValueError(
+            f"B must be invertible to build V = A B^{{-T}}: its condition number is {cond:.3g} > "
+            f"{COND_B_MAX:.0e}"
+        )
     V = np.linalg.solve(B, A.T).T  # A B^{-T}
     return Attention(np.eye(A.shape[0]), B, V, beta)
 
 
-def worked_example(beta: float = 100.0) -> Attention:
-    """The d = 3 example of MATH.md that shows both phases.
+def worked_example(beta: float = 100.0, d: int = 3) -> Attention:
+    """The worked examples of MATH.md, d = 3 (default) or d = 2: both phases are visible.
 
-    Q = I, K = diag(3, 1, 1/3), A = [[0, 0, 1], [0, -1/2, 0], [1, 0, 0]], V = A B^{-T}.
+    d = 3: Q = I, K = diag(3, 1, 1/3), A = [[0, 0, 1], [0, -1/2, 0], [1, 0, 0]], V = A B^{-T}.
     A has eigenvalues 1, -1/2, -1 (gap 3/2, u_1 = (1, 0, 1)/sqrt 2); V's top eigenvector is
     (3, 0, 1)/sqrt 10, so the terminal phase moves mass away from A's top eigenspace.
+    d = 2: Q = I, K = diag(3, 1/3), A = [[1/4, 3/4], [3/4, 1/4]], V = A B^{-T}. A has eigenvalues 1,
+    -1/2 (gap 3/2, u_1 = (1, 1)/sqrt 2); V's top eigenvalue 1.2374 has eigenvector (0.8898, 0.4564),
+    17.8 degrees from u_1. In both, ||B|| = 3 and |B^T u_1| = 2.134.
     """
-    A = np.array([[0.0, 0.0, 1.0], [0.0, -0.5, 0.0], [1.0, 0.0, 0.0]])
-    return attention_from_A(A, np.diag([3.0, 1.0, 1.0 / 3.0]), beta)
+    if d == 3:
+        A = np.array([[0.0, 0.0, 1.0], [0.0, -0.5, 0.0], [1.0, 0.0, 0.0]])
+        return attention_from_A(A, np.diag([3.0, 1.0, 1.0 / 3.0]), beta)
+    if d == 2:
+        A = np.array([[0.25, 0.75], [0.75, 0.25]])
+        return attention_from_A(A, np.diag([3.0, 1.0 / 3.0]), beta)
+    raise ValueError(f"worked_example: d must be 2 or 3 (the examples of MATH.md), got {d!r}")
+
+
+#: random_attention: the singular values of K are drawn log-uniformly in [1/COND_SPREAD, COND_SPREAD]
+#: and Q is orthogonal, so cond(B) <= COND_SPREAD^2 = 4 and 1/2 <= |B^T x| <= 2 on the sphere.
+COND_SPREAD = 2.0
+#: random_attention(symmetric=True): A = S has top eigenvalue 1 and the others in [-1, 1 - MIN_GAP].
+MIN_GAP = 0.5
+
+
+def _orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:
+    """A Haar-random orthogonal matrix (d, d): QR of a Gaussian matrix with R's signs fixed."""
+    Q, R = np.linalg.qr(rng.standard_normal((d, d)))
+    return Q * np.sign(np.diag(R))
+
+
+def random_attention(d: int, seed: SeedLike, beta: float = 1.0, symmetric: bool = True) -> Attention:
+    """Seeded random weights (d, d) with a well-conditioned B = Q^T K.
+
+    Q is Haar-orthogonal and K = U diag(s) W^T with U, W Haar-orthogonal and s log-uniform in
+    [1/2, 2] (COND_SPREAD), so cond(B) <= 4 and 1/2 <= |B^T x| <= 2.
+    symmetric=True (default): V = S B^{-T} with S = U_S diag(1, mu_2, ..., mu_d) U_S^T symmetric,
+    mu_k uniform in [-1, 1/2], so A = V B^T = S is symmetric with a simple top eigenvalue 1 and a
+    spectral gap >= 1/2 (MIN_GAP): the theorem applies. symmetric=False: V Gaussian with entries of
+    variance 1/d (A then is generically not symmetric). The same seed gives the same weights.
+    """
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
+        raise ValueError(f"d must be an integer >= 2 (tokens on S^(d-1)), got {d!r}")
+    d = int(d)
+    rng = rng_from(seed)
+    Q = _orthogonal(d, rng)
+    s = np.exp(rng.uniform(-math.log(COND_SPREAD), math.log(COND_SPREAD), d))
+    K = _orthogonal(d, rng) @ np.diag(s) @ _orthogonal(d, rng).T
+    if symmetric:
+        mu = np.concatenate([[1.0], rng.uniform(-1.0, 1.0 - MIN_GAP, d - 1)])
+        U = _orthogonal(d, rng)
+        S = (U * mu) @ U.T
+        S = (S + S.T) / 2
+        B = Q.T @ K
+        V = np.linalg.solve(B, S.T).T  # S B^{-T}
+    else:
+        V = rng.standard_normal((d, d)) / math.sqrt(d)
+    return Attention(Q, K, V, beta)
+
+
+_SAVE_HINT = "save the weights with numpy.savez(path, Q=Q, K=K, V=V)"
+
+
+def load_attention(path: str | os.PathLike[str], beta: float = 1.0) -> Attention:
+    """Attention from an .npz file holding Q, K, V (each d x d, the same d), e.g. written by
+    `numpy.savez(path, Q=Q, K=K, V=V)`. Errors are one line naming the file and the problem: a
+    missing file or key, a shape, NaN or inf, and a singular B at beta = inf (the zero-temperature
+    field divides by |B^T x|; at finite beta `check_assumptions` reports B's condition number).
+    """
+    import zipfile
+
+    name = os.fspath(path)
+    beta = check_beta(beta)
+    if not os.path.isfile(name):
+        raise FileNotFoundError(f"{name}: no such file (attention weights: an .npz holding Q, K, V)")
+    try:
+        archive = np.load(name, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise ValueError(f"{name}: not a readable .npz archive of Q, K, V ({err})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(f"{name}: a single array, not an .npz archive; {_SAVE_HINT}")
+    with archive:
+        missing = [k for k in ("Q", "K", "V") if k not in archive.files]
+        if missing:
+            found = ", ".join(archive.files) or "nothing"
+            raise ValueError(f"{name}: missing {', '.join(missing)} (found {found}); {_SAVE_HINT}")
+        try:
+            arrays = {k: archive[k] for k in ("Q", "K", "V")}
+        except ValueError as err:  # object arrays need pickle, which is never allowed here
+            raise ValueError(f"{name}: {err}") from None
+    for k, M in arrays.items():
+        if M.dtype.kind not in "biuf":
+            raise ValueError(f"{name}: {k} must be a real matrix, got dtype {M.dtype}")
+    try:
+        att = Attention(arrays["Q"], arrays["K"], arrays["V"], beta)
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
+    if math.isinf(beta) and not att.cond_B <= COND_B_MAX:
+        raise ValueError(
+            f"{name}: B = Q^T K is singular (condition number {att.cond_B:.3g} > {COND_B_MAX:.0e}), "
+            "so the zero-temperature field at beta = inf is undefined; use a finite beta"
+        )
+    return att

@@ -1,8 +1,10 @@
-"""Points of the unit sphere S^{d-1}: sampling, normalisation, tangent projection, distances."""
+"""Points of the unit sphere S^{d-1}: sampling, quadrature nodes and weights, normalisation, tangent
+projection, distances."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -110,6 +112,92 @@ def fibonacci_sphere(N: int) -> np.ndarray:
     r = np.sqrt(np.clip(1.0 - z * z, 0.0, None))
     phi = k * math.pi * (3.0 - math.sqrt(5.0))  # golden angle
     return normalize(np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1))
+
+
+#: Offset of the equispaced nodes on S^1, in units of their spacing: the golden ratio's fractional
+#: part. The trapezoidal rule is exact for trigonometric polynomials of degree < N at any offset; an
+#: irrational one puts no node on a direction at a rational multiple of pi (the axes, u_1 = (1, 1)/sqrt 2
+#: of the d = 2 worked example and its equator P_1 x = 0, where Pi is undefined) for any N. The
+#: midpoint offset 1/2 would put a node on that equator whenever N = 4 mod 8 (N = 100, 200, ...).
+CIRCLE_OFFSET = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def circle_nodes(N: int) -> np.ndarray:
+    """N equispaced points on S^1 at angles 2 pi (k + CIRCLE_OFFSET) / N, k = 0..N-1: (N, 2).
+
+    With equal weights 1/N they are the trapezoidal rule: spectrally accurate for smooth integrands.
+    """
+    N = int(check_positive(N, "N", integer=True))
+    theta = 2.0 * math.pi * (np.arange(N, dtype=np.float64) + CIRCLE_OFFSET) / N
+    return np.stack([np.cos(theta), np.sin(theta)], axis=1)
+
+
+def vmf_density(mean, kappa: float) -> Callable[[np.ndarray], np.ndarray]:
+    """The von Mises-Fisher density up to its constant, f(x) = exp(kappa (<mean, x> - 1)) in (0, 1].
+
+    For `quadrature(N, d, density=vmf_density(mean, kappa))`. Written so that it never overflows; it
+    underflows to 0 at the antipode of `mean` once 2 kappa > 745 (float64), which quadrature reports.
+    """
+    mu = to_numpy(mean).astype(np.float64).ravel()
+    if mu.size < 2 or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
+        raise ValueError(f"mean must be a finite non-zero vector with d >= 2 entries, got {mean!r}")
+    mu = mu / np.linalg.norm(mu)
+    kappa = float(kappa)
+    if not math.isfinite(kappa) or kappa < 0:
+        raise ValueError(f"kappa must be a finite number >= 0, got {kappa!r}")
+
+    def f(X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if X.shape[-1] != mu.size:
+            raise ValueError(f"vmf_density: points have d = {X.shape[-1]} but mean has d = {mu.size}")
+        return np.exp(kappa * (X @ mu - 1.0))
+
+    return f
+
+
+def quadrature(
+    N: int, d: int, density: Callable[[np.ndarray], np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic quadrature of rho_0 on S^{d-1}: nodes X (N, d) and weights w (N,), w > 0, sum 1.
+
+    Nodes: on S^1 (d = 2) N equispaced angles (`circle_nodes`); on S^2 (d = 3) the Fibonacci lattice.
+    Weights: equal (the uniform rho_0), or, for a rho_0 with density f (a callable X (N, d) -> (N,),
+    values >= 0, known up to a constant, e.g. `vmf_density(mean, kappa)`), w_i = f(x_i) / sum_j f(x_j).
+    Then sum_i w_i g(x_i) approximates integral g drho_0 (MATH.md, "Weighted measures").
+    Raises where no node set exists (d >= 4) or where a weight would be 0 (the weighted kernel needs
+    log w_i).
+    """
+    N = int(check_positive(N, "N", integer=True))
+    d = int(check_positive(d, "d", integer=True))
+    if d == 2:
+        X = circle_nodes(N)
+    elif d == 3:
+        X = fibonacci_sphere(N)
+    else:
+        raise ValueError(
+            f"no deterministic quadrature nodes for S^{d - 1} (d = {d}): equispaced angles exist on S^1 "
+            "only (d = 2), the Fibonacci lattice on S^2 only (d = 3). For d >= 4 use a Monte Carlo "
+            "cloud: X = sample_uniform(N, d, seed) with equal weights, or sample_vmf(N, mean, kappa, seed)"
+        )
+    if density is None:
+        return X, np.full(N, 1.0 / N)
+    if not callable(density):
+        raise TypeError(f"density must be a callable X (N, d) -> (N,), got {type(density).__name__}")
+    f = np.asarray(to_numpy(density(X)), dtype=np.float64)
+    if f.shape != (N,):
+        raise ValueError(f"density(X) must return shape ({N},) for X of shape {X.shape}, got {f.shape}")
+    if not np.all(np.isfinite(f)) or np.any(f < 0):
+        raise ValueError("density(X) must be finite and >= 0 at every node")
+    total = float(f.sum())
+    w = f / total if total > 0 else f
+    zero = int(np.sum(w <= 0))
+    if zero:
+        raise ValueError(
+            f"density is 0 (or underflows) at {zero} of the {N} nodes: quadrature weights must be > 0 "
+            "(the weighted softmax uses log w_i). Use a density positive on the whole sphere (as "
+            "Assumption 3 asks; for vmf_density, kappa <= 370), or a Monte Carlo cloud from it"
+        )
+    return X, w
 
 
 def spacing(N: int, d: int) -> float:
