@@ -542,7 +542,7 @@ def test_half_written_point_is_recomputed(client, tmp_path):
 
 
 def test_stale_temporaries_are_cleaned(tmp_path):
-    from attnflow.sweeps import _clean_temporaries, _Store
+    from attnflow.sweeps.store import Store, clean_temporaries
 
     points = tmp_path / "points"
     (points / ".seed=1.zarr.1a2b3c4d").mkdir(parents=True)
@@ -550,7 +550,7 @@ def test_stale_temporaries_are_cleaned(tmp_path):
     (points / "seed=0.zarr").mkdir()
     old = time.time() - 3600
     os.utime(points / ".seed=1.zarr.1a2b3c4d", (old, old))
-    assert _clean_temporaries(_Store(tmp_path)) == 1
+    assert clean_temporaries(Store(tmp_path)) == 1
     assert sorted(p.name for p in points.iterdir()) == [".seed=2.zarr.5e6f7a8b", "seed=0.zarr"]
 
 
@@ -623,11 +623,11 @@ def test_command_runs_concentration_grid(client, tmp_path):
     assert "4 run, 0 already done, 0 failed" in res.output and "t_star" in res.output
     assert (out / "figures" / "sweep.png").stat().st_size > 0
     # each task shares the host's cores with the other worker: cores // 2 torch threads
-    from attnflow.sweeps import _cpus, _threads_on_host
+    from attnflow.sweeps.point import cpus, threads_on_host
 
-    assert client.submit(_threads_on_host, pure=False).result() == 2
+    assert client.submit(threads_on_host, pure=False).result() == 2
     entries = sweep_info(out)["entries"].values()
-    assert {e["torch_threads"] for e in entries} == {max(1, _cpus() // 2)}
+    assert {e["torch_threads"] for e in entries} == {max(1, cpus() // 2)}
     ds = open_sweep(out)
     assert ds.attrs["experiment"] == "concentration" and ds.attrs["complete"]
     assert dict(ds.w2.sizes) == {"beta": 2, "seed": 2, "time": 11}
