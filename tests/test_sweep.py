@@ -32,6 +32,7 @@ from attnflow.sweeps import (
     point_config,
     point_key,
     show_sweep,
+    summary_table,
     sweep,
     sweep_info,
 )
@@ -539,6 +540,76 @@ def test_half_written_point_is_recomputed(client, tmp_path):
     check_values(
         open_sweep(store).expand_dims(beta=[1.0], N=[10]), {"beta": [1.0], "N": [10], "seed": [0, 1]}
     )
+
+
+def _standard_json(path: Path) -> dict:
+    """The file read as standard JSON: the NaN and Infinity literals of Python's json are refused."""
+
+    def refuse(literal: str) -> None:
+        raise AssertionError(f"{path.name} holds the non-standard JSON literal {literal}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def run_nan_at_seed1(c: ToyConfig) -> xr.Dataset:
+    """min_w2 NaN everywhere, t_star NaN at seed 1; a variable `extra` only at seed 0."""
+    ds = run_toy(c).assign(min_w2=((), math.nan))
+    return ds.assign(t_star=((), math.nan)) if c.seed == 1 else ds.assign(extra=((), 2.5))
+
+
+def test_nan_results_written_as_null_read_back_as_nan(client, tmp_path):
+    store = tmp_path / "store"
+    grid = {"seed": [0, 1]}
+    res = sweep(ToyConfig(), grid, client=client, store=store, run_fn=run_nan_at_seed1, progress=False)
+    assert res.ok
+    man = _standard_json(store / "manifest.json")
+    assert man["points"]["seed=1"]["scalars"]["t_star"] is None  # NaN has no literal in JSON
+    for name in ("sweep.json", "points/seed=0.done", "points/seed=1.done"):
+        _standard_json(store / name)
+    scalars = {k: e["scalars"] for k, e in sweep_info(store)["entries"].items()}
+    assert scalars["seed=0"]["t_star"] == 1.0 and math.isnan(scalars["seed=1"]["t_star"])
+    assert "extra" not in scalars["seed=1"]
+    header, rows = summary_table(store)
+    seed0, seed1 = (dict(zip(header, r, strict=True)) for r in rows)
+    assert seed0["min_w2"] == seed1["min_w2"] == "NaN"  # a column of NaN results is still shown
+    assert seed1["t_star"] == "NaN" and seed1["extra"] == ""  # a NaN result is not a missing one
+    assert seed0["extra"] == "2.5"
+    again = sweep(ToyConfig(), grid, client=client, store=store, run_fn=run_nan_at_seed1, progress=False)
+    assert not again.ran and math.isnan(sweep_info(store)["entries"]["seed=1"]["scalars"]["t_star"])
+
+
+def test_non_finite_grid_values_come_back_exactly(client, tmp_path):
+    store = tmp_path / "store"
+    res = sweep(
+        ToyConfig(), {"beta": [1.0, math.inf]}, client=client, store=store, run_fn=run_toy, progress=False
+    )
+    assert res.ok and res.keys == ["beta=1", "beta=inf"]
+    assert _standard_json(store / "sweep.json")["grid"] == {"beta": [1.0, {"float": "inf"}]}
+    assert sweep_info(store)["grid"] == {"beta": [1.0, math.inf]}
+    again = sweep(
+        ToyConfig(), {"beta": [math.inf, 2.0]}, client=client, store=store, run_fn=run_toy, progress=False
+    )
+    assert again.ran == ["beta=2"] and again.skipped == ["beta=1", "beta=inf"]
+    assert float(open_sweep(store).t_star.sel(beta=math.inf)) == 0.0
+
+
+def test_store_of_version_0_1_0_with_json_literals_opens(client, tmp_path):
+    """Stores written before the standard-JSON encoder hold NaN and Infinity literals: still read."""
+    store = tmp_path / "store"
+    sweep(ToyConfig(), {"beta": [1.0, 2.0]}, client=client, store=store, run_fn=run_toy, progress=False)
+    meta = json.loads((store / "sweep.json").read_text())
+    meta["grid"] = {"beta": [1.0, 2.0, math.inf]}
+    (store / "sweep.json").write_text(json.dumps(meta))  # json.dumps writes Infinity
+    done = store / "points" / "beta=2.done"
+    rec = json.loads(done.read_text())
+    rec["scalars"]["min_w2"] = math.nan
+    done.write_text(json.dumps(rec))  # NaN
+    info = sweep_info(store)
+    assert (
+        info["keys"] == ["beta=1", "beta=2", "beta=inf"]
+        and info["entries"]["beta=inf"]["status"] == "pending"
+    )
+    assert math.isnan(info["entries"]["beta=2"]["scalars"]["min_w2"])
 
 
 def test_stale_temporaries_are_cleaned(tmp_path):

@@ -15,26 +15,16 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from .._text import parse_literal
+
 __all__ = [
     "check_grid",
     "expand_grid",
     "merge_grids",
     "parse_grid",
-    "parse_grid_value",
     "point_key",
     "point_keys",
 ]
-
-
-def parse_grid_value(raw: str) -> Any:
-    """One grid value from text: a TOML literal (10, 1e3, inf, true, "x"), else the bare string."""
-    import tomllib
-
-    raw = raw.strip()
-    try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        return raw
 
 
 def _parse_values(item: str, raw: str) -> list:
@@ -45,13 +35,14 @@ def _parse_values(item: str, raw: str) -> list:
         if step == 0:
             raise ValueError(f"--grid {item!r}: the step of a range must not be 0")
         return list(range(a, b, step))
-    return [parse_grid_value(v) for v in raw.split(",") if v.strip()]
+    return [parse_literal(v) for v in raw.split(",") if v.strip()]
 
 
 def parse_grid(items: Iterable[str]) -> dict[str, list]:
     """`["beta=10,100", "seed=0:8", "N=1000:5000:2000"]` -> {"beta": [10, 100], "seed": [0..7], ...}.
 
-    Each item is `key=v1,v2,...` (values read as TOML literals) or `key=a:b[:step]`, the integers
+    Each item is `key=v1,v2,...` (values read by `attnflow._text.parse_literal`: TOML literals such
+    as 10, 1e3, inf, true, "x", else the bare string) or `key=a:b[:step]`, the integers
     a, a+step, ... < b (end excluded, as Python's range). A key given twice is an error.
     """
     grid: dict[str, list] = {}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import experiment_name
-from .store import POINTS_DIR, Store, done_rel, dumps, now, read_record, work_rel, zarr_rel
+from .store import POINTS_DIR, Store, as_read_back, done_rel, now, read_record, work_rel, write_json, zarr_rel
 
 __all__ = ["RunFn", "cpus", "run_point", "set_threads", "threads_on_host"]
 
@@ -82,15 +82,13 @@ def _scalars(ds: Any) -> dict[str, Any]:
 
 def _summarize(config: Any, ds: Any) -> dict[str, Any] | None:
     """The experiment's own `summarize` (JSON-able), None for an unregistered experiment."""
-    import json
-
     from ..experiments import REGISTRY
 
     exp = REGISTRY.get(experiment_name(config))
     if exp is None or not hasattr(exp, "summarize"):
         return None
     try:
-        return json.loads(dumps(exp.summarize(ds), None))
+        return as_read_back(exp.summarize(ds))
     except Exception as err:  # a summary never fails a finished point
         return {"summary_error": f"{type(err).__name__}: {err}"}
 
@@ -148,9 +146,11 @@ def _compute(config: Any, key: str, run_fn: RunFn | None, workdir: Path | None) 
 
 def _label(ds: Any, config: Any, key: str, point: dict[str, Any]) -> Any:
     """The Dataset with the point it belongs to in its attrs."""
+    from ..io import to_json
+
     ds = ds.copy(deep=False)
     ds.attrs["sweep_key"] = key
-    ds.attrs["sweep_point"] = dumps(point, None)
+    ds.attrs["sweep_point"] = to_json(point)
     ds.attrs.setdefault("experiment", experiment_name(config))
     return ds
 
@@ -187,7 +187,7 @@ def run_point(
     rec = {"key": key, "point": point, "started": started, "finished": now(), "seconds": seconds}
     rec |= {"worker": f"{socket.gethostname()}:{os.getpid()}", "torch_threads": threads}
     rec |= {"scalars": scalars, "summary": summary}
-    st.write_text(done_rel(key), dumps(rec))
+    write_json(st, done_rel(key), rec)
     if workdir is not None:
         st.remove(work_rel(key))
     return rec

@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .._text import format_value
 from .grid import expand_grid, point_keys
 from .store import (
     STATUSES,
     SWEEP_FILE,
     Store,
     current_entry,
-    dumps,
     is_sweep_store,
     read_manifest,
     read_meta,
@@ -122,6 +122,8 @@ def open_sweep(store: str | os.PathLike) -> Any:
     import numpy as np
     import xarray as xr
 
+    from ..io import to_json
+
     info = sweep_info(store)
     st = Store(store)
     grid, keys, points = info["grid"], info["keys"], info["points"]
@@ -143,24 +145,16 @@ def open_sweep(store: str | os.PathLike) -> Any:
     ds.attrs = {
         **keep,
         "experiment": info["experiment"],
-        "config": dumps(info["config"], None),
-        "grid": dumps(grid, None),
+        "config": to_json(info["config"]),
+        "grid": to_json(grid),
         "sweep_keys": list(keys),
-        "missing": dumps(missing, None),
+        "missing": to_json(missing),
         "complete": not missing,
     }
     return ds
 
 
 # -------------------------------------------------------------------------------------- text
-
-
-def _num(v: Any) -> str:
-    if isinstance(v, bool) or v is None:
-        return str(v)
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
 
 
 def summary_table(store: str | os.PathLike, max_columns: int = 6) -> tuple[list[str], list[list[str]]]:
@@ -182,9 +176,9 @@ def _table(info: dict[str, Any], max_columns: int) -> tuple[list[str], list[list
         s = e.get("scalars") or {}
         sec = e.get("seconds")
         rows.append(
-            [_num(v) for v in e["point"].values()]
+            [format_value(v) for v in e["point"].values()]
             + [e["status"], str(e.get("attempts", 0)), f"{sec:.1f}" if sec is not None else ""]
-            + [_num(s[c]) if c in s else "" for c in cols]
+            + [format_value(s[c]) if c in s else "" for c in cols]
         )
     return header, rows
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -113,17 +114,55 @@ def now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
 
-def dumps(obj: Any, indent: int | None = 1) -> str:
-    """JSON with inf/nan kept (Python's json reads them back) and NumPy scalars unwrapped."""
+# ------------------------------------------------------------------------------------------ JSON
 
-    def default(o: Any) -> Any:
-        if hasattr(o, "item"):
-            return o.item()
-        if hasattr(o, "tolist"):
-            return o.tolist()
-        return str(o)
 
-    return json.dumps(obj, indent=indent, default=default)
+def read_json(st: Store, rel: str) -> Any:
+    """A JSON file of the store (stores of attnflow 0.1.0 wrote NaN/Infinity literals: read too)."""
+    return json.loads(st.read_text(rel))
+
+
+def write_json(st: Store, rel: str, obj: Any) -> None:
+    """A JSON file of the store, atomically, by `attnflow.io.to_json` (NaN and inf as null)."""
+    from ..io import to_json
+
+    st.write_text(rel, to_json(obj, indent=1))
+
+
+def as_read_back(obj: Any) -> Any:
+    """`obj` as the store's JSON gives it back: NaN and inf as None, tuples as lists."""
+    from ..io import to_json
+
+    return json.loads(to_json(obj))
+
+
+def _nan_scalars(entry: dict[str, Any]) -> dict[str, Any]:
+    """A point's record or manifest entry with its result scalars as numbers: JSON null is NaN.
+
+    A NaN (or infinite) scalar is written as null; read back it is NaN, a number, so that it is
+    not taken for a scalar the point lacks (one absent from "scalars").
+    """
+    scalars = entry.get("scalars")
+    if isinstance(scalars, dict):
+        entry["scalars"] = {k: math.nan if v is None else v for k, v in scalars.items()}
+    return entry
+
+
+def _tag(v: Any) -> Any:
+    return {"float": repr(v)} if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _untag(v: Any) -> Any:
+    return float(v["float"]) if isinstance(v, dict) else v
+
+
+def _grid_to_json(grid: dict[str, list]) -> dict[str, list]:
+    """Grid values exactly in standard JSON: a non-finite float as {"float": "inf"} ("-inf", "nan").
+
+    The point keys are made from the grid read back, so it must come back exactly: null would lose
+    inf. No grid value is a dict, so the tag is unambiguous.
+    """
+    return {k: [_tag(v) for v in values] for k, values in grid.items()}
 
 
 # ------------------------------------------------------------------------------------ sweep.json
@@ -133,17 +172,17 @@ def is_sweep_store(path: str | os.PathLike) -> bool:
     """True when `path` is a sweep store (it holds a `sweep.json` written by `sweep`)."""
     try:
         st = Store(path)
-        return st.exists(SWEEP_FILE) and json.loads(st.read_text(SWEEP_FILE)).get("format") == FORMAT
+        return st.exists(SWEEP_FILE) and read_json(st, SWEEP_FILE).get("format") == FORMAT
     except (OSError, ValueError):
         return False
 
 
 def read_meta(st: Store) -> dict[str, Any]:
     """The store's sweep.json: format, experiment, base config, grid, creation time, provenance."""
-    meta = json.loads(st.read_text(SWEEP_FILE))
+    meta = read_json(st, SWEEP_FILE)
     if meta.get("format") != FORMAT:
         raise ValueError(f"store {st.name}: {SWEEP_FILE} is not an attnflow sweep description")
-    return meta
+    return {**meta, "grid": {k: [_untag(v) for v in values] for k, values in meta["grid"].items()}}
 
 
 def extend_meta(
@@ -153,15 +192,15 @@ def extend_meta(
 
     A new store gets a new description; a store of another experiment or base config is refused.
     """
-    cfg = json.loads(dumps(config))
+    cfg = as_read_back(config)
     if not st.exists(SWEEP_FILE):
         from ..io import provenance
 
         meta = {"format": FORMAT, "version": VERSION, "experiment": experiment, "config": cfg}
         return {**meta, "created": now(), "provenance": provenance(), "grid": grid}, True
     meta = read_meta(st)
-    if meta["experiment"] != experiment or meta["config"] != cfg:
-        old = meta["config"]
+    old = as_read_back(meta["config"])
+    if meta["experiment"] != experiment or old != cfg:
         diff = sorted(k for k in set(cfg) | set(old) if cfg.get(k, "?") != old.get(k, "?"))
         raise ValueError(
             f"store {st.name} holds a sweep of {meta['experiment']} with another base config "
@@ -174,7 +213,7 @@ def extend_meta(
 
 def write_meta(st: Store, meta: dict[str, Any]) -> None:
     st.makedirs(POINTS_DIR)
-    st.write_text(SWEEP_FILE, dumps(meta))
+    write_json(st, SWEEP_FILE, {**meta, "grid": _grid_to_json(meta["grid"])})
 
 
 # -------------------------------------------------------------------------- manifest and markers
@@ -185,20 +224,21 @@ def read_manifest(st: Store) -> dict[str, dict]:
     if not st.exists(MANIFEST_FILE):
         return {}
     try:
-        return json.loads(st.read_text(MANIFEST_FILE)).get("points", {})
+        entries = read_json(st, MANIFEST_FILE).get("points", {})
     except (json.JSONDecodeError, AttributeError):
         return {}
+    return {k: _nan_scalars(e) for k, e in entries.items()} if isinstance(entries, dict) else {}
 
 
 def write_manifest(st: Store, entries: dict[str, dict]) -> None:
     counts = {s: sum(e["status"] == s for e in entries.values()) for s in STATUSES}
-    st.write_text(MANIFEST_FILE, dumps({"updated": now(), "counts": counts, "points": entries}))
+    write_json(st, MANIFEST_FILE, {"updated": now(), "counts": counts, "points": entries})
 
 
 def read_record(st: Store, key: str) -> dict[str, Any]:
     """A point's .done record (timing, worker, scalars, summary); {} when unreadable."""
     try:
-        return json.loads(st.read_text(done_rel(key)))
+        return _nan_scalars(read_json(st, done_rel(key)))
     except json.JSONDecodeError:
         return {}
 
