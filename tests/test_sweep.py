@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnflow.sweeps import (
+    SweepError,
     check_grid,
     expand_grid,
     is_sweep_store,
@@ -185,6 +186,26 @@ def test_parse_grid_values_and_ranges():
 def test_parse_grid_errors(items, match):
     with pytest.raises(ValueError, match=match):
         parse_grid(items)
+
+
+def _toy_store(path: Path, keys: tuple[str, ...] = ("beta",)) -> None:
+    """The sweep.json of a sweep of the toy experiment over `keys` (no point run)."""
+    path.mkdir()
+    meta = {"format": "attnflow-sweep", "version": 1, "experiment": "toy"}
+    meta["config"] = ToyConfig().model_dump(exclude=set(keys))
+    meta["grid"] = {k: [getattr(ToyConfig(), k)] for k in keys}
+    (path / "sweep.json").write_text(json.dumps(meta))
+
+
+def test_library_errors_name_the_argument_not_an_option(tmp_path):
+    """`grid` and `store` in the library's messages; `--grid` and `--out` are the command's words."""
+    with pytest.raises(SweepError, match=r"^grid 'beta': expected key=v1,v2") as bad_grid:
+        parse_grid(["beta"])
+    assert (bad_grid.value.argument, bad_grid.value.value) == ("grid", "beta")
+    _toy_store(tmp_path / "s", ("beta", "seed"))
+    with pytest.raises(SweepError, match=r"sweep over \['beta', 'seed'\], not \['seed', 'beta'\]") as bad:
+        sweep(ToyConfig(), {"seed": [1], "beta": [1.0]}, store=tmp_path / "s", run_fn=run_toy, progress=False)
+    assert bad.value.argument == "store" and "--" not in str(bad.value)
 
 
 def test_check_grid_errors():
@@ -652,6 +673,7 @@ def _app():
         (["concentration", "--grid", "gamma=1,2"], "'gamma' is not a field"),
         (["concentration", "--grid", "N=-5"], "grid point"),
         (["concentration", "--grid", "beta=1", "--set", "bogus=3"], "bogus"),
+        (["concentration", "-g", "beta=1", "-g", "beta=2"], "--grid 'beta=2': key 'beta' given twice"),
     ],
 )
 def test_command_bad_usage_exits_2(tmp_path, args, match):
@@ -660,6 +682,17 @@ def test_command_bad_usage_exits_2(tmp_path, args, match):
     res = CliRunner().invoke(_app(), ["sweep", *args, "--out", str(tmp_path / "s"), "-q"])
     assert res.exit_code == 2, res.output
     assert match in res.output and "Traceback" not in res.output
+
+
+def test_command_names_its_option_for_the_store(tmp_path):
+    """The library's error about `store` comes out about `--out`, which set it (exit 2, no cluster)."""
+    from typer.testing import CliRunner
+
+    _toy_store(tmp_path / "s")
+    res = CliRunner().invoke(_app(), ["sweep", "concentration", "-g", "beta=1", "--out", str(tmp_path / "s")])
+    assert res.exit_code == 2, res.output
+    assert f"--out {str(tmp_path / 's')!r}: holds a sweep of toy with another base config" in res.output
+    assert "use another store" in res.output and "Traceback" not in res.output
 
 
 def test_command_exit_codes_failed_and_interrupted(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ Dask, xarray and torch are imported inside the functions.
 from __future__ import annotations
 
 from .config import point_config
-from .grid import check_grid, expand_grid, parse_grid, point_key
+from .grid import SweepError, check_grid, expand_grid, parse_grid, point_key
 from .point import RunFn, run_point
 from .read import open_sweep, show_sweep, summary_table, sweep_info
 from .run import SweepResult, sweep
@@ -40,6 +40,7 @@ __all__ = [
     "VERSION",
     "WORK_DIR",
     "RunFn",
+    "SweepError",
     "SweepResult",
     "check_grid",
     "expand_grid",

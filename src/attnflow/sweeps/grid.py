@@ -18,6 +18,7 @@ from typing import Any
 from .._text import parse_literal
 
 __all__ = [
+    "SweepError",
     "check_grid",
     "expand_grid",
     "merge_grids",
@@ -27,13 +28,23 @@ __all__ = [
 ]
 
 
+class SweepError(ValueError):
+    """Bad input to a sweep, about one argument: `argument` (its name: "grid", "store"), `value`
+    (what was given) and `problem` (what is wrong and the fix). A front end that sets the argument
+    by another name (a command-line option) can say it in its own words."""
+
+    def __init__(self, argument: str, value: Any, problem: str) -> None:
+        super().__init__(f"{argument} {value!r}: {problem}")
+        self.argument, self.value, self.problem = argument, value, problem
+
+
 def _parse_values(item: str, raw: str) -> list:
     """`a:b[:step]` as a range of integers, else comma-separated literals."""
     if re.fullmatch(r"-?\d+:-?\d+(:-?\d+)?", raw):
         a, b, *s = (int(x) for x in raw.split(":"))
         step = s[0] if s else 1
         if step == 0:
-            raise ValueError(f"--grid {item!r}: the step of a range must not be 0")
+            raise SweepError("grid", item, "the step of a range must not be 0")
         return list(range(a, b, step))
     return [parse_literal(v) for v in raw.split(",") if v.strip()]
 
@@ -48,17 +59,15 @@ def parse_grid(items: Iterable[str]) -> dict[str, list]:
     grid: dict[str, list] = {}
     for item in items:
         if not isinstance(item, str) or "=" not in item:
-            raise ValueError(f"--grid {item!r}: expected key=v1,v2,... or key=a:b[:step], e.g. seed=0:8")
+            raise SweepError("grid", item, "expected key=v1,v2,... or key=a:b[:step], e.g. seed=0:8")
         key, raw = (s.strip() for s in item.split("=", 1))
         if not key.isidentifier():
-            raise ValueError(f"--grid {item!r}: {key!r} is not a config key")
+            raise SweepError("grid", item, f"{key!r} is not a config key")
         if key in grid:
-            raise ValueError(
-                f"--grid {item!r}: key {key!r} given twice; list its values once, comma separated"
-            )
+            raise SweepError("grid", item, f"key {key!r} given twice; list its values once, comma separated")
         values = _parse_values(item, raw)
         if not values:
-            raise ValueError(f"--grid {item!r}: no values (a range a:b needs a < b)")
+            raise SweepError("grid", item, "no values (a range a:b needs a < b)")
         grid[key] = values
     return grid
 
@@ -99,11 +108,6 @@ def check_grid(grid: Any) -> dict[str, list]:
 
 def merge_grids(old: dict[str, list], new: dict[str, list]) -> dict[str, list]:
     """`old` extended by the values of `new` it lacks; both over the same keys in the same order."""
-    if list(old) != list(new):
-        raise ValueError(
-            f"the store holds a sweep over {list(old)}, not {list(new)}: use another store (--out) "
-            "or the same grid keys in the same order"
-        )
     merged = {}
     for k in old:
         seen = {_identity(v) for v in old[k]}

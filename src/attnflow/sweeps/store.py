@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .grid import merge_grids
+from .grid import SweepError, merge_grids
 
 FORMAT = "attnflow-sweep"
 VERSION = 1
@@ -181,7 +181,7 @@ def read_meta(st: Store) -> dict[str, Any]:
     """The store's sweep.json: format, experiment, base config, grid, creation time, provenance."""
     meta = read_json(st, SWEEP_FILE)
     if meta.get("format") != FORMAT:
-        raise ValueError(f"store {st.name}: {SWEEP_FILE} is not an attnflow sweep description")
+        raise SweepError("store", st.name, f"its {SWEEP_FILE} is not an attnflow sweep description")
     return {**meta, "grid": {k: [_untag(v) for v in values] for k, values in meta["grid"].items()}}
 
 
@@ -190,7 +190,8 @@ def extend_meta(
 ) -> tuple[dict[str, Any], bool]:
     """(sweep.json with its grid extended by `grid`, whether that changed it); nothing is written.
 
-    A new store gets a new description; a store of another experiment or base config is refused.
+    A new store gets a new description; a store of another experiment, base config or set of grid
+    keys is refused (SweepError about `store`).
     """
     cfg = as_read_back(config)
     if not st.exists(SWEEP_FILE):
@@ -202,9 +203,18 @@ def extend_meta(
     old = as_read_back(meta["config"])
     if meta["experiment"] != experiment or old != cfg:
         diff = sorted(k for k in set(cfg) | set(old) if cfg.get(k, "?") != old.get(k, "?"))
-        raise ValueError(
-            f"store {st.name} holds a sweep of {meta['experiment']} with another base config "
-            f"(differs in: {', '.join(diff) or 'experiment'}); use another store (--out)"
+        raise SweepError(
+            "store",
+            st.name,
+            f"holds a sweep of {meta['experiment']} with another base config "
+            f"(differs in: {', '.join(diff) or 'experiment'}); use another store",
+        )
+    if list(meta["grid"]) != list(grid):
+        raise SweepError(
+            "store",
+            st.name,
+            f"holds a sweep over {list(meta['grid'])}, not {list(grid)}: use another store "
+            "or the same grid keys in the same order",
         )
     merged = merge_grids(meta["grid"], grid)
     changed = any(len(merged[k]) != len(meta["grid"][k]) for k in merged)
