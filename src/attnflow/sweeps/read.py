@@ -56,25 +56,27 @@ def _prepare_point(ds: Any, point: dict[str, Any]) -> Any:
     return ds.transpose(*point, ...)
 
 
+def _differing_dims(opened: dict[str, Any], grid: dict[str, list]) -> set[str]:
+    """Non-grid dims whose index differs between points but whose length does not."""
+    first = next(iter(opened.values()))
+    differ = {
+        dim
+        for ds in opened.values()
+        for dim, idx in ds.indexes.items()
+        if dim not in grid and dim in first.indexes and not idx.equals(first.indexes[dim])
+    }
+    return {d for d in differ if len({ds.sizes.get(d) for ds in opened.values()}) == 1}
+
+
 def _align_indexes(opened: dict[str, Any], grid: dict[str, list]) -> dict[str, Any]:
     """Points whose index along a non-grid dim differs (e.g. the seeded token subset) but has the same
     length: the index becomes positions 0..n-1 and its values a variable `<dim>_id` over the grid."""
     import numpy as np
 
-    first = next(iter(opened.values()))
-    varying = set()
-    for ds in opened.values():
-        for dim, idx in ds.indexes.items():
-            if dim in grid or dim not in first.indexes:
-                continue
-            if not idx.equals(first.indexes[dim]):
-                varying.add(dim)
-    sizes_ok = {d for d in varying if len({ds.sizes.get(d) for ds in opened.values()}) == 1}
-    if not sizes_ok:
-        return opened
+    dims = sorted(_differing_dims(opened, grid))
     out = {}
     for key, ds in opened.items():
-        for dim in sorted(sizes_ok):
+        for dim in dims:
             ids = ds[dim].values
             ds = ds.drop_vars(dim).assign_coords({dim: np.arange(ds.sizes[dim])})
             ds[f"{dim}_id"] = ((*grid, dim), ids.reshape((1,) * len(grid) + ids.shape))

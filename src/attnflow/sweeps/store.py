@@ -9,6 +9,10 @@
 
 Every path inside the store is relative, so a store moved elsewhere still opens. A point is complete
 only with its `.done` marker; a zarr store without one is never trusted.
+
+The JSON files are standard JSON, written by `attnflow.io.to_json`: NaN and inf are null. Read back,
+a null result scalar is NaN again; grid values, which name the points, keep a non-finite float
+exactly as {"float": "inf"}. Stores written with NaN/Infinity literals (attnflow 0.1.0) still open.
 """
 
 from __future__ import annotations
@@ -165,6 +169,10 @@ def _grid_to_json(grid: dict[str, list]) -> dict[str, list]:
     return {k: [_tag(v) for v in values] for k, values in grid.items()}
 
 
+def _grid_from_json(grid: dict[str, list]) -> dict[str, list]:
+    return {k: [_untag(v) for v in values] for k, values in grid.items()}
+
+
 # ------------------------------------------------------------------------------------ sweep.json
 
 
@@ -182,7 +190,7 @@ def read_meta(st: Store) -> dict[str, Any]:
     meta = read_json(st, SWEEP_FILE)
     if meta.get("format") != FORMAT:
         raise SweepError("store", st.name, f"its {SWEEP_FILE} is not an attnflow sweep description")
-    return {**meta, "grid": {k: [_untag(v) for v in values] for k, values in meta["grid"].items()}}
+    return {**meta, "grid": _grid_from_json(meta["grid"])}
 
 
 def extend_meta(
@@ -209,13 +217,9 @@ def extend_meta(
             f"holds a sweep of {meta['experiment']} with another base config "
             f"(differs in: {', '.join(diff) or 'experiment'}); use another store",
         )
-    if list(meta["grid"]) != list(grid):
-        raise SweepError(
-            "store",
-            st.name,
-            f"holds a sweep over {list(meta['grid'])}, not {list(grid)}: use another store "
-            "or the same grid keys in the same order",
-        )
+    if (keys := list(meta["grid"])) != list(grid):
+        fix = "use another store or the same grid keys in the same order"
+        raise SweepError("store", st.name, f"holds a sweep over {keys}, not {list(grid)}; {fix}")
     merged = merge_grids(meta["grid"], grid)
     changed = any(len(merged[k]) != len(meta["grid"][k]) for k in merged)
     return {**meta, "grid": merged}, changed
