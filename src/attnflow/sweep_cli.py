@@ -12,14 +12,24 @@ from typing import Annotated
 
 import typer
 
-from .sweeps import is_sweep_store, parse_grid, show_sweep
+from .sweeps import SweepError, is_sweep_store, parse_grid, show_sweep
 
 __all__ = ["is_sweep_store", "show_sweep", "sweep_command"]
+
+# the library's arguments that this command sets under another name
+_OPTIONS = {"grid": "--grid", "store": "--out"}
 
 
 def _fail(message: str, code: int) -> typer.Exit:
     typer.echo(f"attnflow sweep: {message}", err=True)
     return typer.Exit(code)
+
+
+def _usage(err: Exception) -> str:
+    """A library error in this command's words: the argument it names becomes the option that set it."""
+    if isinstance(err, SweepError) and err.argument in _OPTIONS:
+        return f"{_OPTIONS[err.argument]} {err.value!r}: {err.problem}"
+    return str(err)
 
 
 def _figures(store: str, quiet: bool) -> None:
@@ -80,7 +90,7 @@ def sweep_command(
 
         cfg = load_config(config, list(set_ or []))
     except (ValueError, TypeError, FileNotFoundError) as err:
-        raise _fail(str(err), 2) from None
+        raise _fail(_usage(err), 2) from None
     try:
         result = sweep(
             cfg, axes, client=scheduler, store=out, workers=workers, retries=retries, progress=not quiet
@@ -90,7 +100,7 @@ def sweep_command(
             f"interrupted; finished points are kept in {out}: rerun the same command to resume", 130
         ) from None
     except (ValueError, TypeError) as err:
-        raise _fail(str(err), 2) from None
+        raise _fail(_usage(err), 2) from None
     except (OSError, TimeoutError) as err:
         raise _fail(f"could not run on the cluster: {type(err).__name__}: {err}", 1) from None
     if not quiet:
