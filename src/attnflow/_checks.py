@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import torch
+
+    from .model import Attention
+
 UNIT_TOL = 1e-8  # largest accepted | |x_i| - 1 | for a token
+WEIGHT_SUM_TOL = 1e-12  # largest accepted |sum_j w_j - 1| of quadrature weights
+FLOAT32_MIN_RTOL = 1e-5  # float32 rounding (6e-8 per operation) swamps smaller local errors
+# a saved trajectory may take at most this fraction of the memory available where it is kept
+SAVE_MEMORY_FRACTION = 0.5
 
 
 def to_numpy(a: Any) -> np.ndarray:
@@ -117,3 +127,118 @@ def check_positive(x: Any, name: str, integer: bool = False) -> float:
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
     return v
+
+
+def check_attention(att: Any, name: str = "att") -> Attention:
+    """An attnflow.Attention (TypeError otherwise)."""
+    from .model import Attention
+
+    if not isinstance(att, Attention):
+        raise TypeError(f"{name} must be an attnflow.Attention, got {type(att).__name__}")
+    return att
+
+
+def check_weights(weights: Any, N: int, name: str = "weights") -> np.ndarray:
+    """Quadrature weights of rho = sum_j w_j delta_{x_j}: float64 (N,) or (M, N), every w_j > 0 and
+    finite, each row summing to 1 within WEIGHT_SUM_TOL.  The batch size M is checked by the caller."""
+    try:
+        w = to_numpy(weights).astype(np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be a real array of shape (N,) or (M, N), got {type(weights).__name__}"
+        ) from None
+    if w.ndim not in (1, 2) or w.shape[-1] != N:
+        raise ValueError(f"{name} must have shape (N,) or (M, N) with N = {N} tokens, got shape {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if not np.all(w > 0):
+        raise ValueError(
+            f"{name} must be > 0 (smallest is {w.min():.3g}): leave out the tokens that carry no mass"
+        )
+    sums = w.sum(axis=-1)
+    dev = float(np.max(np.abs(sums - 1.0)))
+    if dev > WEIGHT_SUM_TOL:
+        raise ValueError(
+            f"{name} must sum to 1 (within {WEIGHT_SUM_TOL:g}) over the tokens, got sums off by up to "
+            f"{dev:.3g}: divide them by their sum"
+        )
+    return w
+
+
+def check_device(device: Any, X: Any = None) -> torch.device:
+    """Where to compute, as a torch.device: None means X's device for a torch tensor X, else the CPU;
+    "cpu", "cuda", "cuda:<k>" or a torch.device.  A device that is not available is a ValueError."""
+    import torch
+
+    if device is None:
+        return X.device if isinstance(X, torch.Tensor) else torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError, ValueError):
+        raise ValueError(
+            f"device must be 'cpu', 'cuda', 'cuda:<k>' or a torch.device, got {device!r}"
+        ) from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise ValueError(f"device {device!r} cannot run attnflow's kernels: use 'cpu' or 'cuda'")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} is not available: torch sees no CUDA GPU; use device='cpu'")
+    n = torch.cuda.device_count()
+    if dev.index is not None and dev.index >= n:
+        raise ValueError(
+            f"device {device!r} is not available: torch sees {n} CUDA GPU(s), cuda:0 to cuda:{n - 1}"
+        )
+    return dev
+
+
+def check_rtol_for_dtype(rtol: float, dtype: str, method: str = "adaptive") -> None:
+    """The one rule tying the adaptive tolerance to the arithmetic: float32 needs rtol >= FLOAT32_MIN_RTOL
+    (its rounding, 6e-8 per operation, swamps smaller local errors and the steps shrink without end).
+    Used by `simulate` and by the experiment configs."""
+    if dtype == "float32" and method == "adaptive" and rtol < FLOAT32_MIN_RTOL:
+        raise ValueError(
+            f"rtol = {rtol:g} is below what dtype 'float32' resolves (about 7 digits): the adaptive "
+            f"integrator needs rtol >= {FLOAT32_MIN_RTOL:g} with float32; set rtol to {FLOAT32_MIN_RTOL:g} "
+            "or more, or dtype to 'float64'"
+        )
+
+
+def available_memory(device: Any = None) -> int | None:
+    """Bytes available for new arrays: on a CUDA device its free memory, else the host's MemAvailable
+    (Linux; free physical pages elsewhere).  None when unknown."""
+    if device is not None and getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_saved_memory(n_times: int, shape: tuple[int, ...], itemsize: int, device: Any = None) -> None:
+    """Refuse a saved trajectory of n_times states of `shape` ((N, d) or (M, N, d)) that would take more
+    than SAVE_MEMORY_FRACTION of the memory available where it is kept (ValueError naming times and N),
+    before anything is allocated."""
+    from ._text import format_value
+
+    need = n_times * math.prod(shape) * itemsize
+    avail = available_memory(device)
+    if avail is None or need <= SAVE_MEMORY_FRACTION * avail:
+        return
+    where = "on the GPU" if device is not None and getattr(device, "type", "cpu") == "cuda" else ""
+    raise ValueError(
+        f"the saved trajectory would take {format_value(need / 2**30, 3)} GiB ({n_times} times x "
+        f"{' x '.join(map(str, shape[:-2]))}{' clouds x ' if len(shape) > 2 else ''}N = {shape[-2]} tokens "
+        f"x d = {shape[-1]} x {itemsize} bytes), more than {SAVE_MEMORY_FRACTION:g} of the "
+        f"{format_value(avail / 2**30, 3)} GiB available{(' ' + where) if where else ''}: save fewer times "
+        "(times) or fewer tokens (N)"
+    )
