@@ -234,11 +234,11 @@ def check_saved_memory(n_times: int, shape: tuple[int, ...], itemsize: int, devi
     avail = available_memory(device)
     if avail is None or need <= SAVE_MEMORY_FRACTION * avail:
         return
-    where = "on the GPU" if device is not None and getattr(device, "type", "cpu") == "cuda" else ""
+    on_gpu = device is not None and getattr(device, "type", "cpu") == "cuda"
+    clouds = f"{shape[0]} clouds x " if len(shape) > 2 else ""
     raise ValueError(
-        f"the saved trajectory would take {format_value(need / 2**30, 3)} GiB ({n_times} times x "
-        f"{' x '.join(map(str, shape[:-2]))}{' clouds x ' if len(shape) > 2 else ''}N = {shape[-2]} tokens "
-        f"x d = {shape[-1]} x {itemsize} bytes), more than {SAVE_MEMORY_FRACTION:g} of the "
-        f"{format_value(avail / 2**30, 3)} GiB available{(' ' + where) if where else ''}: save fewer times "
-        "(times) or fewer tokens (N)"
+        f"the saved trajectory would take {format_value(need / 2**30, 3)} GiB ({n_times} times x {clouds}"
+        f"N = {shape[-2]} tokens x d = {shape[-1]} x {itemsize} bytes), more than {SAVE_MEMORY_FRACTION:g} "
+        f"of the {format_value(avail / 2**30, 3)} GiB available{' on the GPU' if on_gpu else ''}: save "
+        "fewer times (times) or fewer tokens (N)"
     )
