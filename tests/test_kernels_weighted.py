@@ -3,6 +3,10 @@ plumbing of `velocity` (CPU here; the CUDA tests run where a GPU exists)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import torch
@@ -256,3 +260,35 @@ def test_velocity_on_cuda(kernel, dtype):
     out = velocity(Xc, att, kernel=kernel, dtype=dtype, weights=w)
     assert out.device.type == "cuda"
     np.testing.assert_allclose(out.cpu().numpy(), cpu, rtol=0, atol=tol)
+
+
+# ---------------------------------------------------------------- memory
+
+
+MEMORY_SCRIPT = textwrap.dedent(
+    """
+    import resource
+    # an N x N score matrix (8.6 GB in float64, 4.3 GB in float32) cannot be allocated under this limit
+    resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+    import numpy as np, torch
+    torch.set_num_threads(1)
+    import attnflow as af
+    from attnflow.kernels.dense import velocity_sdpa
+    N = 32768
+    att = af.worked_example(100.0)
+    for dtype in (torch.float64, torch.float32):
+        X = torch.as_tensor(af.sample_uniform(N, 3, seed=0), dtype=dtype)[None]
+        w = torch.rand(1, N, dtype=dtype, generator=torch.Generator().manual_seed(0)) + 0.5
+        v = velocity_sdpa(X, att, weights=w / w.sum())
+        assert v.shape == (1, N, 3) and bool(torch.isfinite(v).all())
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_weighted_sdpa_memory_is_linear_in_N():
+    """The weighted fused kernel stays on torch's fused path (values padded to the queries' width):
+    at N = 32768 it runs under an address-space limit that no N x N score matrix fits in."""
+    res = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT], capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-2000:]

@@ -280,6 +280,8 @@ def _average_one(X, Bq, VX, logw, beta, cutoff, leaf, leaf_min, ratio, stats: di
     if logw is not None:  # one extra coordinate: (b_i, 1) . (x_j, log(w_j) / beta)
         Bq = torch.cat([Bq, torch.ones_like(Bq[:, :1])], dim=1)
         X = torch.cat([X, (logw / beta).unsqueeze(1)], dim=1)
+        # and a zero one in the values: the fused kernel needs equal head dimensions (dense.py)
+        VX = torch.nn.functional.pad(VX, (0, 1))
 
     out = torch.empty_like(VX)
     perm_t = torch.from_numpy(perm).to(X.device)
@@ -299,7 +301,7 @@ def _average_one(X, Bq, VX, logw, beta, cutoff, leaf, leaf_min, ratio, stats: di
         _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats, threads)
         start = stop
     stats["cells"] = stats.get("cells", 0) + n_cells
-    return out
+    return out[:, :d]  # without the weights' zero column
 
 
 def _pad(flat: torch.Tensor, offsets: np.ndarray, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
