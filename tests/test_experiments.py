@@ -274,7 +274,7 @@ def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatc
     real = integrate.simulate
 
     def recording(X0, att, times, **kw):
-        calls.append(kw.get("betas") or [att.beta])
+        calls.append([a.beta for a in att] if isinstance(att, list) else [att.beta])
         return real(X0, att, times, **kw)
 
     monkeypatch.setattr(integrate, "simulate", recording)

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import torch
+
+    from .model import Attention
+
 UNIT_TOL = 1e-8  # largest accepted | |x_i| - 1 | for a token
+WEIGHT_SUM_TOL = 1e-12  # largest accepted |sum_j w_j - 1| of quadrature weights
+FLOAT32_MIN_RTOL = 1e-5  # float32 rounding (6e-8 per operation) swamps smaller local errors
+# a saved trajectory may take at most this fraction of the memory available where it is kept
+SAVE_MEMORY_FRACTION = 0.5
 
 
 def to_numpy(a: Any) -> np.ndarray:
@@ -144,19 +154,17 @@ def check_stack(X: Any, name: str) -> np.ndarray:
     return check_cloud(flat, name, allow_batch=True).reshape(A.shape)
 
 
-#: Largest |sum_i w_i - 1| accepted for the weights of a measure (float sums of N weights 1/N are
-#: off by about 1e-16 log2 N).
-WEIGHT_SUM_TOL = 1e-12
-
-
-def check_weights(w: Any, shape: tuple[int, ...], name: str = "weights") -> np.ndarray:
+def check_weights(w: Any, shape: int | tuple[int, ...], name: str = "weights") -> np.ndarray:
     """Weights of a measure sum_i w_i delta_{x_i}: finite, > 0, summing to 1 over the token axis.
 
     shape: the cloud's leading shape X.shape[:-1], e.g. (N,), (M, N) or (T, M, N). The weights have
     N entries on their last axis and broadcast against `shape` ((N,) for every cloud alike; (M, N)
-    for a batch of M clouds, the same at every saved time). Returns a float64 array (no copy for
-    float64 input).
+    for a batch of M clouds, the same at every saved time). An int N means (N,) or (M, N) for any M
+    (the caller checks M). Returns a float64 array (no copy for float64 input).
     """
+    per_cloud = isinstance(shape, int)
+    if isinstance(shape, int):
+        shape = (*np.shape(w)[:-1], shape) if 1 <= np.ndim(w) <= 2 else (shape,)
     n = shape[-1]
     try:
         W = to_numpy(w).astype(np.float64, copy=False)
@@ -168,6 +176,8 @@ def check_weights(w: Any, shape: tuple[int, ...], name: str = "weights") -> np.n
         fits = W.ndim >= 1 and W.shape[-1] == n and np.broadcast_shapes(W.shape, shape) == tuple(shape)
     except ValueError:
         fits = False
+    if not fits and per_cloud:
+        raise ValueError(f"{name} must have shape (N,) or (M, N) with N = {n} tokens, got shape {W.shape}")
     if not fits:
         raise ValueError(
             f"{name} must have shape ({n},) or one that broadcasts against the clouds' {tuple(shape)}, "
@@ -187,3 +197,91 @@ def check_weights(w: Any, shape: tuple[int, ...], name: str = "weights") -> np.n
             f"pass {name} / {name}.sum(axis=-1, keepdims=True)"
         )
     return W
+
+
+def check_attention(att: Any, name: str = "att") -> Attention:
+    """An attnflow.Attention (TypeError otherwise)."""
+    from .model import Attention
+
+    if not isinstance(att, Attention):
+        raise TypeError(f"{name} must be an attnflow.Attention, got {type(att).__name__}")
+    return att
+
+
+def check_device(device: Any, X: Any = None) -> torch.device:
+    """Where to compute, as a torch.device: None means X's device for a torch tensor X, else the CPU;
+    "cpu", "cuda", "cuda:<k>" or a torch.device.  A device that is not available is a ValueError."""
+    import torch
+
+    if device is None:
+        return X.device if isinstance(X, torch.Tensor) else torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError, ValueError):
+        raise ValueError(
+            f"device must be 'cpu', 'cuda', 'cuda:<k>' or a torch.device, got {device!r}"
+        ) from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise ValueError(f"device {device!r} cannot run attnflow's kernels: use 'cpu' or 'cuda'")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} is not available: torch sees no CUDA GPU; use device='cpu'")
+    n = torch.cuda.device_count()
+    if dev.index is not None and dev.index >= n:
+        raise ValueError(
+            f"device {device!r} is not available: torch sees {n} CUDA GPU(s), cuda:0 to cuda:{n - 1}"
+        )
+    return dev
+
+
+def check_rtol_for_dtype(rtol: float, dtype: str, method: str = "adaptive") -> None:
+    """The one rule tying the adaptive tolerance to the arithmetic: float32 needs rtol >= FLOAT32_MIN_RTOL
+    (its rounding, 6e-8 per operation, swamps smaller local errors and the steps shrink without end).
+    Used by `simulate` and by the experiment configs."""
+    if dtype == "float32" and method == "adaptive" and rtol < FLOAT32_MIN_RTOL:
+        raise ValueError(
+            f"rtol = {rtol:g} is below what dtype 'float32' resolves (about 7 digits): the adaptive "
+            f"integrator needs rtol >= {FLOAT32_MIN_RTOL:g} with float32; set rtol to {FLOAT32_MIN_RTOL:g} "
+            "or more, or dtype to 'float64'"
+        )
+
+
+def available_memory(device: Any = None) -> int | None:
+    """Bytes available for new arrays: on a CUDA device its free memory, else the host's MemAvailable
+    (Linux; free physical pages elsewhere).  None when unknown."""
+    if device is not None and getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_saved_memory(n_times: int, shape: tuple[int, ...], itemsize: int, device: Any = None) -> None:
+    """Refuse a saved trajectory of n_times states of `shape` ((N, d) or (M, N, d)) that would take more
+    than SAVE_MEMORY_FRACTION of the memory available where it is kept (ValueError naming times and N),
+    before anything is allocated."""
+    from ._text import format_value
+
+    need = n_times * math.prod(shape) * itemsize
+    avail = available_memory(device)
+    if avail is None or need <= SAVE_MEMORY_FRACTION * avail:
+        return
+    on_gpu = device is not None and getattr(device, "type", "cpu") == "cuda"
+    clouds = f"{shape[0]} clouds x " if len(shape) > 2 else ""
+    raise ValueError(
+        f"the saved trajectory would take {format_value(need / 2**30, 3)} GiB ({n_times} times x {clouds}"
+        f"N = {shape[-2]} tokens x d = {shape[-1]} x {itemsize} bytes), more than {SAVE_MEMORY_FRACTION:g} "
+        f"of the {format_value(avail / 2**30, 3)} GiB available{' on the GPU' if on_gpu else ''}: save "
+        "fewer times (times) or fewer tokens (N)"
+    )

@@ -43,14 +43,15 @@ def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:
 
 
 def simulate_kwargs(config: Any) -> dict[str, Any]:
-    """Integrator options of a SimulationConfig for `attnflow.integrate.simulate`."""
+    """Integrator settings of a SimulationConfig for `attnflow.integrate.simulate` (the tolerances go
+    in `options`, for the adaptive method only)."""
+    adaptive = config.integrator == "adaptive"
     return {
         "method": config.integrator,
         "dt": config.dt,
         "kernel": config.kernel,
-        "rtol": config.rtol,
-        "atol": config.atol,
         "dtype": config.dtype,
+        "options": {"rtol": config.rtol, "atol": config.atol} if adaptive else None,
     }
 
 

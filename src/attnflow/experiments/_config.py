@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from .._checks import check_rtol_for_dtype
+
 Kernel = Literal["auto", "sdpa", "blocked", "truncated"]
 Integrator = Literal["adaptive", "rk4", "heun", "euler"]
 
@@ -39,9 +41,6 @@ class ExperimentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
 
     seed: int = Field(0, description="seed of every random draw (initial cloud, token subset)")
-
-
-FLOAT32_MIN_RTOL = 1e-5  # float32 rounding (6e-8 per operation) swamps smaller local errors
 
 
 class SimulationConfig(ExperimentConfig):
@@ -63,11 +62,7 @@ class SimulationConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _float32_tolerance(self):
-        if self.dtype == "float32" and self.integrator == "adaptive" and self.rtol < FLOAT32_MIN_RTOL:
-            raise ValueError(
-                f"dtype float32 carries about 7 digits: the adaptive integrator needs rtol >= "
-                f"{FLOAT32_MIN_RTOL:g} with it, got rtol = {self.rtol:g} (set rtol=1e-5 or dtype=float64)"
-            )
+        check_rtol_for_dtype(self.rtol, self.dtype, self.integrator)  # the library's own rule
         return self
 
 

@@ -192,9 +192,8 @@ def _betas_together(
         if not runs:
             label = f"betas {betas[0]:g}..{betas[-1]:g} together"
             with torch_threads(config.threads), reporter.task(label, total=float(times[-1])) as cb:
-                tr = simulate(
-                    X0, worked_example(1.0), times, progress=cb, betas=betas, **simulate_kwargs(config)
-                )
+                atts = [worked_example(b) for b in betas]
+                tr = simulate(X0, atts, times, progress=cb, **simulate_kwargs(config))
             for i, b in enumerate(betas):
                 info = {**tr.info, "beta": b, "betas_together": len(betas)}
                 runs[b] = Trajectory(t=tr.t, x=tr.x[:, i], info=info)

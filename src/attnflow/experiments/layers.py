@@ -96,8 +96,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
             att,
             [config.T],
             method="adaptive",
-            rtol=config.reference_rtol,
-            atol=1e-13,
+            options={"rtol": config.reference_rtol, "atol": 1e-13},
             kernel=config.kernel,
             progress=cb,
         )
