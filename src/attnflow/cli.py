@@ -23,7 +23,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .experiments._config import ConfigError, Reporter
+from .experiments import DEFAULT_EXPERIMENT, ConfigError
+from .experiments._layout import (
+    FIGURES_DIR,
+    PARTS_DIR,
+    REPORT_MD,
+    RESULT_STORE,
+    SUMMARY_JSON,
+    SUMMARY_MD,
+)
+from .pretrained_cli import heads
+from .progress import Reporter
+from .sweep_cli import sweep_command
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -156,29 +167,19 @@ def _default_out(target: str) -> Path:
 
 
 def _figures(ds: Any, summary: dict, out: Path, animation: bool, quiet: bool) -> list[Path]:
-    """Figures, animation and report by attnflow.plot / attnflow.report; a failure here only warns."""
-    try:
-        from .plot import animate, plot_run
-    except ImportError as err:
-        typer.echo(f"attnflow: figures skipped: attnflow.plot is not available ({err})", err=True)
-        return []
+    """The experiment's figures (and animation) in OUT/figures and the report; a failure only warns."""
     from contextlib import nullcontext
 
     from rich.console import Console
+
+    from .experiments import plot_run, write_report
 
     paths: list[Path] = []
     status = nullcontext() if quiet else Console(stderr=True).status("drawing figures, animation and report")
     try:
         with status:
-            paths = list(plot_run(ds, out / "figures"))
-            if animation and "x" in ds.variables and ds["x"].sizes.get("token", 0) > 0:
-                paths += list(animate(ds, out / "figures" / "tokens.gif"))
-            try:
-                from .report import write_report
-            except ImportError:
-                from .plot import write_report  # type: ignore[attr-defined,no-redef]
-            report = write_report(ds, summary, paths, out)
-        paths.append(Path(report))
+            paths = plot_run(ds, out / FIGURES_DIR, animation=animation)
+            paths.append(write_report(ds, summary, paths, out))
     except Exception as err:  # figures never fail a finished run
         if _state["debug"]:
             raise
@@ -194,7 +195,7 @@ def run(
     target: Annotated[
         str,
         typer.Argument(help="experiment or preset name (see `attnflow list`) or a TOML config file"),
-    ] = "concentration",
+    ] = DEFAULT_EXPERIMENT,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -240,7 +241,7 @@ def run(
     except KeyboardInterrupt:
         reporter.close()
         raise _fail(
-            f"interrupted; finished parts are kept in {out / 'parts'}: rerun the same command to resume",
+            f"interrupted; finished parts are kept in {out / PARTS_DIR}: rerun the same command to resume",
             EXIT_INTERRUPTED,
         ) from None
     except (ConfigError, ValueError, TypeError) as err:
@@ -253,17 +254,17 @@ def run(
         if _state["debug"]:
             raise
         raise _fail(
-            f"run failed: {type(err).__name__}: {err} (finished parts are kept in {out / 'parts'}; "
+            f"run failed: {type(err).__name__}: {err} (finished parts are kept in {out / PARTS_DIR}; "
             "`attnflow --debug run ...` shows the traceback)",
             EXIT_FAILED,
         ) from None
     reporter.close()
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / SUMMARY_JSON).read_text())
     if figures:
         _figures(ds, summary, out, animation, quiet)
     if not quiet:
-        typer.echo((out / "summary.md").read_text())
-        typer.echo(f"results in {out}/ (result.zarr opens with xarray.open_zarr)")
+        typer.echo((out / SUMMARY_MD).read_text())
+        typer.echo(f"results in {out}/ ({RESULT_STORE} opens with xarray.open_zarr)")
 
 
 # ----------------------------------------------------------------------------------------- list
@@ -348,51 +349,46 @@ def show(
     from rich.console import Console
     from rich.markdown import Markdown
 
-    try:
-        from .sweep_cli import is_sweep_store, show_sweep
+    from .sweep_cli import is_sweep_store, show_sweep
 
-        if is_sweep_store(directory):
-            typer.echo(show_sweep(directory))
-            return
-    except ImportError:
-        pass
+    if is_sweep_store(directory):
+        typer.echo(show_sweep(directory))
+        return
     if not directory.is_dir():
         raise _fail(f"{directory}: no such folder", EXIT_USAGE)
-    summary = directory / "summary.md"
+    summary = directory / SUMMARY_MD
     if not summary.exists():
-        parts = (
-            sorted(p.stem for p in (directory / "parts").glob("*.zarr"))
-            if (directory / "parts").is_dir()
-            else []
-        )
+        parts_dir = directory / PARTS_DIR
+        parts = sorted(p.stem for p in parts_dir.glob("*.zarr")) if parts_dir.is_dir() else []
         if parts:
             raise _fail(
                 f"{directory}: unfinished run ({len(parts)} part(s) done: {', '.join(parts)}); "
                 "rerun the same `attnflow run` command to complete it",
                 EXIT_FAILED,
             )
-        raise _fail(f"{directory}: not an attnflow run (no summary.md)", EXIT_USAGE)
+        raise _fail(f"{directory}: not an attnflow run (no {SUMMARY_MD})", EXIT_USAGE)
     console = Console()
     console.print(Markdown(summary.read_text()))
-    store = directory / "result.zarr"
+    store = directory / RESULT_STORE
     if store.exists():
-        from .io import read_dataset
+        from .io import json_attr, read_dataset
 
         ds = read_dataset(store, load=False)
         console.print(f"dataset {store}: " + ", ".join(f"{k}={v}" for k, v in ds.sizes.items()))
         console.print("variables: " + ", ".join(ds.data_vars))
-        prov = json.loads(ds.attrs.get("provenance", "{}"))
+        prov = json_attr(ds, "provenance", {})
         versions = ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items() if v)
         console.print(
             f"computed {prov.get('time_utc')} on {prov.get('host')} "
             f"({prov.get('cpu_count')} CPUs): {versions}"
         )
         console.print(f"kernel: {ds.attrs.get('kernel')}; integrator: {ds.attrs.get('integrator')}")
-    figures = sorted((directory / "figures").glob("*.png")) if (directory / "figures").is_dir() else []
+    figdir = directory / FIGURES_DIR
+    figures = sorted(figdir.glob("*.png")) if figdir.is_dir() else []
     if figures:
         console.print("figures: " + ", ".join(p.name for p in figures))
-    if (directory / "report.md").exists():
-        console.print(f"report: {directory / 'report.md'}")
+    if (directory / REPORT_MD).exists():
+        console.print(f"report: {directory / REPORT_MD}")
 
 
 # ----------------------------------------------------------------------------------------- plot
@@ -407,13 +403,13 @@ def plot(
     """(Re)draw the figures, animation and report of a finished run into DIRECTORY/figures."""
     from .io import read_dataset
 
-    store = directory / "result.zarr"
+    store = directory / RESULT_STORE
     if not store.exists():
         raise _fail(
-            f"{directory}: no result.zarr (run `attnflow run ... --out {directory}` first)", EXIT_USAGE
+            f"{directory}: no {RESULT_STORE} (run `attnflow run ... --out {directory}` first)", EXIT_USAGE
         )
     ds = read_dataset(store)
-    summary_path = directory / "summary.json"
+    summary_path = directory / SUMMARY_JSON
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     paths = _figures(ds, summary, directory, animation, quiet)
     if not paths:
@@ -515,10 +511,8 @@ def check(
                 raise ValueError(f"{x0}: {err}") from None
     except (ValueError, TypeError) as err:
         raise _fail(str(err), EXIT_USAGE) from None
-    try:
-        from .assumptions import check_assumptions
-    except ImportError as err:
-        raise _fail(f"attnflow.assumptions is not available ({err})", EXIT_FAILED) from None
+    from .assumptions import check_assumptions
+
     try:
         report = check_assumptions(att, X0=X0, kind=kind)
     except ValueError as err:
@@ -534,26 +528,9 @@ def check(
 
 # ------------------------------------------------------------------ commands of other modules
 
-
-def _register_optional(name: str, module: str, attr: str) -> None:
-    import importlib
-
-    try:
-        fn = getattr(importlib.import_module(f".{module}", __package__), attr)
-    except (ImportError, AttributeError) as err:
-        reason = f"{type(err).__name__}: {err}"
-
-        def unavailable() -> None:
-            raise _fail(f"`attnflow {name}` is unavailable: attnflow.{module}.{attr} ({reason})", EXIT_FAILED)
-
-        unavailable.__doc__ = f"(unavailable: attnflow.{module} could not be imported)"
-        app.command(name)(unavailable)
-        return
-    app.command(name)(fn)
-
-
-_register_optional("heads", "pretrained_cli", "heads")
-_register_optional("sweep", "sweep_cli", "sweep_command")
+# Both modules are light (Typer signatures); each command imports what it needs when it runs.
+app.command("heads")(heads)
+app.command("sweep")(sweep_command)
 
 
 def main() -> None:

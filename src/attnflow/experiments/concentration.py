@@ -20,13 +20,14 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
 
+from ..io import json_attr, to_json
+from ..progress import Reporter
 from ._common import (
     base_attrs,
     finite_or_none,
     fit_or_reason,
     initial_cloud,
     integrator_label,
-    json_attr,
     simulate_kwargs,
     time_grid,
     token_subset,
@@ -35,7 +36,6 @@ from ._common import (
 )
 from ._config import (
     Angle,
-    Reporter,
     SimulationConfig,
     cached_part,
     check_betas,
@@ -43,6 +43,8 @@ from ._config import (
     part_done,
     part_name,
 )
+from ._registry import Experiment, doc_summary
+from .concentration_figures import CAPTIONS, figures, sweep_figures
 
 # Below this mean-field resolution ratio (token spacing / softmax angular scale) N counts as enough.
 RATIO_OK = 1.0
@@ -164,15 +166,17 @@ def _beta_part(
     return xr.Dataset(
         data,
         coords={"beta": [beta], "time": times},
-        attrs={"solver": _json(info), "t_star_notes": ts.notes},
+        attrs={"solver": to_json(info), "t_star_notes": ts.notes},
     )
 
 
 def _batch_betas(config: ConcentrationConfig, betas: list[float]) -> bool:
     """Whether `betas` go through one kernel call per stage (where that is measured faster)."""
+    from ..integrate import BATCH_KERNELS
+
     return (
         config.integrator != "adaptive"
-        and config.kernel in ("auto", "sdpa", "blocked")
+        and config.kernel in ("auto", *BATCH_KERNELS)
         and config.N <= BATCH_BETAS_MAX_N
         and len(betas) > 1
     )
@@ -201,12 +205,6 @@ def _betas_together(
         return runs[beta]
 
     return get
-
-
-def _json(obj: Any) -> str:
-    from ..io import to_json
-
-    return to_json(obj)
 
 
 def _zero_part(config: ConcentrationConfig, X0, PiX0, times, keep, P1):
@@ -349,7 +347,7 @@ def _rate_fit(times: np.ndarray, w2_zero: np.ndarray, att) -> dict[str, Any]:
         out.update(fitted=f["rate"], fitted_err=f["rate_err"])
     try:
         out.update(reference_rates(att))
-    except (ImportError, ValueError) as err:
+    except ValueError as err:
         out["reference_error"] = str(err)
     return out
 
@@ -380,3 +378,16 @@ def summarize(ds) -> dict[str, Any]:
         "warnings": json_attr(ds, "warnings", []),
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
+
+
+EXPERIMENT = Experiment(
+    name="concentration",
+    description=doc_summary(__doc__),
+    Config=ConcentrationConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions=CAPTIONS,
+    presets=PRESETS,
+    sweep_figures=sweep_figures,
+)
