@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import xarray as xr
     from pydantic import BaseModel
 
-    from ._config import to_toml
+    from ._config import ExperimentConfig, SimulationConfig, to_toml
 
 __all__ = [
     "BUILTIN",
@@ -36,7 +36,9 @@ __all__ = [
     "REGISTRY",
     "ConfigError",
     "Experiment",
+    "ExperimentConfig",
     "Reporter",
+    "SimulationConfig",
     "get_experiment",
     "load_config",
     "plot_run",
@@ -138,16 +140,15 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    """REGISTRY and PRESETS import every built-in experiment on first use; to_toml needs pydantic."""
+    """REGISTRY and PRESETS import every built-in experiment on first use; the config base classes
+    and to_toml need pydantic, imported here on first use too."""
     if name == "REGISTRY":
         return _all()
     if name == "PRESETS":
         _all()
         return _presets
-    if name == "to_toml":
-        from ._config import to_toml
-
-        return to_toml
+    if name in ("ExperimentConfig", "SimulationConfig", "to_toml"):
+        return getattr(importlib.import_module("._config", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
