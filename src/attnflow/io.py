@@ -15,7 +15,6 @@ import shutil
 import socket
 import sys
 import uuid
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +180,8 @@ def clean_stale(folder: str | os.PathLike) -> int:
 
 
 def _version(package: str) -> str | None:
+    from importlib import metadata  # 0.1 s to import: only when a result is written
+
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:

@@ -92,6 +92,12 @@ def _all() -> dict[str, Experiment]:
     return _registry
 
 
+def _all_presets() -> dict[str, tuple[str, dict[str, Any]]]:
+    """PRESETS, complete (every built-in imported)."""
+    _all()
+    return _presets
+
+
 def get_experiment(name: str) -> Experiment:
     """The experiment called `name` (built-in or registered); ValueError naming the known ones.
 
@@ -99,15 +105,20 @@ def get_experiment(name: str) -> Experiment:
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be an experiment name (str), got {type(name).__name__}")
+    exp = _lookup(name)
+    if exp is None:
+        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(_all())}")
+    return exp
+
+
+def _lookup(name: str) -> Experiment | None:
+    """The experiment `name` or None, importing only its module when it is a built-in's."""
     if name in _registry:
         return _registry[name]
     module = name.replace("-", "_")
     if module in BUILTIN and _module_experiment(module).name == name:
         return _by_module[module]
-    known = _all()
-    if name not in known:
-        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(known)}")
-    return known[name]
+    return _all().get(name)
 
 
 def register(exp: Experiment) -> Experiment:
@@ -145,8 +156,7 @@ def __getattr__(name: str) -> Any:
     if name == "REGISTRY":
         return _all()
     if name == "PRESETS":
-        _all()
-        return _presets
+        return _all_presets()
     if name in ("ExperimentConfig", "SimulationConfig", "to_toml"):
         return getattr(importlib.import_module("._config", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -168,30 +178,30 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
 
     target = str(name_or_path)
     values: dict[str, Any]
-    known, presets = _all(), _presets
-    names = ", ".join([*known, *presets])
-    if target in known:
-        name, values, source = target, {}, f"experiment {target!r}"
-    elif target in presets:
-        name, preset = presets[target]
-        values, source = dict(preset), f"preset {target!r}"
+    exp = _lookup(target)
+    if exp is not None:
+        values, source = {}, f"experiment {target!r}"
+    elif target in _all_presets():
+        name, preset = _presets[target]
+        exp, values, source = _all()[name], dict(preset), f"preset {target!r}"
     elif target.endswith(".toml") or Path(target).exists():
         path = Path(target)
         if not path.is_file():
-            raise ConfigError(f"config file {target}: not found (experiments: {names})")
+            raise ConfigError(f"config file {target}: not found (experiments: {_names()})")
         try:
             values = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ConfigError(f"config file {target}: not valid TOML ({err})") from None
-        name = values.get("experiment", DEFAULT_EXPERIMENT)
-        if name not in known:
+        exp = _lookup(str(values.get("experiment", DEFAULT_EXPERIMENT)))
+        if exp is None:
             raise ConfigError(
-                f"config file {target}: experiment = {name!r} is unknown; known: {', '.join(known)}"
+                f"config file {target}: experiment = {values['experiment']!r} is unknown; "
+                f"known: {', '.join(_all())}"
             )
         source = f"config file {target}"
     else:
-        raise ConfigError(f"unknown experiment {target!r}; known: {names} (or a path to a .toml file)")
-    Config = known[name].Config
+        raise ConfigError(f"unknown experiment {target!r}; known: {_names()} (or a path to a .toml file)")
+    name, Config = exp.name, exp.Config
     for item in overrides:
         key, value = parse_override(item)
         if key == "experiment" and value != name:
@@ -205,9 +215,14 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     return build_config(Config, values, source)
 
 
+def _names() -> str:
+    """Every experiment and preset name, for messages."""
+    return ", ".join([*_all(), *_all_presets()])
+
+
 def _experiment_of(config: Any) -> Experiment:
     name = getattr(config, "experiment", None)
-    exp = get_experiment(name) if isinstance(name, str) and name in _all() else None
+    exp = _lookup(name) if isinstance(name, str) else None
     if exp is None or not isinstance(config, exp.Config):
         raise TypeError(f"config must be an experiment config (one of {', '.join(_all())}), got {config!r}")
     return exp
