@@ -17,7 +17,8 @@ import xarray as xr
 from typer.testing import CliRunner
 
 import attnflow.integrate as integrate
-from attnflow.cli import app, load_matrices
+from attnflow.cli import app
+from attnflow.io import load_matrices
 
 runner = CliRunner()
 TINY = ["concentration-tiny", "--set", "N=24", "--set", "t_max=2.0", "--set", "n_keep=6"]

@@ -33,7 +33,7 @@ from .experiments._layout import (
     SUMMARY_MD,
 )
 from .pretrained_cli import heads
-from .progress import Reporter
+from .progress import RichReporter
 from .sweep_cli import sweep_command
 
 if TYPE_CHECKING:
@@ -44,8 +44,9 @@ app = typer.Typer(
     help=(
         "Token dynamics of deep self-attention on the sphere: run the paper's experiments, "
         "get figures, a summary table and an xarray dataset.\n\n"
-        "Start with `attnflow run` (the concentration experiment, a few minutes on a laptop), then "
-        "`attnflow show runs/concentration`. `attnflow list` shows every experiment and parameter."
+        f"Start with `attnflow run` (the {DEFAULT_EXPERIMENT} experiment, a few minutes on a laptop), "
+        f"then `attnflow show runs/{DEFAULT_EXPERIMENT}`. `attnflow list` shows every experiment and "
+        "parameter."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -68,76 +69,6 @@ def _main(
     debug: Annotated[bool, typer.Option("--debug", help="show Python tracebacks of failures")] = False,
 ) -> None:
     _state["debug"] = debug
-
-
-# ------------------------------------------------------------------------------------ progress
-
-
-class RichReporter(Reporter):
-    """Rich progress bars (overall and one per running task, with ETA) and messages on stderr."""
-
-    def __init__(self, quiet: bool = False) -> None:
-        super().__init__()
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            Progress,
-            TaskProgressColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.quiet = quiet
-        self.console = Console(stderr=True)
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=self.console,
-            disable=quiet,
-            transient=False,
-        )
-        self._overall: Any = None
-        if not quiet:
-            self.progress.start()
-
-    def overall(self, total: int, description: str) -> None:
-        self._overall = self.progress.add_task(description, total=total)
-
-    def advance(self, n: int = 1) -> None:
-        if self._overall is not None and n:
-            self.progress.advance(self._overall, n)
-
-    @contextmanager
-    def task(self, description: str, total: float = 1.0):
-        tid = self.progress.add_task(f"  {description}", total=total)
-        final = [float(total)]
-
-        def update(t: float, t_final: float) -> None:
-            final[0] = float(t_final)
-            self.progress.update(tid, completed=float(t), total=final[0])
-
-        try:
-            yield update
-            self.progress.update(tid, completed=final[0])
-        finally:
-            self.progress.remove_task(tid)
-
-    def info(self, message: str) -> None:
-        super().info(message)
-        if not self.quiet:
-            self.console.print(message, markup=False, highlight=False)
-
-    def warn(self, message: str) -> None:
-        super().warn(message)
-        self.console.print(f"warning: {message}", markup=False, highlight=False, style="bold")
-
-    def close(self) -> None:
-        self.progress.stop()
 
 
 @contextmanager
@@ -312,7 +243,9 @@ def list_(
     if toml:
         if name is None:
             raise _fail(
-                "--toml needs an experiment or preset name, e.g. `attnflow list concentration --toml`", 2
+                "--toml needs an experiment or preset name, "
+                f"e.g. `attnflow list {DEFAULT_EXPERIMENT} --toml`",
+                EXIT_USAGE,
             )
         try:
             typer.echo(to_toml(load_config(name)), nl=False)
@@ -419,58 +352,6 @@ def plot(
 # ---------------------------------------------------------------------------------------- check
 
 
-def load_matrices(files: list[Path]) -> dict[str, Any]:
-    """Q, K, V from three files (.npy, .txt/.csv, or .npz with one array) or one .npz holding Q, K, V.
-
-    Raises ValueError naming the file on an unreadable file, a missing key or a non-square matrix.
-    """
-    import numpy as np
-
-    from ._checks import check_matrix
-
-    def read(path: Path) -> Any:
-        if not path.is_file():
-            raise ValueError(f"{path}: file not found")
-        try:
-            if path.suffix == ".npy":
-                return np.load(path, allow_pickle=False)
-            if path.suffix == ".npz":
-                return dict(np.load(path, allow_pickle=False))
-            if path.suffix in (".txt", ".csv", ".tsv", ".dat"):
-                return np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None, ndmin=2)
-        except (ValueError, OSError) as err:
-            raise ValueError(f"{path}: cannot read a matrix ({err})") from None
-        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .npy, .npz, .txt or .csv")
-
-    if len(files) == 1:
-        data = read(files[0])
-        if not isinstance(data, dict) or not {"Q", "K", "V"} <= set(data):
-            raise ValueError(f"{files[0]}: a single file must be an .npz holding arrays named Q, K and V")
-        named = [(f"{files[0]}[{k}]", k, data[k]) for k in ("Q", "K", "V")]
-    elif len(files) == 3:
-        named = []
-        for path, key in zip(files, ("Q", "K", "V"), strict=True):
-            M = read(path)
-            if isinstance(M, dict):
-                if len(M) != 1:
-                    raise ValueError(f"{path}: an .npz for {key} must hold one array, found {sorted(M)}")
-                M = next(iter(M.values()))
-            named.append((str(path), key, M))
-    else:
-        raise ValueError(
-            f"give Q, K and V as three files, or one .npz holding Q, K, V (got {len(files)} files)"
-        )
-    out: dict[str, Any] = {}
-    d = None
-    for label, key, M in named:
-        try:
-            out[key] = check_matrix(M, key, d)
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"{label}: {err}") from None
-        d = out[key].shape[0]
-    return out
-
-
 @app.command()
 def check(
     files: Annotated[
@@ -490,9 +371,8 @@ def check(
 
     Exit code 0 when every checkable assumption holds, 1 when one fails, 2 for unreadable input.
     """
-    import numpy as np
-
     from ._checks import check_beta, check_points
+    from .io import load_matrices, read_array
     from .model import Attention
 
     try:
@@ -501,10 +381,7 @@ def check(
         att = Attention(mats["Q"], mats["K"], mats["V"], beta=b)
         X0 = None
         if x0 is not None:
-            try:
-                raw = np.load(x0) if x0.suffix == ".npy" else np.loadtxt(x0, ndmin=2)
-            except (ValueError, OSError) as err:
-                raise ValueError(f"{x0}: cannot read tokens ({err})") from None
+            raw = read_array(x0, "X0")
             try:
                 X0 = check_points(raw, "X0", d=att.d, normalize=True, allow_batch=False)
             except (ValueError, TypeError) as err:

@@ -68,7 +68,7 @@ def has_tokens(ds: xr.Dataset, var: str = "x") -> bool:
 
 
 def _marked_time(ds: xr.Dataset, var: str | None, label: str) -> float | None:
-    """The value of the (beta,) variable `var` (t*, the terminal time) at the beta shown."""
+    """The value of the (beta,) variable `var` (e.g. t*) at the beta shown."""
     if var is None or var not in ds.variables or ds[var].dims != ("beta",) or not label.startswith("β = "):
         return None
     betas = np.asarray(ds["beta"].values, dtype=float)
@@ -137,7 +137,7 @@ def _time_indices(t: np.ndarray, times: Sequence[float] | None, t_star: float | 
 
 
 def _v_direction(ds: xr.Dataset, d: int) -> np.ndarray | None:
-    """V's top eigenvector (d,) from `basis_V` (dim, kv) when present (terminal runs), else None."""
+    """V's top eigenvector (d,) from `basis_V` (dim, kv) when the run stored it, else None."""
     if "basis_V" not in ds.variables or "dim" not in ds["basis_V"].dims:
         return None
     Bv = ds["basis_V"]
