@@ -87,7 +87,9 @@ def _all() -> dict[str, Experiment]:
     global _complete
     if not _complete:
         for module in BUILTIN:
-            _add(_module_experiment(module))
+            exp = _module_experiment(module)
+            if _registry.get(exp.name) is not exp:  # (added already when an earlier pass failed)
+                _add(exp)
         _complete = True
     return _registry
 
