@@ -3,7 +3,7 @@
 The worked example of MATH.md (d = 3, symmetric A with gap 3/2) at three inverse temperatures:
 N = 150 uniform tokens, RK4, W2 to Pi_# rho_0 (exact, two atoms), the coupling bound, mass near
 the top eigenspaces of A and V, the Lyapunov functional and the zero-temperature flow.  The
-Dataset follows the `concentration` schema, so `attnflow.plot` draws it like an experiment run.
+Dataset follows the `concentration` schema, so the experiment's figures draw it like a run of it.
 With N = 150 the run is far from mean-field resolution for the larger betas (see the ratio): it
 shows the figures, not the theorem's beta-scaling.
 
@@ -21,7 +21,8 @@ import numpy as np
 import xarray as xr
 
 import attnflow as af
-from attnflow import fits, metrics, plot
+from attnflow import fits, metrics
+from attnflow.experiments import plot_run, write_report
 
 N, SEED, EPS = 150, 0, 0.1
 BETAS = (3.0, 30.0, 300.0)
@@ -86,7 +87,7 @@ def build_dataset() -> xr.Dataset:
 
 def main(out: Path) -> Path:
     ds = build_dataset()
-    figures = plot.plot_run(ds, out / "figures", animation=True)
+    figures = plot_run(ds, out / "figures", animation=True)
     summary = {
         "N": N,
         "beta": list(BETAS),
@@ -95,7 +96,7 @@ def main(out: Path) -> Path:
         "resolution_ratio": ds["resolution_ratio"].values.tolist(),
         "fits": json.loads(ds.attrs["fits"]),
     }
-    return plot.write_report(ds, summary, figures, out)
+    return write_report(ds, summary, figures, out)
 
 
 if __name__ == "__main__":

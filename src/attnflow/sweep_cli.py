@@ -33,13 +33,10 @@ def _usage(err: Exception) -> str:
 
 
 def _figures(store: str, quiet: bool) -> None:
-    """The sweep's figures (t*, min W2 against beta per N) by `attnflow.plot.plot_sweep`, if present."""
+    """The sweep's figures by its experiment (`attnflow.experiments.plot_sweep`) into STORE/figures."""
     if "://" in store:
         return
-    try:
-        from .plot import plot_sweep
-    except (ImportError, AttributeError):
-        return
+    from .experiments import plot_sweep
     from .sweeps import open_sweep
 
     try:
@@ -48,7 +45,7 @@ def _figures(store: str, quiet: bool) -> None:
         typer.echo(f"attnflow sweep: figures skipped ({type(err).__name__}: {err})", err=True)
         return
     if not quiet:
-        for p in paths or []:
+        for p in paths:
             typer.echo(f"figure: {p}")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._config import Reporter
+from ..progress import Reporter
 
 
 def initial_cloud(init: str, N: int, d: int, seed: int) -> np.ndarray:
@@ -98,14 +97,6 @@ def base_attrs(config: Any, reporter: Reporter, timings: dict[str, float], **ext
     for key, value in extra.items():
         attrs[key] = to_json(value) if isinstance(value, (dict, list)) else value
     return attrs
-
-
-def json_attr(ds: Any, key: str, default: Any = None) -> Any:
-    """A JSON-encoded attribute of a Dataset, decoded."""
-    raw = ds.attrs.get(key)
-    if raw is None:
-        return default
-    return json.loads(raw) if isinstance(raw, str) else raw
 
 
 def fit_or_reason(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:

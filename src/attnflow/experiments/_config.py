@@ -1,4 +1,4 @@
-"""Pieces shared by the experiments: config base class, TOML, errors, progress reporting, resume."""
+"""Pieces shared by the experiments: config base class, TOML, errors, resume from finished parts."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Set
-from contextlib import contextmanager
+from collections.abc import Callable, Set
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -22,17 +21,30 @@ from pydantic import (
 )
 
 from .._checks import check_rtol_for_dtype
+from ..integrate import METHODS
+from ..kernels import FINITE_KERNELS
+from ..progress import Reporter
+from ._layout import PARTS_DIR
+from ._registry import ConfigError
 
-Kernel = Literal["auto", "sdpa", "blocked", "truncated"]
-Integrator = Literal["adaptive", "rk4", "heun", "euler"]
+# The names a config accepts come from the registries (one home): kernels of finite beta with
+# "auto", and the integrators. pydantic checks a Literal of them and names the allowed values.
+KERNEL_CHOICES: tuple[str, ...] = ("auto", *FINITE_KERNELS)
+INTEGRATOR_CHOICES: tuple[str, ...] = ("adaptive", *(m for m in METHODS if m != "adaptive"))
+if TYPE_CHECKING:
+    Kernel = str
+    Integrator = str
+else:
+    Kernel = Literal[KERNEL_CHOICES]
+    Integrator = Literal[INTEGRATOR_CHOICES]
+
+
+KERNEL_HELP = f"velocity kernel: {', '.join(KERNEL_CHOICES[:-1])} or {KERNEL_CHOICES[-1]}"
+INTEGRATOR_HELP = f"time integrator: {', '.join(INTEGRATOR_CHOICES[:-1])} or {INTEGRATOR_CHOICES[-1]}"
 
 
 # an angle in radians defining 'near' a subspace
 Angle = Annotated[float, Field(gt=0.0, le=math.pi / 2)]
-
-
-class ConfigError(ValueError):
-    """A config that cannot be used: unknown key, wrong type or value, unreadable file."""
 
 
 class ExperimentConfig(BaseModel):
@@ -46,8 +58,8 @@ class ExperimentConfig(BaseModel):
 class SimulationConfig(ExperimentConfig):
     """Fields shared by experiments that integrate the finite-temperature ODE."""
 
-    kernel: Kernel = Field("auto", description="velocity kernel: auto, sdpa, blocked or truncated")
-    integrator: Integrator = Field("adaptive", description="time integrator: adaptive, rk4, heun or euler")
+    kernel: Kernel = Field("auto", description=KERNEL_HELP)
+    integrator: Integrator = Field("adaptive", description=INTEGRATOR_HELP)
     rtol: PositiveFloat = Field(1e-7, description="relative tolerance of the adaptive integrator")
     atol: PositiveFloat = Field(1e-9, description="absolute tolerance of the adaptive integrator")
     dt: PositiveFloat = Field(0.01, description="step of the fixed-step integrators (ignored by adaptive)")
@@ -142,54 +154,14 @@ def to_toml(config: BaseModel, comments: bool = True) -> str:
 
 def parse_override(item: str) -> tuple[str, Any]:
     """`key=value` -> (key, value): the value read as a TOML literal, else kept as a bare string."""
-    import tomllib
+    from .._text import parse_literal
 
     if "=" not in item:
         raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set N=2000 or --set betas=[10,100]")
     key, raw = (s.strip() for s in item.split("=", 1))
     if not key:
         raise ConfigError(f"--set {item!r}: the key before '=' is empty")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key, value
-
-
-# ---------------------------------------------------------------------------------------- progress
-
-
-class Reporter:
-    """Progress and messages of a run. This base class is silent and only records messages.
-
-    The command line subclasses it with Rich progress bars. Experiments call:
-    `overall(total, description)` once, `task(description, total)` as a context manager whose
-    value is a `progress(t, t_final)` callback for `simulate`, `advance()` after each unit of
-    work, `info(msg)` and `warn(msg)`.
-    """
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-        self.warnings: list[str] = []
-
-    def overall(self, total: int, description: str) -> None:
-        pass
-
-    def advance(self, n: int = 1) -> None:
-        pass
-
-    @contextmanager
-    def task(self, description: str, total: float = 1.0) -> Iterator[Callable[[float, float], None]]:
-        yield lambda t, t_final: None
-
-    def info(self, message: str) -> None:
-        self.messages.append(message)
-
-    def warn(self, message: str) -> None:
-        self.warnings.append(message)
-
-    def close(self) -> None:
-        pass
+    return key, parse_literal(raw)
 
 
 # ------------------------------------------------------------------------------------------ resume
@@ -217,7 +189,7 @@ def _read_part(out: Path | None, name: str, fp: str):
 
     if out is None:
         return None
-    path = Path(out) / "parts" / f"{name}.zarr"
+    path = Path(out) / PARTS_DIR / f"{name}.zarr"
     if not path.exists():
         return None
     try:
@@ -241,14 +213,14 @@ def cached_part(
 ):
     """The Dataset of one finished unit of work (one beta, one grid point).
 
-    With `out`, it is read back from `out/parts/<name>.zarr` when that store exists with the same
+    With `out`, it is read back from `out/parts/<name>.zarr` (PARTS_DIR) when that store exists with the same
     fingerprint; otherwise computed and written there atomically before being returned.
     """
     from ..io import write_dataset
 
     if out is None:
         return compute()
-    path = Path(out) / "parts" / f"{name}.zarr"
+    path = Path(out) / PARTS_DIR / f"{name}.zarr"
     ds = _read_part(out, name, fp)
     if ds is not None:
         reporter.info(f"{name}: reused from {path.parent.name}/{path.name}")

@@ -20,13 +20,14 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
 
+from ..io import json_attr, to_json
+from ..progress import Reporter
 from ._common import (
     base_attrs,
     finite_or_none,
     fit_or_reason,
     initial_cloud,
     integrator_label,
-    json_attr,
     simulate_kwargs,
     time_grid,
     token_subset,
@@ -35,7 +36,6 @@ from ._common import (
 )
 from ._config import (
     Angle,
-    Reporter,
     SimulationConfig,
     cached_part,
     check_betas,
@@ -43,6 +43,8 @@ from ._config import (
     part_done,
     part_name,
 )
+from ._registry import Experiment, doc_summary
+from .concentration_figures import CAPTIONS, figures, sweep_figures
 
 # Below this mean-field resolution ratio (token spacing / softmax angular scale) N counts as enough.
 RATIO_OK = 1.0
@@ -138,6 +140,7 @@ def _beta_part(
     from ..fits import t_star
     from ..integrate import simulate
     from ..model import worked_example
+    from ..wasserstein import w2_to_target
 
     if together is not None:
         traj = together(beta)
@@ -145,7 +148,7 @@ def _beta_part(
         with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
             traj = simulate(X0, worked_example(beta), times, progress=cb, **simulate_kwargs(config))
     Xt = unit_float64(traj.x)
-    w2 = metrics.w2_to_target(Xt, PiX0).values
+    w2 = w2_to_target(Xt, PiX0).values
     ts = t_star(times, w2, rel_tol=config.t_star_rel_tol)
     per_time = {
         "w2": w2,
@@ -164,15 +167,17 @@ def _beta_part(
     return xr.Dataset(
         data,
         coords={"beta": [beta], "time": times},
-        attrs={"solver": _json(info), "t_star_notes": ts.notes},
+        attrs={"solver": to_json(info), "t_star_notes": ts.notes},
     )
 
 
 def _batch_betas(config: ConcentrationConfig, betas: list[float]) -> bool:
     """Whether `betas` go through one kernel call per stage (where that is measured faster)."""
+    from ..integrate import BATCH_KERNELS
+
     return (
         config.integrator != "adaptive"
-        and config.kernel in ("auto", "sdpa", "blocked")
+        and config.kernel in ("auto", *BATCH_KERNELS)
         and config.N <= BATCH_BETAS_MAX_N
         and len(betas) > 1
     )
@@ -202,24 +207,19 @@ def _betas_together(
     return get
 
 
-def _json(obj: Any) -> str:
-    from ..io import to_json
-
-    return to_json(obj)
-
-
 def _zero_part(config: ConcentrationConfig, X0, PiX0, times, keep, P1):
     """The zero-temperature curve on the same initial cloud (exact flow)."""
     import xarray as xr
 
     from .. import metrics
     from ..model import worked_example
+    from ..wasserstein import w2_to_target
     from ..zero_temperature import simulate_zero_temperature
 
     traj = simulate_zero_temperature(X0, worked_example(math.inf), times)
     return xr.Dataset(
         {
-            "w2_zero": (("time",), metrics.w2_to_target(traj.x, PiX0).values),
+            "w2_zero": (("time",), w2_to_target(traj.x, PiX0).values),
             "lyapunov_zero": (("time",), np.asarray(metrics.lyapunov(traj.x, P1))),
             "x_zero": (("time", "token", "dim"), traj.x[:, keep].astype(np.float32)),
         },
@@ -348,7 +348,7 @@ def _rate_fit(times: np.ndarray, w2_zero: np.ndarray, att) -> dict[str, Any]:
         out.update(fitted=f["rate"], fitted_err=f["rate_err"])
     try:
         out.update(reference_rates(att))
-    except (ImportError, ValueError) as err:
+    except ValueError as err:
         out["reference_error"] = str(err)
     return out
 
@@ -379,3 +379,16 @@ def summarize(ds) -> dict[str, Any]:
         "warnings": json_attr(ds, "warnings", []),
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
+
+
+EXPERIMENT = Experiment(
+    name="concentration",
+    description=doc_summary(__doc__),
+    Config=ConcentrationConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions=CAPTIONS,
+    presets=PRESETS,
+    sweep_figures=sweep_figures,
+)

@@ -10,13 +10,21 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from ._common import base_attrs, initial_cloud, json_attr, torch_threads
-from ._config import ExperimentConfig, Kernel, Reporter
+from .._text import format_value
+from ..io import json_attr
+from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save
+from ..progress import Reporter
+from ._common import base_attrs, initial_cloud, torch_threads
+from ._config import KERNEL_HELP, ExperimentConfig, Kernel
+from ._registry import Experiment, doc_summary
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 class LayersConfig(ExperimentConfig):
@@ -33,7 +41,7 @@ class LayersConfig(ExperimentConfig):
     fit_min_L: PositiveInt = Field(
         16, description="the order is fitted on L >= fit_min_L (asymptotic regime)"
     )
-    kernel: Kernel = Field("auto", description="velocity kernel: auto, sdpa, blocked or truncated")
+    kernel: Kernel = Field("auto", description=KERNEL_HELP)
     reference_rtol: PositiveFloat = Field(1e-11, description="rtol of the adaptive reference solution")
     threads: NonNegativeInt = Field(
         1, description="torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default)"
@@ -154,3 +162,83 @@ def summarize(ds) -> dict[str, Any]:
         },
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+
+def plot_layers(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
+    """Transformer layers as Euler steps: error against the step h = T/L (log-log) with the fitted
+    order from attrs["fits"]["order"] drawn through the smallest-h point.
+
+    Needs `error` (L) and `h` (L).  Writes layers.png / .pdf.
+    """
+    require(ds, ["error", "h"], "plot_layers", {"error": ("L",), "h": ("L",)})
+    h = np.asarray(ds["h"].values, dtype=float)
+    e = positive(ds["error"].values)
+    fig, axes = new_figure(1, 1, (6.5, 4.6))
+    ax = axes[0][0]
+    ax.plot(
+        h,
+        e,
+        ls="-",
+        marker="o",
+        color="black",
+        mfc="white",
+        ms=7,
+        label=r"$\mathrm{max}_i\, |x_i^L - x_i(T)|$",
+    )
+    fits = fits_of(ds)
+    order = fits.get("order")
+    ok = np.flatnonzero(np.isfinite(e) & np.isfinite(h) & (h > 0))
+    if isinstance(order, int | float) and ok.size:
+        k = ok[np.argmin(h[ok])]
+        hh = np.geomspace(h[ok].min(), h[ok].max(), 50)
+        err = fits.get("order_err")
+        lab = f"fitted order {format_value(float(order))}" + (
+            f" ± {format_value(float(err))}" if err is not None else ""
+        )
+        ax.plot(hh, e[k] * (hh / h[k]) ** order, color="0.45", ls="--", label=lab)
+    ax.set_xscale("log")
+    ax.set_yscale("log", nonpositive="mask")
+    ax.set_xlabel("step h = T / L (log scale)")
+    ax.set_ylabel("error against a fine ODE reference (log scale)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    for hk, ek, Lk in zip(h, e, np.asarray(ds["L"].values), strict=True):
+        if np.isfinite(ek):
+            ax.annotate(
+                f"L = {Lk}", (hk, ek), textcoords="offset points", xytext=(6, -10), fontsize="x-small"
+            )
+    fig.suptitle(run_title(ds, "Layers as explicit Euler steps with renormalisation"))
+    return save(fig, outdir, "layers", dpi)
+
+
+# ---------------------------------------------------------------------------------------------
+# pretrained heads
+
+HEADS_DIMS = ("head", "time")
+# the whole layer: thick black, drawn under the heads so that equal curves stay visible
+WHOLE_LAYER_STYLE = {"color": "black", "linestyle": "-", "marker": "o", "lw": 3.2, "ms": 7, "zorder": 1.5}
+
+
+def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
+    """The error against the step h (layers.png / .pdf); there are no tokens to animate."""
+    return plot_layers(ds, outdir, dpi=dpi)
+
+
+EXPERIMENT = Experiment(
+    name="layers",
+    description=doc_summary(__doc__),
+    Config=LayersConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions={
+        "layers": (
+            "Layers as Euler steps",
+            "Error of the L-layer transformer (Euler with renormalisation) against the step h = T/L.",
+        )
+    },
+    presets=PRESETS,
+)

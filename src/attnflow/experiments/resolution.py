@@ -14,23 +14,41 @@ import math
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
+from .._text import format_value
+from ..io import json_attr
+from ..plot import (
+    DPI,
+    beta_label,
+    beta_legend,
+    config_value,
+    new_figure,
+    positive,
+    require,
+    run_title,
+    save,
+    series_styles,
+)
+from ..progress import Reporter
 from ._common import (
     base_attrs,
     finite_or_none,
     initial_cloud,
     integrator_label,
-    json_attr,
     simulate_kwargs,
     time_grid,
     torch_threads,
     unit_float64,
 )
-from ._config import Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from ._config import SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from ._registry import Experiment, doc_summary
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 class ResolutionConfig(SimulationConfig):
@@ -92,10 +110,10 @@ def ladder(N_min: int, N_max: int) -> list[int]:
 def _point(config: ResolutionConfig, beta: float, N: int, reporter: Reporter):
     import xarray as xr
 
-    from .. import metrics
     from ..fits import t_star
     from ..integrate import simulate
     from ..model import worked_example
+    from ..wasserstein import w2_to_target
     from ..zero_temperature import project
 
     att = worked_example(beta)
@@ -106,7 +124,7 @@ def _point(config: ResolutionConfig, beta: float, N: int, reporter: Reporter):
         reporter.task(f"beta = {beta:g}, N = {N}", total=float(times[-1])) as cb,
     ):
         traj = simulate(X0, att, times, progress=cb, **simulate_kwargs(config))
-    ts = t_star(times, metrics.w2_to_target(unit_float64(traj.x), project(X0, att)).values)
+    ts = t_star(times, w2_to_target(unit_float64(traj.x), project(X0, att)).values)
     return xr.Dataset(
         {"min_w2": (("beta", "N"), [[ts.w2_min]]), "t_star": (("beta", "N"), [[ts.t_star]])},
         coords={"beta": [beta], "N": [N]},
@@ -193,3 +211,93 @@ def summarize(ds) -> dict[str, Any]:
         "warnings": json_attr(ds, "warnings", []),
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+
+def plot_resolution(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
+    """Mean-field resolution: min W2 and t* against N (log x), one line per beta; N_needed against
+    beta with the scale beta^((d-1)/2) when present.
+
+    Needs `min_w2`, `t_star` (beta, N).  Writes resolution.png / .pdf.
+    """
+    dims = {"min_w2": ("beta", "N"), "t_star": ("beta", "N"), "N_needed": ("beta",)}
+    require(ds, ["min_w2", "t_star"], "plot_resolution", dims)
+    Ns = np.asarray(ds["N"].values, dtype=float)
+    betas = np.asarray(ds["beta"].values, dtype=float)
+    styles = series_styles(len(betas))
+    has_needed = "N_needed" in ds.variables
+    fig, axes = new_figure(1, 3 if has_needed else 2, (15 if has_needed else 10.5, 4.6))
+    for ax, var, ylab in (
+        (axes[0][0], "min_w2", r"$\mathrm{min}_t W_2$ (log scale)"),
+        (axes[0][1], "t_star", r"$t^*$"),
+    ):
+        vals = ds[var].transpose("beta", "N").values
+        for i, b in enumerate(betas):
+            ax.plot(Ns, positive(vals[i]) if var == "min_w2" else vals[i], label=beta_label(b), **styles[i])
+        ax.set_xscale("log")
+        if var == "min_w2":
+            ax.set_yscale("log", nonpositive="mask")
+        ax.set_xlabel("number of tokens N (log scale)")
+        ax.set_ylabel(ylab)
+        ax.set_title(
+            "closest approach to Π#ρ₀" if var == "min_w2" else "time of closest approach", fontsize="medium"
+        )
+        ax.grid(True, which="both", alpha=0.3)
+    beta_legend(fig, axes[0][0], betas)
+    if has_needed:
+        ax = axes[0][2]
+        need = positive(ds["N_needed"].values)
+        ax.plot(
+            betas, need, ls="", marker="o", ms=8, color="black", mfc="white", label="N needed (converged)"
+        )
+        d = ds.sizes.get("dim") or config_value(ds, "d", "dim")
+        ok = np.isfinite(need) & np.isfinite(betas)
+        if isinstance(d, int) and ok.any():
+            ref = betas ** ((d - 1) / 2)
+            c = math.exp(float(np.mean(np.log(need[ok]) - np.log(ref[ok]))))
+            ax.plot(betas, c * ref, color="0.4", ls="--", label=f"{format_value(c)}·β^((d−1)/2), d = {d}")
+        ax.axhline(Ns.max(), color="0.6", ls=":", lw=1.2, label=f"largest N tried ({Ns.max():g})")
+        nc = ~np.isfinite(need)
+        if nc.any():
+            ax.plot(
+                betas[nc],
+                np.full(nc.sum(), Ns.max() * 1.6),
+                ls="",
+                marker="^",
+                ms=9,
+                color="0.3",
+                label=f"not converged: N needed > {Ns.max():g}",
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log", nonpositive="mask")
+        ax.set_xlabel("inverse temperature β (log scale)")
+        ax.set_ylabel("N needed (log scale)")
+        ax.set_title("tokens needed for mean-field resolution", fontsize="medium")
+        ax.legend(fontsize="small")
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(run_title(ds, "Mean-field resolution: results against the number of tokens N"))
+    return save(fig, outdir, "resolution", dpi)
+
+
+def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
+    """min W2, t* and N needed against N and beta (resolution.png / .pdf); no tokens to animate."""
+    return plot_resolution(ds, outdir, dpi=dpi)
+
+
+EXPERIMENT = Experiment(
+    name="resolution",
+    description=doc_summary(__doc__),
+    Config=ResolutionConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions={
+        "resolution": (
+            "Mean-field resolution",
+            "Mean-field resolution: min W₂ and t* against the number of tokens N.",
+        )
+    },
+    presets=PRESETS,
+)

@@ -11,24 +11,46 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
 
+from .._text import format_value
+from ..io import json_attr, to_json
+from ..plot import (
+    DPI,
+    TOKEN_CAPTIONS,
+    beta_label,
+    beta_legend,
+    config_value,
+    markevery,
+    new_figure,
+    positive,
+    require,
+    run_title,
+    save,
+    series_styles,
+    token_figures,
+)
+from ..plot.style import ZERO_TEMPERATURE_STYLE
+from ..progress import Reporter
 from ._common import (
     base_attrs,
     finite_or_none,
     initial_cloud,
     integrator_label,
-    json_attr,
     simulate_kwargs,
     time_grid,
     token_subset,
     torch_threads,
     unit_float64,
 )
-from ._config import Angle, Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from ._config import Angle, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from ._registry import Experiment, doc_summary
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 class TerminalConfig(SimulationConfig):
@@ -88,8 +110,6 @@ def _beta_part(config: TerminalConfig, beta: float, X0, times, keep, spaces, rep
     data: dict[str, Any] = {k: (("beta", "time"), v[None]) for k, v in masses.items()}
     data["terminal_time"] = (("beta",), [tt.t])
     data["x"] = (("beta", "time", "token", "dim"), Xt[:, keep].astype(np.float32)[None])
-    from ..io import to_json
-
     info = {k: v for k, v in traj.info.items() if isinstance(v, (int, float, str, dict))}
     return xr.Dataset(
         data,
@@ -178,3 +198,85 @@ def summarize(ds) -> dict[str, Any]:
         "warnings": json_attr(ds, "warnings", []),
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+#: caption of `plot_mass` (also drawn by the concentration experiment)
+MASS_CAPTION = (
+    "Mass near the top eigenspaces",
+    "Fraction of tokens within ε of the top eigenspaces of A and of V against t.",
+)
+
+
+def plot_mass(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
+    """Mass fractions near the top eigenspaces of A and V against t, one line per beta; a Lyapunov
+    panel (log y) when `lyapunov` is present; terminal times marked when `terminal_time` is.
+
+    Needs `mass_A`, `mass_V` (beta, time); uses `mass_V_magnitude`, `lyapunov` (beta, time),
+    `terminal_time` (beta).  Writes mass.png and mass.pdf.
+    """
+    dims = {v: ("beta", "time") for v in ("mass_A", "mass_V", "mass_V_magnitude", "lyapunov")}
+    require(ds, ["mass_A", "mass_V"], "plot_mass", dims)
+    t = np.asarray(ds["time"].values, dtype=float)
+    betas = np.asarray(ds["beta"].values, dtype=float)
+    styles = series_styles(len(betas))
+    eps = config_value(ds, "eps", "epsilon")
+    within = f"within ε = {format_value(eps)}" if isinstance(eps, int | float) else "within ε"
+    panels = [
+        ("mass_A", f"mass {within} of A's top eigenspace"),
+        ("mass_V", f"mass {within} of V's top eigenspace (largest Re)"),
+    ]
+    if "mass_V_magnitude" in ds.variables:
+        panels.append(("mass_V_magnitude", f"mass {within} of V's top eigenspace (largest |λ|)"))
+    if "lyapunov" in ds.variables:
+        panels.append(("lyapunov", r"Lyapunov functional $\int |P_1^\perp x|^2\, d\rho_t$"))
+    fig, axes = new_figure(1, len(panels), (4.3 * len(panels) + 0.8, 4.4))
+    tt = np.asarray(ds["terminal_time"].values, dtype=float) if "terminal_time" in ds.variables else None
+    for ax, (var, subtitle) in zip(axes[0], panels, strict=True):
+        vals = ds[var].transpose("beta", "time").values
+        for i, b in enumerate(betas):
+            y = positive(vals[i]) if var == "lyapunov" else vals[i]
+            ax.plot(t, y, label=beta_label(b), markevery=markevery(len(t)), **styles[i])
+            if tt is not None and var != "lyapunov" and np.isfinite(tt[i]):
+                ax.axvline(tt[i], color=styles[i]["color"], ls=styles[i]["linestyle"], lw=0.9, alpha=0.8)
+        if var == "lyapunov" and "lyapunov_zero" in ds.variables and ds["lyapunov_zero"].dims == ("time",):
+            ax.plot(
+                t,
+                positive(ds["lyapunov_zero"].values),
+                label="β = ∞ (zero temperature)",
+                **ZERO_TEMPERATURE_STYLE,
+            )
+        ax.set_xlabel("time t")
+        if var == "lyapunov":
+            ax.set_yscale("log", nonpositive="mask")
+            ax.set_ylabel(r"$\int |P_1^\perp x|^2\, d\rho_t$ (log scale)")
+        else:
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_ylabel("fraction of tokens")
+        ax.set_title(subtitle, fontsize="medium")
+        ax.grid(True, alpha=0.3)
+    beta_legend(fig, axes[0][0], betas)
+    what = "Mass near the top eigenspaces of A and V"
+    if tt is not None:
+        what += " (vertical lines: terminal times)"
+    fig.suptitle(run_title(ds, what))
+    return save(fig, outdir, "mass", dpi)
+
+
+def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
+    """The masses against t, then the token snapshots (terminal time among them) and animation."""
+    paths = plot_mass(ds, outdir, dpi=dpi)
+    return paths + token_figures(ds, outdir, animation=animation, dpi=dpi, mark="terminal_time")
+
+
+EXPERIMENT = Experiment(
+    name="terminal",
+    description=doc_summary(__doc__),
+    Config=TerminalConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions={"mass": MASS_CAPTION, **TOKEN_CAPTIONS},
+    presets=PRESETS,
+)

@@ -11,13 +11,34 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from ._common import base_attrs, fit_or_reason, initial_cloud, json_attr, time_grid, token_subset
-from ._config import ExperimentConfig, Reporter
+from .._text import format_value
+from ..io import json_attr
+from ..plot import (
+    DPI,
+    TOKEN_CAPTIONS,
+    fits_of,
+    markevery,
+    new_figure,
+    positive,
+    require,
+    run_title,
+    save,
+    token_figures,
+)
+from ..progress import Reporter
+from ._common import base_attrs, fit_or_reason, initial_cloud, time_grid, token_subset
+from ._config import ExperimentConfig
+from ._registry import Experiment, doc_summary
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+ZERO_TEMPERATURE_LABEL = "β = ∞ (zero temperature)"
 
 
 class ZeroTemperatureConfig(ExperimentConfig):
@@ -69,6 +90,7 @@ def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Report
     from .. import metrics
     from ..fits import fit_decay_rate
     from ..model import worked_example
+    from ..wasserstein import w2_to_target
     from ..zero_temperature import project, simulate_zero_temperature
     from .concentration import reference_rates
 
@@ -83,7 +105,7 @@ def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Report
     with reporter.task("exact flow", total=float(times[-1])):
         traj = simulate_zero_temperature(X0, att, times)
     PiX0 = project(X0, att)
-    w2 = metrics.w2_to_target(traj.x, PiX0).values
+    w2 = w2_to_target(traj.x, PiX0).values
     lyap = np.asarray(metrics.lyapunov(traj.x, sp.top_projector))
     reporter.advance()
     fit = fit_or_reason(fit_decay_rate, times, w2, tail=tuple(config.fit_window))
@@ -92,7 +114,7 @@ def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Report
         fits.update(fitted=fit["rate"], fitted_err=fit["rate_err"])
     try:
         fits.update(reference_rates(att))
-    except (ImportError, ValueError) as err:
+    except ValueError as err:
         fits["reference_error"] = str(err)
     if "fitted" in fits and "c_star" in fits:
         reporter.info(
@@ -135,3 +157,103 @@ def summarize(ds) -> dict[str, Any]:
         "fit_window": [fits.get("fit", {}).get("t_lo"), fits.get("fit", {}).get("t_hi")],
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+
+def plot_zero_temperature(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
+    """Zero-temperature convergence: W2(rho_t, Pi_# rho_0) against t (log y) with lines of slope
+    -fitted, -guaranteed (gamma / 2||B||) and -c* from attrs["fits"], each drawn through the data
+    point at mid-time; a Lyapunov panel when `lyapunov` is present.
+
+    Needs `w2` (time).  Writes zero_temperature.png / .pdf.
+    """
+    require(ds, ["w2"], "plot_zero_temperature", {"w2": ("time",), "lyapunov": ("time",)})
+    t = np.asarray(ds["time"].values, dtype=float)
+    w = positive(ds["w2"].values)
+    has_lyap = "lyapunov" in ds.variables
+    fig, axes = new_figure(1, 2 if has_lyap else 1, (11 if has_lyap else 6.5, 4.6))
+    ax = axes[0][0]
+    ax.plot(
+        t,
+        w,
+        color="black",
+        lw=2,
+        marker="o",
+        markevery=markevery(len(t)),
+        label=r"$W_2(\rho_t, \Pi_\#\rho_0)$, exact",
+    )
+    fits = fits_of(ds)
+    fin = np.flatnonzero(np.isfinite(w))
+    if fin.size:
+        k0 = int(fin[len(fin) // 2])
+        for key, ls, name in (
+            ("fitted", "--", "fitted"),
+            ("guaranteed", ":", "guaranteed γ/(2‖B‖)"),
+            ("c_star", "-.", "predicted c*"),
+        ):
+            rate = fits.get(key)
+            if isinstance(rate, int | float) and math.isfinite(rate):
+                err = (
+                    f" ± {format_value(float(fits['fitted_err']))}"
+                    if key == "fitted" and "fitted_err" in fits
+                    else ""
+                )
+                ax.plot(
+                    t,
+                    w[k0] * np.exp(-rate * (t - t[k0])),
+                    color="0.4",
+                    ls=ls,
+                    lw=1.5,
+                    label=f"slope −{format_value(float(rate))}{err} ({name})",
+                )
+        ax.set_ylim(np.nanmin(w[fin]) / 3, np.nanmax(w[fin]) * 3)
+    ax.set_yscale("log", nonpositive="mask")
+    ax.set_xlabel("time t")
+    ax.set_ylabel(r"$W_2$, chordal (log scale)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    if has_lyap:
+        ax2 = axes[0][1]
+        ax2.plot(
+            t,
+            positive(ds["lyapunov"].values),
+            color="black",
+            ls="-",
+            marker="s",
+            markevery=markevery(len(t)),
+        )
+        ax2.set_yscale("log", nonpositive="mask")
+        ax2.set_xlabel("time t")
+        ax2.set_ylabel(r"$\int |P_1^\perp x|^2\, d\rho_t$ (log scale)")
+        ax2.set_title("Lyapunov functional", fontsize="medium")
+        ax2.grid(True, which="both", alpha=0.3)
+    fig.suptitle(
+        run_title(ds, r"Zero temperature ($\beta = \infty$): exponential convergence to $\Pi_\#\rho_0$")
+    )
+    return save(fig, outdir, "zero_temperature", dpi)
+
+
+def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
+    """W2 against t with the three rates, then the token snapshots (and animation) when kept."""
+    paths = plot_zero_temperature(ds, outdir, dpi=dpi)
+    return paths + token_figures(ds, outdir, animation=animation, dpi=dpi, label=ZERO_TEMPERATURE_LABEL)
+
+
+EXPERIMENT = Experiment(
+    name="zero-temperature",
+    description=doc_summary(__doc__),
+    Config=ZeroTemperatureConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions={
+        "zero_temperature": (
+            "Zero-temperature convergence",
+            "Zero temperature: W₂ to Π#ρ₀ against t with the fitted, guaranteed and predicted rates.",
+        ),
+        **TOKEN_CAPTIONS,
+    },
+    presets=PRESETS,
+)
