@@ -98,7 +98,7 @@ def _spectral_data(att: Attention) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _density(rho0: Any, d: int, mean: Any, kappa: Any) -> tuple[Density, float | None, str]:
-    """log f for rho0 = "uniform", "vmf" or a callable f (density w.r.t. the uniform probability).
+    """The density f of rho0 = "uniform", "vmf" or a callable (w.r.t. the uniform probability).
 
     Returns (f, sup of f(x) + f(-x) or None when unknown, a label).
     """
@@ -278,6 +278,13 @@ def reference_w2(
         warnings.warn(
             f"reference_w2 did not reach rtol = {rtol:g} within max_nodes = {max_nodes} (nodes used: "
             f"{res.nodes}); its error estimate w2_err says how far to trust it. Raise max_nodes or rtol.",
+            UserWarning,
+            stacklevel=2,
+        )
+    if sup is not None and abs(mass - 1.0) > 10.0 * max(rtol, float(res.error[-1])):
+        warnings.warn(
+            f"reference_w2: rho0 = {label} integrates to {mass:.6g} instead of 1 on the quadrature: the "
+            "cubature missed part of it (a very concentrated density?); lower rtol",
             UserWarning,
             stacklevel=2,
         )
