@@ -173,11 +173,8 @@ def _beta_part(
 
 def _batch_betas(config: ConcentrationConfig, betas: list[float]) -> bool:
     """Whether `betas` go through one kernel call per stage (where that is measured faster)."""
-    from ..integrate import BATCH_KERNELS
-
     return (
         config.integrator != "adaptive"
-        and config.kernel in ("auto", *BATCH_KERNELS)
         and config.N <= BATCH_BETAS_MAX_N
         and len(betas) > 1
     )
