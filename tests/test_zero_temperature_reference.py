@@ -14,7 +14,7 @@ import pytest
 from scipy.integrate import odeint, quad_vec
 
 from attnflow.assumptions import reference_rates
-from attnflow.metrics import w2_to_target
+from attnflow.wasserstein import w2_to_target
 from attnflow.model import Attention, attention_from_A, worked_example
 from attnflow.sphere import sample_uniform, sample_vmf
 from attnflow.zero_temperature import _Exact, project, simulate_zero_temperature
