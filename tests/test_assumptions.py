@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scipy.stats import ortho_group
 
 from attnflow.assumptions import check_assumptions, reference_rates, subspace_angle
+from attnflow.io import to_json
 from attnflow.model import Attention, attention_from_A, worked_example
 from attnflow.sphere import sample_uniform
 
@@ -74,12 +75,12 @@ def test_singular_B_and_no_gap_fail_with_reasons():
     rep = check_assumptions(att)
     assert rep.items[0].status == "fails" and "B is singular" in rep.items[0].reason
     assert rep.items[0].numbers["cond_B"] == math.inf
-    d = rep.to_dict()
-    json.dumps(d, allow_nan=False)
-    assert d["items"][0]["numbers"]["cond_B"] == "inf"
+    assert rep.to_dict()["items"][0]["numbers"]["cond_B"] == math.inf  # plain values
+    d = json.loads(to_json(rep.to_dict()))  # the one JSON encoder: inf is written as null
+    assert d["items"][0]["numbers"]["cond_B"] is None
     flat = check_assumptions(attention_from_A(2.0 * np.eye(3), np.eye(3)))
     assert flat.items[0].status == "fails" and "no spectral gap" in flat.items[0].reason
-    assert flat.to_dict()["items"][0]["numbers"]["mu2"] is None  # no mu_2: NaN -> None
+    assert flat.to_dict()["items"][0]["numbers"]["mu2"] is None  # no mu_2
 
 
 def test_moments_on_tilted_great_circle():
@@ -164,8 +165,7 @@ def test_nonsymmetric_report_lists_complex_eigenvalues():
     T = np.array([[0.3, 2.0, 0.0], [-2.0, 0.3, 0.0], [0.0, 0.0, -0.5]])
     rep = check_assumptions(attention_from_A(T, np.eye(3)), sample_uniform(5, 3, seed=0))
     assert rep.items[0].status == "fails"
-    d = rep.to_dict()
-    json.dumps(d, allow_nan=False)
+    d = json.loads(to_json(rep.to_dict()))  # complex numbers are written as [re, im]
     eig = d["items"][0]["numbers"]["eigenvalues"]
     np.testing.assert_allclose(sorted(map(tuple, eig)), [(-0.5, 0.0), (0.3, -2.0), (0.3, 2.0)], atol=1e-12)
     assert "spectral" in rep.items[1].reason

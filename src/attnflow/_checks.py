@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .model import Attention
 
 UNIT_TOL = 1e-8  # largest accepted | |x_i| - 1 | for a token
 
@@ -117,3 +120,12 @@ def check_positive(x: Any, name: str, integer: bool = False) -> float:
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
     return v
+
+
+def check_attention(att: Any, name: str = "att") -> Attention:
+    """An `attnflow.Attention` (the weights Q, K, V and beta), else TypeError naming `name`."""
+    from .model import Attention  # model imports this module: import on use
+
+    if not isinstance(att, Attention):
+        raise TypeError(f"{name} must be an attnflow.Attention, got {type(att).__name__}")
+    return att
