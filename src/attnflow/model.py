@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -42,7 +42,8 @@ class Spectrum:
     multiplicity: dimension of the top eigenspace.
     top: top eigenspace of A; top_projector: P_1, orthogonal when A is symmetric, the spectral
         (Riesz) projector otherwise (all NaN when the top eigenvalue is defective).
-    v_top_real, v_top_magnitude: top eigenspace of V by largest real part and by largest modulus.
+    v_top_real, v_top_magnitude: top eigenspace of V by largest real part and by largest modulus
+        (computed on first use: checking the assumptions does not need V's spectrum).
     """
 
     eigenvalues: np.ndarray
@@ -55,8 +56,15 @@ class Spectrum:
     asymmetry: float
     top: EigenSpace
     top_projector: np.ndarray
-    v_top_real: EigenSpace
-    v_top_magnitude: EigenSpace
+    V: np.ndarray = field(repr=False)
+
+    @cached_property
+    def v_top_real(self) -> EigenSpace:
+        return top_eigenspace(self.V, "real")
+
+    @cached_property
+    def v_top_magnitude(self) -> EigenSpace:
+        return top_eigenspace(self.V, "magnitude")
 
 
 def _top_group(values: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -134,8 +142,7 @@ def spectrum_of(A: np.ndarray, V: np.ndarray) -> Spectrum:
         asymmetry=asym,
         top=top,
         top_projector=P1,
-        v_top_real=top_eigenspace(V, "real"),
-        v_top_magnitude=top_eigenspace(V, "magnitude"),
+        V=V,
     )
 
 
