@@ -9,7 +9,7 @@ projector the heads experiment uses when A is not symmetric.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -49,26 +49,22 @@ def _spectra(att: Attention) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     """(singular values of B, eigenvalues of A, eigenvalues of S = (A + A^T)/2, basis of S's top
     eigenspace (d, m)); s and eigenvalues of S descending, those of A by descending real part.
 
-    A head (Q padded with zero rows) has B = Q_r^T K_r of rank <= r: then everything comes from
-    r x r and 2r x 2r matrices.  A = (V K_r^T) Q_r has the nonzero eigenvalues of Q_r V K_r^T;
-    S = Z J Z^T with Z = [V K_r^T, Q_r^T] and J = [[0, I], [I, 0]] / 2; the rest are exact zeros.
+    s and the eigenvalues of A are the Attention's own (`singular_values_B`, `spectrum()`), from
+    r x r pieces for a head.  A head (Q padded with zero rows) has A = (V K_r^T) Q_r, and
+    S = Z J Z^T with Z = [V K_r^T, Q_r^T] and J = [[0, I], [I, 0]] / 2: S's spectrum comes from
+    2r x 2r matrices, the rest are exact zeros.
     """
     d = att.d
+    s = np.asarray(att.singular_values_B)
+    w = np.asarray(att.spectrum().eigenvalues)
     keep = np.any(att.Q != 0, axis=1)
     r = int(keep.sum())
     if r == d or r == 0:
         A = np.asarray(att.A)
-        s = np.linalg.svd(att.B, compute_uv=False)
-        w = np.linalg.eigvals(A)
         ws, Us = np.linalg.eigh((A + A.T) / 2)
         ws, Us = ws[::-1].copy(), Us[:, ::-1]
     else:
         Qr, Kr = att.Q[keep], att.K[keep]
-        # NumPy's stubs type qr(mode="r") as QRResult; it returns the R array
-        R1 = cast(np.ndarray, np.linalg.qr(Qr.T, mode="r"))
-        R2 = cast(np.ndarray, np.linalg.qr(Kr.T, mode="r"))
-        s = np.concatenate([np.linalg.svd(R1 @ R2.T, compute_uv=False), np.zeros(d - r)])
-        w = np.concatenate([np.linalg.eigvals(Qr @ att.V @ Kr.T), np.zeros(d - r)])
         Qz, Rz = np.linalg.qr(np.hstack([att.V @ Kr.T, Qr.T]))
         k = Rz.shape[0]
         J = np.zeros((2 * r, 2 * r))
