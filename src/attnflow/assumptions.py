@@ -25,12 +25,16 @@ __all__ = ["AssumptionReport", "AssumptionResult", "check_assumptions", "referen
 
 @dataclass(frozen=True)
 class AssumptionResult:
-    """One assumption: its name, status ("ok", "fails", "not checkable"), numbers and a reason."""
+    """One assumption: its name, status ("ok", "fails", "not checkable"), numbers and a reason.
+
+    short: a few words for tables, what fails or why it cannot be checked ("" when ok).
+    """
 
     name: str
     status: str
     numbers: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
+    short: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,13 @@ class AssumptionReport:
             "ok": self.ok,
             "counts": self.counts,
             "items": [
-                {"name": it.name, "status": it.status, "numbers": dict(it.numbers), "reason": it.reason}
+                {
+                    "name": it.name,
+                    "status": it.status,
+                    "numbers": dict(it.numbers),
+                    "reason": it.reason,
+                    "short": it.short,
+                }
                 for it in self.items
             ],
         }
@@ -102,15 +112,18 @@ def _spectral(att: Attention) -> AssumptionResult:
         "multiplicity": sp.multiplicity,
         "gap": sp.gap,
     }
-    problems = []
+    problems = {}
     if not cond <= COND_B_MAX:
-        problems.append(f"B is singular (condition number {cond:.3g} > {COND_B_MAX:.0e})")
+        problems["B singular"] = f"B is singular (condition number {cond:.3g} > {COND_B_MAX:.0e})"
     if not sp.symmetric:
-        problems.append(f"A is not symmetric (relative asymmetry {sp.asymmetry:.3g} > {SYMMETRY_TOL:.0e})")
+        problems["A not symmetric"] = (
+            f"A is not symmetric (relative asymmetry {sp.asymmetry:.3g} > {SYMMETRY_TOL:.0e})"
+        )
     if sp.mu2 is None or sp.gap <= 0:
-        problems.append("A has no spectral gap (a single distinct eigenvalue)")
+        problems["no gap"] = "A has no spectral gap (a single distinct eigenvalue)"
     if problems:
-        return AssumptionResult("B invertible, A symmetric, gap", FAILS, numbers, "; ".join(problems) + ".")
+        reason = "; ".join(problems.values()) + "."
+        return AssumptionResult("B invertible, A symmetric, gap", FAILS, numbers, reason, ", ".join(problems))
     reason = (
         f"B is invertible (cond {cond:.3g}), A is symmetric and its top eigenvalue {sp.mu1:.4g} "
         f"(multiplicity {sp.multiplicity}) has gap {sp.gap:.4g} > 0."
@@ -136,7 +149,7 @@ def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> Assumptio
             "No initial data X0 was given; the theorem needs rho_0(P_1 x = 0) = 0 and a finite moment "
             f"of {MOMENT}."
         )
-        return AssumptionResult(name, NOT_CHECKABLE, {}, reason)
+        return AssumptionResult(name, NOT_CHECKABLE, {}, reason, "no X0")
     X = check_points(X0, "X0", d=att.d).reshape(-1, att.d)
     sp = att.spectrum()
     P = np.asarray(sp.top_projector)
@@ -164,7 +177,7 @@ def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> Assumptio
             f"token {i} lies where P_1 x = 0 (|P_1 x| = {format_value(top[i], 3)} <= {format_value(tol, 3)}, "
             f"{proj} P_1): Pi is undefined there; the theorem needs rho_0(P_1 x = 0) = 0."
         )
-        return AssumptionResult(name, FAILS, numbers, reason)
+        return AssumptionResult(name, FAILS, numbers, reason, f"token {i} on P_1 x = 0")
     where = f"No token lies where P_1 x = 0 (smallest |P_1 x_i| = {format_value(top[i], 3)}, {proj} P_1)"
     if not density:
         reason = f"{where}: the cloud's M_1 and M_2 are finite, as the theorem needs."
@@ -179,7 +192,7 @@ def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> Assumptio
         f"{where}, but {law}: {' = '.join(infinite)} = inf, and the sample values grow with N. The theorem "
         f"needs a finite moment of {MOMENT}; M_1 and M_2 cannot show one, so this is not decided."
     )
-    return AssumptionResult(name, NOT_CHECKABLE, numbers, reason)
+    return AssumptionResult(name, NOT_CHECKABLE, numbers, reason, f"{' = '.join(infinite)} = inf")
 
 
 def _density(kind: str | None) -> AssumptionResult:
@@ -198,6 +211,7 @@ def _density(kind: str | None) -> AssumptionResult:
         NOT_CHECKABLE,
         {"kind": kind or "points"},
         "A bare point cloud has no density; pass kind='uniform' or 'vmf' when it was sampled from one.",
+        "a bare cloud",
     )
 
 

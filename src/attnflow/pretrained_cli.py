@@ -22,8 +22,14 @@ def _eig(pair: list[float]) -> str:
 
 
 def _verdicts(r: dict[str, Any]) -> str:
-    """The statuses of assumptions 1, 2, 3 as `attnflow check` gives them, e.g. "FAILS ok n/c"."""
-    return " ".join(STATUS_SHORT.get(it["status"], it["status"]) for it in r["assumptions"]["items"])
+    """Assumptions 1, 2, 3 as `attnflow check` judges them, e.g. "1 FAILS: B singular; 2 ok; 3 n/c"."""
+    cells = []
+    for k, it in enumerate(r["assumptions"]["items"], 1):
+        status = STATUS_SHORT.get(it["status"], it["status"])
+        cells.append(
+            f"{k} {status}: {it['short']}" if it["short"] and it["status"] == "fails" else f"{k} {status}"
+        )
+    return "; ".join(cells)
 
 
 def _row(name: str, r: dict[str, Any], with_tokens: bool) -> list[str]:
@@ -42,16 +48,6 @@ def _row(name: str, r: dict[str, Any], with_tokens: bool) -> list[str]:
         row.append(f"{_g(r['M1'])} / {r['min_P1x']:.2g}")
     row.append(_verdicts(r))
     return row
-
-
-def _reasons(L: dict[str, Any]) -> list[str]:
-    """Each distinct reason for a failing assumption in this layer, with the rows it applies to."""
-    rows: dict[str, list[str]] = {}
-    for name, r in [("all", L["full"]), *((str(h["head"]), h) for h in L["heads"])]:
-        for k, it in enumerate(r["assumptions"]["items"], 1):
-            if it["status"] == "fails":
-                rows.setdefault(f"{k}. {it['reason']}", []).append(name)
-    return [f"  {reason} [{', '.join(names)}]" for reason, names in rows.items()]
 
 
 def _print_tables(rep: dict[str, Any]) -> None:
@@ -84,14 +80,12 @@ def _print_tables(rep: dict[str, Any]) -> None:
         ]
         if with_tokens:
             cols.append("M1 / min|P1x| (sym)")
-        for c in [*cols, "assumptions 1 2 3"]:
+        for c in [*cols, "assumptions (as attnflow check)"]:
             table.add_column(c, overflow="fold")
         table.add_row(*_row("all", L["full"], with_tokens))
         for h in L["heads"]:
             table.add_row(*_row(str(h["head"]), h, with_tokens))
         console.print(table)
-        for line in _reasons(L):
-            console.print(line, highlight=False, markup=False)
 
 
 def heads(
@@ -112,8 +106,8 @@ def heads(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Per layer and head: cond(B), asymmetry of A, top eigenvalues, gap, effective beta, and the
-    theorem's assumptions as `attnflow check` judges them (ok, FAILS, n/c = not checkable), with the
-    reasons of those that fail."""
+    theorem's assumptions as `attnflow check` judges them (ok, FAILS and what fails, n/c = not
+    checkable); `--json` has every number and reason."""
     from .io import to_json
     from .pretrained import report, resolve_checkpoint
 
