@@ -145,7 +145,7 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
     ck = P.open_checkpoint(resolve_checkpoint(config.checkpoint))
     if config.layer >= ck.num_layers:
         raise ValueError(f"layer = {config.layer} but the checkpoint has {ck.num_layers} layers")
-    run_text = P.forward(ck, config.text)  # tokenized once, the model run once
+    run_text = P.token_states(ck, config.text)  # tokenized once, the model run once
     (layer,) = P.load_heads(ck, states=run_text, layers=[config.layer])
     n_heads = len(layer.heads)
     bad = [h for h in config.heads if not (h == WHOLE_LAYER or 0 <= h < n_heads)]

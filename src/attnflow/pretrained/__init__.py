@@ -13,7 +13,7 @@ A checkpoint is read as (Q, K, V, beta) per layer and per head, in the notation 
 from .checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from .diagnostics import _spectra as _spectra  # the tests compare it with dense spectra
 from .diagnostics import diagnose, report, symmetric_part_attention, symmetric_top
-from .forward import TokenStates, forward, hidden_states, token_cloud, tokenize
+from .forward import TokenStates, hidden_states, token_cloud, token_states, tokenize
 from .heads import Head, Layer, attention_output, head_attention, load_heads
 from .sources import resolve_checkpoint
 
@@ -25,7 +25,6 @@ __all__ = [
     "TokenStates",
     "attention_output",
     "diagnose",
-    "forward",
     "head_attention",
     "hidden_states",
     "load_heads",
@@ -35,5 +34,6 @@ __all__ = [
     "symmetric_part_attention",
     "symmetric_top",
     "token_cloud",
+    "token_states",
     "tokenize",
 ]

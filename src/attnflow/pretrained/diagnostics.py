@@ -17,7 +17,7 @@ from .._checks import check_points
 from ..assumptions import FAILS, check_assumptions
 from ..model import TOP_TOL, Attention, EigenSpace, attention_from_A, top_eigenspace
 from .checkpoint import check_layers, open_checkpoint
-from .forward import forward
+from .forward import token_states
 from .heads import load_heads
 
 __all__ = ["diagnose", "report", "symmetric_part_attention", "symmetric_top"]
@@ -181,7 +181,7 @@ def report(
     """
     ck = open_checkpoint(checkpoint, num_heads)
     idx = check_layers(None if layer is None else [layer], ck.num_layers)
-    run = forward(ck, text, tokenizer) if text is not None else None
+    run = token_states(ck, text, tokenizer) if text is not None else None
     recs = load_heads(ck, layers=idx, states=run)
     out: dict[str, Any] = {
         "checkpoint": ck.source,

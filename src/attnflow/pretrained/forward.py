@@ -1,6 +1,6 @@
 """The model's own token states for a text: tokenizer and a float64 NumPy BERT encoder.
 
-`forward` tokenizes once and runs the encoder once, returning the tokens and the states of every
+`token_states` tokenizes once and runs the encoder once, returning the tokens and the states of every
 layer (`TokenStates`); `tokenize`, `hidden_states` and `token_cloud` are views of it.  Post-layer-
 norm BERT blocks (embeddings + layer norm, then per layer: self-attention, residual, layer norm,
 GELU feed-forward, residual, layer norm), checked against a torch reference in the tests.
@@ -18,7 +18,7 @@ import numpy as np
 
 from .checkpoint import FFN_KEYS, Checkpoint, CheckpointError, check_layers, layer_weights, open_checkpoint
 
-__all__ = ["TokenStates", "forward", "hidden_states", "token_cloud", "tokenize"]
+__all__ = ["TokenStates", "hidden_states", "token_cloud", "token_states", "tokenize"]
 
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # positions start after the padding index
 
@@ -137,7 +137,7 @@ def _embed(ck: Checkpoint, enc: Any, eps: float) -> np.ndarray:
     return _layer_norm(E, ck.array(p + "LayerNorm.weight"), ck.array(p + "LayerNorm.bias"), eps)
 
 
-def forward(checkpoint: Any, text: str, tokenizer: Any = None) -> TokenStates:
+def token_states(checkpoint: Any, text: str, tokenizer: Any = None) -> TokenStates:
     """Tokenize `text` once and run the encoder once: its tokens and states (`TokenStates`).
 
     BERT-style checkpoints only.  tokenizer: a path to tokenizer.json or a `tokenizers.Tokenizer`
@@ -167,7 +167,7 @@ def hidden_states(checkpoint: Any, text: str, tokenizer: Any = None) -> np.ndarr
     states[0] is the embedding output (word + position + token type, then layer norm); states[l]
     is the output of layer l, i.e. the input of layer l + 1.  BERT-style checkpoints only.
     """
-    return forward(checkpoint, text, tokenizer).states
+    return token_states(checkpoint, text, tokenizer).states
 
 
 def token_cloud(checkpoint: Any, text: str, layer: int = 0, tokenizer: Any = None) -> np.ndarray:
@@ -176,4 +176,4 @@ def token_cloud(checkpoint: Any, text: str, layer: int = 0, tokenizer: Any = Non
     layer 0 is the embedding layer's output (after its layer norm); layer l the output of layer
     l - 1; layer L (the number of layers) the model's last hidden state.
     """
-    return forward(checkpoint, text, tokenizer).cloud(layer)
+    return token_states(checkpoint, text, tokenizer).cloud(layer)

@@ -30,7 +30,7 @@ import numpy as np
 from .._checks import check_positive, to_numpy
 from ..model import Attention
 from .checkpoint import Checkpoint, CheckpointError, check_layers, layer_weights, open_checkpoint
-from .forward import TokenStates, forward, softmax
+from .forward import TokenStates, softmax, token_states
 
 __all__ = ["Head", "Layer", "attention_output", "head_attention", "load_heads"]
 
@@ -122,7 +122,7 @@ def _check_states(states: Any, ck: Checkpoint) -> np.ndarray:
     if S.ndim != 3 or S.shape[0] != ck.num_layers + 1 or S.shape[2] != ck.d:
         raise ValueError(
             f"states must have shape (L + 1, N, d) = ({ck.num_layers + 1}, N, {ck.d}) for this checkpoint "
-            f"(the states of forward(checkpoint, text)), got {S.shape}"
+            f"(the states of token_states(checkpoint, text)), got {S.shape}"
         )
     return S
 
@@ -141,7 +141,7 @@ def load_heads(
 
     r, the representative token norm, is `norm` when given; else the median |h| of the tokens of
     `text` entering each layer (BERT layouts); else the layer-norm estimate sqrt(|gamma|^2 + |b|^2);
-    else sqrt(d).  states: the model's states for a text (a `TokenStates` from `forward`, or its
+    else sqrt(d).  states: the model's states for a text (a `TokenStates` from `token_states`, or its
     (L + 1, N, d) array), used instead of `text` so that the model is not run again.
     layers: indices to return (default all).  Returns a list of `Layer`.
     """
@@ -158,7 +158,7 @@ def load_heads(
                 f"checkpoint {ck.source}: token norms from text need a BERT-style checkpoint with "
                 "embeddings; pass norm instead"
             )
-        S = forward(ck, text, tokenizer).states if text is not None else _check_states(states, ck)
+        S = token_states(ck, text, tokenizer).states if text is not None else _check_states(states, ck)
     out = []
     for i in idx:
         if norm is not None:
