@@ -125,8 +125,6 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     d = att.d
     s, w, ws, P = _spectra(att)
     rank = int(np.sum(s > s[0] * d * np.finfo(float).eps)) if s[0] > 0 else 0
-    A = np.asarray(att.A)
-    nA = float(np.linalg.norm(A))
     radius = float(np.max(np.abs(w)))
     mu1, mu2, mult = _distinct_gap(w.real, radius)
     gap = mu1 - mu2 if mu2 is not None else 0.0
@@ -141,7 +139,7 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
         "rank_B": rank,
         "cond_B": float(s[0] / s[-1]) if rank == d else None,
         "cond_B_range": float(s[0] / s[rank - 1]) if rank else None,
-        "asymmetry": float(np.linalg.norm(A - A.T) / 2 / nA) if nA > 0 else 0.0,
+        "asymmetry": att.spectrum().asymmetry,
         "eig_A_top": [[float(z.real), float(z.imag)] for z in w[:3]],
         "mu1": mu1,
         "mu2": mu2,
