@@ -1,5 +1,5 @@
-"""`attnflow heads` and `attnflow check` give the same verdicts on the same matrices, and a heads run
-tokenizes its text once and runs the model once."""
+"""`attnflow heads` and `attnflow check` give the same verdicts on the same matrices, a heads run
+tokenizes its text once and runs the model once, and a head's spectrum from small pieces is right."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from attnflow.cli import app
@@ -164,3 +166,37 @@ def test_heads_run_tokenizes_once_and_runs_the_model_once(tmp_path, monkeypatch)
     ds = run_experiment(cfg, tmp_path / "run")
     assert (len(encodes), len(passes)) == (1, 1)
     assert list(ds.token_text.values) == ["[CLS]", "the", "cat", "sat", "[SEP]"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), d=st.integers(4, 12), frac=st.floats(0.1, 0.5))
+def test_a_heads_spectrum_from_small_pieces_equals_the_dense_one(seed, d, frac):
+    """Q, K padded with zero rows (one head): spectrum and singular values of B from r x r pieces."""
+    from attnflow.model import Attention, spectrum_of
+
+    rng = np.random.default_rng(seed)
+    r = max(1, int(frac * d))
+    pad = np.zeros((d - r, d))
+    att = Attention(
+        np.vstack([rng.standard_normal((r, d)), pad]),
+        np.vstack([rng.standard_normal((r, d)), pad]),
+        rng.standard_normal((d, d)),
+    )
+    A = np.asarray(att.A)
+    scale = float(np.linalg.norm(A))
+    dense = spectrum_of(A, np.asarray(att.V))
+    low = att.spectrum()
+    np.testing.assert_allclose(
+        np.sort_complex(low.eigenvalues), np.sort_complex(dense.eigenvalues), atol=1e-9 * scale
+    )
+    assert low.multiplicity == dense.multiplicity
+    assert low.mu1 == pytest.approx(dense.mu1, abs=1e-9 * scale) and low.gap == pytest.approx(
+        dense.gap, abs=1e-9 * scale
+    )
+    U = np.asarray(low.eigenvectors)
+    np.testing.assert_allclose(A @ U, U * low.eigenvalues, atol=1e-8 * scale)  # eigenpairs, zeros included
+    if np.isfinite(dense.top_projector).all():
+        np.testing.assert_allclose(low.top_projector, dense.top_projector, atol=1e-7)
+    s = np.linalg.svd(att.B, compute_uv=False)
+    np.testing.assert_allclose(att.singular_values_B, s, atol=1e-12 * s[0])
+    assert np.all(att.singular_values_B[r:] == 0) and att.cond_B == math.inf

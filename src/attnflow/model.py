@@ -108,16 +108,17 @@ def _eig_low_rank(F: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     import scipy.linalg
 
     d, r = F.shape
-    _, sW, VW = np.linalg.svd(W)
-    _, sF, VF = np.linalg.svd(F.T)
-    eps = np.finfo(float).eps * d
-    if sW[-1] <= eps * sW[0] or sF[-1] <= eps * sF[0]:
-        return None
+    QW, RW = np.linalg.qr(W.T, mode="complete")  # null(W) = QW[:, r:], null(F^T) = QF[:, r:]
+    QF, RF = np.linalg.qr(F, mode="complete")
+    for R in (RW, RF):
+        diag = np.abs(np.diag(R))
+        if diag.min() <= np.finfo(float).eps * d * diag.max():
+            return None
     lam, Z, Y = scipy.linalg.eig(W @ F, left=True, right=True)
     R, L = F @ Y, W.T @ Z
     R, L = R / np.linalg.norm(R, axis=0), L / np.linalg.norm(L, axis=0)
     w = np.concatenate([lam, np.zeros(d - r)])
-    return w, np.hstack([L, VF[r:].T]), np.hstack([R, VW[r:].T])
+    return w, np.hstack([L, QF[:, r:]]), np.hstack([R, QW[:, r:]])
 
 
 def _eig_sorted(A: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None):
