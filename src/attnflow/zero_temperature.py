@@ -20,22 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_points, check_positive, check_times
-from .model import Attention
+from ._checks import check_attention, check_points, check_positive, check_times
+from .model import COND_B_MAX, Attention
 from .trajectory import Trajectory
 
-COND_B_MAX = 1e12  # B with a larger condition number is treated as singular
 CHUNK = 2048  # tokens per clock-ODE solve
 COND_EIG_MAX = 1e6  # eigenvector matrices worse than this make "auto" fall back to integration
 METHODS = ("auto", "exact", "integrate")
 
 __all__ = ["project", "simulate_zero_temperature"]
-
-
-def _check_attention(att: Any) -> Attention:
-    if not isinstance(att, Attention):
-        raise TypeError(f"att must be an attnflow.Attention, got {type(att).__name__}")
-    return att
 
 
 def _check_invertible_B(att: Attention) -> None:
@@ -222,7 +215,7 @@ def simulate_zero_temperature(
     (T, M, N); info["method"] is "exact" or "integrate" and info["note"] says why.
     B must be invertible.
     """
-    att = _check_attention(att)
+    att = check_attention(att)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     rtol = check_positive(rtol, "rtol")
@@ -290,7 +283,7 @@ def project(X: Any, att: Attention, tol: float = 1e-12, spectral: bool = False) 
     use the spectral (Riesz) projector, the limit when the top eigenvalue (largest real part) is real.
     Raises ValueError where Pi is undefined: |P_1 x_i| <= tol.
     """
-    att = _check_attention(att)
+    att = check_attention(att)
     Xc = check_points(X, "X", d=att.d)
     tol = check_positive(tol, "tol")
     sp = att.spectrum()

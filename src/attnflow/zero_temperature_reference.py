@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_positive, check_times, to_numpy
+from ._checks import check_attention, check_positive, check_times, to_numpy
 from ._cubature import CubatureResult, grid_cells, refine
 from .model import Attention
-from .zero_temperature import _check_attention, _check_invertible_B, _Exact, _solve_clocks
+from .zero_temperature import _check_invertible_B, _Exact, _solve_clocks
 
 DIMS = (2, 3)  # sphere dimensions d the reference supports (a (d-1)-dimensional cubature)
 CELL_WIDTH = {2: 4.0, 3: 8.0}  # side of the starting cells in v
@@ -235,7 +235,7 @@ def reference_w2(
     sup f is taken over the nodes), and 2 |mu_1 - mu_d| delta_s W2^2 for the clocks (delta_s their
     estimated error, clock_rtol times the largest clock, plus the absolute tolerance).
     """
-    att = _check_attention(att)
+    att = check_attention(att)
     lam, U = _spectral_data(att)
     t = check_times(times)
     rtol = check_positive(rtol, "rtol")
