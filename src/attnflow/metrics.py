@@ -186,6 +186,13 @@ def resolution_ratio(N: int, d: int, beta: float, B: Any = None, X: Any = None) 
     return math.inf if math.isinf(beta) else spacing(N, d) * math.sqrt(beta * s)
 
 
+def tokens_for_ratio(d: int, beta: float, s: float, ratio: float = RESOLUTION_OK) -> int:
+    """Smallest N whose resolution ratio spacing(N, d) sqrt(beta s) is at most `ratio`:
+    N = |S^{d-1}| (beta s / ratio^2)^((d-1)/2), s = max_i |B^T x_i| (or ||B||)."""
+    area = 2.0 * math.pi ** (d / 2.0) / math.gamma(d / 2.0)
+    return math.ceil(area * (beta * s / ratio**2) ** ((d - 1) / 2.0))
+
+
 _MOVED_TO_WASSERSTEIN = ("W2Info", "W2Series", "find_atoms", "w2", "w2_to_target")
 
 

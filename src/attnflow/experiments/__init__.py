@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: modules of the built-in experiments, in the order `attnflow list` shows them
-BUILTIN = ("concentration", "terminal", "resolution", "zero_temperature", "layers", "heads")
+BUILTIN = ("concentration", "terminal", "zero_temperature", "layers", "heads")
 #: what `attnflow run` runs without a name, and a config file without `experiment = ...`
 DEFAULT_EXPERIMENT = "concentration"
 
@@ -245,31 +245,55 @@ def _experiment_of_dataset(ds: Any) -> Experiment:
 
 
 def summary_markdown(summary: dict[str, Any], title: str = "") -> str:
-    """The headline numbers as Markdown: one table per nested section."""
-    from .._text import format_value
-
+    """The headline numbers as Markdown: one table per nested section (a list of records, such as
+    the claims table, is a table with one row per record)."""
     lines = [f"# {title or summary.get('experiment', 'attnflow run')}", ""]
     flat = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
     if flat:
         lines += ["| quantity | value |", "|---|---|"]
-        lines += [f"| {k} | {format_value(v)} |" for k, v in flat.items()]
+        lines += [f"| {k} | {_cell(v)} |" for k, v in flat.items()]
         lines.append("")
     for key, value in summary.items():
+        rows: dict[str, Any] | None = None
         if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
-            cols = list(dict.fromkeys(c for row in value.values() for c in row))
+            rows = value
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            rows = {str(i + 1): v for i, v in enumerate(value)}
+        if rows is not None:
+            cols = list(dict.fromkeys(c for row in rows.values() for c in row if c not in _HIDDEN))
             lines += [f"## {key}", "", "| | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
             lines += [
-                f"| {r} | " + " | ".join(format_value(row.get(c)) for c in cols) + " |"
-                for r, row in value.items()
+                f"| {r} | " + " | ".join(_cell(row.get(c)) for c in cols) + " |" for r, row in rows.items()
             ]
             lines.append("")
-        elif isinstance(value, dict):
+        elif isinstance(value, dict) and value:
             lines += [f"## {key}", "", "| | value |", "|---|---|"]
-            lines += [f"| {k} | {format_value(v)} |" for k, v in value.items()]
+            lines += [f"| {k} | {_cell(v)} |" for k, v in value.items()]
             lines.append("")
         elif isinstance(value, list) and value:
-            lines += [f"## {key}", ""] + [f"- {v}" for v in value] + [""]
+            lines += [f"## {key}", ""] + [f"- {_cell(v)}" for v in value] + [""]
     return "\n".join(lines)
+
+
+_HIDDEN = {"reason", "estimate", "left_out"}  # long or derived fields: in summary.json, not in the tables
+
+
+def _cell(v: Any) -> str:
+    """A table cell: a measured quantity {value, error, converged} as "v ± e ✓"; other dicts as
+    "k = v; ..."; pipes escaped."""
+    from .._text import format_value
+
+    if isinstance(v, dict) and "value" in v:
+        text = format_value(v.get("value"))
+        if v.get("error") is not None:
+            text += f" ± {format_value(v['error'])}"
+        if "converged" in v:
+            text += " ✓" if v["converged"] else " (not converged)"
+    elif isinstance(v, dict):
+        text = "; ".join(f"{k} = {_cell(x)}" for k, x in v.items() if k not in _HIDDEN)
+    else:
+        text = format_value(v)
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def run_experiment(

@@ -12,19 +12,6 @@ import numpy as np
 from ..progress import Reporter
 
 
-def initial_cloud(init: str, N: int, d: int, seed: int) -> np.ndarray:
-    """rho_0 as N tokens (N, d): "uniform" (i.i.d., seeded) or "fibonacci" (quasi-uniform, d = 3)."""
-    from ..sphere import fibonacci_sphere, sample_uniform
-
-    if init == "uniform":
-        return sample_uniform(N, d, seed=seed)
-    if init == "fibonacci":
-        if d != 3:
-            raise ValueError(f"init='fibonacci' is the Fibonacci lattice on S^2 and needs d = 3, got d = {d}")
-        return fibonacci_sphere(N)
-    raise ValueError(f"init must be 'uniform' or 'fibonacci', got {init!r}")
-
-
 def time_grid(t_max: float, dt_save: float) -> np.ndarray:
     """Saved times 0, dt_save, ..., t_max (t_max included up to rounding)."""
     n = math.floor(t_max / dt_save + 1e-9)
@@ -50,6 +37,7 @@ def simulate_kwargs(config: Any) -> dict[str, Any]:
         "dt": config.dt,
         "kernel": config.kernel,
         "dtype": config.dtype,
+        "device": config.device,
         "options": {"rtol": config.rtol, "atol": config.atol} if adaptive else None,
     }
 

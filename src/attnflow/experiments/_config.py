@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Set
 from pathlib import Path
@@ -17,6 +18,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -71,6 +73,14 @@ class SimulationConfig(ExperimentConfig):
     threads: NonNegativeInt = Field(
         1, description="torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default)"
     )
+    device: str = Field("cpu", description="where the kernels run: cpu, cuda or cuda:K (a GPU)")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v != "cpu" and not re.fullmatch(r"cuda(:\d+)?", v):
+            raise ValueError(f"device must be cpu, cuda or cuda:K, got {v!r}")
+        return v
 
     @model_validator(mode="after")
     def _float32_tolerance(self):
@@ -138,7 +148,8 @@ def _toml_value(v: Any) -> str:
 
 
 def to_toml(config: BaseModel, comments: bool = True) -> str:
-    """The config as TOML text, every field written, each preceded by its description."""
+    """The config as TOML text, every field written, each preceded by its description. TOML has no
+    null: an unset optional field (None) is written as a comment and reads back as unset."""
     lines = []
     fields = type(config).model_fields
     dump = config.model_dump()
@@ -148,7 +159,7 @@ def to_toml(config: BaseModel, comments: bool = True) -> str:
         desc = fields[name].description
         if comments and desc:
             lines.append(f"# {desc}")
-        lines.append(f"{name} = {_toml_value(value)}")
+        lines.append(f"# {name} is unset" if value is None else f"{name} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 
@@ -171,7 +182,7 @@ def fingerprint(config: BaseModel, exclude: Set[str] = frozenset()) -> str:
     """Hash of the config fields that determine one part's result (grid axes excluded)."""
     from .. import __version__
 
-    skip = {*exclude, "threads"}  # the thread count does not change results
+    skip = {*exclude, "threads", "device"}  # where and on how many threads does not change results
     data = {k: v for k, v in config.model_dump().items() if k not in skip}
     data["attnflow_version"] = __version__
     text = json.dumps(data, sort_keys=True, default=str)

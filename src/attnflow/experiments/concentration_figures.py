@@ -14,6 +14,7 @@ import numpy as np
 
 from .._text import format_value
 from ..fits import temperature_scale
+from ..io import json_attr
 from ..plot import (
     DPI,
     TOKEN_CAPTIONS,
@@ -46,11 +47,18 @@ CAPTIONS: dict[str, tuple[str, str]] = {
     ),
     "t_star": (
         "Time of closest approach t*(β)",
-        "Time of closest approach t*(β) against log β, with its plateau and the linear fit in log β.",
+        "t*(β) against log β (or, where only it converged in N, the entry time into the near-minimal "
+        "band), filled when converged in N, open when not; bars: the N-convergence error; dashed: "
+        "the fit a + b log β over the converged betas (claims table).",
     ),
     "min_w2": (
         "Closest approach min_t W₂ against β",
-        "min_t W₂ against β (log-log) with the reference √(log(β+1)/β) and the fitted power of it.",
+        "min_t W₂ against β (log-log), filled when converged in N; the reference √(log(β+1)/β) and the "
+        "fit C a(β)^p over the converged betas (claims table).",
+    ),
+    "ladder": (
+        "Convergence in N",
+        "The doubling ladder: min W₂ over the converged window and the window's end against N, per β.",
     ),
     "mass": MASS_CAPTION,
     **TOKEN_CAPTIONS,
@@ -61,22 +69,47 @@ CAPTIONS: dict[str, tuple[str, str]] = {
 }
 
 
-def _mark_under_resolved(ax: Axes, ds: xr.Dataset, betas: np.ndarray, y: np.ndarray) -> None:
-    """Cross out points whose resolution ratio spacing(N, d) * sqrt(beta) is >= 1 (MATH.md)."""
-    if "resolution_ratio" not in ds.variables or ds["resolution_ratio"].dims != ("beta",):
+STATUS_STYLE = {  # how each convergence status is drawn (attnflow.convergence.STATUSES)
+    "converged": {"marker": "o", "mfc": "black", "color": "black", "label": "converged in N"},
+    "resolved": {"marker": "o", "mfc": "white", "color": "0.35", "label": "resolved, not converged in N"},
+    "under-resolved": {
+        "marker": "x",
+        "mfc": "none",
+        "color": "0.55",
+        "label": "under-resolved (N too small)",
+    },
+}
+
+
+def _claim(ds: xr.Dataset, starts: str) -> dict:
+    """The claims-table row whose claim starts with `starts` ({} when absent)."""
+    for row in json_attr(ds, "claims", []) or []:
+        if str(row.get("claim", "")).startswith(starts):
+            return row
+    return {}
+
+
+def _by_status(ax: Axes, ds: xr.Dataset, betas: np.ndarray, y: np.ndarray, err: np.ndarray | None) -> None:
+    """Points (with error bars) drawn by convergence status; statuses absent: all as resolved."""
+    status = (
+        np.asarray(ds["status"].values, dtype=str)
+        if "status" in ds.variables
+        else np.full(betas.size, "resolved")
+    )
+    for name, style in STATUS_STYLE.items():
+        sel = (status == name) & np.isfinite(y)
+        if sel.any():
+            e = None if err is None else np.where(np.isfinite(err[sel]), err[sel], 0.0)
+            ax.errorbar(betas[sel], y[sel], yerr=e, ls="", ms=7, capsize=4, **style)
+
+
+def _fit_line(ax: Axes, row: dict, betas: np.ndarray, curve, text: str) -> None:
+    """The claims row's fitted line over the betas it used, labelled with its numbers and verdict."""
+    used = np.asarray(row.get("betas") or [], dtype=float)
+    if used.size < 2 or not row.get("measured"):
         return
-    bad = np.asarray(ds["resolution_ratio"].values, dtype=float) >= 1
-    if bad.any():
-        ax.plot(
-            betas[bad],
-            y[bad],
-            ls="",
-            marker="x",
-            ms=12,
-            mew=2,
-            color="0.2",
-            label="under-resolved: spacing·√β ≥ 1 (N too small)",
-        )
+    bb = np.geomspace(used.min(), used.max(), 100)
+    ax.plot(bb, curve(bb, row["measured"]), color="0.3", ls="--", lw=1.8, label=f"{text}: {row['verdict']}")
 
 
 def _theorem_bound_curves(ax: Axes, ds: xr.Dataset, t, betas, styles, w2) -> None:
@@ -149,65 +182,39 @@ def plot_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
 
 
 def plot_t_star(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
-    """t*(beta) against log beta, with its plateau (t_star_lo, t_star_hi) as error bars and the fit
-    t* = a + b log beta from attrs["fits"]["t_star"] = {a, b, a_err, b_err} when present.
-
-    Needs `t_star` (beta).  Writes t_star.png and t_star.pdf.
-    """
+    """The claims' time against log beta: t*(beta) (or the entry time into the near-minimal band where
+    only that converged), drawn by convergence status with its N-error, and the fit a + b log beta
+    over the converged betas from the claims table. Needs `t_star` (beta). Writes t_star.png / .pdf."""
     require(ds, ["t_star"], "plot_t_star", {"t_star": ("beta",)})
+    row = _claim(ds, "t*(beta)") or _claim(ds, "the entry time")
+    key = row.get("quantity", "t_star")
+    key = key if key in ds.variables else "t_star"
     betas = np.asarray(ds["beta"].values, dtype=float)
-    ts = np.asarray(ds["t_star"].values, dtype=float)
-    ok = np.isfinite(betas) & np.isfinite(ts)
-    if not ok.any():
-        raise ValueError("plot_t_star: no finite (beta, t_star) pair to plot")
+    ts = np.asarray(ds[key].values, dtype=float)
+    if not np.isfinite(ts).any():
+        raise ValueError(f"plot_t_star: no finite {key} to plot")
     fig, axes = new_figure(1, 1, (6.5, 4.6))
     ax = axes[0][0]
-    yerr = None
-    if "t_star_lo" in ds.variables and "t_star_hi" in ds.variables:
-        lo = np.asarray(ds["t_star_lo"].values, dtype=float)
-        hi = np.asarray(ds["t_star_hi"].values, dtype=float)
-        yerr = np.vstack([np.clip(ts - lo, 0, None), np.clip(hi - ts, 0, None)])[:, ok]
-    ax.errorbar(
-        betas[ok],
-        ts[ok],
-        yerr=yerr,
-        ls="",
-        marker="o",
-        ms=7,
-        color="black",
-        mfc="white",
-        capsize=4,
-        label="t*(β) (bars: plateau within tolerance of the minimum)",
-    )
-    _mark_under_resolved(ax, ds, betas, ts)
-    fit = fits_of(ds).get("t_star")
-    a, b, b_err = (pick(fit, k) for k in (("a", "intercept"), ("b", "slope"), ("b_err", "slope_err")))
-    if a is not None and b is not None:
-        bb = np.geomspace(betas[ok].min(), betas[ok].max(), 100)
-        err = f" ± {format_value(b_err)}" if b_err is not None else ""
-        ax.plot(
-            bb,
-            a + b * np.log(bb),
-            color="0.35",
-            ls="--",
-            lw=1.8,
-            label=f"fit t* = a + b log β:  a = {format_value(a)}, b = {format_value(b)}{err}",
-        )
+    err = np.asarray(ds[f"{key}_error"].values, dtype=float) if f"{key}_error" in ds.variables else None
+    _by_status(ax, ds, betas, ts, err)
+    m, e = row.get("measured") or {}, row.get("error") or {}
+    text = f"fit a + b log β, b = {format_value(m.get('b'))} ± {format_value(e.get('b'))}"
+    _fit_line(ax, row, betas, lambda bb, mm: mm["a"] + mm["b"] * np.log(bb), text)
     ax.set_xscale("log")
     ax.set_xlabel("inverse temperature β (log scale)")
-    ax.set_ylabel(r"$t^*(\beta) = \mathrm{argmin}_t\, W_2$")
+    ax.set_ylabel(
+        r"$t^*(\beta) = \mathrm{argmin}_t\, W_2$" if key == "t_star" else "entry time into the band"
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
-    fig.suptitle(run_title(ds, "Time of closest approach t*(β) against log β (theory: linear)"))
+    fig.suptitle(run_title(ds, "Time of closest approach against log β (theory: linear)"))
     return save(fig, outdir, "t_star", dpi)
 
 
 def plot_min_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
-    """min_t W2 against beta (log-log) with the reference a(beta) = sqrt(log(beta+1)/beta) (scaled
-    to the data) and the fit min W2 = prefactor * a^exponent from attrs["fits"]["min_w2"].
-
-    Needs `min_w2` (beta).  Writes min_w2.png and min_w2.pdf.
-    """
+    """min_t W2 against beta (log-log) by convergence status with its N-error, the reference
+    a(beta) = sqrt(log(beta+1)/beta) scaled to the data, and the fit C a(beta)^p over the converged
+    betas from the claims table. Needs `min_w2` (beta). Writes min_w2.png and min_w2.pdf."""
     require(ds, ["min_w2"], "plot_min_w2", {"min_w2": ("beta",)})
     betas = np.asarray(ds["beta"].values, dtype=float)
     m = positive(ds["min_w2"].values)
@@ -216,40 +223,22 @@ def plot_min_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
         raise ValueError("plot_min_w2: no finite positive (beta, min_w2) pair to plot")
     fig, axes = new_figure(1, 1, (6.5, 4.6))
     ax = axes[0][0]
-    ax.plot(
-        betas[ok],
-        m[ok],
-        ls="-",
-        marker="o",
-        ms=7,
-        color="black",
-        mfc="white",
-        label=r"$\mathrm{min}_t$ $W_2(\rho^\beta_t,\, \Pi_\#\rho_0)$",
-    )
-    _mark_under_resolved(ax, ds, betas, m)
+    err = np.asarray(ds["min_w2_error"].values, dtype=float) if "min_w2_error" in ds.variables else None
+    _by_status(ax, ds, betas, m, err)
     bb = np.geomspace(betas[ok].min(), betas[ok].max(), 100)
-    ref = temperature_scale(bb)
     scale = math.exp(float(np.mean(np.log(m[ok]) - np.log(temperature_scale(betas[ok])))))
     ax.plot(
         bb,
-        scale * ref,
+        scale * temperature_scale(bb),
         color="0.5",
         ls=":",
         lw=2,
         label=rf"reference {format_value(scale)}$\,\sqrt{{\log(\beta+1)/\beta}}$",
     )
-    fit = fits_of(ds).get("min_w2")
-    p, C, p_err = (pick(fit, k) for k in (("exponent", "p"), ("prefactor", "C"), ("exponent_err", "p_err")))
-    if p is not None and C is not None:
-        err = f" ± {format_value(p_err)}" if p_err is not None else ""
-        ax.plot(
-            bb,
-            C * ref**p,
-            color="0.25",
-            ls="--",
-            lw=1.8,
-            label=f"fit C·a(β)^p:  C = {format_value(C)}, p = {format_value(p)}{err}",
-        )
+    row = _claim(ds, "min_t W2")
+    mm, e = row.get("measured") or {}, row.get("error") or {}
+    text = f"fit C·a(β)^p, p = {format_value(mm.get('p'))} ± {format_value(e.get('p'))}"
+    _fit_line(ax, row, betas, lambda b, f: f["C"] * temperature_scale(b) ** f["p"], text)
     ax.set_xscale("log")
     ax.set_yscale("log", nonpositive="mask")
     ax.set_xlabel("inverse temperature β (log scale)")
@@ -262,13 +251,43 @@ def plot_min_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
     return save(fig, outdir, "min_w2", dpi)
 
 
+def plot_ladder(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
+    """The N ladder: min W2 and the converged window's end against N, one line per beta.
+    Needs `ladder_N`, `ladder_min_w2`, `ladder_window` (beta, level). Writes ladder.png / .pdf."""
+    require(ds, ["ladder_N", "ladder_min_w2", "ladder_window"], "plot_ladder")
+    betas = np.asarray(ds["beta"].values, dtype=float)
+    styles = series_styles(len(betas))
+    fig, axes = new_figure(1, 2, (11, 4.4))
+    for ax, var, label in zip(
+        axes[0],
+        ("ladder_min_w2", "ladder_window"),
+        ("min W₂ over the converged window", "end of the converged window"),
+        strict=True,
+    ):
+        for i, b in enumerate(betas):
+            N = ds["ladder_N"].values[i]
+            y = np.asarray(ds[var].values[i], dtype=float)
+            ok = np.isfinite(N) & np.isfinite(y)
+            ax.plot(N[ok], y[ok], label=beta_label(b), **styles[i])
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("number of tokens N (log scale)")
+        ax.set_ylabel(label)
+        if var == "ladder_min_w2":
+            ax.set_yscale("log", nonpositive="mask")
+        ax.grid(True, which="both", alpha=0.3)
+    beta_legend(fig, axes[0][0], betas)
+    fig.suptitle(run_title(ds, "Convergence in N: the doubling ladder"))
+    return save(fig, outdir, "ladder", dpi)
+
+
 def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
     """W2, t*, min W2 and mass figures, then the token snapshots (t* among the times) and animation."""
     paths: list[Path] = []
     for draw in (plot_w2, plot_t_star, plot_min_w2, plot_mass):
         paths += draw(ds, outdir, dpi=dpi)
-    second = ("x_zero", "β = ∞ (zero temperature)")
-    return paths + token_figures(ds, outdir, animation=animation, dpi=dpi, mark="t_star", second=second)
+    if "ladder_N" in ds.variables and ds.sizes.get("level", 0) > 1:
+        paths += plot_ladder(ds, outdir, dpi=dpi)
+    return paths + token_figures(ds, outdir, animation=animation, dpi=dpi, mark="t_star")
 
 
 def sweep_figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI) -> list[Path]:

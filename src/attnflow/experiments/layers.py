@@ -19,23 +19,21 @@ from .._text import format_value
 from ..io import json_attr
 from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save
 from ..progress import Reporter
-from ._common import base_attrs, initial_cloud, torch_threads
-from ._config import KERNEL_HELP, ExperimentConfig, Kernel
+from ._common import base_attrs, torch_threads
+from ._config import KERNEL_HELP, Kernel
+from ._model import ModelConfig, attention_of, initial_measure
 from ._registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
     import xarray as xr
 
 
-class LayersConfig(ExperimentConfig):
+class LayersConfig(ModelConfig):
     """Config of the `layers` experiment."""
 
     experiment: Literal["layers"] = "layers"
     beta: PositiveFloat = Field(10.0, description="inverse temperature (finite)")
     N: PositiveInt = Field(128, description="number of tokens")
-    init: Literal["uniform", "fibonacci"] = Field(
-        "uniform", description="initial cloud: uniform or fibonacci"
-    )
     T: PositiveFloat = Field(2.0, description="depth in time units: L layers of step h = T/L")
     Ls: list[PositiveInt] = Field([4, 8, 16, 32, 64, 128, 256, 512], description="numbers of layers L")
     fit_min_L: PositiveInt = Field(
@@ -73,14 +71,15 @@ PRESETS = {
 }
 
 
-def transformer(X0: np.ndarray, att, L: int, T: float, kernel: str = "auto") -> np.ndarray:
-    """L layers x <- (x + h v(x)) / |x + h v(x)|, h = T/L: the tokens after the last layer (N, d)."""
+def transformer(X0: np.ndarray, att, L: int, T: float, kernel: str = "auto", weights=None) -> np.ndarray:
+    """L layers x <- (x + h v(x)) / |x + h v(x)|, h = T/L: the tokens after the last layer (N, d).
+    weights: those of a weighted measure (the softmax weighs token j by w_j), or None."""
     from ..kernels import velocity
 
     h = T / L
     X = np.array(X0, dtype=np.float64)
     for _ in range(L):
-        Y = X + h * velocity(X, att, kernel=kernel)
+        Y = X + h * velocity(X, att, kernel=kernel, weights=weights)
         X = Y / np.linalg.norm(Y, axis=-1, keepdims=True)
     return X
 
@@ -91,12 +90,11 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
     from scipy.stats import linregress
 
     from ..integrate import simulate
-    from ..model import worked_example
 
     reporter = progress or Reporter()
     start = time.perf_counter()
-    att = worked_example(config.beta)
-    X0 = initial_cloud(config.init, config.N, att.d, config.seed)
+    att = attention_of(config, config.beta)
+    X0, w = initial_measure(config, config.N, att, config.seed)
     reporter.overall(len(config.Ls) + 1, f"layers: {len(config.Ls)} depths, N = {config.N}")
     with torch_threads(config.threads), reporter.task("ODE reference", total=config.T) as cb:
         ref = simulate(
@@ -106,6 +104,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
             method="adaptive",
             options={"rtol": config.reference_rtol, "atol": 1e-13},
             kernel=config.kernel,
+            weights=w,
             progress=cb,
         )
     X_T = ref.x[-1]
@@ -113,7 +112,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
     errors = []
     for L in config.Ls:
         with torch_threads(config.threads), reporter.task(f"L = {L}", total=1.0):
-            XL = transformer(X0, att, L, config.T, config.kernel)
+            XL = transformer(X0, att, L, config.T, config.kernel, weights=w)
         errors.append(float(np.max(np.linalg.norm(XL - X_T, axis=-1))))
         reporter.advance()
         reporter.info(f"L = {L}: max_i |x_i^L - x_i(T)| = {errors[-1]:.3g}")

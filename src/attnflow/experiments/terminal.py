@@ -38,7 +38,6 @@ from ..progress import Reporter
 from ._common import (
     base_attrs,
     finite_or_none,
-    initial_cloud,
     integrator_label,
     simulate_kwargs,
     time_grid,
@@ -47,21 +46,19 @@ from ._common import (
     unit_float64,
 )
 from ._config import Angle, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from ._model import ModelConfig, attention_of, describe_model, initial_measure
 from ._registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
     import xarray as xr
 
 
-class TerminalConfig(SimulationConfig):
+class TerminalConfig(SimulationConfig, ModelConfig):
     """Config of the `terminal` experiment."""
 
     experiment: Literal["terminal"] = "terminal"
     betas: list[PositiveFloat] = Field([10.0, 30.0, 100.0], description="inverse temperatures beta")
     N: PositiveInt = Field(500, description="number of tokens")
-    init: Literal["uniform", "fibonacci"] = Field(
-        "uniform", description="initial cloud: uniform or fibonacci"
-    )
     t_max: PositiveFloat = Field(20.0, description="final time (long: the terminal phase comes last)")
     dt_save: PositiveFloat = Field(0.1, description="spacing of the saved times")
     eps: Angle = Field(0.1, description="angle (radians) defining 'near' an eigenspace")
@@ -94,18 +91,21 @@ PRESETS = {
 }
 
 
-def _beta_part(config: TerminalConfig, beta: float, X0, times, keep, spaces, reporter: Reporter):
+def _beta_part(config: TerminalConfig, beta: float, X0, w, times, keep, spaces, reporter: Reporter):
     import xarray as xr
 
     from .. import metrics
     from ..fits import terminal_time
     from ..integrate import simulate
-    from ..model import worked_example
 
     with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
-        traj = simulate(X0, worked_example(beta), times, progress=cb, **simulate_kwargs(config))
+        traj = simulate(
+            X0, attention_of(config, beta), times, weights=w, progress=cb, **simulate_kwargs(config)
+        )
     Xt = unit_float64(traj.x)
-    masses = {name: np.asarray(metrics.subspace_mass(Xt, spaces[name], config.eps)) for name in spaces}
+    masses = {
+        name: np.asarray(metrics.subspace_mass(Xt, spaces[name], config.eps, weights=w)) for name in spaces
+    }
     tt = terminal_time(times, masses["mass_V"], config.threshold)
     data: dict[str, Any] = {k: (("beta", "time"), v[None]) for k, v in masses.items()}
     data["terminal_time"] = (("beta",), [tt.t])
@@ -122,13 +122,11 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
     """Simulate every beta for long times; mass fractions near A's and V's top eigenspaces."""
     import xarray as xr
 
-    from ..model import worked_example
-
     reporter = progress or Reporter()
     start = time.perf_counter()
-    att = worked_example(1.0)
+    att = attention_of(config, 1.0)
     sp = att.spectrum()
-    X0 = initial_cloud(config.init, config.N, att.d, config.seed)
+    X0, w = initial_measure(config, config.N, att, config.seed)
     times = time_grid(config.t_max, config.dt_save)
     keep = token_subset(config.N, config.n_keep, config.seed)
     spaces = {
@@ -145,7 +143,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
             out,
             part_name(beta=beta),
             fp,
-            partial(_beta_part, config, beta, X0, times, keep, spaces, reporter),
+            partial(_beta_part, config, beta, X0, w, times, keep, spaces, reporter),
             reporter,
         )
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
@@ -167,6 +165,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
         integrator=integrator_label(config),
         solver=solver,
         terminal_notes=notes,
+        model=describe_model(config),
         eigenvalues_V_top_real=[str(v) for v in np.atleast_1d(sp.v_top_real.eigenvalues)],
         eigenvalues_V_top_magnitude=[str(v) for v in np.atleast_1d(sp.v_top_magnitude.eigenvalues)],
     )
@@ -174,7 +173,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
         which = {"mass_A": "A's top", "mass_V": "V's top (largest real part)"}.get(
             name, "V's top (largest modulus)"
         )
-        ds[name].attrs["long_name"] = f"fraction of tokens within {config.eps:g} rad of {which} eigenspace"
+        ds[name].attrs["long_name"] = f"mass within {config.eps:g} rad of {which} eigenspace"
     return ds
 
 
