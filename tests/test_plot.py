@@ -23,7 +23,7 @@ import attnflow.experiments as experiments  # noqa: E402
 import attnflow.experiments.concentration_figures as cf  # noqa: E402
 from attnflow import plot  # noqa: E402
 from attnflow._text import format_value  # noqa: E402
-from attnflow.experiments import heads, layers, resolution, terminal, zero_temperature  # noqa: E402
+from attnflow.experiments import heads, layers, terminal, zero_temperature  # noqa: E402
 from attnflow.plot import tokens  # noqa: E402
 from attnflow.report import summary_table  # noqa: E402
 
@@ -36,7 +36,7 @@ FIG = {
     "plot_min_w2": cf.plot_min_w2,
     "plot_mass": terminal.plot_mass,
     "plot_zero_temperature": zero_temperature.plot_zero_temperature,
-    "plot_resolution": resolution.plot_resolution,
+    "plot_ladder": cf.plot_ladder,
     "plot_layers": layers.plot_layers,
 }
 
@@ -272,18 +272,20 @@ def make_terminal(conc):
     return ds
 
 
-def make_resolution():
-    betas, Ns = np.array([10.0, 100.0]), np.array([100, 1000, 10000])
-    m = np.sqrt(np.log1p(betas) / betas)[:, None] + 1.0 / np.sqrt(Ns)[None]
+def make_ladder():
+    """The N ladder of a concentration run (the former `resolution` experiment's figure)."""
+    betas = np.array([10.0, 100.0])
+    N = np.array([[128.0, 256.0, 512.0], [128.0, 256.0, np.nan]])
+    m = np.array([[np.nan, 0.30, 0.29], [np.nan, 0.12, np.nan]])
+    w = np.array([[-np.inf, 9.0, 10.0], [-np.inf, 8.5, np.nan]])
     return xr.Dataset(
         {
-            "min_w2": (("beta", "N"), m),
-            "t_star": (("beta", "N"), 1 + np.log(betas)[:, None] + 0 * Ns[None]),
-            "N_needed": (("beta",), [1000.0, np.nan]),
-            "converged": (("beta",), [True, False]),
+            "ladder_N": (("beta", "level"), N),
+            "ladder_min_w2": (("beta", "level"), m),
+            "ladder_window": (("beta", "level"), w),
         },
-        coords={"beta": betas, "N": Ns},
-        attrs={"experiment": "resolution", "config": json.dumps({"d": 3})},
+        coords={"beta": betas, "level": [0, 1, 2]},
+        attrs={"experiment": "concentration", "config": json.dumps({"d": 3})},
     )
 
 
@@ -302,7 +304,7 @@ def make_layers():
     [
         ("terminal", "plot_mass", "mass"),
         ("zero_temperature", "plot_zero_temperature", "zero_temperature"),
-        ("resolution", "plot_resolution", "resolution"),
+        ("ladder", "plot_ladder", "ladder"),
         ("layers", "plot_layers", "layers"),
     ],
 )
@@ -341,7 +343,6 @@ def recorded(monkeypatch):
     for module, names in (
         (cf, ["plot_w2", "plot_t_star", "plot_min_w2", "plot_mass", "token_figures", "plot_sweep"]),
         (layers, ["plot_layers"]),
-        (resolution, ["plot_resolution"]),
         (heads, ["plot_heads"]),
     ):
         for name in names:
@@ -354,9 +355,8 @@ def test_plot_run_dispatch(conc3, tmp_path, recorded):
     assert recorded == ["plot_w2", "plot_t_star", "plot_min_w2", "plot_mass", "token_figures"]
     recorded.clear()
     experiments.plot_run(make_layers(), tmp_path)
-    experiments.plot_run(make_resolution(), tmp_path)
     experiments.plot_run(make_heads(), tmp_path)
-    assert recorded == ["plot_layers", "plot_resolution", "plot_heads"]
+    assert recorded == ["plot_layers", "plot_heads"]
     recorded.clear()
     experiments.plot_sweep(make_sweep(), tmp_path)  # the caller knows it is a sweep: its figure
     assert recorded == ["plot_sweep"]
@@ -390,8 +390,8 @@ def test_plot_run_and_report_end_to_end(conc5, tmp_path, monkeypatch):
 def test_missing_variable_other_experiments(tmp_path):
     with pytest.raises(ValueError, match=r"plot_layers needs variable\(s\) \['h'\]"):
         layers.plot_layers(make_layers().drop_vars("h"), tmp_path)
-    with pytest.raises(ValueError, match=r"plot_resolution needs variable\(s\) \['t_star'\]"):
-        resolution.plot_resolution(make_resolution().drop_vars("t_star"), tmp_path)
+    with pytest.raises(ValueError, match=r"plot_ladder needs variable\(s\) \['ladder_window'\]"):
+        cf.plot_ladder(make_ladder().drop_vars("ladder_window"), tmp_path)
 
 
 # --- pretrained heads -----------------------------------------------------------------------------

@@ -222,6 +222,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
         reporter.advance()
     ds = _assemble(config, times, results, zero, zero_info)
+    ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(config, times, cloud, ds))
     timings["total_s"] = time.perf_counter() - start
     _attach(ds, config, reporter, timings, results, zero_info)
     return ds
@@ -248,6 +249,17 @@ def _under_resolved(config: ConcentrationConfig, beta: float, part: Any) -> str:
         f"mean-field equation; its t* and min W2 are left out of the fits. About N = {need} tokens "
         f'give ratio {RESOLUTION_OK:g} (N = "auto" with N_max >= {need}).'
     )
+
+
+def _tokens_at_zero_temperature(config, times, cloud, ds) -> np.ndarray:
+    """The stored tokens of the first beta's last level under the exact zero-temperature flow (it is
+    local: the kept tokens alone give their own paths)."""
+    from ..zero_temperature import simulate_zero_temperature
+    from ._model import attention_of
+
+    c = cloud(int(ds.N_used.values[0]))
+    X = c.X0[0][c.keep][: ds.sizes["token"]]
+    return simulate_zero_temperature(X, attention_of(config, math.inf), times).x.astype(np.float32)
 
 
 def _assemble(config, times, results, zero, zero_info):

@@ -287,7 +287,8 @@ def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bo
         paths += draw(ds, outdir, dpi=dpi)
     if "ladder_N" in ds.variables and ds.sizes.get("level", 0) > 1:
         paths += plot_ladder(ds, outdir, dpi=dpi)
-    return paths + token_figures(ds, outdir, animation=animation, dpi=dpi, mark="t_star")
+    second = ("x_zero", "β = ∞ (zero temperature)")
+    return paths + token_figures(ds, outdir, animation=animation, dpi=dpi, mark="t_star", second=second)
 
 
 def sweep_figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI) -> list[Path]:
