@@ -318,12 +318,18 @@ def _version(package: str) -> str | None:
         return None
 
 
-def provenance() -> dict[str, Any]:
-    """Where and with what a result was computed: library versions, Python, host, CPU count, UTC time."""
-    versions = {p: _version(p) for p in _PROVENANCE_PACKAGES}
-    if "torch" in sys.modules:  # only report threads when torch is already loaded
-        versions["torch_threads"] = sys.modules["torch"].get_num_threads()
-    return {
+def provenance(torch_threads: int | None = None, device: str | None = None) -> dict[str, Any]:
+    """Where and with what a result was computed: library versions, Python, host, CPU count, UTC time.
+
+    torch_threads: the torch CPU threads the computation used (default: torch's current setting,
+    when torch is loaded); device: where it computed ("cpu", "cuda:0"), recorded when given.
+    """
+    versions: dict[str, Any] = {p: _version(p) for p in _PROVENANCE_PACKAGES}
+    if torch_threads is None and "torch" in sys.modules:  # only report threads when torch is loaded
+        torch_threads = sys.modules["torch"].get_num_threads()
+    if torch_threads is not None:
+        versions["torch_threads"] = int(torch_threads)
+    out = {
         "versions": versions,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -333,6 +339,11 @@ def provenance() -> dict[str, Any]:
         "time_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
     }
+    if torch_threads is not None:
+        out["torch_threads"] = int(torch_threads)
+    if device is not None:
+        out["device"] = device
+    return out
 
 
 # ------------------------------------------------------------------------------------- matrices

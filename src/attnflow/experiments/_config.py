@@ -6,7 +6,9 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Set
+from collections.abc import Callable, Iterator, Set
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -183,9 +185,13 @@ def part_name(**coords: float) -> str:
     return "_".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in coords.items())
 
 
-def _read_part(out: Path | None, name: str, fp: str):
-    """The finished part `name` with fingerprint fp from out/parts, or None."""
-    from ..io import read_dataset
+def _read_part(out: Path | None, name: str, fp: str, reporter: Reporter | None = None):
+    """The finished part `name` with fingerprint fp from out/parts, or None.
+
+    A part that fails its checksums or cannot be read is None too (it is recomputed); with a
+    reporter, a warning names it.
+    """
+    from ..io import StoreError, read_dataset
 
     if out is None:
         return None
@@ -194,7 +200,9 @@ def _read_part(out: Path | None, name: str, fp: str):
         return None
     try:
         ds = read_dataset(path)
-    except Exception:  # an unreadable part is recomputed
+    except (StoreError, OSError) as err:
+        if reporter is not None:
+            reporter.warn(f"{path}: damaged, recomputing it ({err})")
         return None
     return ds if ds.attrs.get("fingerprint") == fp else None
 
@@ -202,6 +210,22 @@ def _read_part(out: Path | None, name: str, fp: str):
 def part_done(out: Path | None, name: str, fp: str) -> bool:
     """Whether `cached_part(out, name, fp, ...)` would read the part back instead of computing it."""
     return _read_part(out, name, fp) is not None
+
+
+# the compute time (wall_s) of each part reused by the run in progress, see count_reused
+_reused: ContextVar[list[float] | None] = ContextVar("attnflow_reused_parts", default=None)
+
+
+@contextmanager
+def count_reused() -> Iterator[list[float]]:
+    """Within the block, the list of the stored compute times (s) of the parts `cached_part` reuses:
+    the time earlier runs spent on this result."""
+    reused: list[float] = []
+    token = _reused.set(reused)
+    try:
+        yield reused
+    finally:
+        _reused.reset(token)
 
 
 def cached_part(
@@ -213,17 +237,22 @@ def cached_part(
 ):
     """The Dataset of one finished unit of work (one beta, one grid point).
 
-    With `out`, it is read back from `out/parts/<name>.zarr` (PARTS_DIR) when that store exists with the same
-    fingerprint; otherwise computed and written there atomically before being returned.
+    With `out`, it is read back from `out/parts/<name>.zarr` (PARTS_DIR) when that store exists with
+    the same fingerprint and passes its checksums; otherwise computed and written there atomically
+    before being returned (a damaged part is recomputed, with a warning naming it).
     """
     from ..io import write_dataset
 
     if out is None:
         return compute()
     path = Path(out) / PARTS_DIR / f"{name}.zarr"
-    ds = _read_part(out, name, fp)
+    ds = _read_part(out, name, fp, reporter)
     if ds is not None:
         reporter.info(f"{name}: reused from {path.parent.name}/{path.name}")
+        reused = _reused.get()
+        wall = ds.attrs.get("wall_s")
+        if reused is not None and isinstance(wall, (int, float)):
+            reused.append(float(wall))
         return ds
     t0 = time.perf_counter()
     ds = compute()

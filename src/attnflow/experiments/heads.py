@@ -178,7 +178,7 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
         Y1 = None
     tokens = P.tokenize(ck, config.text)
     times = time_grid(config.t_max, config.dt_save)
-    fp = fingerprint(config, exclude={"heads"})
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     reporter.overall(len(selected), f"heads: layer {config.layer}, {len(selected)} attentions, N = {len(X0)}")
     parts, timings = [], {}
     for h in selected:
@@ -443,4 +443,5 @@ EXPERIMENT = Experiment(
         )
     },
     presets=PRESETS,
+    part_keys=("heads",),
 )
