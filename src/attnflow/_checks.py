@@ -267,10 +267,12 @@ def available_memory(device: Any = None) -> int | None:
         return None
 
 
-def check_saved_memory(n_times: int, shape: tuple[int, ...], itemsize: int, device: Any = None) -> None:
+def check_saved_memory(
+    n_times: int, shape: tuple[int, ...], itemsize: int, device: Any = None, fix: str | None = None
+) -> None:
     """Refuse a saved trajectory of n_times states of `shape` ((N, d) or (M, N, d)) that would take more
     than SAVE_MEMORY_FRACTION of the memory available where it is kept (ValueError naming times and N),
-    before anything is allocated."""
+    before anything is allocated. fix: what to change, in the caller's words (default: times, N)."""
     from ._text import format_value
 
     need = n_times * math.prod(shape) * itemsize
@@ -282,6 +284,6 @@ def check_saved_memory(n_times: int, shape: tuple[int, ...], itemsize: int, devi
     raise ValueError(
         f"the saved trajectory would take {format_value(need / 2**30, 3)} GiB ({n_times} times x {clouds}"
         f"N = {shape[-2]} tokens x d = {shape[-1]} x {itemsize} bytes), more than {SAVE_MEMORY_FRACTION:g} "
-        f"of the {format_value(avail / 2**30, 3)} GiB available{' on the GPU' if on_gpu else ''}: save "
-        "fewer times (times) or fewer tokens (N)"
+        f"of the {format_value(avail / 2**30, 3)} GiB available{' on the GPU' if on_gpu else ''}: "
+        f"{fix or 'save fewer times (times) or fewer tokens (N)'}"
     )

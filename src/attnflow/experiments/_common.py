@@ -34,6 +34,12 @@ def time_grid(t_max: float, dt_save: float) -> np.ndarray:
     return t
 
 
+def n_saved_times(t_max: float, dt_save: float) -> int:
+    """len(time_grid(t_max, dt_save)), without making the grid."""
+    n = math.floor(t_max / dt_save + 1e-9)
+    return n + 1 + int(t_max - dt_save * n > 1e-9 * t_max)
+
+
 def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:
     """Sorted indices of a seeded subset of min(n_keep, N) tokens, kept for snapshots."""
     n = min(n_keep, N)

@@ -54,7 +54,12 @@ class ExperimentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
 
-    seed: int = Field(0, description="seed of every random draw (initial cloud, token subset)")
+    seed: NonNegativeInt = Field(0, description="seed of every random draw (initial cloud, token subset)")
+
+    @model_validator(mode="after")
+    def _saved_memory(self):
+        check_saved_arrays(self)
+        return self
 
 
 class SimulationConfig(ExperimentConfig):
@@ -78,6 +83,30 @@ class SimulationConfig(ExperimentConfig):
     def _float32_tolerance(self):
         check_rtol_for_dtype(self.rtol, self.dtype, self.integrator)  # the library's own rule
         return self
+
+
+# the dimension of the built-in experiments' tokens (a lower bound for `heads`, whose d is the model's)
+SAVED_D = 3
+
+
+def check_saved_arrays(config: BaseModel) -> None:
+    """A config with t_max and dt_save keeps len(time grid) x N x d numbers of its trajectory: refuse
+    one that would take more than half the memory available (ValueError naming t_max, dt_save and N),
+    when the config is made rather than when the run allocates it. N: the config's N (N_max), else 1."""
+    from .._checks import check_saved_memory
+    from ._common import n_saved_times
+
+    t_max, dt_save = getattr(config, "t_max", None), getattr(config, "dt_save", None)
+    if not isinstance(t_max, (int, float)) or not isinstance(dt_save, (int, float)):
+        return
+    n_times = n_saved_times(t_max, dt_save)
+    N = getattr(config, "N", None) or getattr(config, "N_max", None) or 1
+    itemsize = 4 if getattr(config, "dtype", "float64") == "float32" else 8
+    fix = (
+        f"t_max = {t_max:g} and dt_save = {dt_save:g} make {n_times:,} saved times; raise dt_save, "
+        "or lower t_max or N"
+    )
+    check_saved_memory(n_times, (int(N), SAVED_D), itemsize, fix=fix)
 
 
 def check_betas(v: list[float]) -> list[float]:
@@ -104,6 +133,8 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key (see `attnflow list` for the keys this experiment takes)"
+        elif not e["loc"] and e["type"] == "value_error":  # a check of several keys: it names them
+            msg = msg.removeprefix("Value error, ")
         elif "input" in e and e["type"] != "missing":
             msg += f" (got {e['input']!r})"
         lines.append(f"{source}: {key or '<config>'}: {msg}")
