@@ -30,7 +30,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_FILE", "LockedError", "folder_lock", "lock_holder"]
+__all__ = ["LOCK_FILE", "LockedError", "check_free", "describe", "folder_lock", "lock_holder"]
 
 LOCK_FILE = ".attnflow.lock"
 
@@ -95,6 +95,13 @@ def lock_holder(folder: str | os.PathLike) -> dict[str, Any] | None:
         return holder if holder and (live or holder.get("host") != socket.gethostname()) else None
     finally:
         os.close(fd)
+
+
+def check_free(folder: str | os.PathLike) -> None:
+    """LockedError naming the holder when a live process holds the lock of `folder`. Reads only."""
+    holder = lock_holder(folder)
+    if holder is not None:
+        raise LockedError(folder, holder, _busy(holder))
 
 
 def _me() -> dict[str, Any]:

@@ -290,7 +290,7 @@ def run_experiment(
     out (LockedError naming the holder); a lock left by a process that died is taken over, with a
     warning.
     """
-    from .._lock import folder_lock
+    from .._lock import check_free, folder_lock
     from ._folder import plan_folder
 
     exp = _experiment_of(config)
@@ -298,6 +298,8 @@ def run_experiment(
     if out is None:
         return _run(exp, config, None, reporter, "new")
     out = Path(out)
+    if out.is_dir():
+        check_free(out)  # a live writer first: what it writes is not what the folder holds
     plan_folder(out, config, exp, overwrite)  # before anything is written
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, on_stale=reporter.warn):

@@ -233,7 +233,7 @@ def _read_part(out: Path | None, name: str, fp: str, reporter: Reporter | None =
         ds = read_dataset(path)
     except (StoreError, OSError) as err:
         if reporter is not None:
-            reporter.warn(f"{path}: damaged, recomputing it ({err})")
+            reporter.warn(f"part {name} is damaged ({err}); recomputing it")
         return None
     return ds if ds.attrs.get("fingerprint") == fp else None
 
