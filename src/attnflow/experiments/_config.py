@@ -91,8 +91,9 @@ SAVED_D = 3
 
 def check_saved_arrays(config: BaseModel) -> None:
     """A config with t_max and dt_save keeps len(time grid) x N x d numbers of its trajectory: refuse
-    one that would take more than half the memory available (ValueError naming t_max, dt_save and N),
-    when the config is made rather than when the run allocates it. N: the config's N (N_max), else 1."""
+    one that would take more than the memory of this machine (ValueError naming t_max, dt_save and N)
+    when the config is made, rather than a MemoryError when the run allocates it. N: the config's N
+    (N_max), else 1. (`simulate` checks again against the memory available when it runs.)"""
     from .._checks import check_saved_memory
     from ._common import n_saved_times
 
@@ -106,7 +107,7 @@ def check_saved_arrays(config: BaseModel) -> None:
         f"t_max = {t_max:g} and dt_save = {dt_save:g} make {n_times:,} saved times; raise dt_save, "
         "or lower t_max or N"
     )
-    check_saved_memory(n_times, (int(N), SAVED_D), itemsize, fix=fix)
+    check_saved_memory(n_times, (int(N), SAVED_D), itemsize, fix=fix, machine=True)
 
 
 def check_betas(v: list[float]) -> list[float]:
