@@ -19,8 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._lock import LockedError
 from ..progress import Reporter
 from . import _layout as layout
+from ._folder import RunFolderError
 from ._registry import ConfigError, Experiment
 
 if TYPE_CHECKING:
@@ -37,7 +39,9 @@ __all__ = [
     "ConfigError",
     "Experiment",
     "ExperimentConfig",
+    "LockedError",
     "Reporter",
+    "RunFolderError",
     "SimulationConfig",
     "get_experiment",
     "load_config",
