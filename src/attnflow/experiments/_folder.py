@@ -18,7 +18,6 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._lock import LOCK_FILE
 from . import _layout as layout
 
 if TYPE_CHECKING:
@@ -56,12 +55,9 @@ class RunFolderError(ValueError):
 
 
 def _names(out: Path) -> set[str]:
-    """What the folder holds, without its lock and the temporaries of interrupted writes."""
-    return {
-        p.name
-        for p in out.iterdir()
-        if p.name != LOCK_FILE and not (p.name.startswith(".") and (".tmp-" in p.name or ".old-" in p.name))
-    }
+    """What the folder holds, without hidden files: its lock, the temporaries of interrupted writes,
+    a file manager's .DS_Store."""
+    return {p.name for p in out.iterdir() if not p.name.startswith(".")}
 
 
 def _writable(folder: Path) -> bool:

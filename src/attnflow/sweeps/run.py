@@ -129,7 +129,7 @@ def _validate(config: Any, grid: Any, retries: int) -> tuple[Any, dict[str, list
     return config, grid, retries
 
 
-# what a sweep writes into its store (besides the lock and hidden temporaries)
+# what a sweep writes into its store (besides hidden files: the lock, temporaries)
 _STORE_FILES = (SWEEP_FILE, MANIFEST_FILE, POINTS_DIR, WORK_DIR, "figures")
 
 
@@ -147,9 +147,9 @@ def _check_location(st: Store) -> None:
         raise SweepError("store", st.name, f"cannot be written ({existing} is not writable)")
     if not root.exists() or (root / SWEEP_FILE).exists():
         return
-    from .._lock import LOCK_FILE
-
-    other = sorted(p.name for p in root.iterdir() if p.name != LOCK_FILE and p.name not in _STORE_FILES)
+    other = sorted(
+        p.name for p in root.iterdir() if not p.name.startswith(".") and p.name not in _STORE_FILES
+    )
     if other:
         listed = ", ".join(other[:4]) + (f" and {len(other) - 4} more" if len(other) > 4 else "")
         raise SweepError(
