@@ -101,7 +101,7 @@ def check_free(folder: str | os.PathLike) -> None:
     """LockedError naming the holder when a live process holds the lock of `folder`. Reads only."""
     holder = lock_holder(folder)
     if holder is not None:
-        raise LockedError(folder, holder, _busy(holder))
+        raise LockedError(folder, holder, _busy(holder, Path(folder) / LOCK_FILE))
 
 
 def _me() -> dict[str, Any]:
@@ -123,7 +123,7 @@ def _acquire(path: Path, on_stale: Callable[[str], None] | None) -> int:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     holder = _parse(os.read(fd, 1 << 16).decode("utf-8", "replace"))
-                    raise LockedError(path.parent, holder, _busy(holder)) from None
+                    raise LockedError(path.parent, holder, _busy(holder, path, live=True)) from None
                 try:
                     if os.fstat(fd).st_ino != os.stat(path).st_ino:
                         os.close(fd)
@@ -135,14 +135,7 @@ def _acquire(path: Path, on_stale: Callable[[str], None] | None) -> int:
             if holder:
                 here = holder.get("host") == socket.gethostname()
                 if not here or (fcntl is None and _alive(holder.get("pid"))):
-                    if not here:
-                        problem = (
-                            f"its lock is held by {describe(holder)}, which may still run there; if it does "
-                            f"not, delete {path} and rerun"
-                        )
-                    else:
-                        problem = _busy(holder)
-                    raise LockedError(path.parent, holder, problem)
+                    raise LockedError(path.parent, holder, _busy(holder, path))
                 if on_stale is not None:
                     on_stale(f"{path.parent}: took over the lock of {describe(holder)}, which no longer runs")
             os.ftruncate(fd, 0)
@@ -159,7 +152,13 @@ def _acquire(path: Path, on_stale: Callable[[str], None] | None) -> int:
     raise LockedError(path.parent, {}, "its lock file keeps changing; another writer is starting there")
 
 
-def _busy(holder: dict[str, Any]) -> str:
+def _busy(holder: dict[str, Any], path: Path, live: bool = False) -> str:
+    """Why a folder is taken, and what to do. live: its flock is held (the holder runs)."""
+    if not live and holder.get("host", socket.gethostname()) != socket.gethostname():
+        return (
+            f"its lock {path} is held by {describe(holder)}, which may still run there; if it does not, "
+            "delete the lock file and rerun"
+        )
     return (
         f"in use by another attnflow process: {describe(holder)}; wait for it to finish, or use another "
         "folder"
