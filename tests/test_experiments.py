@@ -250,9 +250,12 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     assert calls == []
     run_experiment(load_config("concentration", [*TINY, "betas=[10, 30, 100]"]), tmp_path)
     assert calls == [30.0]
-    # a change that alters every beta's result (here N) invalidates the parts
+    # a change that alters every beta's result (here N) is another run: refused in this folder
+    # unless overwrite=True, which replaces it (its parts are not reused)
     calls.clear()
-    run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path)
+    with pytest.raises(ValueError, match="N = 32 there, 24 here"):
+        run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path)
+    run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path, overwrite=True)
     assert calls == [10.0, 100.0]
 
 
@@ -268,8 +271,9 @@ def test_float32_run_matches_float64():
 
 
 def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatch):
-    """Small N, fixed step: one simulate call for all the betas still to do, with the same results
-    as one call per beta; a rerun after a lost part integrates only the missing betas."""
+    """Small N, fixed step: one simulate call for all the betas, with the same results as one call
+    per beta (to rounding); a rerun after a lost part integrates the whole batch again and keeps the
+    missing betas, so that the resumed result is bit-identical to the full run."""
     calls = []
     real = integrate.simulate
 
@@ -294,8 +298,9 @@ def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatc
         shutil.rmtree(tmp_path / "parts" / name if name != "result.zarr" else tmp_path / name)
     calls.clear()
     again = run_experiment(cfg, tmp_path)
-    assert calls == [[10.0, 100.0]]
-    np.testing.assert_allclose(again.w2.values, together.w2.values, rtol=0, atol=1e-12)
+    assert calls == [[10.0, 30.0, 100.0]]
+    for var in ("w2", "coupling_bound", "lyapunov", "t_star", "x"):
+        np.testing.assert_array_equal(again[var].values, together[var].values)  # to the bit
 
 
 def test_summary_markdown_tables():
@@ -384,7 +389,10 @@ finite_pos = st.floats(min_value=1e-6, max_value=1e9, allow_nan=False, allow_inf
 )
 def test_toml_roundtrip_property(N, betas, t_max, init, seed):
     """to_toml -> TOML -> config is the identity, floats included (repr round-trips exactly)."""
-    cfg = REGISTRY["concentration"].Config(N=N, betas=betas, t_max=t_max, init=init, seed=seed)
+    dt_save = t_max / 10  # 11 saved times: a config whose trajectory exceeds the memory is an error
+    cfg = REGISTRY["concentration"].Config(
+        N=N, betas=betas, t_max=t_max, dt_save=dt_save, init=init, seed=seed
+    )
     assert load_config("concentration", [f"{k}={v}" for k, v in _toml_items(to_toml(cfg))]) == cfg
 
 

@@ -251,7 +251,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     keep = token_subset(config.N, config.n_keep, config.seed)
     spaces = {"A": sp.top.basis, "V": sp.v_top_real.basis, "P1": sp.top_projector}
 
-    fp = fingerprint(config, exclude={"betas"})
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     reporter.overall(len(config.betas) + 1, f"concentration: {len(config.betas)} betas, N = {config.N}")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -262,10 +262,11 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     reporter.advance()
     parts = []
     together = None
-    if _batch_betas(config, config.betas):  # small fixed-step runs: the betas still to do in one batch
-        todo = [b for b in config.betas if not part_done(out, part_name(beta=b), fp)]
-        if _batch_betas(config, todo):
-            together = _betas_together(config, todo, X0, times, reporter)
+    if _batch_betas(config, config.betas):  # small fixed-step runs: every beta in one batch
+        # a resume runs the whole batch again and keeps the missing betas: bit-identical to a full run
+        # (a beta integrated alone or in another batch differs in the last bits)
+        if any(not part_done(out, part_name(beta=b), fp) for b in config.betas):
+            together = _betas_together(config, config.betas, X0, times, reporter)
     for beta in config.betas:
         t0 = time.perf_counter()
         part = cached_part(
@@ -388,4 +389,5 @@ EXPERIMENT = Experiment(
     captions=CAPTIONS,
     presets=PRESETS,
     sweep_figures=sweep_figures,
+    part_keys=("betas",),
 )

@@ -140,9 +140,7 @@ def run(config: ResolutionConfig, out: Path | None = None, progress: Reporter | 
     start = time.perf_counter()
     Ns = ladder(config.N_min, config.N_max)
     betas = list(config.betas)
-    fp = fingerprint(
-        config, exclude={"betas", "N_min", "N_max", "tol", "t_tol", "streak"}
-    )  # per-point inputs only
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))  # per-point inputs only
     reporter.overall(len(betas) * len(Ns), f"resolution: {len(betas)} betas, N = {Ns[0]}..{Ns[-1]}")
     min_w2 = np.full((len(betas), len(Ns)), np.nan)
     tstar = np.full_like(min_w2, np.nan)
@@ -300,4 +298,5 @@ EXPERIMENT = Experiment(
         )
     },
     presets=PRESETS,
+    part_keys=("betas", "N_min", "N_max", "tol", "t_tol", "streak"),
 )
