@@ -261,9 +261,16 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     assert calls == []
     run_experiment(load_config("concentration", [*TINY, "betas=[10, 30, 100]"]), tmp_path)
     assert calls == [30.0]
-    # another N is another level: computed, the N = 32 parts stay for a later ladder
+    # another N is another level of the ladder: computed, the N = 32 parts stay for a later ladder
     calls.clear()
     run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path)
+    assert calls == [10.0, 100.0]
+    # a change that alters every level's result (here eps) is another run: refused in this folder
+    # unless overwrite=True, which replaces it (its parts are not reused)
+    calls.clear()
+    with pytest.raises(ValueError, match="eps"):
+        run_experiment(load_config("concentration", [*TINY, "eps=0.2"]), tmp_path)
+    run_experiment(load_config("concentration", [*TINY, "eps=0.2"]), tmp_path, overwrite=True)
     assert calls == [10.0, 100.0]
 
 
@@ -280,8 +287,8 @@ def test_float32_run_matches_float64():
 
 def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatch):
     """Small N, fixed step: one simulate call for all the betas, with the same results as one call
-    per beta; a rerun after a lost part integrates the same batch again, so that the resumed result
-    is bit-identical to the full run (issue: resume after a part was lost)."""
+    per beta (to rounding); a rerun after a lost part integrates the whole batch again and keeps the
+    missing betas, so that the resumed result is bit-identical to the full run."""
     calls = []
     real = integrate.simulate
 
@@ -307,8 +314,8 @@ def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatc
     calls.clear()
     again = run_experiment(cfg, tmp_path)
     assert calls == [[10.0, 30.0, 100.0]]
-    for var in ("w2", "coupling_bound", "x"):
-        np.testing.assert_array_equal(again[var].values, together[var].values)  # bit-identical
+    for var in ("w2", "coupling_bound", "lyapunov", "t_star", "x"):
+        np.testing.assert_array_equal(again[var].values, together[var].values)  # to the bit
 
 
 def test_summary_markdown_tables():
@@ -470,7 +477,10 @@ finite_pos = st.floats(min_value=1e-6, max_value=1e9, allow_nan=False, allow_inf
 )
 def test_toml_roundtrip_property(N, betas, t_max, init, seed):
     """to_toml -> TOML -> config is the identity, floats included (repr round-trips exactly)."""
-    cfg = REGISTRY["concentration"].Config(N=N, betas=betas, t_max=t_max, init=init, seed=seed)
+    dt_save = t_max / 10  # 11 saved times: a config whose trajectory exceeds the memory is an error
+    cfg = REGISTRY["concentration"].Config(
+        N=N, betas=betas, t_max=t_max, dt_save=dt_save, init=init, seed=seed
+    )
     assert load_config("concentration", [f"{k}={v}" for k, v in _toml_items(to_toml(cfg))]) == cfg
 
 

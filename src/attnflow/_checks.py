@@ -267,21 +267,41 @@ def available_memory(device: Any = None) -> int | None:
         return None
 
 
-def check_saved_memory(n_times: int, shape: tuple[int, ...], itemsize: int, device: Any = None) -> None:
+def total_memory() -> int | None:
+    """Bytes of physical memory of this machine, None when unknown."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_saved_memory(
+    n_times: int,
+    shape: tuple[int, ...],
+    itemsize: int,
+    device: Any = None,
+    fix: str | None = None,
+    machine: bool = False,
+) -> None:
     """Refuse a saved trajectory of n_times states of `shape` ((N, d) or (M, N, d)) that would take more
     than SAVE_MEMORY_FRACTION of the memory available where it is kept (ValueError naming times and N),
-    before anything is allocated."""
+    before anything is allocated. fix: what to change, in the caller's words (default: times, N).
+    machine=True: refuse only what exceeds the whole memory of this machine (the configs' check, made
+    when a config is loaded: it must not depend on what other processes use at that moment)."""
     from ._text import format_value
 
     need = n_times * math.prod(shape) * itemsize
-    avail = available_memory(device)
-    if avail is None or need <= SAVE_MEMORY_FRACTION * avail:
+    avail, fraction = (total_memory(), 1.0) if machine else (available_memory(device), SAVE_MEMORY_FRACTION)
+    if avail is None or need <= fraction * avail:
         return
     on_gpu = device is not None and getattr(device, "type", "cpu") == "cuda"
     clouds = f"{shape[0]} clouds x " if len(shape) > 2 else ""
+    gib = format_value(avail / 2**30, 3)
+    of = f"the {gib} GiB of this machine" if machine else f"{fraction:g} of the {gib} GiB available"
+    if on_gpu:
+        of += " on the GPU"
     raise ValueError(
         f"the saved trajectory would take {format_value(need / 2**30, 3)} GiB ({n_times} times x {clouds}"
-        f"N = {shape[-2]} tokens x d = {shape[-1]} x {itemsize} bytes), more than {SAVE_MEMORY_FRACTION:g} "
-        f"of the {format_value(avail / 2**30, 3)} GiB available{' on the GPU' if on_gpu else ''}: save "
-        "fewer times (times) or fewer tokens (N)"
+        f"N = {shape[-2]} tokens x d = {shape[-1]} x {itemsize} bytes), more than {of}: "
+        f"{fix or 'save fewer times (times) or fewer tokens (N)'}"
     )

@@ -7,9 +7,11 @@
     attnflow show runs/concentration               # headline numbers of a finished run
     attnflow plot runs/concentration               # figures, animation and report
     attnflow check Q.npy K.npy V.npy               # the theorem's assumptions for given weights
+    attnflow verify runs/concentration             # stored results against their checksums
 
-Exit codes: 0 success, 1 the run failed (or `check`: an assumption fails), 2 bad usage, config or
-input file (a message, no traceback), 130 interrupted (rerun the same command to resume).
+Exit codes: 0 success, 1 the run failed (or `check`: an assumption fails; `show`, `plot`: a damaged
+result; `verify`: a problem found), 2 bad usage, config, input file or output folder (a message, no
+traceback), 130 interrupted (rerun the same command to resume).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import typer
 
 from .experiments import DEFAULT_EXPERIMENT, ConfigError
 from .experiments._layout import (
+    CONFIG_FILE,
     FIGURES_DIR,
     PARTS_DIR,
     REPORT_MD,
@@ -35,6 +38,7 @@ from .experiments._layout import (
 from .pretrained_cli import heads
 from .progress import RichReporter
 from .sweep_cli import sweep_command
+from .verify_cli import verify_command
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -147,11 +151,15 @@ def run(
     ] = False,
     figures: Annotated[bool, typer.Option(help="draw figures, animation and report at the end")] = True,
     animation: Annotated[bool, typer.Option(help="write the token animation (GIF; MP4 with ffmpeg)")] = True,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="replace a run of another experiment or config in OUT")
+    ] = False,
 ) -> None:
     """Run an experiment and write OUT/result.zarr, summary.json, summary.md, config.toml, figures/.
 
     Finished betas (grid points) are saved in OUT/parts as they complete: a run that is killed or
-    fails part-way resumes from them when the same command is run again.
+    fails part-way resumes from them when the same command is run again. OUT holding another run
+    (another experiment or config; more betas are fine) is refused unless --overwrite.
 
     Examples: `attnflow run`, `attnflow run terminal -s N=300`, `attnflow run concentration-converged`,
     `attnflow run my.toml -o runs/mine`.
@@ -163,29 +171,39 @@ def run(
     except ConfigError as err:
         raise _fail(str(err), EXIT_USAGE) from None
     out = out or _default_out(target)
-    if out.exists() and not out.is_dir():
-        raise _fail(f"--out {out}: exists and is not a folder", EXIT_USAGE)
+    from ._lock import LockedError
+    from .experiments._folder import RunFolderError
+
     reporter = RichReporter(quiet=quiet)
     try:
         with _sigterm_as_interrupt():
-            ds = run_experiment(cfg, out, progress=reporter)
+            ds = run_experiment(cfg, out, progress=reporter, overwrite=overwrite)
     except KeyboardInterrupt:
         reporter.close()
-        raise _fail(
-            f"interrupted; finished parts are kept in {out / PARTS_DIR}: rerun the same command to resume",
-            EXIT_INTERRUPTED,
-        ) from None
+        raise _fail(f"interrupted; {_kept(out)}rerun the same command to resume", EXIT_INTERRUPTED) from None
+    except (RunFolderError, LockedError) as err:  # the output folder: nothing was written
+        reporter.close()
+        if _state["debug"]:
+            raise
+        message = err.message("--out", "--overwrite") if isinstance(err, RunFolderError) else f"--out {err}"
+        raise _fail(message, EXIT_USAGE) from None
     except (ConfigError, ValueError, TypeError) as err:
         reporter.close()
         if _state["debug"]:
             raise
         raise _fail(f"run failed: {err}", EXIT_FAILED) from None
+    except PermissionError as err:
+        reporter.close()
+        if _state["debug"]:
+            raise
+        where = err.filename or out
+        raise _fail(f"run failed: cannot write {where} (permission denied)", EXIT_FAILED) from None
     except Exception as err:
         reporter.close()
         if _state["debug"]:
             raise
         raise _fail(
-            f"run failed: {type(err).__name__}: {err} (finished parts are kept in {out / PARTS_DIR}; "
+            f"run failed: {type(err).__name__}: {err} ({_kept(out)}"
             "`attnflow --debug run ...` shows the traceback)",
             EXIT_FAILED,
         ) from None
@@ -196,6 +214,18 @@ def run(
     if not quiet:
         typer.echo((out / SUMMARY_MD).read_text())
         typer.echo(f"results in {out}/ ({RESULT_STORE} opens with xarray.open_zarr)")
+
+
+def _kept(out: Path) -> str:
+    """'finished parts are kept in OUT/parts; ' when there are some, else ''."""
+    parts = out / PARTS_DIR
+    return f"finished parts are kept in {parts}; " if parts.is_dir() and any(parts.glob("*.zarr")) else ""
+
+
+def _damaged(err: Exception, directory: Path) -> typer.Exit:
+    """A result that fails its checksums or cannot be read: one line naming the file, exit 1."""
+    fix = f"rerun `attnflow run {directory / CONFIG_FILE} --out {directory}` to rebuild it"
+    return _fail(f"{err}; {fix}", EXIT_FAILED)
 
 
 # ----------------------------------------------------------------------------------------- list
@@ -285,7 +315,10 @@ def show(
     from .sweep_cli import is_sweep_store, show_sweep
 
     if is_sweep_store(directory):
-        typer.echo(show_sweep(directory))
+        try:
+            typer.echo(show_sweep(directory))
+        except ValueError as err:  # a damaged sweep.json
+            raise _fail(str(err), EXIT_USAGE) from None
         return
     if not directory.is_dir():
         raise _fail(f"{directory}: no such folder", EXIT_USAGE)
@@ -300,13 +333,20 @@ def show(
                 EXIT_FAILED,
             )
         raise _fail(f"{directory}: not an attnflow run (no {SUMMARY_MD})", EXIT_USAGE)
+    store = directory / RESULT_STORE
+    ds = None
+    if store.exists():
+        from .io import StoreError, read_dataset
+
+        try:
+            ds = read_dataset(store, load=False)  # its files checked against their checksums first
+        except StoreError as err:
+            raise _damaged(err, directory) from None
     console = Console()
     console.print(Markdown(summary.read_text()))
-    store = directory / RESULT_STORE
-    if store.exists():
-        from .io import json_attr, read_dataset
+    if ds is not None:
+        from .io import json_attr
 
-        ds = read_dataset(store, load=False)
         console.print(f"dataset {store}: " + ", ".join(f"{k}={v}" for k, v in ds.sizes.items()))
         console.print("variables: " + ", ".join(ds.data_vars))
         prov = json_attr(ds, "provenance", {})
@@ -316,6 +356,13 @@ def show(
             f"({prov.get('cpu_count')} CPUs): {versions}"
         )
         console.print(f"kernel: {ds.attrs.get('kernel')}; integrator: {ds.attrs.get('integrator')}")
+        wall = prov.get("wall_time_s")
+        if isinstance(wall, dict) and wall.get("total") is not None:
+            reused = wall.get("n_reused_parts", 0)
+            console.print(
+                f"wall time {wall['total']:.1f} s over the runs that made it ({reused} part(s) reused); "
+                f"torch threads {prov.get('torch_threads', '?')}; device {prov.get('device', '?')}"
+            )
     figdir = directory / FIGURES_DIR
     figures = sorted(figdir.glob("*.png")) if figdir.is_dir() else []
     if figures:
@@ -334,16 +381,22 @@ def plot(
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """(Re)draw the figures, animation and report of a finished run into DIRECTORY/figures."""
-    from .io import read_dataset
+    from .io import StoreError, read_dataset
 
     store = directory / RESULT_STORE
     if not store.exists():
         raise _fail(
             f"{directory}: no {RESULT_STORE} (run `attnflow run ... --out {directory}` first)", EXIT_USAGE
         )
-    ds = read_dataset(store)
+    try:
+        ds = read_dataset(store)  # its files checked against their checksums first
+    except StoreError as err:
+        raise _damaged(err, directory) from None
     summary_path = directory / SUMMARY_JSON
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    try:
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    except ValueError as err:
+        raise _damaged(ValueError(f"{summary_path}: not JSON ({err})"), directory) from None
     paths = _figures(ds, summary, directory, animation, quiet)
     if not paths:
         raise typer.Exit(EXIT_FAILED)
@@ -408,6 +461,7 @@ def check(
 # Both modules are light (Typer signatures); each command imports what it needs when it runs.
 app.command("heads")(heads)
 app.command("sweep")(sweep_command)
+app.command("verify")(verify_command)
 
 
 def main() -> None:

@@ -13,11 +13,17 @@ from ._checks import check_positive, to_numpy
 SeedLike = int | np.random.Generator | None
 
 
-def rng_from(seed: SeedLike) -> np.random.Generator:
-    """A NumPy Generator from an int seed, a Generator (used as is) or None (fresh entropy)."""
+def rng_from(seed: SeedLike, name: str = "seed") -> np.random.Generator:
+    """A NumPy Generator from an int seed (>= 0), a Generator (used as is) or None (fresh entropy);
+    any other seed is a ValueError naming `name`."""
     if isinstance(seed, np.random.Generator):
         return seed
-    return np.random.default_rng(seed)
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name} must be a non-negative integer, a numpy Generator or None, got {seed!r}"
+        ) from None
 
 
 def normalize(X: np.ndarray) -> np.ndarray:

@@ -101,8 +101,11 @@ def sweep_command(
     except (OSError, TimeoutError) as err:
         raise _fail(f"could not run on the cluster: {type(err).__name__}: {err}", 1) from None
     if not quiet:
-        typer.echo(str(result))
+        typer.echo(str(result))  # with its warnings (damaged points recomputed, a lock taken over)
         typer.echo(show_sweep(out))
+    else:
+        for w in result.warnings:
+            typer.echo(f"attnflow sweep: warning: {w}", err=True)
     if figures:
         _figures(out, quiet)
     if not result.ok:

@@ -19,8 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._lock import LockedError
 from ..progress import Reporter
 from . import _layout as layout
+from ._folder import RunFolderError
 from ._registry import ConfigError, Experiment
 
 if TYPE_CHECKING:
@@ -37,7 +39,9 @@ __all__ = [
     "ConfigError",
     "Experiment",
     "ExperimentConfig",
+    "LockedError",
     "Reporter",
+    "RunFolderError",
     "SimulationConfig",
     "get_experiment",
     "load_config",
@@ -301,32 +305,71 @@ def run_experiment(
     out: Path | str | None = None,
     progress: Reporter | None = None,
     quiet: bool = False,
+    overwrite: bool = False,
 ):
     """Run `config`'s experiment. With `out`: write out/config.toml first, resume from out/parts/,
     then write out/result.zarr (atomically), out/summary.json and out/summary.md. Returns the Dataset.
 
     progress: a Reporter (progress bars, messages); quiet=True uses a silent one instead.
+    out is checked before anything is written there (RunFolderError naming what is there): a folder
+    holding something else than a run is refused, and so is a run of another experiment or other
+    parameters unless overwrite=True, which replaces it. A run may change the experiment's
+    `part_keys` (e.g. add betas): the parts it shares are reused. One process at a time writes into
+    out (LockedError naming the holder); a lock left by a process that died is taken over, with a
+    warning.
     """
-    from ..io import atomic_write_text, clean_stale, to_json, write_dataset
-    from ._config import to_toml
+    from .._lock import check_free, folder_lock
+    from ._folder import plan_folder
 
     exp = _experiment_of(config)
     reporter = Reporter() if quiet or progress is None else progress
+    if out is None:
+        return _run(exp, config, None, reporter, "new")
+    out = Path(out)
+    if out.is_dir():
+        check_free(out)  # a live writer first: what it writes is not what the folder holds
+    plan_folder(out, config, exp, overwrite)  # before anything is written
+    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out, on_stale=reporter.warn):
+        state = plan_folder(out, config, exp, overwrite)  # again: another writer may have been first
+        return _run(exp, config, out, reporter, state)
+
+
+def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str):
+    """The run of `run_experiment`, its folder (if any) checked and locked."""
+    from ..io import atomic_write_text, clean_stale, json_attr, to_json, write_dataset
+    from . import _folder
+    from ._config import count_reused, to_toml
+
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
+        if state == "replace":
+            _folder.remove(out)
+            reporter.info(f"{out}: replaced the run that was there")
         clean_stale(out)
         clean_stale(out / layout.PARTS_DIR)
         atomic_write_text(out / layout.CONFIG_FILE, to_toml(config))
     t0 = time.perf_counter()
-    ds = exp.run(config, out, reporter)
+    with count_reused() as reused:
+        ds = exp.run(config, out, reporter)
+    this_run = time.perf_counter() - t0
+    if "provenance" in ds.attrs:  # the compute time of the reused parts was spent by earlier runs
+        prov = json_attr(ds, "provenance", {})
+        prov["wall_time_s"] = {
+            "total": this_run + sum(reused),
+            "this_run": this_run,
+            "reused_parts": sum(reused),
+            "n_reused_parts": len(reused),
+        }
+        ds.attrs["provenance"] = to_json(prov)
     summary = exp.summarize(ds)
     if out is not None:
+        if state == "extend":
+            _folder.remove(out, _folder.DRAWN)  # figures and report of the previous result
         write_dataset(ds, out / layout.RESULT_STORE)
         atomic_write_text(out / layout.SUMMARY_JSON, to_json(summary, indent=2) + "\n")
         md = summary_markdown(summary, f"attnflow run: {exp.name}") + "\n"
         atomic_write_text(out / layout.SUMMARY_MD, md)
-    reporter.info(f"{exp.name}: done in {time.perf_counter() - t0:.1f} s")
+    reporter.info(f"{exp.name}: done in {this_run:.1f} s")
     return ds
 
 

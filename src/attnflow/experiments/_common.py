@@ -21,6 +21,12 @@ def time_grid(t_max: float, dt_save: float) -> np.ndarray:
     return t
 
 
+def n_saved_times(t_max: float, dt_save: float) -> int:
+    """len(time_grid(t_max, dt_save)), without making the grid."""
+    n = math.floor(t_max / dt_save + 1e-9)
+    return n + 1 + int(t_max - dt_save * n > 1e-9 * t_max)
+
+
 def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:
     """Sorted indices of a seeded subset of min(n_keep, N) tokens, kept for snapshots."""
     n = min(n_keep, N)
@@ -77,7 +83,7 @@ def base_attrs(config: Any, reporter: Reporter, timings: dict[str, float], **ext
     attrs = {
         "experiment": config.experiment,
         "config": to_json(config.model_dump()),
-        "provenance": to_json(provenance()),
+        "provenance": to_json(provenance(threads_in_effect(config), _devices(extra.get("solver")))),
         "seed": int(config.seed),
         "timings": to_json(timings),
         "warnings": to_json(reporter.warnings),
@@ -85,6 +91,26 @@ def base_attrs(config: Any, reporter: Reporter, timings: dict[str, float], **ext
     for key, value in extra.items():
         attrs[key] = to_json(value) if isinstance(value, (dict, list)) else value
     return attrs
+
+
+def threads_in_effect(config: Any) -> int | None:
+    """The torch CPU threads a run of `config` computes with (`torch_threads(config.threads)`): the
+    config's number, or torch's own for threads = 0 (None when the config has no `threads` or torch
+    is not loaded)."""
+    import sys
+
+    n = getattr(config, "threads", None)
+    if n:
+        return int(n)
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if n == 0 and torch is not None else None
+
+
+def _devices(solver: Any) -> str:
+    """Where the run computed: the devices its solver infos name ("cpu" when none does)."""
+    infos = solver if isinstance(solver, list) else [solver] if isinstance(solver, dict) else []
+    names = sorted({str(s["device"]) for s in infos if isinstance(s, dict) and s.get("device")})
+    return ", ".join(names) or "cpu"
 
 
 def fit_or_reason(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:

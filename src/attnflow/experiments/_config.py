@@ -7,7 +7,9 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Set
+from collections.abc import Callable, Iterator, Set
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -54,7 +56,12 @@ class ExperimentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
 
-    seed: int = Field(0, description="seed of every random draw (initial cloud, token subset)")
+    seed: NonNegativeInt = Field(0, description="seed of every random draw (initial cloud, token subset)")
+
+    @model_validator(mode="after")
+    def _saved_memory(self):
+        check_saved_arrays(self)
+        return self
 
 
 class SimulationConfig(ExperimentConfig):
@@ -88,6 +95,31 @@ class SimulationConfig(ExperimentConfig):
         return self
 
 
+# the dimension of the built-in experiments' tokens (a lower bound for `heads`, whose d is the model's)
+SAVED_D = 3
+
+
+def check_saved_arrays(config: BaseModel) -> None:
+    """A config with t_max and dt_save keeps len(time grid) x N x d numbers of its trajectory: refuse
+    one that would take more than the memory of this machine (ValueError naming t_max, dt_save and N)
+    when the config is made, rather than a MemoryError when the run allocates it. N: the config's N
+    (N_max), else 1. (`simulate` checks again against the memory available when it runs.)"""
+    from .._checks import check_saved_memory
+    from ._common import n_saved_times
+
+    t_max, dt_save = getattr(config, "t_max", None), getattr(config, "dt_save", None)
+    if not isinstance(t_max, (int, float)) or not isinstance(dt_save, (int, float)):
+        return
+    n_times = n_saved_times(t_max, dt_save)
+    N = getattr(config, "N", None) or getattr(config, "N_max", None) or 1
+    itemsize = 4 if getattr(config, "dtype", "float64") == "float32" else 8
+    fix = (
+        f"t_max = {t_max:g} and dt_save = {dt_save:g} make {n_times:,} saved times; raise dt_save, "
+        "or lower t_max or N"
+    )
+    check_saved_memory(n_times, (int(N), SAVED_D), itemsize, fix=fix, machine=True)
+
+
 def check_betas(v: list[float]) -> list[float]:
     """betas: finite, > 0, no duplicates; returned sorted."""
     if not v:
@@ -112,6 +144,8 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key (see `attnflow list` for the keys this experiment takes)"
+        elif not e["loc"] and e["type"] == "value_error":  # a check of several keys: it names them
+            msg = msg.removeprefix("Value error, ")
         elif "input" in e and e["type"] != "missing":
             msg += f" (got {e['input']!r})"
         lines.append(f"{source}: {key or '<config>'}: {msg}")
@@ -194,9 +228,13 @@ def part_name(**coords: float) -> str:
     return "_".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in coords.items())
 
 
-def _read_part(out: Path | None, name: str, fp: str):
-    """The finished part `name` with fingerprint fp from out/parts, or None."""
-    from ..io import read_dataset
+def _read_part(out: Path | None, name: str, fp: str, reporter: Reporter | None = None):
+    """The finished part `name` with fingerprint fp from out/parts, or None.
+
+    A part that fails its checksums or cannot be read is None too (it is recomputed); with a
+    reporter, a warning names it.
+    """
+    from ..io import StoreError, read_dataset
 
     if out is None:
         return None
@@ -205,7 +243,9 @@ def _read_part(out: Path | None, name: str, fp: str):
         return None
     try:
         ds = read_dataset(path)
-    except Exception:  # an unreadable part is recomputed
+    except (StoreError, OSError) as err:
+        if reporter is not None:
+            reporter.warn(f"part {name} is damaged ({err}); recomputing it")
         return None
     return ds if ds.attrs.get("fingerprint") == fp else None
 
@@ -213,6 +253,22 @@ def _read_part(out: Path | None, name: str, fp: str):
 def part_done(out: Path | None, name: str, fp: str) -> bool:
     """Whether `cached_part(out, name, fp, ...)` would read the part back instead of computing it."""
     return _read_part(out, name, fp) is not None
+
+
+# the compute time (wall_s) of each part reused by the run in progress, see count_reused
+_reused: ContextVar[list[float] | None] = ContextVar("attnflow_reused_parts", default=None)
+
+
+@contextmanager
+def count_reused() -> Iterator[list[float]]:
+    """Within the block, the list of the stored compute times (s) of the parts `cached_part` reuses:
+    the time earlier runs spent on this result."""
+    reused: list[float] = []
+    token = _reused.set(reused)
+    try:
+        yield reused
+    finally:
+        _reused.reset(token)
 
 
 def cached_part(
@@ -224,17 +280,22 @@ def cached_part(
 ):
     """The Dataset of one finished unit of work (one beta, one grid point).
 
-    With `out`, it is read back from `out/parts/<name>.zarr` (PARTS_DIR) when that store exists with the same
-    fingerprint; otherwise computed and written there atomically before being returned.
+    With `out`, it is read back from `out/parts/<name>.zarr` (PARTS_DIR) when that store exists with
+    the same fingerprint and passes its checksums; otherwise computed and written there atomically
+    before being returned (a damaged part is recomputed, with a warning naming it).
     """
     from ..io import write_dataset
 
     if out is None:
         return compute()
     path = Path(out) / PARTS_DIR / f"{name}.zarr"
-    ds = _read_part(out, name, fp)
+    ds = _read_part(out, name, fp, reporter)
     if ds is not None:
         reporter.info(f"{name}: reused from {path.parent.name}/{path.name}")
+        reused = _reused.get()
+        wall = ds.attrs.get("wall_s")
+        if reused is not None and isinstance(wall, (int, float)):
+            reused.append(float(wall))
         return ds
     t0 = time.perf_counter()
     ds = compute()

@@ -41,6 +41,10 @@ class Experiment:
     presets: {preset name: {config key: value}}, run as `attnflow run PRESET`.
     sweep_figures(ds, outdir, *, dpi) -> list[Path]: the figures of a sweep's Dataset (grid keys as
         extra dims); None: the generic `attnflow.plot.plot_sweep`.
+    part_keys: config fields that only choose which parts a run computes (e.g. "betas"); they are
+        left out of the parts' fingerprint. A rerun into the same folder may change them and reuses
+        the parts it shares; a change of any other field makes another run, refused there unless
+        `run_experiment(..., overwrite=True)`.
     """
 
     name: str
@@ -52,6 +56,7 @@ class Experiment:
     captions: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     sweep_figures: Callable[..., list[Path]] | None = None
+    part_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -66,7 +71,10 @@ class Experiment:
         bad = [k for k, v in self.captions.items() if not (isinstance(v, tuple) and len(v) == 2)]
         if bad:
             raise TypeError(f"Experiment {self.name!r}: captions[{bad[0]!r}] must be a (title, caption) pair")
-        if "experiment" not in getattr(self.Config, "model_fields", {}):
+        fields = getattr(self.Config, "model_fields", {})
+        if not isinstance(self.part_keys, tuple) or any(k not in fields for k in self.part_keys):
+            raise TypeError(f"Experiment {self.name!r}: part_keys must be a tuple of config fields")
+        if "experiment" not in fields:
             raise TypeError(
                 f"Experiment {self.name!r}: Config must be a pydantic model with a field `experiment`"
             )

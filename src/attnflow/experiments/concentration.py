@@ -151,7 +151,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     reporter = progress or Reporter()
     start = time.perf_counter()
     times = time_grid(config.t_max, config.dt_save)
-    fp = fingerprint(config, exclude=LADDER_KEYS)
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     Ns = _levels(config)
     clouds: dict[int, Cloud] = {}
 
@@ -436,4 +436,5 @@ EXPERIMENT = Experiment(
     captions=CAPTIONS,
     presets=PRESETS,
     sweep_figures=sweep_figures,
+    part_keys=tuple(sorted(LADDER_KEYS)),
 )

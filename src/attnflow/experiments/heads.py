@@ -177,7 +177,7 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
     Y1 = run_text.cloud(config.layer + 1) if config.compare_model else None
     tokens = run_text.tokens
     times = time_grid(config.t_max, config.dt_save)
-    fp = fingerprint(config, exclude={"heads"})
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     reporter.overall(len(selected), f"heads: layer {config.layer}, {len(selected)} attentions, N = {len(X0)}")
     parts, timings = [], {}
     for h in selected:
@@ -442,4 +442,5 @@ EXPERIMENT = Experiment(
         )
     },
     presets=PRESETS,
+    part_keys=("heads",),
 )

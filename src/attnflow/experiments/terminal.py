@@ -134,7 +134,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
         "mass_V": sp.v_top_real.basis,
         "mass_V_magnitude": sp.v_top_magnitude.basis,
     }
-    fp = fingerprint(config, exclude={"betas"})
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     reporter.overall(len(config.betas), f"terminal: {len(config.betas)} betas, N = {config.N}")
     parts, timings, notes = [], {}, {}
     for beta in config.betas:
@@ -278,4 +278,5 @@ EXPERIMENT = Experiment(
     figures=figures,
     captions={"mass": MASS_CAPTION, **TOKEN_CAPTIONS},
     presets=PRESETS,
+    part_keys=("betas",),
 )

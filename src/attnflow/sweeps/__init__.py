@@ -9,7 +9,8 @@ then reported as failed, never dropped. The store's layout is in `attnflow.sweep
 
 Modules: `grid` (parse, check, expand a grid; point keys), `config` (the config of a point),
 `store` (layout, sweep.json, manifest, .done markers), `point` (the task run on a worker), `run`
-(the client's loop: `sweep`), `progress`, `read` (`sweep_info`, `open_sweep`, `show_sweep`).
+(the client's loop: `sweep`), `progress`, `read` (`sweep_info`, `open_sweep`, `show_sweep`,
+`verify_sweep`).
 Dask, xarray and torch are imported inside the functions.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from .config import point_config
 from .grid import SweepError, check_grid, expand_grid, parse_grid, point_key
 from .point import RunFn, run_point
-from .read import open_sweep, show_sweep, summary_table, sweep_info
+from .read import open_sweep, show_sweep, summary_table, sweep_info, verify_sweep
 from .run import SweepResult, sweep
 from .store import (
     FORMAT,
@@ -54,4 +55,5 @@ __all__ = [
     "summary_table",
     "sweep",
     "sweep_info",
+    "verify_sweep",
 ]

@@ -123,21 +123,27 @@ def _write_local(st: Store, ds: Any, key: str) -> bool:
 
 
 def _write_url(st: Store, ds: Any, key: str) -> bool:
-    """Object stores: write under a temporary prefix, move, and let the .done marker commit it."""
+    """Object stores: write under a temporary prefix (with its checksums), move, and let the .done
+    marker commit it."""
+    from ..io import write_checksums
+
     if st.exists(done_rel(key)):
         return False
     tmp = f"{POINTS_DIR}/.{key}.zarr.{uuid.uuid4().hex[:8]}"
     local = st.protocol in ("file", "local")
     opts = {"auto_mkdir": True} if local else None
     ds.to_zarr(st.target(tmp), mode="w", consolidated=True, zarr_format=2, storage_options=opts)
+    write_checksums(st.target(tmp))
     if st.exists(zarr_rel(key)):
         st.remove(zarr_rel(key))
     st.fs.mv(st.path(tmp), st.path(zarr_rel(key)), recursive=True)
     return True
 
 
-def _reused(st: Store, key: str) -> dict[str, Any]:
-    """The record of a point another attempt committed first."""
+def _reused(st: Store, key: str, workdir: Path | None) -> dict[str, Any]:
+    """The record of a point another attempt committed first; this attempt's parts are removed."""
+    if workdir is not None:
+        st.remove(work_rel(key))
     return {**read_record(st, key), "reused": True}
 
 
@@ -180,20 +186,20 @@ def run_point(
     existing record is returned and nothing is written.
     """
     st = Store(store)
+    workdir = None if st.url else Path(st.path(work_rel(key)))
     if st.exists(done_rel(key)):
-        return _reused(st, key)
+        return _reused(st, key, workdir)
     # torch is imported for the registered experiments (they use it); a custom run_fn pays for
     # the import only if torch is already loaded in this worker
     threads = set_threads(torch_threads) if run_fn is None or "torch" in sys.modules else None
     started, t0 = now(), time.perf_counter()
-    workdir = None if st.url else Path(st.path(work_rel(key)))
     ds = _label(_compute(config, key, run_fn, workdir), config, key, point)
     seconds = time.perf_counter() - t0
     scalars, summary = _scalars(ds), _summarize(config, ds)
     st.makedirs(POINTS_DIR)
     wrote = (_write_url if st.url else _write_local)(st, ds, key)
     if not wrote and st.exists(done_rel(key)):
-        return _reused(st, key)
+        return _reused(st, key, workdir)
     rec = {"key": key, "point": point, "started": started, "finished": now(), "seconds": seconds}
     rec |= {"worker": f"{socket.gethostname()}:{os.getpid()}", "torch_threads": threads}
     rec |= {"scalars": scalars, "summary": summary}

@@ -22,7 +22,7 @@ from .store import (
     zarr_rel,
 )
 
-__all__ = ["open_sweep", "show_sweep", "summary_table", "sweep_info"]
+__all__ = ["open_sweep", "show_sweep", "summary_table", "sweep_info", "verify_sweep"]
 
 
 def sweep_info(store: str | os.PathLike) -> dict[str, Any]:
@@ -116,19 +116,26 @@ def _combine(pieces: list[Any], grid: dict[str, list]) -> Any:
 def open_sweep(store: str | os.PathLike) -> Any:
     """The sweep's results as one lazy xarray Dataset with the grid keys as leading dimensions.
 
-    Each complete point is opened lazily (dask arrays); missing or failed points are NaN (their
-    variables promoted to float). attrs: "experiment", "config" (base config, JSON), "grid" (JSON),
-    "missing" (JSON list of point keys), "complete" (bool). The coordinate `done` (grid dims) says
+    Each complete point is opened lazily (dask arrays), after its files passed their checksums;
+    missing or failed points are NaN (their variables promoted to float). A committed point that
+    fails its checksums is a StoreError naming the file (rerun the sweep to recompute it).
+    attrs: "experiment", "config" (base config, JSON), "grid" (JSON), "missing" (JSON list of point
+    keys), "complete" (bool). The coordinate `done` (grid dims) says
     which points hold results.
     """
     import numpy as np
     import xarray as xr
 
-    from ..io import to_json
+    from ..io import StoreError, to_json
 
     info = sweep_info(store)
     st = Store(store)
     grid, keys, points = info["grid"], info["keys"], info["points"]
+    damaged = [e["damaged"] for e in info["entries"].values() if e.get("damaged")]
+    if damaged:
+        more = f" ({len(damaged) - 1} more point(s) too)" if len(damaged) > 1 else ""
+        fix = "rerun the sweep to recompute the point"
+        raise StoreError(damaged[0]["file"], f"{damaged[0]['problem']}; {fix}{more}")
     opened = {
         key: _prepare_point(xr.open_zarr(st.target(zarr_rel(key)), consolidated=None), point)
         for key, point in zip(keys, points, strict=True)
@@ -216,4 +223,48 @@ def show_sweep(store: str | os.PathLike, width: int = 120) -> str:
         if e["status"] == "failed" and e.get("error"):
             last = e["error"].strip().splitlines()[-1]
             con.print(f"FAILED {key} after {e.get('attempts', 0)} attempts: {last}")
+        if e.get("damaged"):
+            dmg = e["damaged"]
+            con.print(f"DAMAGED {key}: {dmg['file']}: {dmg['problem']} (a rerun of the sweep recomputes it)")
     return buf.getvalue()
+
+
+def verify_sweep(store: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """(problems, notes) of a sweep store: its sweep.json, each committed point against its checksums
+    (and its .done record), uncommitted points, leftovers of unfinished points, a live lock.
+    FileNotFoundError when `store` is not a sweep store; a damaged sweep.json is the one problem."""
+    from .._lock import lock_holder
+    from .grid import SweepError
+    from .store import MANIFEST_FILE, WORK_DIR, check_point, done_rel, read_json
+
+    if not is_sweep_store(store):
+        raise FileNotFoundError(f"{os.fspath(store)} is not a sweep store (no {SWEEP_FILE})")
+    st = Store(store)
+    try:
+        meta = read_meta(st)
+    except SweepError as err:
+        return [err.problem], []
+    problems, notes = [], []
+    keys = point_keys(expand_grid(meta["grid"]))
+    n_done = 0
+    for key in keys:
+        rec, damage = check_point(st, key)
+        if damage is not None:
+            problems.append(f"{damage['file']}: {damage['problem']} (point {key}; a rerun recomputes it)")
+        elif rec is not None:
+            n_done += 1
+        elif st.exists(zarr_rel(key)) and not st.exists(done_rel(key)):
+            notes.append(f"{st.path(zarr_rel(key))}: not committed (no .done); a rerun recomputes it")
+        if rec is not None and st.exists(f"{WORK_DIR}/{key}"):
+            notes.append(f"{st.path(f'{WORK_DIR}/{key}')}: parts left by a second attempt; safe to delete")
+    if st.exists(MANIFEST_FILE):
+        try:
+            read_json(st, MANIFEST_FILE)
+        except ValueError:
+            notes.append(f"{st.path(MANIFEST_FILE)}: not JSON; the next sweep rebuilds it")
+    if not st.url and (holder := lock_holder(st.root)) is not None:
+        from .._lock import describe
+
+        notes.append(f"a sweep is running on this store: {describe(holder)}")
+    notes.append(f"{n_done} of {len(keys)} points complete and verified")
+    return problems, notes

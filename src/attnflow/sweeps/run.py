@@ -3,6 +3,9 @@
 One Dask task per grid point that is not yet complete; a failing point is resubmitted `retries`
 times, then reported as failed, never dropped. Only this client writes the manifest, and it leaves
 it honest whatever stops the loop (Ctrl-C included): running points go back to pending.
+The config, the grid and the store's location are checked before anything is written; a local
+store is locked for the duration of the sweep (one client at a time). A committed point that fails
+its checksums is recomputed, with a warning naming the file.
 Dask is imported inside the functions.
 """
 
@@ -12,21 +15,28 @@ import os
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .config import base_config, experiment_name, field_for, point_config, resolve_config
-from .grid import check_grid, expand_grid, point_keys
+from .grid import SweepError, check_grid, expand_grid, point_keys
 from .point import RunFn, cpus, run_point
 from .progress import ProgressBar
 from .read import open_sweep
 from .store import (
+    MANIFEST_FILE,
+    POINTS_DIR,
+    SWEEP_FILE,
+    WORK_DIR,
     Store,
     clean_temporaries,
     complete,
     copy_record,
     current_entry,
+    done_rel,
     extend_meta,
     now,
     read_manifest,
@@ -50,6 +60,7 @@ class SweepResult:
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -65,6 +76,8 @@ class SweepResult:
         )
         for key, err in self.failed.items():
             s += f"\n  FAILED {key}: {err.strip().splitlines()[-1] if err.strip() else err}"
+        for w in self.warnings:
+            s += f"\n  warning: {w}"
         return s
 
 
@@ -78,6 +91,7 @@ class _Plan:
     manifest: dict[str, dict]
     todo: list[str]
     skipped: list[str]
+    damaged: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -99,7 +113,8 @@ class _Tasks:
 
 
 def _validate(config: Any, grid: Any, retries: int) -> tuple[Any, dict[str, list], int]:
-    """(config object, normalised grid, retries), or an error naming the bad argument."""
+    """(config object, normalised grid, retries), or an error naming the bad argument; the config of
+    every point of the grid is checked too."""
     config = resolve_config(config)
     grid = check_grid(grid)
     retries = int(retries)
@@ -107,7 +122,55 @@ def _validate(config: Any, grid: Any, retries: int) -> tuple[Any, dict[str, list
         raise ValueError(f"retries must be >= 0, got {retries}")
     for key in grid:
         field_for(type(config), key)
+    points = expand_grid(grid)
+    point_keys(points)
+    for p in points:
+        point_config(config, p)
     return config, grid, retries
+
+
+# what a sweep writes into its store (besides hidden files: the lock, temporaries)
+_STORE_FILES = (SWEEP_FILE, MANIFEST_FILE, POINTS_DIR, WORK_DIR, "figures")
+
+
+def _check_location(st: Store) -> None:
+    """A local store must be a new or empty folder, or a sweep store, and writable (SweepError)."""
+    if st.url:
+        return
+    root = Path(st.root)
+    if root.exists() and not root.is_dir():
+        raise SweepError("store", st.name, "exists and is not a folder")
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SweepError("store", st.name, f"cannot be written ({existing} is not writable)")
+    if not root.exists() or (root / SWEEP_FILE).exists():
+        return
+    other = sorted(
+        p.name for p in root.iterdir() if not p.name.startswith(".") and p.name not in _STORE_FILES
+    )
+    if other:
+        listed = ", ".join(other[:4]) + (f" and {len(other) - 4} more" if len(other) > 4 else "")
+        raise SweepError(
+            "store", st.name, f"is not empty and not a sweep store (it holds {listed}); use a new folder"
+        )
+
+
+@contextmanager
+def _locked(st: Store, warnings: list[str]) -> Iterator[None]:
+    """Hold the lock of a local store (a second client gets SweepError naming the holder); a lock
+    taken over from a client that died adds a warning."""
+    from .._lock import LockedError, folder_lock
+
+    with ExitStack() as stack:
+        if not st.url:
+            Path(st.root).mkdir(parents=True, exist_ok=True)
+            try:
+                stack.enter_context(folder_lock(st.root, on_stale=warnings.append))
+            except LockedError as err:
+                raise SweepError("store", st.name, err.problem) from None
+        yield
 
 
 def _plan(st: Store, config: Any, grid: dict[str, list]) -> _Plan:
@@ -129,6 +192,9 @@ def _plan(st: Store, config: Any, grid: dict[str, list]) -> _Plan:
         if entry["status"] == "done":
             plan.skipped.append(key)
         else:
+            if damage := entry.pop("damaged", None):  # committed, but it fails its checksums
+                plan.damaged.append(f"{damage['file']}: {damage['problem']}; point {key} is recomputed")
+                st.remove(done_rel(key))
             if st.exists(zarr_rel(key)):  # a store without its .done marker: never trusted
                 st.remove(zarr_rel(key))
             entry.update(status="pending", attempts=0, error=None)
@@ -274,8 +340,29 @@ def sweep(
     Returns a SweepResult (ran, skipped, failed keys); `.ok` is False when a point failed.
     """
     config, grid, retries = _validate(config, grid, retries)
-    plan = _plan(Store(store), config, grid)
+    st = Store(store)
+    _check_location(st)
+    warnings: list[str] = []
+    with _locked(st, warnings):
+        return _sweep(st, config, grid, client, workers, retries, progress, run_fn, torch_threads, warnings)
+
+
+def _sweep(
+    st: Store,
+    config: Any,
+    grid: dict[str, list],
+    client: Any,
+    workers: int,
+    retries: int,
+    progress: bool | Callable[[int, int], None],
+    run_fn: RunFn | None,
+    torch_threads: int | None,
+    warnings: list[str],
+) -> SweepResult:
+    """The sweep on its checked, locked store."""
+    plan = _plan(st, config, grid)
     result = SweepResult(store=plan.store.name, keys=plan.keys, skipped=plan.skipped)
+    result.warnings = [*warnings, *plan.damaged]
     if not plan.todo:
         return result
     t0 = time.perf_counter()

@@ -8,7 +8,9 @@
     STORE/work/<key>/         finished parts of a running point (reused by a retry), then removed
 
 Every path inside the store is relative, so a store moved elsewhere still opens. A point is complete
-only with its `.done` marker; a zarr store without one is never trusted.
+only with its `.done` marker and a zarr store that passes its checksums (`attnflow.io`); a zarr store
+without a marker is never trusted, and a damaged one is recomputed by the next sweep. One client at a
+time runs a sweep on a local store: it holds the store's lock (`attnflow._lock`).
 
 The JSON files are standard JSON, written by `attnflow.io.to_json`: NaN and inf are null. Read back,
 a null result scalar is NaN again; grid values, which name the points, keep a non-finite float
@@ -177,19 +179,35 @@ def _grid_from_json(grid: dict[str, list]) -> dict[str, list]:
 
 
 def is_sweep_store(path: str | os.PathLike) -> bool:
-    """True when `path` is a sweep store (it holds a `sweep.json` written by `sweep`)."""
+    """True when `path` is a sweep store (it holds a `sweep.json` written by `sweep`), also when that
+    file is damaged (not JSON): reading it then says so."""
     try:
         st = Store(path)
-        return st.exists(SWEEP_FILE) and read_json(st, SWEEP_FILE).get("format") == FORMAT
+        if not st.exists(SWEEP_FILE):
+            return False
+        meta = read_json(st, SWEEP_FILE)
+    except json.JSONDecodeError:
+        return True
     except (OSError, ValueError):
         return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
 def read_meta(st: Store) -> dict[str, Any]:
-    """The store's sweep.json: format, experiment, base config, grid, creation time, provenance."""
-    meta = read_json(st, SWEEP_FILE)
-    if meta.get("format") != FORMAT:
+    """The store's sweep.json: format, experiment, base config, grid, creation time, provenance.
+
+    A damaged file (not JSON, or missing its fields) is a SweepError naming it.
+    """
+    where = st.path(SWEEP_FILE)
+    try:
+        meta = read_json(st, SWEEP_FILE)
+    except json.JSONDecodeError as err:
+        fix = "restore it from a copy, or use a new store"
+        raise SweepError("store", st.name, f"{where} is damaged (not JSON: {err}); {fix}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise SweepError("store", st.name, f"its {SWEEP_FILE} is not an attnflow sweep description")
+    if not isinstance(meta.get("grid"), dict) or not isinstance(meta.get("config"), dict):
+        raise SweepError("store", st.name, f"{where} is damaged (no grid or config); restore it from a copy")
     return {**meta, "grid": _grid_from_json(meta["grid"])}
 
 
@@ -252,16 +270,36 @@ def write_manifest(st: Store, entries: dict[str, dict]) -> None:
 def read_record(st: Store, key: str) -> dict[str, Any]:
     """A point's .done record (timing, worker, scalars, summary); {} when unreadable."""
     try:
-        return _nan_scalars(read_json(st, done_rel(key)))
+        rec = read_json(st, done_rel(key))
     except json.JSONDecodeError:
         return {}
+    return _nan_scalars(rec) if isinstance(rec, dict) else {}
+
+
+def check_point(st: Store, key: str) -> tuple[dict | None, dict | None]:
+    """(record, damage) of a point: its .done record when it is complete (marker and zarr store, which
+    passes its checksums), else None; damage {"file", "problem"} when it is committed but cannot be
+    trusted (a record that is not JSON, a store missing or failing its checksums), else None."""
+    from ..io import dataset_problems
+
+    if not st.exists(done_rel(key)):
+        return None, None
+    rec = read_record(st, key)
+    if not rec:
+        return None, {"file": st.path(done_rel(key)), "problem": "damaged (not a JSON record)"}
+    if not st.exists(zarr_rel(key)):
+        return None, {"file": st.path(zarr_rel(key)), "problem": "missing (its .done marker is there)"}
+    problems = dataset_problems(st.target(zarr_rel(key)))
+    if problems:
+        more = f" (and {len(problems) - 1} more file(s))" if len(problems) > 1 else ""
+        return None, {"file": problems[0][0], "problem": problems[0][1] + more}
+    return rec, None
 
 
 def complete(st: Store, key: str) -> dict | None:
-    """The .done record of a complete point (its zarr store and its marker), else None."""
-    if st.exists(done_rel(key)) and st.exists(zarr_rel(key)):
-        return read_record(st, key)
-    return None
+    """The .done record of a complete point (its marker, and its zarr store passing its checksums),
+    else None."""
+    return check_point(st, key)[0]
 
 
 def copy_record(entry: dict[str, Any], rec: dict[str, Any]) -> None:
@@ -273,16 +311,20 @@ def copy_record(entry: dict[str, Any], rec: dict[str, Any]) -> None:
 def current_entry(st: Store, entry: dict | None, key: str, point: dict[str, Any]) -> dict[str, Any]:
     """A copy of a point's manifest entry brought up to date with the store.
 
-    Done with its record when the point is committed; otherwise a point the manifest calls done or
-    running (a client that stopped) is pending. Failed points stay failed, with their error.
+    Done with its record when the point is committed and sound; otherwise a point the manifest calls
+    done or running (a client that stopped) is pending. Failed points stay failed, with their error.
+    A committed point that cannot be trusted is pending with "damaged": {"file", "problem"}.
     """
     e = dict(entry or {"status": "pending", "attempts": 0})
     e.update(point=point, path=zarr_rel(key))
-    rec = complete(st, key)
+    e.pop("damaged", None)
+    rec, damage = check_point(st, key)
     if rec is not None:
         copy_record(e, rec)
-    elif e.get("status") in ("done", "running"):
+    elif e.get("status") in ("done", "running") or damage is not None:
         e["status"] = "pending"
+    if damage is not None:
+        e["damaged"] = damage
     return e
 
 
