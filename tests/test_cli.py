@@ -89,11 +89,11 @@ def test_run_prints_resolution_and_warns(tmp_path):
     result = invoke("run", *TINY, "--out", str(tmp_path), "--no-figures")
     assert result.exit_code == 0, result.output
     assert "resolution ratio" in result.output
-    assert "warning: N = 24 is too small" in result.output
+    assert "warning: beta = 100 is under-resolved at N = 24" in result.output
     assert "| 100 |" in result.output  # the summary table
     quiet = invoke("run", *TINY, "--out", str(tmp_path), "--no-figures", "--quiet")  # resumes: nothing to do
     assert quiet.exit_code == 0
-    assert "resolution ratio" not in quiet.output and "| 100 |" not in quiet.output
+    assert "converged window" not in quiet.output and "| 100 |" not in quiet.output  # no messages
     assert "warning" in quiet.output  # warnings are never silenced
 
 
@@ -259,7 +259,7 @@ def test_sigterm_mid_run_then_resume(tmp_path):
     cmd = [sys.executable, "-m", "attnflow.cli", "run", "concentration-tiny", "--out", str(out), "-q"]
     cmd += ["--no-figures", "--set", "betas=[10, 30, 100, 300]", "--set", "N=200", "--set", "t_max=3.0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    first = out / "parts" / "beta=10.zarr"
+    first = out / "parts" / "beta=10_N=200.zarr"
     deadline = time.time() + 120
     while not first.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)

@@ -200,12 +200,12 @@ def test_a_damaged_part_is_recomputed_to_the_bit(finished, tmp_path, how):
     (the small fixed-step run recomputes its whole batch of betas), with a warning naming the part."""
     out = copy_run(finished, tmp_path)
     before = read_dataset(out / "result.zarr")
-    damage(out / "parts" / "beta=10.zarr" / "w2", how)
-    damage(out / "parts" / "beta=100.zarr" / "x", how)
-    assert clean_error(invoke("verify", str(out)), 1, "beta=10.zarr/w2/0.0", "beta=100.zarr/x/")
+    damage(out / "parts" / "beta=10_N=24.zarr" / "w2", how)
+    damage(out / "parts" / "beta=100_N=24.zarr" / "x", how)
+    assert clean_error(invoke("verify", str(out)), 1, "beta=10_N=24.zarr/w2/0.0", "beta=100_N=24.zarr/x/")
     result = invoke("run", *TINY, "--out", str(out), "--quiet", "--no-figures")
     assert result.exit_code == 0, result.output
-    assert has(result.output, "part beta=10 is damaged") and has(result.output, "recomputing it")
+    assert has(result.output, "part beta=10_N=24 is damaged") and has(result.output, "recomputing it")
     after = read_dataset(out / "result.zarr")
     assert not any(bool(after[v].isnull().any()) for v in ("w2", "x", "t_star"))
     for v in before.data_vars:
@@ -386,12 +386,12 @@ def test_permission_denied_mid_run_names_the_file(tmp_path, monkeypatch):
 
 def test_provenance_sums_wall_time_over_resumes(finished, tmp_path):
     out = copy_run(finished, tmp_path)
-    shutil.rmtree(out / "parts" / "beta=100.zarr")
+    shutil.rmtree(out / "parts" / "beta=100_N=24.zarr")
     ds = run_experiment(load_config(str(out / "config.toml")), out)
     prov = json.loads(ds.attrs["provenance"])
     wall = prov["wall_time_s"]
     assert wall["n_reused_parts"] == 2  # zero and beta=10; beta=100 recomputed
-    parts = [read_dataset(out / "parts" / f"{n}.zarr").attrs["wall_s"] for n in ("zero", "beta=10")]
+    parts = [read_dataset(out / "parts" / f"{n}.zarr").attrs["wall_s"] for n in ("zero", "beta=10_N=24")]
     assert wall["reused_parts"] == pytest.approx(sum(parts))
     assert wall["total"] == pytest.approx(wall["this_run"] + wall["reused_parts"])
     assert prov["torch_threads"] == 1 and prov["device"] == "cpu"

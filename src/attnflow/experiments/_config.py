@@ -103,7 +103,7 @@ def check_saved_arrays(config: BaseModel) -> None:
     """A config with t_max and dt_save keeps len(time grid) x N x d numbers of its trajectory: refuse
     one that would take more than the memory of this machine (ValueError naming t_max, dt_save and N)
     when the config is made, rather than a MemoryError when the run allocates it. N: the config's N
-    (N_max), else 1. (`simulate` checks again against the memory available when it runs.)"""
+    (N_max for a ladder), else 1. (`simulate` checks again against the memory available when it runs.)"""
     from .._checks import check_saved_memory
     from ._common import n_saved_times
 
@@ -111,7 +111,9 @@ def check_saved_arrays(config: BaseModel) -> None:
     if not isinstance(t_max, (int, float)) or not isinstance(dt_save, (int, float)):
         return
     n_times = n_saved_times(t_max, dt_save)
-    N = getattr(config, "N", None) or getattr(config, "N_max", None) or 1
+    N = getattr(config, "N", None)
+    if not isinstance(N, int):  # None, or "auto" (a ladder up to N_max)
+        N = getattr(config, "N_max", None) or 1
     itemsize = 4 if getattr(config, "dtype", "float64") == "float32" else 8
     fix = (
         f"t_max = {t_max:g} and dt_save = {dt_save:g} make {n_times:,} saved times; raise dt_save, "

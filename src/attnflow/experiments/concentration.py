@@ -273,41 +273,31 @@ def _assemble(config, times, results, zero, zero_info):
     finals = [r[0][-1] for r in results.values()]
     n_tok = min(p.sizes["token"] for p in finals)
     data: dict[str, Any] = {}
+    rs = list(results.values())
+    # the headline scalars first (sweeps list the first few of a point's scalars)
+    for key in ("t_star", "min_w2", "t_entry", "t_depart", "t_dev"):
+        data[key] = (("beta",), [r[2].quantities[key]["value"] for r in rs])
+    data["N_used"] = (("beta",), [r[2].N for r in rs])
+    data["resolution_ratio"] = (("beta",), [float(r[0][-1].attrs["resolution_ratio"]) for r in rs])
+    data["status"] = (("beta",), np.array([r[2].status for r in rs], dtype=str))
+    for key in ("t_star", "min_w2", "t_entry", "t_depart", "t_dev"):
+        data[f"{key}_estimate"] = (("beta",), [r[2].quantities[key]["estimate"] for r in rs])
+        data[f"{key}_error"] = (("beta",), [r[2].quantities[key]["error"] for r in rs])
     for name in ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V"):
         per = np.stack([p[name].values for p in finals])  # (beta, seed, time)
         data[name] = (("beta", "time"), per.mean(axis=1))
         if per.shape[1] > 1:
             data[f"{name}_seed_std"] = (("beta", "time"), per.std(axis=1, ddof=1))
     data["x"] = (("beta", "time", "token", "dim"), np.stack([p.x.values[:, :n_tok] for p in finals]))
-    ladder = {
-        k: np.full((len(betas), L), np.nan)
-        for k in ("N", "window", "t_star", "min_w2", "t_entry", "t_dev", "ratio")
-    }
-    for i, (levels, qs, _) in enumerate(results.values()):
+    names = ("N", "window", "t_star", "min_w2", "t_entry", "t_dev", "ratio")
+    ladder = {k: np.full((len(betas), L), np.nan) for k in names}
+    for i, (levels, qs, _) in enumerate(rs):
         for j, (p, q) in enumerate(zip(levels, qs, strict=True)):
-            row = {
-                "N": p.attrs["N"],
-                "window": q.t_end,
-                "t_star": q.t_star,
-                "min_w2": q.min_w2,
-                "t_entry": q.t_entry,
-                "t_dev": q.t_dev,
-                "ratio": p.attrs["resolution_ratio"],
-            }
-            for k, v in row.items():
+            row = (p.attrs["N"], q.t_end, q.t_star, q.min_w2, q.t_entry, q.t_dev, p.attrs["resolution_ratio"])
+            for k, v in zip(names, row, strict=True):
                 ladder[k][i, j] = v
     for k, v in ladder.items():
         data[f"ladder_{k}"] = (("beta", "level"), v)
-    for key in ("t_star", "min_w2", "t_entry", "t_dev", "t_depart"):
-        data[key] = (("beta",), [r[2].quantities[key]["value"] for r in results.values()])
-        data[f"{key}_estimate"] = (("beta",), [r[2].quantities[key]["estimate"] for r in results.values()])
-        data[f"{key}_error"] = (("beta",), [r[2].quantities[key]["error"] for r in results.values()])
-    data["N_used"] = (("beta",), [r[2].N for r in results.values()])
-    data["status"] = (("beta",), np.array([r[2].status for r in results.values()], dtype=str))
-    data["resolution_ratio"] = (
-        ("beta",),
-        [float(r[0][-1].attrs["resolution_ratio"]) for r in results.values()],
-    )
     sp = attention_of(config, 1.0).spectrum()
     data["basis_A"] = (("dim", "k"), sp.top.basis)
     ds = xr.Dataset(
