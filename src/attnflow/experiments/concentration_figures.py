@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -69,7 +69,7 @@ CAPTIONS: dict[str, tuple[str, str]] = {
 }
 
 
-STATUS_STYLE = {  # how each convergence status is drawn (attnflow.convergence.STATUSES)
+STATUS_STYLE: dict[str, dict[str, Any]] = {  # how each convergence status is drawn (attnflow.convergence.STATUSES)
     "converged": {"marker": "o", "mfc": "black", "color": "black", "label": "converged in N"},
     "resolved": {"marker": "o", "mfc": "white", "color": "0.35", "label": "resolved, not converged in N"},
     "under-resolved": {
