@@ -69,7 +69,8 @@ CAPTIONS: dict[str, tuple[str, str]] = {
 }
 
 
-STATUS_STYLE: dict[str, dict[str, Any]] = {  # how each convergence status is drawn (attnflow.convergence.STATUSES)
+# how each convergence status is drawn (attnflow.convergence.STATUSES)
+STATUS_STYLE: dict[str, dict[str, Any]] = {
     "converged": {"marker": "o", "mfc": "black", "color": "black", "label": "converged in N"},
     "resolved": {"marker": "o", "mfc": "white", "color": "0.35", "label": "resolved, not converged in N"},
     "under-resolved": {
