@@ -742,3 +742,26 @@ def test_command_runs_concentration_grid(client, tmp_path):
     assert float(ds.t_star.sel(beta=100.0, seed=1)) == float(ref.t_star.sel(beta=100.0))
     res = CliRunner().invoke(_app(), args)  # again: every point already done
     assert res.exit_code == 0 and "0 run, 4 already done" in res.output, res.output
+
+
+def test_one_gpu_per_worker(monkeypatch):
+    """A config asking for device "cuda" runs on cuda:k, k the worker's number modulo the GPUs;
+    other configs and single-GPU hosts are left alone (checked here without a GPU)."""
+    import types
+
+    import distributed
+    import torch
+
+    from attnflow.experiments import load_config
+    from attnflow.sweeps.point import worker_device
+
+    cfg = load_config("concentration-tiny", ["device=cuda"])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for name, want in (("0", "cuda:0"), ("3", "cuda:1")):
+        monkeypatch.setattr(
+            distributed, "get_worker", lambda n=name: types.SimpleNamespace(name=n, address="x")
+        )
+        assert worker_device(cfg).device == want
+    assert worker_device(load_config("concentration-tiny")).device == "cpu"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert worker_device(cfg).device == "cuda"

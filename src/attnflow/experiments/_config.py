@@ -64,7 +64,20 @@ class ExperimentConfig(BaseModel):
         return self
 
 
-class SimulationConfig(ExperimentConfig):
+class DeviceConfig(ExperimentConfig):
+    """The `device` key of the experiments that run the attention kernels."""
+
+    device: str = Field("cpu", description="where the kernels run: cpu, cuda or cuda:K (a GPU)")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v != "cpu" and not re.fullmatch(r"cuda(:\d+)?", v):
+            raise ValueError(f"device must be cpu, cuda or cuda:K, got {v!r}")
+        return v
+
+
+class SimulationConfig(DeviceConfig):
     """Fields shared by experiments that integrate the finite-temperature ODE."""
 
     kernel: Kernel = Field("auto", description=KERNEL_HELP)
@@ -80,14 +93,6 @@ class SimulationConfig(ExperimentConfig):
     threads: NonNegativeInt = Field(
         1, description="torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default)"
     )
-    device: str = Field("cpu", description="where the kernels run: cpu, cuda or cuda:K (a GPU)")
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v: str) -> str:
-        if v != "cpu" and not re.fullmatch(r"cuda(:\d+)?", v):
-            raise ValueError(f"device must be cpu, cuda or cuda:K, got {v!r}")
-        return v
 
     @model_validator(mode="after")
     def _float32_tolerance(self):

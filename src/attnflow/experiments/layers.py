@@ -20,7 +20,7 @@ from ..io import json_attr
 from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save
 from ..progress import Reporter
 from ._common import base_attrs, torch_threads
-from ._config import KERNEL_HELP, Kernel
+from ._config import KERNEL_HELP, DeviceConfig, Kernel
 from ._model import ModelConfig, attention_of, initial_measure
 from ._registry import Experiment, doc_summary
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import xarray as xr
 
 
-class LayersConfig(ModelConfig):
+class LayersConfig(ModelConfig, DeviceConfig):
     """Config of the `layers` experiment."""
 
     experiment: Literal["layers"] = "layers"
@@ -71,7 +71,9 @@ PRESETS = {
 }
 
 
-def transformer(X0: np.ndarray, att, L: int, T: float, kernel: str = "auto", weights=None) -> np.ndarray:
+def transformer(
+    X0: np.ndarray, att, L: int, T: float, kernel: str = "auto", weights=None, device=None
+) -> np.ndarray:
     """L layers x <- (x + h v(x)) / |x + h v(x)|, h = T/L: the tokens after the last layer (N, d).
     weights: those of a weighted measure (the softmax weighs token j by w_j), or None."""
     from ..kernels import velocity
@@ -79,7 +81,7 @@ def transformer(X0: np.ndarray, att, L: int, T: float, kernel: str = "auto", wei
     h = T / L
     X = np.array(X0, dtype=np.float64)
     for _ in range(L):
-        Y = X + h * velocity(X, att, kernel=kernel, weights=weights)
+        Y = X + h * velocity(X, att, kernel=kernel, weights=weights, device=device)
         X = Y / np.linalg.norm(Y, axis=-1, keepdims=True)
     return X
 
@@ -105,6 +107,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
             options={"rtol": config.reference_rtol, "atol": 1e-13},
             kernel=config.kernel,
             weights=w,
+            device=config.device,
             progress=cb,
         )
     X_T = ref.x[-1]
@@ -112,7 +115,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
     errors = []
     for L in config.Ls:
         with torch_threads(config.threads), reporter.task(f"L = {L}", total=1.0):
-            XL = transformer(X0, att, L, config.T, config.kernel, weights=w)
+            XL = transformer(X0, att, L, config.T, config.kernel, weights=w, device=config.device)
         errors.append(float(np.max(np.linalg.norm(XL - X_T, axis=-1))))
         reporter.advance()
         reporter.info(f"L = {L}: max_i |x_i^L - x_i(T)| = {errors[-1]:.3g}")

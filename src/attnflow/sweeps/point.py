@@ -12,6 +12,7 @@ import socket
 import sys
 import time
 import uuid
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from .config import experiment_name
 from .store import POINTS_DIR, Store, as_read_back, done_rel, now, read_record, work_rel, write_json, zarr_rel
 
-__all__ = ["RunFn", "cpus", "run_point", "set_threads", "threads_on_host"]
+__all__ = ["RunFn", "cpus", "run_point", "set_threads", "threads_on_host", "worker_device"]
 
 RunFn = Callable[[Any], Any]  # config -> xarray.Dataset
 
@@ -59,6 +60,27 @@ def set_threads(torch_threads: int | None) -> int:
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
+
+
+def worker_device(config: Any) -> Any:
+    """One GPU per Dask worker: a config asking for device "cuda" runs on cuda:k, k the worker's
+    number (its name on a LocalCluster, else a hash of its address) modulo the GPUs of its host.
+    Other configs, and hosts with one GPU or none, are returned unchanged."""
+    if getattr(config, "device", None) != "cuda":
+        return config
+    try:
+        import torch
+        from distributed import get_worker
+
+        n = torch.cuda.device_count()
+        if n < 2:
+            return config
+        worker = get_worker()
+        name = str(worker.name)
+        k = int(name) if name.isdigit() else zlib.crc32(worker.address.encode())
+    except (ImportError, ValueError):  # not on a worker
+        return config
+    return config.model_copy(update={"device": f"cuda:{k % n}"})
 
 
 # ------------------------------------------------------------------------------------ the result
@@ -192,6 +214,7 @@ def run_point(
     # torch is imported for the registered experiments (they use it); a custom run_fn pays for
     # the import only if torch is already loaded in this worker
     threads = set_threads(torch_threads) if run_fn is None or "torch" in sys.modules else None
+    config = worker_device(config)
     started, t0 = now(), time.perf_counter()
     ds = _label(_compute(config, key, run_fn, workdir), config, key, point)
     seconds = time.perf_counter() - t0
@@ -202,6 +225,7 @@ def run_point(
         return _reused(st, key, workdir)
     rec = {"key": key, "point": point, "started": started, "finished": now(), "seconds": seconds}
     rec |= {"worker": f"{socket.gethostname()}:{os.getpid()}", "torch_threads": threads}
+    rec |= {"device": getattr(config, "device", None)}
     rec |= {"scalars": scalars, "summary": summary}
     write_json(st, done_rel(key), rec)
     if workdir is not None:

@@ -37,7 +37,7 @@ POINTS_DIR = "points"
 WORK_DIR = "work"
 STATUSES = ("pending", "running", "done", "failed")
 # what the manifest copies from a point's .done record
-RECORD_KEYS = ("started", "finished", "seconds", "worker", "torch_threads", "scalars", "summary")
+RECORD_KEYS = ("started", "finished", "seconds", "worker", "torch_threads", "device", "scalars", "summary")
 
 
 class Store:
