@@ -20,6 +20,7 @@ def record(beta, t_star, min_w2, status="converged", t_conv=True, w_conv=True, t
         "status": status,
         "t_star": q(t_star, t_conv, reason="" if t_conv else "the minimum lies at the end of the window"),
         "t_entry": q(t_star - 0.5),
+        "t_dev": q(0.5 * t_star),
         "min_w2": q(min_w2, w_conv, error=1e-3),
         "t_depart": q(t_depart, not math.isnan(t_depart)),
         "w2_initial": 0.85,
@@ -53,6 +54,19 @@ def test_contradicting_data_give_inconsistent_rows():
     assert row(rows, "min_t W2")["verdict"] == "inconsistent"
 
 
+def test_growth_faster_than_log_beta_is_inconsistent():
+    """t* growing linearly in beta also has b > 0 in a log fit: the curvature test catches it."""
+    table = good_table()
+    for b, rec in table.items():
+        rec["t_star"]["value"] = 1.0 + 0.05 * b
+    t = row(claims_table(table, dt=0.1), "t*(beta)")
+    assert t["measured"]["b"] > 0 and t["verdict"] == "inconsistent"
+    assert "faster" in t["note"]
+    assert t["measured"]["slope_in_beta"] == pytest.approx(0.05)
+    # the deviation time of the same table grows like log beta: its own row stays consistent
+    assert row(claims_table(table, dt=0.1), "the time the finite")["verdict"] == "consistent"
+
+
 def test_flat_data_within_errors_are_not_resolved():
     table = good_table(slope=0.0)
     for rec in table.values():
@@ -84,7 +98,7 @@ def test_too_few_converged_betas_decide_nothing():
     assert row(rows, "t*(beta)")["verdict"] == "not resolved"
     assert "2 converged" in row(rows, "t*(beta)")["note"]
     counts = verdict_counts(rows)
-    assert sum(counts.values()) == len(rows) == 5
+    assert sum(counts.values()) == len(rows) == 6
 
 
 def test_entry_time_stands_in_for_t_star_when_only_it_converged():
@@ -98,15 +112,17 @@ def test_entry_time_stands_in_for_t_star_when_only_it_converged():
 
 def test_zero_temperature_rate_row():
     rates = [{"window": [0, 4], "rate": 0.40, "err": 1e-4}, {"window": [16, 20], "rate": 0.5828, "err": 1e-4}]
-    ok = claims_table(good_table(), 0.1, {"local_rates": rates, "guaranteed": 0.25, "c_star": 0.5857})[4]
+    ok = claims_table(good_table(), 0.1, {"local_rates": rates, "guaranteed": 0.25, "c_star": 0.5857})[-1]
     assert ok["verdict"] == "consistent" and ok["measured"]["rate"] == 0.5828
     short = [{"window": [0, 4], "rate": 0.40, "err": 1e-4}, {"window": [4, 8], "rate": 0.52, "err": 1e-4}]
-    pending = claims_table(good_table(), 0.1, {"local_rates": short, "guaranteed": 0.25, "c_star": 0.5857})[4]
+    pending = claims_table(good_table(), 0.1, {"local_rates": short, "guaranteed": 0.25, "c_star": 0.5857})[
+        -1
+    ]
     assert pending["verdict"] == "not resolved"  # approaching c*, not there yet
     below = [{"window": [0, 4], "rate": 0.20, "err": 1e-4}, {"window": [4, 8], "rate": 0.58, "err": 1e-4}]
-    bad = claims_table(good_table(), 0.1, {"local_rates": below, "guaranteed": 0.25, "c_star": 0.5857})[4]
+    bad = claims_table(good_table(), 0.1, {"local_rates": below, "guaranteed": 0.25, "c_star": 0.5857})[-1]
     assert bad["verdict"] == "inconsistent"
-    assert claims_table(good_table(), 0.1, None)[4]["verdict"] == "not resolved"
+    assert claims_table(good_table(), 0.1, None)[-1]["verdict"] == "not resolved"
 
 
 def test_terminal_row_needs_a_converged_departure():

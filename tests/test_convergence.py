@@ -50,26 +50,41 @@ def test_minimum_at_the_window_edge_is_flagged_and_never_converges():
     Ns = [64, 128, 256, 512, 1024]
     qs = levels(Ns)
     assert all(q.edge for q in qs)
-    d = judge_ladder(Ns, qs, dt=0.1, ratio=0.1, ratio_ok=0.5, N_max=1024)
+    d = judge_ladder(Ns, qs, dt=0.1, t_max=20.0, ratio=0.1, ratio_ok=0.5, N_max=1024)
     assert d.status == "resolved" and d.done  # N_max reached, not converged
     assert not d.quantities["min_w2"]["converged"]
     assert "end of the converged window" in d.quantities["min_w2"]["reason"]
+    assert "agree only up to" in d.reasons[0]
+
+
+def test_a_curve_converged_on_its_span_with_its_minimum_at_t_max():
+    """Curves that agree up to t_max make a converged beta; a minimum at t_max is a quantity beyond
+    the run's span (a longer run decides it), not an N problem: the ladder stops."""
+    Ns = [1024, 2048, 4096]
+    qs = []
+    for k, N in enumerate(Ns):
+        w = np.exp(-0.3 * T) + 1.0 / N
+        t_end = converged_window(T, w, np.exp(-0.3 * T) + 2.0 / N) if k else -math.inf
+        qs.append(curve_quantities(T, w, t_end))
+    d = judge_ladder(Ns, qs, dt=0.1, t_max=20.0, ratio=0.1, ratio_ok=0.5, N_max=10**6)
+    assert d.status == "converged" and d.done
+    assert not d.quantities["t_star"]["converged"]
+    assert "t_max" in d.quantities["t_star"]["reason"]
 
 
 def test_a_true_minimum_inside_the_window_converges_with_richardson():
     # a curve with an interior minimum at t = 5, an N-error 1/N, and a departure growing with log N
-    def bowl(N):
-        w = (T - 5.0) ** 2 / 50 + 0.1 + 1.0 / N
-        return np.where(T < 8.0 + math.log2(N / 64), w, 0.5)
+    def bowl(N):  # agrees with the next level over the whole span within atol + rtol W2
+        return (T - 5.0) ** 2 / 50 + 0.1 + 1.0 / N
 
     Ns = [512, 1024, 2048, 4096]
     qs = []
     for k, N in enumerate(Ns):
         t_end = converged_window(T, bowl(N), bowl(Ns[k - 1])) if k else -math.inf
         qs.append(curve_quantities(T, bowl(N), t_end))
-    d = judge_ladder(Ns[:2], qs[:2], dt=0.1, ratio=0.1, ratio_ok=0.5, N_max=4096, tol=0.02, streak=2)
+    d = judge_ladder(Ns[:2], qs[:2], dt=0.1, t_max=20.0, ratio=0.1, ratio_ok=0.5, N_max=4096, streak=2)
     assert d.status == "resolved" and not d.done  # two levels: one comparison, two needed
-    d = judge_ladder(Ns, qs, dt=0.1, ratio=0.1, ratio_ok=0.5, N_max=4096, tol=0.02, streak=2)
+    d = judge_ladder(Ns, qs, dt=0.1, t_max=20.0, ratio=0.1, ratio_ok=0.5, N_max=4096, streak=2)
     assert d.status == "converged" and d.done
     assert d.quantities["t_star"]["value"] == pytest.approx(5.0)
     # min W2 = 0.1 + 1/N: Richardson removes the 1/N error (order 1)
@@ -82,14 +97,16 @@ def test_departure_growing_with_log_n_is_not_converged():
     Ns = [64, 128, 256, 512]
     qs = levels(Ns)
     dep = [8.0 + math.log2(N / 64) for N in Ns]
-    d = judge_ladder(Ns, qs, dt=0.1, ratio=0.1, ratio_ok=0.5, N_max=512, extra_times={"t_depart": dep})
+    d = judge_ladder(
+        Ns, qs, dt=0.1, t_max=20.0, ratio=0.1, ratio_ok=0.5, N_max=512, extra_times={"t_depart": dep}
+    )
     assert not d.quantities["t_depart"]["converged"]
     assert "changed by 1" in d.quantities["t_depart"]["reason"]
 
 
 def test_status_under_resolved_when_the_ratio_is_too_large():
     qs = levels([64, 128])
-    d = judge_ladder([64, 128], qs, dt=0.1, ratio=0.9, ratio_ok=0.5, N_max=10_000)
+    d = judge_ladder([64, 128], qs, dt=0.1, t_max=20.0, ratio=0.9, ratio_ok=0.5, N_max=10_000)
     assert d.status == "under-resolved" and not d.done
 
 

@@ -214,7 +214,7 @@ def test_concentration_fits_and_summary(conc):
     assert summary["per_beta"]["10"]["t_star"] == pytest.approx(float(ds.t_star.sel(beta=10.0)))
     # no beta converged (one level, under-resolved): no claim is decided, none is fitted
     claims = summary["claims"]
-    assert len(claims) == 5 and {c["verdict"] for c in claims[:4]} == {"not resolved"}
+    assert len(claims) == 6 and {c["verdict"] for c in claims[:5]} == {"not resolved"}
     assert all(c["betas"] == [] for c in claims)
     assert summary["convergence"]["100"]["status"] == "under-resolved"
     assert "error" in json.loads(ds.attrs["fits"])["theorem_bound"]
@@ -440,7 +440,7 @@ def test_zero_temperature_reference_in_concentration():
     assert zero["kind"].startswith("N = infinity")
     assert ds.w2.values[0, 0] == pytest.approx(ds.w2_zero.values[0], rel=1e-3)
     assert zero["c_star"] == pytest.approx(0.351391, rel=1e-5)
-    rate_row = json.loads(ds.attrs["claims"])[4]
+    rate_row = json.loads(ds.attrs["claims"])[-1]
     assert rate_row["measured"]["last_window"] == [0.0, 4.0]
 
 

@@ -10,7 +10,10 @@ One row per claim (docs/math.md, "The results to reproduce"):
 
 A row only uses betas whose quantities converged in N (`attnflow.convergence`); with fewer than
 MIN_BETAS of them it says "not resolved". A verdict needs the measured number to clear its
-threshold by SIGMAS errors; otherwise the data do not decide ("not resolved"). The table reports
+threshold by SIGMAS errors; otherwise the data do not decide ("not resolved"). A law "y grows like
+log beta" (or "like a power of a(beta)") also needs the data to lie on it: from 4 betas on, a
+quadratic term beyond SIGMAS errors (the curve bends away from the law, e.g. t* growing like beta)
+makes the row "inconsistent". The table reports
 what the data say: when converged data contradict a claim, the row says "inconsistent".
 """
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 import itertools
 import math
 from typing import Any
+
+import numpy as np
 
 __all__ = ["MIN_BETAS", "SIGMAS", "claims_table", "verdict_counts"]
 
@@ -65,61 +70,100 @@ def _sigma(q: dict, floor: float) -> float:
     return math.sqrt(sum(float(p) ** 2 for p in parts if p is not None and math.isfinite(float(p))))
 
 
+def _curvature(x: np.ndarray, y: np.ndarray, sigma: np.ndarray) -> tuple[float, float] | None:
+    """The quadratic coefficient of a weighted fit y = a + b x + c x^2 (x centred) and its error, the
+    larger of the error from `sigma` and the one from the residuals; None below 4 points."""
+    if x.size < 4:
+        return None
+    xc = x - x.mean()
+    coef, cov = np.polyfit(xc, y, 2, w=1.0 / sigma, cov="unscaled")
+    err = math.sqrt(max(cov[0, 0], 0.0))
+    if x.size >= 5:
+        _, cov_s = np.polyfit(xc, y, 2, w=1.0 / sigma, cov=True)
+        err = max(err, math.sqrt(max(cov_s[0, 0], 0.0)))
+    return float(coef[0]), err
+
+
+def _law_verdict(
+    slope: float, slope_err: float, curv: tuple[float, float] | None, what: str
+) -> tuple[str, str]:
+    """A monotone law y = a + b x decided: b's sign by SIGMAS errors, and no curvature beyond SIGMAS
+    errors (a convex curve in x means y grows faster than the law)."""
+    verdict = _sign_verdict(slope, slope_err)
+    if curv is None:
+        return verdict, "4 betas are needed to test the curvature: only the sign of the slope was tested"
+    c, c_err = curv
+    if verdict == "consistent" and abs(c) > SIGMAS * c_err:
+        faster = "faster" if (c > 0) == (slope > 0) else "slower"
+        return "inconsistent", (
+            f"the data curve away from the law: quadratic term {c:.3g} ± {c_err:.2g} ({what} changes "
+            f"{faster} than the law)"
+        )
+    return verdict, ""
+
+
+def _too_few(claim: str, betas: list[float], left: dict[str, str]) -> dict:
+    return _row(
+        claim,
+        None,
+        None,
+        betas,
+        "not resolved",
+        left_out=left,
+        note=f"{len(betas)} converged beta(s); {MIN_BETAS} needed",
+    )
+
+
 def _time_row(per_beta: dict[float, dict], key: str, label: str, dt: float) -> dict:
     from .fits import fit_t_star
 
     betas, left = _usable(per_beta, key)
     claim = f"{label} grows like log beta (t = a + b log beta, b > 0)"
     if len(betas) < MIN_BETAS:
-        return _row(
-            claim,
-            None,
-            None,
-            betas,
-            "not resolved",
-            left_out=left,
-            note=f"{len(betas)} converged beta(s); {MIN_BETAS} needed",
-        )
-    t = [per_beta[b][key]["value"] for b in betas]
-    sigma = [_sigma(per_beta[b][key], 0.5 * dt) for b in betas]
+        return _too_few(claim, betas, left)
+    t = np.array([per_beta[b][key]["value"] for b in betas])
+    sigma = np.array([_sigma(per_beta[b][key], 0.5 * dt) for b in betas])
     f = fit_t_star(betas, t, sigma=sigma)
+    verdict, note = _law_verdict(f.b, f.b_err, _curvature(np.log(betas), t, sigma), "t")
+    lin = np.polyfit(betas, t, 1)
+    measured = {"b": f.b, "a": f.a, "r2": f.r2, "slope_in_beta": float(lin[0])}
     return _row(
         claim,
-        {"b": f.b, "a": f.a, "r2": f.r2},
+        measured,
         {"b": f.b_err, "a": f.a_err},
         betas,
-        _sign_verdict(f.b, f.b_err),
+        verdict,
         left_out=left,
         quantity=key,
+        note=note or None,
     )
 
 
 def _power_row(per_beta: dict[float, dict]) -> dict:
-    from .fits import fit_min_w2
+    from .fits import fit_min_w2, temperature_scale
 
     betas, left = _usable(per_beta, "min_w2")
     claim = "min_t W2 falls like a power of a(beta) = sqrt(log(beta+1)/beta) (min W2 = C a^p, p > 0)"
     if len(betas) < MIN_BETAS:
-        return _row(
-            claim,
-            None,
-            None,
-            betas,
-            "not resolved",
-            left_out=left,
-            note=f"{len(betas)} converged beta(s); {MIN_BETAS} needed",
-        )
-    y = [per_beta[b]["min_w2"]["value"] for b in betas]
-    rel = [_sigma(per_beta[b]["min_w2"], 0.0) / v if v > 0 else 1.0 for b, v in zip(betas, y, strict=True)]
-    rel = [max(r, 1e-6) for r in rel]
+        return _too_few(claim, betas, left)
+    y = np.array([per_beta[b]["min_w2"]["value"] for b in betas])
+    rel = np.array(
+        [
+            max(_sigma(per_beta[b]["min_w2"], 0.0) / v if v > 0 else 1.0, 1e-6)
+            for b, v in zip(betas, y, strict=True)
+        ]
+    )
     f = fit_min_w2(betas, y, sigma=rel)
+    curv = _curvature(np.log(temperature_scale(np.array(betas))), np.log(y), rel)
+    verdict, note = _law_verdict(f.p, f.p_err, curv, "log min W2")
     return _row(
         claim,
         {"p": f.p, "C": f.C, "r2": f.r2},
         {"p": f.p_err, "C": f.C_err},
         betas,
-        _sign_verdict(f.p, f.p_err),
+        verdict,
         left_out=left,
+        note=note or None,
     )
 
 
@@ -202,7 +246,7 @@ def _rate_row(zero: dict | None) -> dict:
 def claims_table(per_beta: dict[float, dict], dt: float, zero: dict | None = None) -> list[dict]:
     """The claims table from per-beta ladder results.
 
-    per_beta: beta -> {"status", "t_star", "t_entry", "min_w2", "t_depart" (each {value, error,
+    per_beta: beta -> {"status", "t_star", "t_entry", "t_dev", "min_w2", "t_depart" (each {value, error,
     converged, reason[, seed_spread]}), "w2_initial", "mass_V_final"}; dt: the saved-time step (the
     floor of a time's error); zero: {"local_rates": [{window, rate, err}], "guaranteed", "c_star"}
     of the N = infinity zero-temperature reference, or None.
@@ -213,8 +257,12 @@ def claims_table(per_beta: dict[float, dict], dt: float, zero: dict | None = Non
     if len(betas_star) < MIN_BETAS <= len(betas_entry):
         t_key = "t_entry"  # the argmin wanders on flat plateaus; the band entry is its converged stand-in
     label = "t*(beta)" if t_key == "t_star" else "the entry time into the near-minimal band (for t*)"
+    dev = (
+        "the time the finite-temperature error appears (W2 > 1.1 W2 at beta = inf: the bound's balance time)"
+    )
     return [
         _time_row(per_beta, t_key, label, dt),
+        _time_row(per_beta, "t_dev", dev, dt),
         _power_row(per_beta),
         _concentration_row(per_beta),
         _terminal_row(per_beta),

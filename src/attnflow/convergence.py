@@ -11,6 +11,8 @@ N_min, 2 N_min, ... and compares consecutive levels:
 - the *quantities* of level k are read off its curve inside that window only: min W2, its argmin t*,
   and the entry time into the near-minimal band. A minimum at the window's right edge is not a
   minimum (the curve may fall further later): it is flagged `edge` and never counts as converged;
+- a beta is *converged* when its curves agree over the whole saved span [0, t_max] for `streak`
+  doublings in a row: more tokens cannot change what the run says;
 - a quantity is *converged* when it is not at an edge and has changed by less than `tol` (relative
   for levels, absolute in units of the saved-time step for times) over `streak` doublings;
 - the N -> infinity value is estimated by Richardson extrapolation from the last three levels,
@@ -166,22 +168,23 @@ def judge_ladder(
     Ns: Any,
     levels: list[CurveQuantities],
     dt: float,
+    t_max: float,
     ratio: float,
     ratio_ok: float,
     N_max: int,
     tol: float = 0.02,
     streak: int = 2,
-    required: tuple[str, ...] = ("min_w2", "t_entry"),
     extra_times: dict[str, list[float]] | None = None,
 ) -> LadderDecision:
     """Judge the levels Ns (L,) with their CurveQuantities (the first level's window is empty).
 
-    Times (t_star, t_entry) converge when consecutive levels differ by at most max(tol t, dt); min_w2
-    when they differ by at most tol relative. `streak` consecutive small changes are needed. The
-    status is "converged" when every quantity in `required` is: the argmin t* itself wanders on a
-    flat plateau, so by default the entry time into the near-minimal band stands for it (both are
-    reported with their own flags). extra_times: further per-level times judged the same way but
-    without the window (e.g. the departure time), name -> values (L,).
+    The status is "converged" when the W2 curves of the last `streak` doublings agree over the whole
+    saved span [0, t_max]: the run is then converged in N on it, and more tokens cannot change what it
+    says (a minimum beyond t_max needs a longer run, not more tokens). Each quantity carries its own
+    flag: times (t_star, t_entry, t_dev) converge when consecutive levels differ by at most
+    max(tol t, dt), min_w2 when they differ by at most tol relative, `streak` times in a row; a
+    minimum at the end of the window never converges. extra_times: further per-level times judged the
+    same way but without the window (e.g. the departure time), name -> values (L,).
     """
     Ns = [int(n) for n in Ns]
     if len(Ns) != len(levels) or not Ns:
@@ -198,9 +201,12 @@ def judge_ladder(
         if len(values) != len(Ns):
             raise ValueError(f"extra_times[{name!r}] has {len(values)} values for {len(Ns)} levels")
         series[name] = (list(values), [False] * len(values))
+    whole = [q.t_end >= t_max - 1e-9 * max(1.0, t_max) for q in levels]
     for name, (values, edges) in series.items():
         estimate, error, order = richardson(Ns, values)
         ok, why = _converged(name, values, edges, dt, tol, streak)
+        if not ok and edges[-1] and whole[-1]:
+            why = "the minimum lies at t_max: the curve still falls there (a longer t_max decides)"
         if not ok:
             reasons.append(f"{name}: {why}")
         out[name] = {
@@ -211,10 +217,9 @@ def judge_ladder(
             "converged": ok,
             "reason": why,
         }
-    unknown = set(required) - set(out)
-    if unknown:
-        raise ValueError(f"required names unknown quantities {sorted(unknown)}; known: {sorted(out)}")
-    converged = all(out[name]["converged"] for name in required)
+    converged = len(levels) > streak and all(whole[-streak:])
+    if not converged:
+        reasons.insert(0, f"the W2 curves of N and N/2 agree only up to t = {levels[-1].t_end:.3g} < t_max")
     status = "converged" if converged else ("resolved" if ratio < ratio_ok else "under-resolved")
     return LadderDecision(status, converged or Ns[-1] * 2 > N_max, Ns[-1], out, reasons)
 

@@ -203,6 +203,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
                 [p.attrs["N"] for p in levels],
                 quantities,
                 config.dt_save,
+                float(times[-1]),
                 float(part.attrs["resolution_ratio"]),
                 RESOLUTION_OK,
                 config.N_max if config.N == "auto" else int(config.N),
