@@ -3,6 +3,7 @@ projection, distances."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -210,3 +211,102 @@ def spacing(N: int, d: int) -> float:
     """Typical spacing of N evenly spread points on S^{d-1}: (|S^{d-1}| / N)^{1/(d-1)}."""
     area = 2.0 * math.pi ** (d / 2.0) / math.gamma(d / 2.0)
     return (area / N) ** (1.0 / (d - 1))
+
+
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
+
+
+def _graded_density(
+    x: np.ndarray, j: int, centres: np.ndarray, h: float, du: float, eps: float
+) -> np.ndarray:
+    """Nodes per radian n at the angles centres[j] + x, x (...) given as offsets from centre j (so that
+    its own term, 1 / (du sqrt(eps^2 + 4 sin^2(x / 2))), keeps its accuracy for x ~ eps)."""
+    n = np.full(np.shape(x), 1.0 / h)
+    for i, ci in enumerate(centres):
+        r = x if i == j else x + (centres[j] - ci)
+        n += 1.0 / (du * np.sqrt(eps * eps + 4.0 * np.sin(r / 2.0) ** 2))
+    return n
+
+
+def graded_circle_quadrature(
+    centres,
+    h: float,
+    du: float,
+    eps: float = 1e-11,
+    density: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Quadrature of rho_0 on S^1 with nodes graded logarithmically toward the angles `centres`.
+
+    Node density (nodes per radian) n(theta) = 1/h + sum_j 1 / (du sqrt(eps^2 + 4 sin^2((theta - c_j) / 2))):
+    spacing about h far from every centre, about du r at a distance eps << r << h/du from c_j (equal
+    steps du in log r), about eps du within eps of it.  The nodes are equispaced in u(theta) = integral
+    of n (Gauss-Legendre on geometric pieces, in offsets from the nearest centre; inverted by Newton to
+    rounding), N = u(2 pi) rounded up to a multiple of 4; the weights are w_i ∝ f(x_i) / n(theta_i), f
+    the density (callable X (N, 2) -> (N,), w.r.t. the uniform law; None: uniform), summing to 1.  This
+    is the trapezoidal rule in the periodic variable u: spectrally accurate for integrands smooth in u,
+    and a Lagrangian quadrature of the mean-field equation whose nodes leave a hyperbolic point at c_j
+    one by one at times about du / (its expansion rate) apart (MATH.md, "Weighted measures").
+    centres: distinct angles in radians (k,), k >= 0; h, du > 0, 0 < eps < 1.  Returns X (N, 2), unit
+    rows in increasing angle from the midpoint before the first centre, and w (N,).  Two antipodal
+    centres and the uniform density give a set symmetric under x -> -x, each centre midway between two
+    nodes.
+    """
+    c = np.asarray(to_numpy(centres), dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(c)):
+        raise ValueError(f"centres must be finite angles in radians, got {centres!r}")
+    h = check_positive(h, "h")
+    du = check_positive(du, "du")
+    eps = check_positive(eps, "eps")
+    if eps >= 1.0:
+        raise ValueError(f"eps must be < 1 (the smallest graded scale, radians), got {eps!r}")
+    cs = np.sort(np.mod(c, 2.0 * math.pi))  # the centres in angle order; the arcs they own, in order
+    if cs.size == 0:
+        origins, arcs = np.zeros(1), [(0, 0.0, 2.0 * math.pi)]
+    else:
+        gaps = np.diff(np.concatenate([cs, [cs[0] + 2.0 * math.pi]]))
+        if np.min(gaps) <= 2.0 * eps:
+            raise ValueError(f"centres must be more than 2 eps = {2 * eps:.3g} rad apart, got {centres!r}")
+        back = np.roll(gaps, 1)
+        origins, arcs = cs, [(i, -back[i] / 2.0, gaps[i] / 2.0) for i in range(cs.size)]
+    steps = eps * 2.0 ** np.arange(math.ceil(math.log2(2.0 * math.pi / eps)))
+    pieces = []  # (owner, lo, hi): offsets from the owner's origin, in increasing angle
+    for i, a, b in arcs:
+        cuts = np.linspace(a, b, math.ceil((b - a) / 0.05) + 1)
+        if cs.size:
+            cuts = np.concatenate([cuts, [0.0], -steps[steps < -a], steps[steps < b]])
+        cuts = np.unique(cuts)
+        pieces += [(i, lo, hi) for lo, hi in itertools.pairwise(cuts)]
+    p_own, p_lo, p_hi = (np.array([p[k] for p in pieces]) for k in range(3))
+
+    def n_of(x: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """n at offsets x (M, ...) from the origins own (M,), own non-decreasing."""
+        out = np.empty(np.shape(x))
+        edges = np.searchsorted(own, np.arange(origins.size + 1))
+        for i in range(origins.size):
+            out[edges[i] : edges[i + 1]] = _graded_density(x[edges[i] : edges[i + 1]], i, cs, h, du, eps)
+        return out
+
+    def integral(lo: np.ndarray, hi: np.ndarray, own: np.ndarray) -> np.ndarray:
+        mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
+        return half * (n_of(mid[:, None] + half[:, None] * _GL_X, own) @ _GL_W)
+
+    cum = np.concatenate([[0.0], np.cumsum(integral(p_lo, p_hi, p_own))])
+    U = float(cum[-1])
+    N = 4 * math.ceil(U / 4.0)
+    target = U * (np.arange(N) + 0.5) / N
+    k = np.clip(np.searchsorted(cum, target, side="right") - 1, 0, len(pieces) - 1)
+    lo, hi, own = p_lo[k], p_hi[k], p_own[k]
+    x = lo + (hi - lo) * (target - cum[k]) / (cum[k + 1] - cum[k])
+    for _ in range(50):  # Newton on u(x) = target inside the piece (u increasing), to rounding in u
+        resid = cum[k] + integral(lo, x, own) - target
+        x = np.clip(x - resid / n_of(x, own), lo, hi)
+        if np.all(np.abs(resid) <= 1e-13 * (1.0 + U)):
+            break
+    base = origins[own]  # angle = base + x, with the rotation written out (x ~ eps keeps its digits)
+    cb, sb, cx, sx = np.cos(base), np.sin(base), np.cos(x), np.sin(x)
+    X = np.stack([cb * cx - sb * sx, sb * cx + cb * sx], axis=1)
+    f = np.ones(N) if density is None else np.asarray(to_numpy(density(X)), dtype=np.float64)
+    if f.shape != (N,) or not np.all(np.isfinite(f)) or np.any(f <= 0):
+        raise ValueError(f"density(X) must return ({N},) finite values > 0 at every node (weights are > 0)")
+    w = f / n_of(x, own)
+    return X, w / w.sum()
