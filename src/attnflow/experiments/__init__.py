@@ -275,34 +275,41 @@ def summary_markdown(summary: dict[str, Any], title: str = "") -> str:
 def run_experiment(
     config: BaseModel,
     out: Path | str | None = None,
-    progress: Reporter | None = None,
+    progress: Reporter | bool | None = None,
     quiet: bool = False,
 ):
     """Run `config`'s experiment. With `out`: write out/config.toml first, resume from out/parts/,
     then write out/result.zarr (atomically), out/summary.json and out/summary.md. Returns the Dataset.
 
-    progress: a Reporter (progress bars, messages); quiet=True uses a silent one instead.
+    progress: True for progress bars and the run's messages (tqdm's notebook bars in Jupyter, Rich
+    on stderr elsewhere); a Reporter (attnflow.progress) of your own; None or False (default): silent,
+    as is quiet=True. The torch threads are the config's `threads` (docs/guide.md, "Threads").
     """
     from ..io import atomic_write_text, clean_stale, to_json, write_dataset
+    from ..progress import reporter_for
     from ._config import to_toml
 
     exp = _experiment_of(config)
-    reporter = Reporter() if quiet or progress is None else progress
-    if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        clean_stale(out)
-        clean_stale(out / layout.PARTS_DIR)
-        atomic_write_text(out / layout.CONFIG_FILE, to_toml(config))
-    t0 = time.perf_counter()
-    ds = exp.run(config, out, reporter)
-    summary = exp.summarize(ds)
-    if out is not None:
-        write_dataset(ds, out / layout.RESULT_STORE)
-        atomic_write_text(out / layout.SUMMARY_JSON, to_json(summary, indent=2) + "\n")
-        md = summary_markdown(summary, f"attnflow run: {exp.name}") + "\n"
-        atomic_write_text(out / layout.SUMMARY_MD, md)
-    reporter.info(f"{exp.name}: done in {time.perf_counter() - t0:.1f} s")
+    reporter, own = (Reporter(), False) if quiet else reporter_for(progress)
+    try:
+        if out is not None:
+            out = Path(out)
+            out.mkdir(parents=True, exist_ok=True)
+            clean_stale(out)
+            clean_stale(out / layout.PARTS_DIR)
+            atomic_write_text(out / layout.CONFIG_FILE, to_toml(config))
+        t0 = time.perf_counter()
+        ds = exp.run(config, out, reporter)
+        summary = exp.summarize(ds)
+        if out is not None:
+            write_dataset(ds, out / layout.RESULT_STORE)
+            atomic_write_text(out / layout.SUMMARY_JSON, to_json(summary, indent=2) + "\n")
+            md = summary_markdown(summary, f"attnflow run: {exp.name}") + "\n"
+            atomic_write_text(out / layout.SUMMARY_MD, md)
+        reporter.info(f"{exp.name}: done in {time.perf_counter() - t0:.1f} s")
+    finally:
+        if own:
+            reporter.close()
     return ds
 
 

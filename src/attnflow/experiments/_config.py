@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from .._checks import check_rtol_for_dtype
+from .._threads import DEFAULT_THREADS, THREADS_HELP
 from ..integrate import METHODS
 from ..kernels import FINITE_KERNELS
 from ..progress import Reporter
@@ -68,9 +69,7 @@ class SimulationConfig(ExperimentConfig):
         description="arithmetic of the integration: float32 is about 2x faster for large N, with a "
         "velocity error near beta * 1e-7 relative; it needs rtol >= 1e-5 (adaptive)",
     )
-    threads: NonNegativeInt = Field(
-        1, description="torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default)"
-    )
+    threads: NonNegativeInt = Field(DEFAULT_THREADS, description=THREADS_HELP)
 
     @model_validator(mode="after")
     def _float32_tolerance(self):

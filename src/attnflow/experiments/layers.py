@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from .._text import format_value
+from .._threads import DEFAULT_THREADS, THREADS_HELP
 from ..io import json_attr
 from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save
 from ..progress import Reporter
@@ -43,9 +44,7 @@ class LayersConfig(ExperimentConfig):
     )
     kernel: Kernel = Field("auto", description=KERNEL_HELP)
     reference_rtol: PositiveFloat = Field(1e-11, description="rtol of the adaptive reference solution")
-    threads: NonNegativeInt = Field(
-        1, description="torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default)"
-    )
+    threads: NonNegativeInt = Field(DEFAULT_THREADS, description=THREADS_HELP)
 
     @field_validator("beta")
     @classmethod
