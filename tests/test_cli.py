@@ -191,7 +191,7 @@ def test_plot_needs_a_result(tmp_path):
 
 @pytest.mark.slow
 def test_plot_writes_figures_and_report(finished):
-    result = invoke("plot", str(finished), "--no-animation")
+    result = invoke("plot", str(finished), "--no-animation", "--pdf")
     assert result.exit_code == 0, result.output
     pngs = list((finished / "figures").glob("*.png"))
     assert pngs and all(p.with_suffix(".pdf").exists() for p in pngs)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ._console import console
 from .experiments import DEFAULT_EXPERIMENT, ConfigError
 from .experiments._layout import (
     FIGURES_DIR,
@@ -97,20 +98,28 @@ def _default_out(target: str) -> Path:
     return Path("runs") / name
 
 
-def _figures(ds: Any, summary: dict, out: Path, animation: bool, quiet: bool) -> list[Path]:
-    """The experiment's figures (and animation) in OUT/figures and the report; a failure only warns."""
+def _figures(
+    ds: Any, summary: dict, out: Path, animation: bool, quiet: bool, pdf: bool = False
+) -> list[Path]:
+    """The experiment's figures (PDF, animation) in OUT/figures and the report; a failure only warns."""
     from contextlib import nullcontext
-
-    from rich.console import Console
 
     from .experiments import plot_run, write_report
 
     paths: list[Path] = []
-    status = nullcontext() if quiet else Console(stderr=True).status("drawing figures, animation and report")
+    what = (
+        "figures" + (" (PNG and PDF)" if pdf else "") + (", animation" if animation else "") + " and report"
+    )
+    status = nullcontext() if quiet else console(stderr=True).status(f"drawing {what}")
     try:
         with status:
-            paths = plot_run(ds, out / FIGURES_DIR, animation=animation)
+            paths = plot_run(ds, out / FIGURES_DIR, animation=animation, pdf=pdf)
             paths.append(write_report(ds, summary, paths, out))
+        if animation and not quiet and not any(p.suffix == ".mp4" for p in paths):
+            from .plot.tokens import FFMPEG_HINT, ffmpeg_path
+
+            if ffmpeg_path() is None and any(p.suffix == ".gif" for p in paths):
+                typer.echo(f"attnflow: no MP4 (no ffmpeg found): {FFMPEG_HINT}", err=True)
     except Exception as err:  # figures never fail a finished run
         if _state["debug"]:
             raise
@@ -145,8 +154,16 @@ def run(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="no progress bars or messages (warnings stay)")
     ] = False,
-    figures: Annotated[bool, typer.Option(help="draw figures, animation and report at the end")] = True,
-    animation: Annotated[bool, typer.Option(help="write the token animation (GIF; MP4 with ffmpeg)")] = True,
+    figures: Annotated[bool, typer.Option(help="draw the figures (PNG) and the report at the end")] = True,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="also write every figure as PDF (vector, for a paper)")
+    ] = False,
+    animation: Annotated[
+        bool,
+        typer.Option(
+            "--animation/--no-animation", help="also write the token animation (GIF; MP4 with ffmpeg)"
+        ),
+    ] = False,
 ) -> None:
     """Run an experiment and write OUT/result.zarr, summary.json, summary.md, config.toml, figures/.
 
@@ -192,7 +209,7 @@ def run(
     reporter.close()
     summary = json.loads((out / SUMMARY_JSON).read_text())
     if figures:
-        _figures(ds, summary, out, animation, quiet)
+        _figures(ds, summary, out, animation, quiet, pdf)
     if not quiet:
         typer.echo((out / SUMMARY_MD).read_text())
         typer.echo(f"results in {out}/ ({RESULT_STORE} opens with xarray.open_zarr)")
@@ -330,10 +347,19 @@ def show(
 @app.command()
 def plot(
     directory: Annotated[Path, typer.Argument(help="output folder of `attnflow run`")],
-    animation: Annotated[bool, typer.Option(help="write the token animation (GIF; MP4 with ffmpeg)")] = True,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="also write every figure as PDF (vector, for a paper)")
+    ] = False,
+    animation: Annotated[
+        bool,
+        typer.Option(
+            "--animation/--no-animation", help="also write the token animation (GIF; MP4 with ffmpeg)"
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
-    """(Re)draw the figures, animation and report of a finished run into DIRECTORY/figures."""
+    """(Re)draw the figures (PNG; --pdf: also PDF), the animation (--animation) and the report of a
+    finished run into DIRECTORY/figures."""
     from .io import read_dataset
 
     store = directory / RESULT_STORE
@@ -344,7 +370,7 @@ def plot(
     ds = read_dataset(store)
     summary_path = directory / SUMMARY_JSON
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    paths = _figures(ds, summary, directory, animation, quiet)
+    paths = _figures(ds, summary, directory, animation, quiet, pdf)
     if not paths:
         raise typer.Exit(EXIT_FAILED)
 

@@ -317,25 +317,29 @@ def run_experiment(
 
 
 def plot_run(
-    ds: xr.Dataset, outdir: str | Path, animation: bool = False, dpi: int | None = None
+    ds: xr.Dataset, outdir: str | Path, animation: bool = False, dpi: int | None = None, pdf: bool = False
 ) -> list[Path]:
-    """Every figure of a run of ds.attrs["experiment"], as PNG and PDF in outdir (animation=True:
-    also the token animation where the run kept tokens). Returns the written paths."""
-    from ..plot import DPI
+    """Every figure of a run of ds.attrs["experiment"] as PNG in outdir; pdf=True: also as PDF (vector,
+    for a paper); animation=True: also the token animation where the run kept tokens (GIF, and MP4
+    where ffmpeg is found). Returns the written paths."""
+    from ..plot import DPI, figure_formats
 
     exp = _experiment_of_dataset(ds)
-    return list(exp.figures(ds, Path(outdir), dpi=dpi or DPI, animation=animation))
+    with figure_formats(*(("png", "pdf") if pdf else ("png",))):
+        return list(exp.figures(ds, Path(outdir), dpi=dpi or DPI, animation=animation))
 
 
-def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None) -> list[Path]:
+def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None, pdf: bool = False) -> list[Path]:
     """The figures of a sweep's Dataset (`attnflow.sweeps.open_sweep`): its experiment's
-    `sweep_figures`, or the generic `attnflow.plot.plot_sweep` (also for an unknown experiment)."""
+    `sweep_figures`, or the generic `attnflow.plot.plot_sweep` (also for an unknown experiment).
+    PNG; pdf=True: also PDF."""
     from .. import plot
 
     name = ds.attrs.get("experiment")
     exp = _all().get(name) if isinstance(name, str) else None
     draw = exp.sweep_figures if exp is not None and exp.sweep_figures is not None else plot.plot_sweep
-    return list(draw(ds, Path(outdir), dpi=dpi or plot.DPI))
+    with plot.figure_formats(*(("png", "pdf") if pdf else ("png",))):
+        return list(draw(ds, Path(outdir), dpi=dpi or plot.DPI))
 
 
 def write_report(ds: xr.Dataset, summary: Mapping[str, Any], figures: list[Path], outdir: str | Path) -> Path:

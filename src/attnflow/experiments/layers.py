@@ -18,7 +18,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_va
 from .._text import format_value
 from .._threads import DEFAULT_THREADS, THREADS_HELP
 from ..io import json_attr
-from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save
+from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save, ticks_at
 from ..progress import Reporter
 from ._common import base_attrs, initial_cloud, torch_threads
 from ._config import KERNEL_HELP, ExperimentConfig, Kernel
@@ -200,6 +200,8 @@ def plot_layers(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
         ax.plot(hh, e[k] * (hh / h[k]) ** order, color="0.45", ls="--", label=lab)
     ax.set_xscale("log")
     ax.set_yscale("log", nonpositive="mask")
+    ticks_at(ax.xaxis, h)  # the steps themselves: no crowded minor labels
+    ax.margins(x=0.08)  # room for the "L = ..." labels at both ends
     ax.set_xlabel("step h = T / L (log scale)")
     ax.set_ylabel("error against a fine ODE reference (log scale)")
     ax.grid(True, which="both", alpha=0.3)

@@ -26,12 +26,14 @@ from ..plot import (
     beta_label,
     beta_legend,
     config_value,
+    log_axis_plain_ticks,
     new_figure,
     positive,
     require,
     run_title,
     save,
     series_styles,
+    ticks_at,
 )
 from ..progress import Reporter
 from ._common import (
@@ -237,8 +239,9 @@ def plot_resolution(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[
         for i, b in enumerate(betas):
             ax.plot(Ns, positive(vals[i]) if var == "min_w2" else vals[i], label=beta_label(b), **styles[i])
         ax.set_xscale("log")
+        ticks_at(ax.xaxis, Ns)  # the ladder's N: 16, 32, 64 rather than 2 x 10^1
         if var == "min_w2":
-            ax.set_yscale("log", nonpositive="mask")
+            log_axis_plain_ticks(ax)
         ax.set_xlabel("number of tokens N (log scale)")
         ax.set_ylabel(ylab)
         ax.set_title(
@@ -259,19 +262,16 @@ def plot_resolution(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[
             c = math.exp(float(np.mean(np.log(need[ok]) - np.log(ref[ok]))))
             ax.plot(betas, c * ref, color="0.4", ls="--", label=f"{format_value(c)}·β^((d−1)/2), d = {d}")
         ax.axhline(Ns.max(), color="0.6", ls=":", lw=1.2, label=f"largest N tried ({Ns.max():g})")
-        nc = ~np.isfinite(need)
-        if nc.any():
-            ax.plot(
-                betas[nc],
-                np.full(nc.sum(), Ns.max() * 1.6),
-                ls="",
-                marker="^",
-                ms=9,
-                color="0.3",
-                label=f"not converged: N needed > {Ns.max():g}",
-            )
+        _mark_not_converged(ax, betas, ~np.isfinite(need), Ns.max())
         ax.set_xscale("log")
         ax.set_yscale("log", nonpositive="mask")
+        known = need[np.isfinite(need)]
+        ax.set_ylim(min(Ns.min(), known.min() if known.size else np.inf) / 1.5, Ns.max() * 3)
+        fb = betas[np.isfinite(betas) & (betas > 0)]
+        if fb.size:  # x limits from the betas themselves: no point has a known N when none converged
+            ax.set_xlim(fb.min() / 1.4, fb.max() * 1.4)
+        ticks_at(ax.xaxis, betas)
+        ticks_at(ax.yaxis, [*Ns, *known])
         ax.set_xlabel("inverse temperature β (log scale)")
         ax.set_ylabel("N needed (log scale)")
         ax.set_title("tokens needed for mean-field resolution", fontsize="medium")
@@ -279,6 +279,38 @@ def plot_resolution(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(run_title(ds, "Mean-field resolution: results against the number of tokens N"))
     return save(fig, outdir, "resolution", dpi)
+
+
+def _mark_not_converged(ax, betas: np.ndarray, nc: np.ndarray, N_max: float) -> None:
+    """Betas whose ladder ended unconverged: an upward arrow at the top edge of the axes (no N is
+    known, so none is drawn on the N axis), labelled once "not converged"."""
+    from matplotlib.transforms import blended_transform_factory
+
+    if not nc.any():
+        return
+    top = blended_transform_factory(ax.transData, ax.transAxes)  # x: beta, y: a fraction of the axes
+    for i, b in enumerate(betas[nc]):
+        ax.annotate(
+            "",
+            xy=(b, 0.97),
+            xytext=(b, 0.80),
+            xycoords=top,
+            textcoords=top,
+            arrowprops={"arrowstyle": "-|>", "color": "0.25", "lw": 1.6, "mutation_scale": 14},
+        )
+        ax.text(
+            b, 0.76, "not\nconverged", transform=top, ha="center", va="top", fontsize="x-small", color="0.25"
+        )
+        if i == 0:  # a legend entry for the arrows
+            ax.plot(
+                [],
+                [],
+                ls="",
+                marker="$\\uparrow$",
+                ms=10,
+                color="0.25",
+                label=f"not converged: N needed > {N_max:g}",
+            )
 
 
 def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
