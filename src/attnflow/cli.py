@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -70,6 +71,24 @@ def _main(
     debug: Annotated[bool, typer.Option("--debug", help="show Python tracebacks of failures")] = False,
 ) -> None:
     _state["debug"] = debug
+    _config_warnings_as_messages()
+
+
+def _config_warnings_as_messages() -> None:
+    """Show a ConfigWarning (a config that runs but may mislead, e.g. t_max too short for the betas)
+    as one `attnflow: warning: ...` line on stderr; other warnings as Python shows them."""
+    shown = warnings.showwarning
+    if getattr(shown, "attnflow", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__name__ == "ConfigWarning":
+            typer.echo(f"attnflow: warning: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.attnflow = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
 
 
 @contextmanager
@@ -231,13 +250,52 @@ def _type_name(ann: Any) -> str:
     return getattr(ann, "__name__", str(ann))
 
 
-def _describe(Config: type[BaseModel]) -> list[tuple[str, str, str, str]]:
+PARAM_COLUMNS = ("parameter", "type", "default", "meaning")
+
+
+def _describe(Config: type[BaseModel], skip: set[str] | frozenset[str] = frozenset()) -> list[dict[str, str]]:
+    """One row (PARAM_COLUMNS) per field of Config, `experiment` and the names in skip left out."""
     rows = []
     for name, f in Config.model_fields.items():
-        if name == "experiment":
+        if name == "experiment" or name in skip:
             continue
-        rows.append((name, _type_name(f.annotation), json.dumps(f.default), f.description or ""))
+        rows.append(
+            dict(
+                zip(
+                    PARAM_COLUMNS,
+                    (name, _type_name(f.annotation), json.dumps(f.default), f.description or ""),
+                    strict=True,
+                )
+            )
+        )
     return rows
+
+
+def _shared(Config: type[BaseModel]) -> list[str]:
+    """The fields of Config that are the shared simulation parameters exactly (same type, default and
+    meaning as in `SimulationConfig`): `attnflow list` prints those once."""
+    from .experiments import SimulationConfig
+
+    base = SimulationConfig.model_fields
+    return [
+        name
+        for name, f in Config.model_fields.items()
+        if name in base
+        and (f.annotation, f.default, f.description)
+        == (base[name].annotation, base[name].default, base[name].description)
+    ]
+
+
+def _table(rows: list[dict[str, str]]):
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(expand=False)
+    for col in PARAM_COLUMNS:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(row[c]) for c in PARAM_COLUMNS))
+    return table
 
 
 @app.command("list")
@@ -246,16 +304,22 @@ def list_(
     toml: Annotated[
         bool, typer.Option("--toml", help="print NAME's config as TOML (a template file)")
     ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="print experiments and parameters as JSON")
+    ] = False,
+    csv_out: Annotated[
+        bool, typer.Option("--csv", help="print one CSV row per experiment and parameter")
+    ] = False,
 ) -> None:
     """List experiments, presets and every parameter with its default.
 
-    `attnflow list concentration --toml > my.toml` writes a config file to edit and run.
+    The parameters shared by the experiments (seed, kernel, integrator, tolerances, dtype, threads)
+    are shown once, first; each experiment then shows its own. `attnflow list NAME` shows all of
+    NAME's. `attnflow list concentration --toml > my.toml` writes a config file to edit and run.
     """
-    from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
-    from .experiments import PRESETS, REGISTRY, load_config, to_toml
+    from .experiments import PRESETS, REGISTRY, SimulationConfig, load_config, to_toml
 
     if toml:
         if name is None:
@@ -265,27 +329,62 @@ def list_(
                 EXIT_USAGE,
             )
         try:
-            typer.echo(to_toml(load_config(name)), nl=False)
+            with warnings.catch_warnings():  # a template is not a run: no ConfigWarning about it
+                warnings.simplefilter("ignore", UserWarning)
+                typer.echo(to_toml(load_config(name)), nl=False)
         except ConfigError as err:
             raise _fail(str(err), EXIT_USAGE) from None
         return
+    if json_out and csv_out:
+        raise _fail("--json and --csv: choose one", EXIT_USAGE)
     if name is not None and name not in REGISTRY and name not in PRESETS:
         raise _fail(f"unknown experiment {name!r}; known: {', '.join([*REGISTRY, *PRESETS])}", EXIT_USAGE)
-    console = Console()
     names = [PRESETS[name][0] if name in PRESETS else name] if name else list(REGISTRY)
+    shared = {n: _shared(REGISTRY[n].Config) for n in names}
+    once = name is None  # all experiments: the shared parameters once, then each one's own
+    if csv_out:
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(("experiment", *PARAM_COLUMNS))
+        for exp_name in names:
+            for row in _describe(REGISTRY[exp_name].Config):
+                writer.writerow((exp_name, *row.values()))
+        return
+    if json_out:
+        from .io import to_json
+
+        doc: dict[str, Any] = {}
+        if once:
+            doc["shared_parameters"] = _describe(SimulationConfig)
+        doc["experiments"] = {
+            n: {
+                "description": REGISTRY[n].description,
+                "parameters": _describe(REGISTRY[n].Config, set(shared[n]) if once else set()),
+                "shared_parameters": shared[n],
+                "presets": REGISTRY[n].presets,
+            }
+            for n in names
+        }
+        typer.echo(to_json(doc, indent=2))
+        return
+    out = console()
+    if once:
+        out.print("Shared parameters (each experiment below says which it takes)", highlight=False)
+        out.print(_table(_describe(SimulationConfig)))
+        out.print()
     for exp_name in names:
         exp = REGISTRY[exp_name]
-        table = Table(title=f"{exp_name}: {exp.description}", title_justify="left", expand=False)
-        for col in ("parameter", "type", "default", "meaning"):
-            table.add_column(col, overflow="fold")
-        for row in _describe(exp.Config):
-            table.add_row(*(escape(c) for c in row))
-        console.print(table)
+        rows = _describe(exp.Config, set(shared[exp_name]) if once else set())
+        out.print(f"{exp_name}: {escape(exp.description)}", highlight=False)
+        out.print(_table(rows))
+        if once and shared[exp_name]:
+            out.print(f"  shared parameters: {escape(', '.join(shared[exp_name]))}")
         for preset, values in exp.presets.items():
-            console.print(
+            out.print(
                 f"  preset [bold]{preset}[/bold]: " + escape(", ".join(f"{k}={v}" for k, v in values.items()))
             )
-        console.print()
+        out.print()
 
 
 # ----------------------------------------------------------------------------------------- show
@@ -294,16 +393,24 @@ def list_(
 @app.command()
 def show(
     directory: Annotated[Path, typer.Argument(help="output folder of `attnflow run` (or a sweep store)")],
+    json_out: Annotated[
+        bool, typer.Option("--json", help="print the summary, dataset layout and provenance as JSON")
+    ] = False,
+    csv_out: Annotated[bool, typer.Option("--csv", help="a sweep store: its table of points as CSV")] = False,
 ) -> None:
-    """Summary of a finished run: headline numbers, dataset layout and provenance."""
-    from rich.console import Console
-    from rich.markdown import Markdown
+    """Summary of a finished run: headline numbers, dataset layout and provenance.
 
-    from .sweep_cli import is_sweep_store, show_sweep
+    In a terminal the summary is rendered; piped or redirected it is printed as Markdown.
+    """
+    from .sweep_cli import is_sweep_store
 
+    if json_out and csv_out:
+        raise _fail("--json and --csv: choose one", EXIT_USAGE)
     if is_sweep_store(directory):
-        typer.echo(show_sweep(directory))
+        _show_sweep(directory, json_out, csv_out)
         return
+    if csv_out:
+        raise _fail(f"--csv is for a sweep store; {directory} is a run (use --json)", EXIT_USAGE)
     if not directory.is_dir():
         raise _fail(f"{directory}: no such folder", EXIT_USAGE)
     summary = directory / SUMMARY_MD
@@ -317,28 +424,76 @@ def show(
                 EXIT_FAILED,
             )
         raise _fail(f"{directory}: not an attnflow run (no {SUMMARY_MD})", EXIT_USAGE)
-    console = Console()
-    console.print(Markdown(summary.read_text()))
+    info = _run_info(directory)
+    if json_out:
+        from .io import to_json
+
+        typer.echo(to_json(info, indent=2))
+        return
+    out = console()
+    if out.is_terminal:
+        from rich.markdown import Markdown
+
+        out.print(Markdown(summary.read_text()))
+    else:
+        out.print(summary.read_text(), markup=False, highlight=False)
+    if "dataset" in info:
+        ds, prov = info["dataset"], info["provenance"]
+        out.print(f"dataset {ds['path']}: " + ", ".join(f"{k}={v}" for k, v in ds["sizes"].items()))
+        out.print("variables: " + ", ".join(ds["variables"]))
+        versions = ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items() if v)
+        out.print(
+            f"computed {prov.get('time_utc')} on {prov.get('host')} "
+            f"({prov.get('cpu_count')} CPUs): {versions}"
+        )
+        out.print(f"kernel: {info.get('kernel')}; integrator: {info.get('integrator')}")
+    if info["figures"]:
+        out.print("figures: " + ", ".join(info["figures"]))
+    if info.get("report"):
+        out.print(f"report: {info['report']}")
+
+
+def _run_info(directory: Path) -> dict[str, Any]:
+    """What `show` prints of a finished run: summary, dataset layout, provenance, figures, report."""
+    info: dict[str, Any] = {"run": str(directory)}
+    summary_json = directory / SUMMARY_JSON
+    info["summary"] = json.loads(summary_json.read_text()) if summary_json.exists() else None
     store = directory / RESULT_STORE
     if store.exists():
         from .io import json_attr, read_dataset
 
         ds = read_dataset(store, load=False)
-        console.print(f"dataset {store}: " + ", ".join(f"{k}={v}" for k, v in ds.sizes.items()))
-        console.print("variables: " + ", ".join(ds.data_vars))
-        prov = json_attr(ds, "provenance", {})
-        versions = ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items() if v)
-        console.print(
-            f"computed {prov.get('time_utc')} on {prov.get('host')} "
-            f"({prov.get('cpu_count')} CPUs): {versions}"
-        )
-        console.print(f"kernel: {ds.attrs.get('kernel')}; integrator: {ds.attrs.get('integrator')}")
+        info["dataset"] = {
+            "path": str(store),
+            "sizes": {str(k): int(v) for k, v in ds.sizes.items()},
+            "variables": [str(v) for v in ds.data_vars],
+        }
+        info["provenance"] = json_attr(ds, "provenance", {})
+        info["kernel"], info["integrator"] = ds.attrs.get("kernel"), ds.attrs.get("integrator")
     figdir = directory / FIGURES_DIR
-    figures = sorted(figdir.glob("*.png")) if figdir.is_dir() else []
-    if figures:
-        console.print("figures: " + ", ".join(p.name for p in figures))
-    if (directory / REPORT_MD).exists():
-        console.print(f"report: {directory / REPORT_MD}")
+    info["figures"] = sorted(p.name for p in figdir.glob("*.png")) if figdir.is_dir() else []
+    info["report"] = str(directory / REPORT_MD) if (directory / REPORT_MD).exists() else None
+    return info
+
+
+def _show_sweep(store: Path, json_out: bool, csv_out: bool) -> None:
+    """`show` of a sweep store: the text summary, or its manifest as JSON, or its table as CSV."""
+    from .sweeps import show_sweep, summary_table, sweep_info
+
+    if json_out:
+        from .io import to_json
+
+        typer.echo(to_json(sweep_info(store), indent=2))
+    elif csv_out:
+        import csv
+
+        header, rows = summary_table(store, max_columns=1000)
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+    else:
+        out = console()
+        typer.echo(show_sweep(store, width=out.width), nl=False)
 
 
 # ----------------------------------------------------------------------------------------- plot

@@ -21,7 +21,7 @@ _OPTIONS = {"grid": "--grid", "store": "--out"}
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"attnflow sweep: {message}", err=True)
+    typer.echo(f"attnflow: {message}", err=True)
     return typer.Exit(code)
 
 
@@ -42,7 +42,7 @@ def _figures(store: str, quiet: bool) -> None:
     try:
         paths = plot_sweep(open_sweep(store), Path(store) / "figures")
     except Exception as err:  # figures never fail a finished sweep
-        typer.echo(f"attnflow sweep: figures skipped ({type(err).__name__}: {err})", err=True)
+        typer.echo(f"attnflow: sweep figures skipped ({type(err).__name__}: {err})", err=True)
         return
     if not quiet:
         for p in paths:
@@ -72,7 +72,13 @@ def sweep_command(
     ] = 2,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar, no summary table")] = False,
     set_: Annotated[
-        list[str] | None, typer.Option("--set", help="override a base config key: key=value (TOML literal)")
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-s",
+            metavar="KEY=VALUE",
+            help="override a parameter of the base config: key=value, value a TOML literal; repeatable",
+        ),
     ] = None,
     figures: Annotated[bool, typer.Option(help="draw the sweep figures into OUT/figures")] = True,
 ) -> None:
@@ -101,8 +107,10 @@ def sweep_command(
     except (OSError, TimeoutError) as err:
         raise _fail(f"could not run on the cluster: {type(err).__name__}: {err}", 1) from None
     if not quiet:
+        from ._console import console
+
         typer.echo(str(result))
-        typer.echo(show_sweep(out))
+        typer.echo(show_sweep(out, width=console().width), nl=False)
     if figures:
         _figures(out, quiet)
     if not result.ok:
