@@ -548,7 +548,7 @@ def check(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
-    """Report the theorem's assumptions for attention weights Q, K, V (MATH.md, "Assumptions").
+    """Report the theorem's assumptions for attention weights Q, K, V (docs/math.md, "Assumptions").
 
     Exit code 0 when every checkable assumption holds, 1 when one fails, 2 for unreadable input.
     """

@@ -1,6 +1,6 @@
-"""`concentration`: W2(rho^beta_t, Pi_# rho_0) against t for several beta (MATH.md, Theorem 1).
+"""`concentration`: W2(rho^beta_t, Pi_# rho_0) against t for several beta (docs/math.md, Theorem 1).
 
-The worked example of MATH.md in d = 3 (Q = I, K = diag(3, 1, 1/3), A = [[0,0,1],[0,-1/2,0],[1,0,0]],
+The worked example of docs/math.md in d = 3 (Q = I, K = diag(3, 1, 1/3), A = [[0,0,1],[0,-1/2,0],[1,0,0]],
 V = A B^{-T}), rho_0 uniform. For every beta: the exact W2 to Pi_# rho_0 (two atoms +-u_1), the
 synchronous coupling bound (an upper bound), the Lyapunov functional, the mass near the top
 eigenspaces of A and V, t*(beta) and min_t W2; once: the zero-temperature curve. Fits: t* against

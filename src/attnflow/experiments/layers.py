@@ -1,7 +1,7 @@
 """`layers`: an L-layer transformer against the ODE, error against L (first-order convergence).
 
 One layer is an explicit Euler step followed by layer normalisation, x_i <- (x_i + h v_i)/|x_i + h v_i|
-with h = T/L (MATH.md). Its error at time T, max_i |x_i^L - x_i(T)|, is measured against a fine
+with h = T/L (docs/math.md). Its error at time T, max_i |x_i^L - x_i(T)|, is measured against a fine
 adaptive reference of the ODE; the fitted slope of log error against log h is the order (1 expected).
 """
 

@@ -1,6 +1,6 @@
 """`resolution`: doubling N until min W2 and t* stop changing; the N needed per beta.
 
-MATH.md, "Mean-field resolution": N tokens follow the mean-field equation only when their spacing is
+docs/math.md, "Mean-field resolution": N tokens follow the mean-field equation only when their spacing is
 well below the softmax resolution beta^(-1/2). For each beta, N runs through N_min, 2 N_min, ... up
 to N_max and stops once `streak` consecutive doublings N -> 2N each change min_t W2 by less than `tol`
 (relative) and t* by less than max(t_tol, one saved-time step): N_needed is the first N of that
