@@ -14,9 +14,9 @@ import pytest
 from scipy.integrate import odeint, quad_vec
 
 from attnflow.assumptions import reference_rates
-from attnflow.wasserstein import w2_to_target
 from attnflow.model import Attention, attention_from_A, worked_example
 from attnflow.sphere import sample_uniform, sample_vmf
+from attnflow.wasserstein import w2_to_target
 from attnflow.zero_temperature import _Exact, project, simulate_zero_temperature
 from attnflow.zero_temperature_reference import local_rates, reference_w2
 
