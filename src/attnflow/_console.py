@@ -1,8 +1,9 @@
-"""The Rich consoles of the command line: one home for how wide output is.
+"""How the command line speaks: its Rich consoles, its error messages and exit codes (one home).
 
 In a terminal, Rich's own width (the terminal's). Piped or redirected (not a terminal), Rich would
 fold every table at 80 columns; here the width is PIPED_WIDTH instead, so a table row stays one line
 and a file or `grep` sees whole rows. An explicit COLUMNS environment variable still wins.
+Every command's error message starts with "attnflow: " (`fail`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,22 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["PIPED_WIDTH", "console", "is_terminal"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "PIPED_WIDTH",
+    "console",
+    "fail",
+    "is_terminal",
+]
 
 #: width of output that is not a terminal: wide enough that no table of attnflow folds
 PIPED_WIDTH = 1000
+#: exit codes of every command: success; the run failed (or `check`: an assumption fails); bad
+#: usage, config or input file; interrupted (rerun the same command to resume)
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def is_terminal(stderr: bool = False) -> bool:
@@ -38,3 +51,11 @@ def console(stderr: bool = False, **kwargs: Any) -> Console:
     if "width" not in kwargs and not is_terminal(stderr) and not os.environ.get("COLUMNS"):
         kwargs["width"] = PIPED_WIDTH
     return Console(stderr=stderr, **kwargs)
+
+
+def fail(message: str, code: int) -> Any:
+    """Print "attnflow: message" on stderr; returns the typer.Exit(code) to raise."""
+    import typer
+
+    typer.echo(f"attnflow: {message}", err=True)
+    return typer.Exit(code)

@@ -12,17 +12,13 @@ from typing import Annotated
 
 import typer
 
+from ._console import fail as _fail
 from .sweeps import SweepError, is_sweep_store, parse_grid, show_sweep
 
 __all__ = ["is_sweep_store", "show_sweep", "sweep_command"]
 
 # the library's arguments that this command sets under another name
 _OPTIONS = {"grid": "--grid", "store": "--out"}
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"attnflow: {message}", err=True)
-    return typer.Exit(code)
 
 
 def _usage(err: Exception) -> str:
