@@ -236,9 +236,10 @@ def _experiment_of_dataset(ds: Any) -> Experiment:
         raise ValueError(
             "ds.attrs['experiment'] must name the experiment (e.g. 'concentration'); it is missing"
         )
-    if name not in _all():
+    exp = _lookup(name)  # only this experiment's module is imported
+    if exp is None:
         raise ValueError(f"no figures known for experiment {name!r}; known: {', '.join(_all())}")
-    return get_experiment(name)
+    return exp
 
 
 # -------------------------------------------------------------------------------------------- run
@@ -336,7 +337,7 @@ def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None, pdf: 
     from .. import plot
 
     name = ds.attrs.get("experiment")
-    exp = _all().get(name) if isinstance(name, str) else None
+    exp = _lookup(name) if isinstance(name, str) else None
     draw = exp.sweep_figures if exp is not None and exp.sweep_figures is not None else plot.plot_sweep
     with plot.figure_formats(*(("png", "pdf") if pdf else ("png",))):
         return list(draw(ds, Path(outdir), dpi=dpi or plot.DPI))
@@ -347,6 +348,6 @@ def write_report(ds: xr.Dataset, summary: Mapping[str, Any], figures: list[Path]
     from ..report import write_report as write
 
     name = ds.attrs.get("experiment")
-    exp = _all().get(name) if isinstance(name, str) else None
+    exp = _lookup(name) if isinstance(name, str) else None
     captions = dict(exp.captions) if exp is not None else {}
     return write(ds, summary, figures, outdir, captions=captions)
