@@ -209,6 +209,8 @@ def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | N
     ax.set_zlim(-1, 1)
     ax.set_box_aspect((1, 1, 1), zoom=1.25)
     ax.set_axis_off()
+    for axis in (ax.xaxis, ax.yaxis, ax.zaxis):  # hidden, but the layout would still measure their labels
+        axis.set_ticks([])
     if U.shape[1]:
         ax.view_init(elev=20, azim=float(np.degrees(np.arctan2(U[1, 0], U[0, 0]))) + 40.0)
 
