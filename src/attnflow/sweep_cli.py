@@ -28,15 +28,16 @@ def _usage(err: Exception) -> str:
     return str(err)
 
 
-def _figures(store: str, quiet: bool) -> None:
-    """The sweep's figures by its experiment (`attnflow.experiments.plot_sweep`) into STORE/figures."""
+def _figures(store: str, quiet: bool, pdf: bool = False) -> None:
+    """The sweep's figures by its experiment (`attnflow.experiments.plot_sweep`) into STORE/figures
+    (PNG; pdf: also PDF)."""
     if "://" in store:
         return
     from .experiments import plot_sweep
     from .sweeps import open_sweep
 
     try:
-        paths = plot_sweep(open_sweep(store), Path(store) / "figures")
+        paths = plot_sweep(open_sweep(store), Path(store) / "figures", pdf=pdf)
     except Exception as err:  # figures never fail a finished sweep
         typer.echo(f"attnflow: sweep figures skipped ({type(err).__name__}: {err})", err=True)
         return
@@ -76,7 +77,10 @@ def sweep_command(
             help="override a parameter of the base config: key=value, value a TOML literal; repeatable",
         ),
     ] = None,
-    figures: Annotated[bool, typer.Option(help="draw the sweep figures into OUT/figures")] = True,
+    figures: Annotated[bool, typer.Option(help="draw the sweep figures (PNG) into OUT/figures")] = True,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="also write the sweep figures as PDF (vector, for a paper)")
+    ] = False,
 ) -> None:
     """Run an experiment over a parameter grid on Dask; rerun the same command to resume."""
     from .sweeps import sweep
@@ -108,6 +112,6 @@ def sweep_command(
         typer.echo(str(result))
         typer.echo(show_sweep(out, width=console().width), nl=False)
     if figures:
-        _figures(out, quiet)
+        _figures(out, quiet, pdf)
     if not result.ok:
         raise _fail(f"{len(result.failed)} point(s) failed; see `attnflow show {out}`", 1)
