@@ -90,7 +90,7 @@ def test_simulate_progress_true_shows_a_bar_to_t_final(bars):
     assert len(bars) == 1 and bars[0].closed
     assert bars[0].total == 0.5 and bars[0].updates[-1][0] == pytest.approx(0.5)
     assert simulate(X0, worked_example(5.0), times, progress=False).x.shape == ref.x.shape
-    with pytest.raises(TypeError, match="progress must be True"):
+    with pytest.raises(TypeError, match="progress must be a callable"):
         simulate(X0, worked_example(5.0), times, progress="bar")
 
 

@@ -364,8 +364,8 @@ def simulate(
     threads = check_threads(threads)
     if not (progress is None or isinstance(progress, bool) or callable(progress)):
         raise TypeError(
-            "progress must be True (a progress bar), None or False (silent) or a callable "
-            f"progress(t, t_final), got {progress!r}"
+            "progress must be a callable progress(t, t_final), True (a progress bar) or None/False "
+            f"(silent), got {progress!r}"
         )
     with torch_threads(threads), time_bar(progress, "simulate") as callback:
         return _simulate(

@@ -134,7 +134,7 @@ def time_bar(progress: Any, description: str) -> Iterator[Callable[[float, float
         yield progress
         return
     raise TypeError(
-        f"progress must be True (a progress bar), None or False (silent) or a callable progress(t, t_final), "
+        "progress must be a callable progress(t, t_final), True (a progress bar) or None/False (silent), "
         f"got {progress!r}"
     )
 
@@ -303,6 +303,6 @@ def reporter_for(progress: Any) -> tuple[Reporter, bool]:
     if progress is True:
         return (TqdmReporter() if in_notebook() else RichReporter()), True
     raise TypeError(
-        f"progress must be True (progress bars), None or False (silent) or a attnflow.progress.Reporter, "
+        f"progress must be True (progress bars), None or False (silent) or an attnflow.progress.Reporter, "
         f"got {progress!r}"
     )
