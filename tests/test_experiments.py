@@ -679,7 +679,7 @@ def test_attnflow_plot_on_a_heads_run_exits_0(tiny_heads):
     from attnflow.cli import app
 
     _, out, _ = tiny_heads
-    result = CliRunner().invoke(app, ["plot", str(out), "--no-animation", "--quiet"])
+    result = CliRunner().invoke(app, ["plot", str(out), "--no-animation", "--pdf", "--quiet"])
     assert result.exit_code == 0, result.output
     for ext in ("png", "pdf"):
         assert (out / "figures" / f"heads.{ext}").stat().st_size > 1000

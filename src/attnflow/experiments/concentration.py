@@ -1,4 +1,5 @@
-"""`concentration`: W2(rho^beta_t, Pi_# rho_0) against t for several beta, converged in N (Theorem 1).
+"""`concentration`: W2(rho^beta_t, Pi_# rho_0) against t for several beta, converged in N
+(docs/math.md, Theorem 1).
 
 Any weights (`weights`: the d = 3 or d = 2 worked example, random, an .npz) and any rho_0 (`init`,
 `density`). For every beta: the exact W2 to Pi_# rho_0, the synchronous coupling bound (an upper
