@@ -1,4 +1,5 @@
-"""The thread policy of attnflow, in one place: how many torch CPU threads a computation uses.
+"""The thread policy of attnflow, in one place: how many CPU threads a computation uses, in torch
+and in the BLAS under NumPy and SciPy (through threadpoolctl).
 
     threads = 1 (the default)   one thread: fastest for N up to a few thousand tokens, and the only
                                 safe choice on a machine shared with other jobs (two threads were
@@ -10,7 +11,9 @@
 `simulate(..., threads=)`, every experiment (its `threads` config field, so `attnflow run -s
 threads=0` too) and the tasks of a sweep (with threads = 0 a task keeps the share of its host's
 cores that the sweep gave it) all go through `torch_threads`, which sets the count for the duration
-of the call and restores it afterwards. Documented in docs/guide.md ("Threads").
+of the call and restores it afterwards. The BLAS gets the same count: OpenBLAS's default two
+threads made a 384 x 384 `eig` 10 to 80x slower on two cores shared with other jobs (docs/benchmarks.md,
+"Heads"). Documented in docs/guide.md ("Threads").
 """
 
 from __future__ import annotations
@@ -36,18 +39,21 @@ def check_threads(threads: Any, name: str = "threads") -> int:
 
 @contextmanager
 def torch_threads(n: int) -> Iterator[None]:
-    """Run with n torch CPU threads (n = 0: leave torch's setting), restored afterwards."""
+    """Run with n torch CPU threads and n BLAS threads (n = 0: leave both as they are), restored
+    afterwards."""
     n = check_threads(n)
     if not n:
         yield
         return
     import torch
+    from threadpoolctl import threadpool_limits
 
     old = torch.get_num_threads()
     if old != n:
         torch.set_num_threads(n)
     try:
-        yield
+        with threadpool_limits(limits=n, user_api="blas"):
+            yield
     finally:
         if torch.get_num_threads() != old:
             torch.set_num_threads(old)

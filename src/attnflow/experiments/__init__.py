@@ -348,6 +348,7 @@ def run_experiment(
 
 def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str):
     """The run of `run_experiment`, its folder (if any) checked and locked."""
+    from .._threads import torch_threads
     from ..io import atomic_write_text, clean_stale, json_attr, to_json, write_dataset
     from . import _folder
     from ._config import count_reused, to_toml
@@ -360,7 +361,7 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
         clean_stale(out / layout.PARTS_DIR)
         atomic_write_text(out / layout.CONFIG_FILE, to_toml(config))
     t0 = time.perf_counter()
-    with count_reused() as reused:
+    with count_reused() as reused, torch_threads(getattr(config, "threads", 0)):
         ds = exp.run(config, out, reporter)
     this_run = time.perf_counter() - t0
     if "provenance" in ds.attrs:  # the compute time of the reused parts was spent by earlier runs
