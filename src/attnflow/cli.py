@@ -43,13 +43,16 @@ from .progress import RichReporter
 from .sweep_cli import sweep_command
 from .verify_cli import verify_command
 
+DEFAULT_RUN = "concentration-demo"  # what `attnflow run` runs without a name (and `make demo`)
+
 app = typer.Typer(
     name="attnflow",
     help=(
         "Token dynamics of deep self-attention on the sphere: run the paper's experiments, "
         "get figures, a summary table and an xarray dataset.\n\n"
-        f"Start with `attnflow run` (the {DEFAULT_EXPERIMENT} experiment, a few minutes on a laptop), "
-        f"then `attnflow show runs/{DEFAULT_EXPERIMENT}`. `attnflow list` shows every experiment and "
+        f"Start with `attnflow run` (the {DEFAULT_RUN} preset of the {DEFAULT_EXPERIMENT} experiment: "
+        "every beta converged in N and the claims table, a few minutes on a laptop), "
+        f"then `attnflow show runs/{DEFAULT_RUN}`. `attnflow list` shows every experiment and "
         "parameter."
     ),
     no_args_is_help=True,
@@ -149,7 +152,7 @@ def run(
     target: Annotated[
         str,
         typer.Argument(help="experiment or preset name (see `attnflow list`) or a TOML config file"),
-    ] = DEFAULT_EXPERIMENT,
+    ] = DEFAULT_RUN,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -188,8 +191,9 @@ def run(
     fails part-way resumes from them when the same command is run again. OUT holding another run
     (another experiment or config; more betas are fine) is refused unless --overwrite.
 
-    Examples: `attnflow run`, `attnflow run terminal -s N=300`, `attnflow run concentration-converged`,
-    `attnflow run my.toml -o runs/mine`.
+    Without NAME: the concentration-demo preset (d = 2, every beta converged in N, the claims table).
+    Examples: `attnflow run`, `attnflow run concentration` (the d = 3 worked example),
+    `attnflow run terminal -s N=300`, `attnflow run concentration-2d`, `attnflow run my.toml -o runs/mine`.
     """
     from .experiments import load_config, run_experiment
 

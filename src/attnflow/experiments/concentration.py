@@ -91,6 +91,20 @@ class ConcentrationConfig(SimulationConfig, ModelConfig):
 
 
 PRESETS: dict[str, dict[str, Any]] = {
+    # what `attnflow run` and `make demo` run: every beta converged in N in a few minutes on 2 cores
+    # (d = 2 quadrature; one whole-window agreement per beta), so the claims table has verdicts
+    "concentration-demo": {
+        "weights": "worked-example-2d",
+        "init": "quadrature",
+        "betas": [5.0, 7.0, 10.0, 14.0, 20.0],
+        "N": "auto",
+        "N_min": 256,
+        "N_max": 4096,
+        "streak": 1,
+        "t_max": 10.0,
+        "dt_save": 0.05,
+        "rtol": 1e-6,
+    },
     # d = 3 converged runs need N ~ 10 * 4 pi beta (docs/experiments.md): hours of CPU or a GPU
     "concentration-converged": {
         "N": "auto",
