@@ -716,3 +716,18 @@ def test_concentration_curves_against_pot_at_every_time():
     np.testing.assert_allclose(ds.w2.sel(beta=30.0).values, pot, rtol=1e-5, atol=1e-6)
     cb = np.sqrt(np.mean(np.sum((X - PiX0) ** 2, axis=-1), axis=-1))
     np.testing.assert_allclose(ds.coupling_bound.sel(beta=30.0).values, cb, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_demo_converges_every_beta_and_decides_the_claims(tmp_path):
+    """`attnflow run` without a name (and `make demo`) runs concentration-demo: every beta converged
+    in N, and the t* and min W2 rows of the claims table decided from converged quantities."""
+    from attnflow.cli import DEFAULT_RUN
+
+    ds = run_experiment(load_config(DEFAULT_RUN), tmp_path)
+    summary = REGISTRY["concentration"].summarize(ds)
+    assert {v["status"] for v in summary["per_beta"].values()} == {"converged"}
+    rows = {row["claim"].split(" ")[0]: row for row in summary["claims"]}
+    for key in ("t*(beta)", "min_t"):
+        assert rows[key]["verdict"] in ("consistent", "inconsistent"), rows[key]
+        assert len(rows[key]["betas"]) >= 3
