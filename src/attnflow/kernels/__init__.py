@@ -35,8 +35,9 @@ KERNELS: dict[str, tuple[str, str]] = {
     "blocked": ("dense", "velocity_blocked"),
     "zero": ("zero", "velocity_zero"),
     "truncated": ("truncated", "velocity_truncated"),
+    "cluster": ("cluster", "velocity_cluster"),
 }
-FINITE_KERNELS = ("sdpa", "blocked", "truncated")
+FINITE_KERNELS = ("sdpa", "blocked", "truncated", "cluster")
 DTYPES = ("float64", "float32")
 
 

@@ -39,6 +39,9 @@ SKIP_FRACTION = 0.25  # a larger sampled kept fraction means "sdpa" without plan
 PAIRS_MAX = {2: 0.2, 3: 0.2, 4: 0.15, 5: 0.08, 6: 0.05}
 LARGE_N, LARGE_N_FACTOR = 32768, 1.5  # from N = LARGE_N on, the fixed overhead matters less
 SAMPLE = 256  # queries per decision (all clouds of a batch together)
+# cluster kernel, seconds per unit of work (cells.plan uses them to choose direct or expanded pairs):
+# per direct key-query pair, per moment row and monomial, per evaluated row and monomial times d + 1
+CLUSTER_COSTS = (10e-9, 0.2e-9, 0.2e-9)
 
 
 def kept_fraction(
