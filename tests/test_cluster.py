@@ -19,7 +19,8 @@ from attnflow.kernels.dense import velocity_sdpa
 from helpers import random_attention
 
 EPS = np.finfo(np.float64).eps
-EXPAND_ALL = (1.0, 0.0, 0.0)  # costs that expand every pair whose series is valid
+# costs that expand every cell pair whose series is valid
+EXPAND_ALL = {"direct_pair": 1.0, "direct_cell_pair": 1.0, "series": 0.0, "expanded_pair": 0.0}
 
 
 def scale(att: af.Attention) -> float:
@@ -240,6 +241,23 @@ def test_plan_counts_match_the_kernel():
     counts = cells.plan(X, w, att.B, att.beta, DEFAULT_TOL, 6).counts()
     for key in ("cells", "expanded_pairs", "moment_rows", "eval_rows", "direct_pairs"):
         assert counts[key] == stats[key]
+
+
+def test_auto_prices_the_cluster_kernel_by_its_plan():
+    """auto's counts are the kernel's own; a collapsed cloud goes to "cluster", a small one to sdpa."""
+    from attnflow.kernels import auto
+
+    att = af.worked_example(1e3)
+    X = torch.tensor(two_clusters(8192, 3, 1e5, seed=17))[None]
+    stats: dict = {}
+    velocity_cluster(X, att, stats=stats)
+    counts = auto.cluster_counts(X, att)
+    assert all(counts[key] == stats[key] for key in cells.COUNTS)
+    costs = auto.predict_costs(X, att)
+    assert set(costs) == set(auto.CANDIDATES) and costs["cluster"] == auto.cluster_cost(counts, 3)
+    assert costs["cluster"] < costs["sdpa"]
+    assert auto.choose_kernel(X, att) == "cluster"
+    assert auto.choose_kernel(X[:, : auto.MIN_N - 1], att) == "sdpa"
 
 
 def test_bad_input():

@@ -9,12 +9,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 
 import numpy as np
 
 LEAF_MIN = 32  # cells are not cut below this many tokens
 LEAF_MAX = 4096  # nor left above it (bounds the padded batches)
 _SLACK = 1e-9  # relative widening of radii: rounding never drops a kept key
+COUNTS = (  # the work counts of Plan.counts
+    "tokens",
+    "cells",
+    "expanded_pairs",
+    "moment_rows",
+    "eval_rows",
+    "direct_pairs",
+    "direct_cell_pairs",
+    "order",
+)
 TOL_SHARE = 0.24  # tol_e = tol_d = TOL_SHARE tol: 2 (tol_e + tol_d) / ((1 - tol_e)(1 - tol_d)) <= tol
 
 
@@ -213,6 +224,8 @@ class Plan:
             "moment_rows": int(sizes[self.exp_S].sum()),
             "eval_rows": int(sizes[self.exp_T].sum()),
             "direct_pairs": int(np.dot(sizes[self.dir_T], sizes[self.dir_S])),
+            "direct_cell_pairs": len(self.dir_T),
+            "order": self.order if len(self.exp_T) else 0,  # series order p in use
         }
 
 
@@ -232,19 +245,20 @@ def plan(
     leaf_min: int = LEAF_MIN,
     leaf_max: int = LEAF_MAX,
     threads: int = 1,
-    costs: tuple[float, float, float] | None = None,
+    costs: dict[str, float] | None = None,
 ) -> Plan:
     """Cells, row maxima and the cell pairs of the cloud X (N, d) with weights w (N,) (module
-    docstring of cluster.py for the bound).  costs: seconds per direct key-query pair, per moment
-    row and monomial, per evaluated row and monomial (auto.CLUSTER_COSTS by default): a pair is
-    expanded where its series is valid and cheaper.
+    docstring of cluster.py for the bound).  costs: seconds per "direct_pair" (key-query pair),
+    "direct_cell_pair", "series" (row, monomial and output of the moments and the evaluation) and
+    "expanded_pair" (auto.CLUSTER by default): a cell pair is expanded where its series is valid and
+    cheaper than its direct sums.
     """
     from scipy.spatial import cKDTree
 
     if costs is None:
-        from .auto import CLUSTER_COSTS
+        from .auto import CLUSTER
 
-        costs = CLUSTER_COSTS
+        costs = CLUSTER
     d = X.shape[1]
     tol_d = TOL_SHARE * tol
     rho_max, coef = series(order, TOL_SHARE * tol)
@@ -282,17 +296,17 @@ def plan(
         )
         lens = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
         Ts.append(np.repeat(todo, lens))
-        Ss.append(np.fromiter((s for f in found for s in f), dtype=np.int64, count=int(lens.sum())))
+        Ss.append(np.fromiter(chain.from_iterable(found), dtype=np.int64, count=int(lens.sum())))
     T, S = np.concatenate(Ts), np.concatenate(Ss)
     ok = np.linalg.norm(ucentres[T] - centres[S], axis=1) <= reach[T] + r[S]
     T, S = T[ok], S[ok]
 
     # expand where the series holds and costs less than the direct sums
-    c_dir, c_mom, c_eval = costs
     P, P1 = math.comb(order + d, d), math.comb(order + 1 + d, d)
     nT, nS = sizes[T].astype(float), sizes[S].astype(float)
     valid = beta * z_bound(hb[T], hx[S]) <= rho_max
-    expand = valid & (c_mom * P1 * nS + c_eval * P * (d + 1) * nT < c_dir * nT * nS)
+    series_cost = costs["series"] * (P1 * nS + P * (d + 1) * nT) + costs["expanded_pair"]
+    expand = valid & (series_cost < costs["direct_pair"] * nT * nS + costs["direct_cell_pair"])
     o = np.lexsort((S, T))
     T, S, expand = T[o], S[o], expand[o]
     eT, eS, dT, dS = T[expand], S[expand], T[~expand], S[~expand]

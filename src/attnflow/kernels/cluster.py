@@ -21,7 +21,7 @@ interpolates e^z at the p + 1 Chebyshev points of [-rho, rho].  By the multinomi
 q(delta . dy) = sum_{|a|<=p} c_|a| |a|!/a! delta^a dy^a, so the pair (T, S) costs the moments
 sum_j w_j e^{tilt_j} dy_j^a (|a| <= p + 1, which also give the moments of x_j = c_S + dy_j) and one
 dot product per query and output: O((n_T + n_S) C(p + d, d) d) work instead of O(n_T n_S d).
-Pairs with rho_TS > rho, and pairs too small for the series to pay (auto.CLUSTER_COSTS), are summed
+Pairs with rho_TS > rho, and pairs too small for the series to pay (auto.CLUSTER), are summed
 directly.
 
 Error bound.  Interpolation at Chebyshev points gives |e^z - q(z)| <= rho^{p+1} e^rho / (2^p (p+1)!)
@@ -53,6 +53,7 @@ most about BLOCK_ELEMENTS numbers.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -302,8 +303,12 @@ def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp
 def _average_one(
     X, w, att: Attention, beta: float, settings: dict, threads: int, stats: dict
 ) -> torch.Tensor:
-    """Softmax average sum_j w_ij x_j of one cloud X (N, d) with weights w (N,): (N, d), X's dtype."""
+    """Softmax average sum_j w_ij x_j of one cloud X (N, d) with weights w (N,): (N, d), X's dtype.
+
+    Adds to stats the work counts and the CPU seconds of the plan, the moments, the series
+    evaluation and the direct sums ("plan_s", "expand_s", "direct_s")."""
     f64, dev = torch.float64, X.device
+    c0 = time.process_time()
     Xn = X.detach().to("cpu", f64).numpy()
     wn = w.detach().to("cpu", f64).numpy()
     plan = _cells.plan(Xn, wn, np.asarray(att.B, dtype=float), beta, threads=threads, **settings)
@@ -321,17 +326,23 @@ def _average_one(
         threads=threads,
         stats=stats,
     )
+    c1 = time.process_time()
     _expand(cl)
+    c2 = time.process_time()
     if X.dtype == f64:
         _direct(cl, cl.Xp, cl.bp, cl.wp, cl.mp)
     else:
         X32 = X[perm]
         _direct(cl, X32, X32 @ B.to(X.dtype), cl.wp.to(X.dtype), cl.mp.to(X.dtype))
-    cl.count("cells", plan.n_cells)
-    cl.count("expanded_pairs", len(plan.exp_T))
-    stats["order"] = max(stats.get("order", 0), plan.order if len(plan.exp_T) else 0)
     out = torch.empty_like(X)
     out[perm] = (cl.acc[:, 1:] / cl.acc[:, :1]).to(X.dtype)
+    c3 = time.process_time()
+    counts = plan.counts()
+    for key in ("tokens", "cells", "expanded_pairs", "direct_cell_pairs"):  # others: as they are done
+        cl.count(key, counts[key])
+    stats["order"] = max(stats["order"], counts["order"])
+    for key, value in (("plan_s", c1 - c0), ("expand_s", c2 - c1), ("direct_s", c3 - c2)):
+        stats[key] = stats.get(key, 0.0) + value
     return out
 
 
@@ -361,7 +372,7 @@ def velocity_cluster(
     order: int | None = None,
     leaf_min: int = _cells.LEAF_MIN,
     leaf_max: int = _cells.LEAF_MAX,
-    costs: tuple[float, float, float] | None = None,
+    costs: dict[str, float] | None = None,
     stats: dict | None = None,
 ) -> torch.Tensor:
     """Tangent velocity of every token, cell pairs by certified series expansions or directly.
@@ -370,10 +381,11 @@ def velocity_cluster(
     betas: optional (M,) inverse temperatures, one per cloud.  weights: optional (M, N) positive
     quadrature weights (None: uniform).  tol: |v^_i - v_i| <= tol ||V||_2 for every token (see the
     module docstring).  order: series order p (default by d, ORDERS).  leaf_min, leaf_max: cells hold
-    at most leaf_max tokens and are not cut below leaf_min.  costs: (seconds per direct key-query
-    pair, per moment row and monomial, per evaluated row and monomial) deciding which valid pairs are
-    expanded (default auto.CLUSTER_COSTS; (1, 0, 0) expands every valid pair).  stats: a dict to fill
-    with counts ("cells", "expanded_pairs", "moment_rows", "eval_rows", "direct_pairs", "order").
+    at most leaf_max tokens and are not cut below leaf_min.  costs: the cost constants deciding which
+    valid cell pairs are expanded (`cells.plan`; default auto.CLUSTER).  stats: a dict to fill
+    with the work counts of `cells.Plan.counts`, summed over the clouds (the largest series order
+    for "order"), and the CPU seconds of the plan, the expansions and the direct sums ("plan_s",
+    "expand_s", "direct_s").
     Returns (M, N, d) (or (N, d)) like X.
     """
     beta0 = _finite_beta(att, "cluster", betas)
@@ -397,6 +409,8 @@ def velocity_cluster(
         beta_list = [beta0] * M
     w = check_weights(weights, M, N, X3)
     stats = {} if stats is None else stats
+    for key in _cells.COUNTS:
+        stats.setdefault(key, 0)
     _, V = _weights(att, X3)
     out = torch.empty_like(X3)
     settings = {"tol": tol, "order": p, "leaf_min": leaf_min, "leaf_max": leaf_max, "costs": costs}
