@@ -42,17 +42,18 @@ SKIP_FRACTION = 0.25
 
 # Measured on an AMD EPYC (2 cores, AVX2, MKL), one torch thread, CPU seconds, with other jobs on the
 # machine (benchmarks/cluster.py --calibrate: uniform clouds at N = 8192 for sdpa; for the others
-# non-negative least squares over uniform and clustered clouds at N = 32768; docs/benchmarks.md):
-SDPA = {"float64": (6.6e-9, 0.37e-9), "float32": (2.0e-9, 0.0)}  # per pair: a + b d
-TRUNCATED = {"float64": (7.8e-6, 6.6e-9), "float32": (8.1e-6, 3.8e-9)}  # per token, per evaluated pair
+# non-negative least squares, relative to each time, over uniform and clustered clouds at N = 65536;
+# docs/benchmarks.md):
+SDPA = {"float64": (6.2e-9, 0.41e-9), "float32": (2.3e-9, 0.0)}  # per pair: a + b d
+TRUNCATED = {"float64": (6.1e-6, 7.2e-9), "float32": (2.9e-6, 4.2e-9)}  # per token, per evaluated pair
 # cluster kernel: the plan per token and per cell pair; direct sums per key-query pair and per cell
 # pair; series per row, monomial and output (moments and evaluation) and per expanded cell pair
 CLUSTER = {
-    "token": 4.1e-6,
-    "cell_pair": 0.64e-6,
-    "direct_pair": 19.6e-9,
+    "token": 2.6e-6,
+    "cell_pair": 1.2e-6,
+    "direct_pair": 17e-9,
     "direct_cell_pair": 0.0,
-    "series": 0.86e-9,
+    "series": 0.44e-9,
     "expanded_pair": 0.0,
 }
 CANDIDATES = ("sdpa", "truncated", "cluster")
