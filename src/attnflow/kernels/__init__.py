@@ -6,6 +6,7 @@ Each returns the tangent-projected velocity P_x^perp(sum_j w_ij V x_j) of every 
     "blocked"    explicit max-subtracted softmax over blocks of queries         (dense.py)
     "zero"       zero-temperature field P_x^perp A x / |B^T x|                  (zero.py)
     "truncated"  low-temperature kernel, keys near the row maximum only        (truncated.py)
+    "cluster"    collapsed clusters: certified series between cells of tokens  (cluster.py, cells.py)
     "auto"       chosen per state by `auto.choose_kernel`
 
 This module imports nothing heavy: the kernels (and torch) load on first use.
@@ -111,7 +112,7 @@ def velocity(X: Any, att: Attention, kernel: str = "auto", dtype: Any = "float64
     """Velocity v_i = P_{x_i}^perp(sum_j w_ij V x_j) of every token (MATH.md, "Finite temperature").
 
     X: (N, d) or (M, N, d) unit rows (NumPy array, list or torch tensor); rows off the sphere are an
-    error unless normalize=True.  kernel: "auto", "sdpa", "blocked", "zero" or "truncated".
+    error unless normalize=True.  kernel: "auto" or a name of KERNELS.
     dtype: "float64" (default) or "float32" for the computation and the result.
     Returns an array of X's shape: NumPy for NumPy input, a torch tensor on X's device for torch input.
     """
