@@ -275,6 +275,11 @@ def test_bad_input():
         velocity_cluster(X, att, weights=torch.ones(49))
     with pytest.raises(ValueError, match="weights"):
         velocity_cluster(X, att, weights=torch.zeros(50))
+    # the scale of the weights does not matter
+    w = torch.rand(50, dtype=torch.float64) + 0.5
+    np.testing.assert_allclose(
+        velocity_cluster(X, att, weights=w * 1e6), velocity_cluster(X, att, weights=w), rtol=0, atol=1e-14
+    )
     with pytest.raises(ValueError, match="betas"):
         velocity_cluster(X, att, betas=torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match="X"):

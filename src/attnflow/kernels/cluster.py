@@ -369,7 +369,8 @@ def _average_one(
 
 
 def check_weights(weights, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
-    """Quadrature weights (M, N) (or (N,), shared) as a tensor like `like`; uniform 1/N for None."""
+    """Quadrature weights (M, N) (or (N,), shared) as a float64 tensor on like's device, each row
+    scaled to sum 1 (the softmax does not see the scale); uniform 1/N for None."""
     if weights is None:
         return torch.full((M, N), 1.0 / N, dtype=torch.float64, device=like.device)
     w = torch.as_tensor(weights, device=like.device).to(torch.float64)
@@ -381,7 +382,7 @@ def check_weights(weights, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             "weights must be finite and > 0 (a quadrature measure); got a zero, negative or NaN entry"
         )
-    return w
+    return w / w.sum(-1, keepdim=True)
 
 
 def velocity_cluster(
