@@ -209,6 +209,16 @@ def test_batch_betas_and_2d_input():
     assert vc(X[0], att).shape == (800, 3)
 
 
+def test_off_sphere_rows_of_a_runge_kutta_stage():
+    """Stages evaluate the field off the sphere (rows of norm 1 +- 15 %): same field as sdpa."""
+    att = af.worked_example(1e3)
+    X = two_clusters(3000, 3, 1e4, seed=18)
+    X *= np.random.default_rng(18).uniform(0.9, 1.15, (len(X), 1))
+    ref = velocity_sdpa(torch.tensor(X), att).numpy()
+    for costs in (None, EXPAND_ALL):
+        assert np.max(np.abs(vc(X, att, costs=costs) - ref)) <= 1.15 * bound(att)
+
+
 def test_singular_B_rows_keep_every_key():
     """B^T x = 0 on the third axis: all scores of that row tie, its average is the weighted mean."""
     B = np.diag([1.0, 1.0, 0.0])

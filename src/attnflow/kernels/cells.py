@@ -265,9 +265,16 @@ def plan(
     b = X @ B  # rows b_i = B^T x_i
     bnorm = np.linalg.norm(b, axis=1)
     u = b / np.where(bnorm > 0, bnorm, 1.0)[:, None]
-    u[bnorm == 0] = X[bnorm == 0]  # any unit vector: these rows keep every key
-    tree = cKDTree(X, leafsize=16, balanced_tree=False, compact_nodes=False)
-    dmin, jstar = tree.query(u, k=1, workers=threads)
+    u[bnorm == 0] = 0.0  # these rows keep every key (reach inf)
+    # keys lifted to one sphere: x~_j = (x_j, sqrt(R^2 - |x_j|^2)), R = max |x_j|, queries u~_i = (u_i, 0):
+    # |u~_i - x~_j|^2 = 1 + R^2 - 2 <u_i, x_j>, so the nearest lifted key maximises the score even for
+    # the off-sphere states of a Runge-Kutta stage (R = 1 and no lift on the sphere)
+    norm2 = np.einsum("ij,ij->i", X, X)
+    R2 = float(norm2.max())
+    Xa = np.hstack([X, np.sqrt(np.maximum(R2 - norm2, 0.0))[:, None]])
+    ua = np.hstack([u, np.zeros((len(u), 1))])
+    tree = cKDTree(Xa, leafsize=16, balanced_tree=False, compact_nodes=False)
+    dmin, jstar = tree.query(ua, k=1, workers=threads)
     row_max = beta * np.einsum("ij,ij->i", b, X[jstar])
     cutoff = np.log(1.0 / (w[jstar] * tol_d))
     with np.errstate(divide="ignore"):
@@ -276,29 +283,30 @@ def plan(
     perm, starts = split_cells(tree, X, b, beta, rho_max, leaf_min, leaf_max)
     n_cells = len(starts) - 1
     sizes = np.diff(starts)
-    Xp, up = X[perm], u[perm]
+    Xp, up, Xap = X[perm], ua[perm], Xa[perm]
     centres, hx = boxes(Xp, starts[:-1], starts[1:])
     bcentres, hb = boxes(b[perm], starts[:-1], starts[1:])
-    r = radii(Xp, starts, centres)
+    acentres, _ = boxes(Xap, starts[:-1], starts[1:])
+    r = radii(Xap, starts, acentres)  # of the lifted keys
     ucentres = np.add.reduceat(up, starts[:-1], axis=0) / sizes[:, None]
     reach = radii(up, starts, ucentres) + np.maximum.reduceat(r_keep[perm], starts[:-1])  # R_T
     r, hx, hb = (a * (1 + _SLACK) + _SLACK for a in (r, hx, hb))
 
-    # cell pairs with a key of S possibly kept for a query of T: |u_T - c_S| <= R_T + r_S
+    # cell pairs with a key of S possibly kept for a query of T: |u~_T - c~_S| <= R_T + r~_S
     rmax = float(r.max())
-    everything = reach + rmax >= 2.0  # the ball holds every token
+    everything = reach + rmax >= 1.0 + math.sqrt(R2)  # the ball holds every lifted key
     Ts = [np.repeat(np.flatnonzero(everything), n_cells)]
     Ss = [np.tile(np.arange(n_cells), int(everything.sum()))]
     todo = np.flatnonzero(~everything)
     if todo.size:
-        found = cKDTree(centres).query_ball_point(
+        found = cKDTree(acentres).query_ball_point(
             ucentres[todo], reach[todo] + rmax, workers=threads, return_sorted=False
         )
         lens = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
         Ts.append(np.repeat(todo, lens))
         Ss.append(np.fromiter(chain.from_iterable(found), dtype=np.int64, count=int(lens.sum())))
     T, S = np.concatenate(Ts), np.concatenate(Ss)
-    ok = np.linalg.norm(ucentres[T] - centres[S], axis=1) <= reach[T] + r[S]
+    ok = np.linalg.norm(ucentres[T] - acentres[S], axis=1) <= reach[T] + r[S]
     T, S = T[ok], S[ok]
 
     # expand where the series holds and costs less than the direct sums

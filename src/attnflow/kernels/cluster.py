@@ -29,16 +29,18 @@ Error bound.  Interpolation at Chebyshev points gives |e^z - q(z)| <= rho^{p+1} 
 for |z| <= rho, and e^z >= e^{-rho}: every expanded term w_j e^{s_ij} is replaced by one within a
 relative eps_e = rho^{p+1} e^{2 rho} / (2^p (p+1)!) of it.  rho is the largest value with
 eps_e <= tol_e (`cells.series`; then the lowest order whose rho covers the largest rho_TS in use).
-Dropped keys: with m_i = max_j s_ij (exact, by a nearest-neighbour query as in truncated.py, attained
-at j*) and cutoff_i = log(1 / (w_{j*} tol_d)), a key j is dropped only when s_ij < m_i - cutoff_i,
-and then lies outside the ball of truncated.py around b_i / |b_i|; a key cell is dropped for a query
-cell only when none of its keys is in any ball of the query cell.  The dropped mass is
-D_i <= e^{m_i - cutoff_i} <= tol_d w_{j*} e^{m_i} <= tol_d Z_i.  With the row sums Z_i, the numerators
-N_i (|x_j| = 1) and y_i = N_i / Z_i, all terms positive,
+Dropped keys: with m_i = max_j s_ij (exact, by a nearest-neighbour query as in truncated.py, on keys
+lifted to one sphere so that it holds off the unit sphere too: Runge-Kutta stages are evaluated
+there), attained at j*, and cutoff_i = log(1 / (w_{j*} tol_d)), a key j is dropped only when
+s_ij < m_i - cutoff_i, and then lies outside the ball of truncated.py around b_i / |b_i|; a key cell
+is dropped for a query cell only when none of its keys is in any ball of the query cell.  The dropped
+mass is D_i <= e^{m_i - cutoff_i} <= tol_d w_{j*} e^{m_i} <= tol_d Z_i.  With the row sums Z_i, the
+numerators N_i (|N_i| <= R Z_i, R = max_j |x_j| = 1 on the sphere) and y_i = N_i / Z_i, all terms
+positive,
 
-    |y^_i - y_i| <= 2 (eps_e + tol_d) / ((1 - eps_e)(1 - tol_d)),   |v^_i - v_i| <= ||V||_2 |y^_i - y_i|.
+    |y^_i - y_i| <= 2 R (eps_e + tol_d) / ((1 - eps_e)(1 - tol_d)),   |v^_i - v_i| <= ||V||_2 |y^_i - y_i|.
 
-tol_e = tol_d = 0.24 tol make |v^_i - v_i| <= tol ||V||_2 for every token; tol = 1e-10 by default
+tol_e = tol_d = 0.24 tol make |v^_i - v_i| <= tol ||V||_2 R for every token; tol = 1e-10 by default
 (then rho = 0.177 at p = 6, the order for d = 3; 0.855 at p = 10).  Floating point adds the rounding of
 the scores that every float64 kernel shares (about beta ||B|| 1e-16) and the series' own rounding,
 at most about C(p + d, d) e^{2 rho} 1e-16.
@@ -69,7 +71,7 @@ from .truncated import _threads
 if TYPE_CHECKING:
     from ..model import Attention
 
-DEFAULT_TOL = 1e-10  # |v^ - v| <= tol ||V||_2 for every token
+DEFAULT_TOL = 1e-10  # |v^ - v| <= tol ||V||_2 for every token (times max |x_j| off the sphere)
 ORDERS = {1: 10, 2: 8, 3: 6, 4: 5, 5: 4}  # series order p by d (measured, benchmarks/cluster.py)
 MIN_ORDER = 4  # from d = 6 on
 BLOCK_ELEMENTS = 2**22  # numbers per padded batch (32 MiB in float64)
