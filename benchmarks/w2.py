@@ -1,4 +1,4 @@
-"""Wall time of attnflow.metrics.w2 on its paths; prints a Markdown table.
+"""Wall time of attnflow.w2 on its paths; prints a Markdown table.
 
     python benchmarks/w2.py            # the default sizes (about a minute on one core)
     python benchmarks/w2.py --quick    # smaller sizes, a smoke test
@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from attnflow.metrics import w2
 from attnflow.sphere import sample_uniform
+from attnflow.wasserstein import w2
 
 
 def best_time(fn, repeat: int) -> tuple[float, object]:

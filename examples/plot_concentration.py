@@ -3,7 +3,7 @@
 The worked example of MATH.md (d = 3, symmetric A with gap 3/2) at three inverse temperatures:
 N = 150 uniform tokens, RK4, W2 to Pi_# rho_0 (exact, two atoms), the coupling bound, mass near
 the top eigenspaces of A and V, the Lyapunov functional and the zero-temperature flow.  The
-Dataset follows the `concentration` schema, so `attnflow.plot` draws it like an experiment run.
+Dataset follows the `concentration` schema, so the experiment's figures draw it like a run of it.
 With N = 150 the run is far from mean-field resolution for the larger betas (see the ratio): it
 shows the figures, not the theorem's beta-scaling.
 
@@ -21,7 +21,8 @@ import numpy as np
 import xarray as xr
 
 import attnflow as af
-from attnflow import fits, metrics, plot
+from attnflow import fits, metrics
+from attnflow.experiments import plot_run, write_report
 
 N, SEED, EPS = 150, 0, 0.1
 BETAS = (3.0, 30.0, 300.0)
@@ -39,7 +40,7 @@ def build_dataset() -> xr.Dataset:
     rows = {k: [] for k in ("w2", "bound", "mass_A", "mass_V", "lyap", "x")}
     for beta in BETAS:
         traj = af.simulate(X0, att.with_beta(beta), TIMES, method="rk4", dt=0.1)
-        rows["w2"].append(metrics.w2_to_target(traj.x, PiX0).values)
+        rows["w2"].append(af.w2_to_target(traj.x, PiX0).values)
         rows["bound"].append(metrics.coupling_bound(traj.x, PiX0))
         rows["mass_A"].append(metrics.subspace_mass(traj.x, spec.top.basis, EPS))
         rows["mass_V"].append(metrics.subspace_mass(traj.x, spec.v_top_real.basis, EPS))
@@ -55,7 +56,7 @@ def build_dataset() -> xr.Dataset:
         {
             "w2": (bt, w2),
             "coupling_bound": (bt, np.array(rows["bound"])),
-            "w2_zero": ("time", metrics.w2_to_target(zero.x, PiX0).values),
+            "w2_zero": ("time", af.w2_to_target(zero.x, PiX0).values),
             "lyapunov": (bt, np.array(rows["lyap"])),
             "mass_A": (bt, np.array(rows["mass_A"])),
             "mass_V": (bt, np.array(rows["mass_V"])),
@@ -63,7 +64,7 @@ def build_dataset() -> xr.Dataset:
             "t_star_lo": ("beta", [s.t_lo for s in ts]),
             "t_star_hi": ("beta", [s.t_hi for s in ts]),
             "min_w2": ("beta", [s.w2_min for s in ts]),
-            "resolution_ratio": ("beta", [metrics.resolution_ratio(N, 3, b) for b in BETAS]),
+            "resolution_ratio": ("beta", [metrics.resolution_ratio(N, 3, b, B=att.B, X=X0) for b in BETAS]),
             "x": (("beta", "time", "token", "dim"), np.array(rows["x"], dtype=np.float32)),
             "x_zero": (("time", "token", "dim"), zero.x[:, keep].astype(np.float32)),
             "basis_A": (("dim", "k"), spec.top.basis),
@@ -86,7 +87,7 @@ def build_dataset() -> xr.Dataset:
 
 def main(out: Path) -> Path:
     ds = build_dataset()
-    figures = plot.plot_run(ds, out / "figures", animation=True)
+    figures = plot_run(ds, out / "figures", animation=True)
     summary = {
         "N": N,
         "beta": list(BETAS),
@@ -95,7 +96,7 @@ def main(out: Path) -> Path:
         "resolution_ratio": ds["resolution_ratio"].values.tolist(),
         "fits": json.loads(ds.attrs["fits"]),
     }
-    return plot.write_report(ds, summary, figures, out)
+    return write_report(ds, summary, figures, out)
 
 
 if __name__ == "__main__":

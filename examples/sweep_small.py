@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import attnflow as af
-from attnflow.experiments import load_config
+from attnflow.experiments import load_config, plot_sweep
 from attnflow.sweeps import show_sweep
 
 
@@ -38,10 +38,6 @@ def main() -> None:
         s = t_star.sel(beta=beta)
         mean, std = float(s.mean()), float(s.std())
         print(f"beta = {beta:g}: t* = {mean:.2f} +- {std:.2f} over {s.sizes['seed']} seeds")
-    try:
-        from attnflow.plot import plot_sweep
-    except ImportError:
-        return
     for path in plot_sweep(ds, out / "figures"):
         print(f"figure: {path}")
 

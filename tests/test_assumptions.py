@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scipy.stats import ortho_group
 
 from attnflow.assumptions import check_assumptions, reference_rates, subspace_angle
+from attnflow.io import to_json
 from attnflow.model import Attention, attention_from_A, worked_example
 from attnflow.sphere import sample_uniform
 
@@ -74,12 +75,12 @@ def test_singular_B_and_no_gap_fail_with_reasons():
     rep = check_assumptions(att)
     assert rep.items[0].status == "fails" and "B is singular" in rep.items[0].reason
     assert rep.items[0].numbers["cond_B"] == math.inf
-    d = rep.to_dict()
-    json.dumps(d, allow_nan=False)
-    assert d["items"][0]["numbers"]["cond_B"] == "inf"
+    assert rep.to_dict()["items"][0]["numbers"]["cond_B"] == math.inf  # plain values
+    d = json.loads(to_json(rep.to_dict()))  # the one JSON encoder: inf is written as null
+    assert d["items"][0]["numbers"]["cond_B"] is None
     flat = check_assumptions(attention_from_A(2.0 * np.eye(3), np.eye(3)))
     assert flat.items[0].status == "fails" and "no spectral gap" in flat.items[0].reason
-    assert flat.to_dict()["items"][0]["numbers"]["mu2"] is None  # no mu_2: NaN -> None
+    assert flat.to_dict()["items"][0]["numbers"]["mu2"] is None  # no mu_2
 
 
 def test_moments_on_tilted_great_circle():
@@ -164,8 +165,7 @@ def test_nonsymmetric_report_lists_complex_eigenvalues():
     T = np.array([[0.3, 2.0, 0.0], [-2.0, 0.3, 0.0], [0.0, 0.0, -0.5]])
     rep = check_assumptions(attention_from_A(T, np.eye(3)), sample_uniform(5, 3, seed=0))
     assert rep.items[0].status == "fails"
-    d = rep.to_dict()
-    json.dumps(d, allow_nan=False)
+    d = json.loads(to_json(rep.to_dict()))  # complex numbers are written as [re, im]
     eig = d["items"][0]["numbers"]["eigenvalues"]
     np.testing.assert_allclose(sorted(map(tuple, eig)), [(-0.5, 0.0), (0.3, -2.0), (0.3, 2.0)], atol=1e-12)
     assert "spectral" in rep.items[1].reason
@@ -274,3 +274,99 @@ def test_property_c_star_at_least_guaranteed_and_rotation_invariant(d, seed):
     rr = reference_rates(rot)
     assert rr["c_star"] == pytest.approx(r["c_star"], rel=1e-9)
     assert rr["guaranteed"] == pytest.approx(r["guaranteed"], rel=1e-9)
+
+
+# --------------------------------------------------------------------------- headline and moments
+
+
+def test_headline_counts_not_checkable_apart_from_ok():
+    """Never "ok" for the whole report when some assumptions could not be checked."""
+    att = worked_example()
+    bare = check_assumptions(att)
+    assert bare.counts == {"fails": 0, "ok": 1, "not checkable": 2}
+    assert bare.headline == "1 ok, 2 not checkable (none fails)" and bare.ok
+    assert str(bare).splitlines()[0] == "Assumptions of the theorem: 1 ok, 2 not checkable (none fails)"
+    assert bare.to_dict()["counts"] == bare.counts
+    # all three checkable and met: a top eigenspace of dimension 3 makes M_1, M_2 finite for uniform data
+    A = np.diag([1.0, 1.0, 1.0, -1.0])
+    met = check_assumptions(
+        attention_from_A(A, np.diag([1.0, 2.0, 3.0, 4.0])), sample_uniform(50, 4, seed=0), "uniform"
+    )
+    assert met.headline == "all 3 ok" and met.ok
+    X = sample_uniform(10, 3, seed=0)
+    X[3] = np.array([1.0, 0.0, -1.0]) / math.sqrt(2)  # on P_1 x = 0
+    bad = check_assumptions(att, X, kind="points")
+    assert bad.headline == "NOT MET (1 fails, 1 ok, 1 not checkable)" and not bad.ok
+    assert bad.items[1].short == "token 3 on P_1 x = 0"
+
+
+@pytest.mark.parametrize(("m", "finite"), [(1, (False, False)), (2, (True, False)), (3, (True, True))])
+def test_assumption_2_says_which_moments_are_finite_and_is_never_ok_beside_an_infinite_one(m, finite):
+    """Uniform rho_0 on S^3, top eigenspace of dimension m: M_p(rho_0) < inf exactly for p < m."""
+    d = 4
+    A = np.diag([1.0] * m + [-1.0] * (d - m))
+    att = attention_from_A(A, np.diag([1.0, 2.0, 3.0, 4.0]))
+    X = sample_uniform(200, d, seed=1)
+    two = check_assumptions(att, X, kind="uniform").items[1]
+    assert (two.numbers["M1_finite"], two.numbers["M2_finite"]) == finite
+    assert two.numbers["moments_finite_for_p_below"] == m
+    assert f"p < {m}" in two.reason and "theorem needs" in two.reason
+    if all(finite):
+        assert two.status == "ok"
+    else:
+        assert two.status == "not checkable"
+        assert (
+            two.short == " = ".join(f"M_{p}" for p, f in zip((1, 2), finite, strict=True) if not f) + " = inf"
+        )
+    # the same tokens as a bare cloud (the empirical measure): every M_p is finite
+    cloud = check_assumptions(att, X).items[1]
+    assert cloud.status == "ok" and cloud.numbers["M1_finite"] and cloud.numbers["M2_finite"]
+    assert cloud.numbers["M1"] == two.numbers["M1"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), kind=st.sampled_from([None, "points", "uniform", "vmf"]))
+def test_no_ok_beside_an_infinite_moment(seed, kind):
+    rng = np.random.default_rng(seed)
+    d = int(rng.integers(2, 6))
+    mu = np.sort(rng.choice([1.0, 0.5, -0.5], size=d))[::-1]
+    att = planted(mu, seed=seed)
+    X = sample_uniform(20, d, seed=seed)
+    two = check_assumptions(att, X, kind=kind).items[1]
+    if two.status == "ok":
+        assert two.numbers["M1_finite"] and two.numbers["M2_finite"]
+
+
+def test_check_command_headline_and_exit_codes(tmp_path):
+    """`attnflow check` prints the counted headline; exit 0 while no checkable assumption fails."""
+    from typer.testing import CliRunner
+
+    from attnflow.cli import app
+
+    att = worked_example()
+    np.savez(tmp_path / "w.npz", Q=att.Q, K=att.K, V=att.V)
+    np.save(tmp_path / "X0.npy", sample_uniform(100, 3, seed=0))
+    runner = CliRunner()
+    plain = runner.invoke(app, ["check", str(tmp_path / "w.npz")])
+    assert plain.exit_code == 0 and "Assumptions of the theorem: 1 ok, 2 not checkable" in plain.output
+    uniform = runner.invoke(
+        app, ["check", str(tmp_path / "w.npz"), "--x0", str(tmp_path / "X0.npy"), "--kind", "uniform"]
+    )
+    assert uniform.exit_code == 0, uniform.output
+    assert "2 ok, 1 not checkable" in uniform.output and "M_1 = M_2 = inf" in uniform.output
+    data = json.loads(
+        runner.invoke(
+            app,
+            [
+                "check",
+                str(tmp_path / "w.npz"),
+                "--x0",
+                str(tmp_path / "X0.npy"),
+                "--kind",
+                "uniform",
+                "--json",
+            ],
+        ).output
+    )
+    assert data["counts"] == {"fails": 0, "ok": 2, "not checkable": 1}
+    assert data["items"][1]["numbers"]["M1_finite"] is False

@@ -2,7 +2,17 @@ import numpy as np
 import pytest
 import torch
 
-from attnflow._checks import check_points, check_times
+import attnflow as af
+from attnflow import _checks
+from attnflow._checks import (
+    check_attention,
+    check_device,
+    check_points,
+    check_rtol_for_dtype,
+    check_saved_memory,
+    check_times,
+    check_weights,
+)
 
 
 def test_points_ok_and_batched():
@@ -48,3 +58,42 @@ def test_times():
         check_times([0.0, 2.0, 1.0])
     with pytest.raises(ValueError, match="NaN"):
         check_times([0.0, np.nan])
+
+
+def test_attention():
+    att = af.worked_example(10.0)
+    assert check_attention(att) is att
+    with pytest.raises(TypeError, match=r"att must be an attnflow\.Attention, got ndarray"):
+        check_attention(np.eye(3))
+
+
+def test_weights():
+    w = check_weights([0.25, 0.75], 2)
+    assert w.dtype == np.float64 and w.shape == (2,)
+    assert check_weights(np.full((3, 4), 0.25), 4).shape == (3, 4)
+    check_weights(np.full(10, 0.1) * (1 + 1e-13), 10)  # within 1e-12 of summing to 1
+    with pytest.raises(ValueError, match="sum to 1"):
+        check_weights([0.3, 0.3], 2)
+
+
+def test_device():
+    assert check_device(None).type == "cpu"
+    assert check_device(None, torch.zeros(1)).type == "cpu"
+    assert check_device("cpu") == torch.device("cpu")
+
+
+def test_rtol_for_dtype_boundary():
+    check_rtol_for_dtype(1e-5, "float32", "adaptive")
+    check_rtol_for_dtype(1e-12, "float64", "adaptive")
+    check_rtol_for_dtype(1e-12, "float32", "rk4")  # fixed steps take no tolerance
+    with pytest.raises(ValueError, match=r"rtol = 9\.9e-06"):
+        check_rtol_for_dtype(9.9e-6, "float32", "adaptive")
+
+
+def test_saved_memory(monkeypatch):
+    check_saved_memory(10, (100, 3), 8)  # 24 kB: fine anywhere
+    monkeypatch.setattr(_checks, "available_memory", lambda device=None: None)
+    check_saved_memory(10**9, (10**6, 3), 8)  # unknown memory: no refusal
+    monkeypatch.setattr(_checks, "available_memory", lambda device=None: 10**6)
+    with pytest.raises(ValueError, match=r"10 times x N = 100000 tokens x d = 3 x 4 bytes"):
+        check_saved_memory(10, (100_000, 3), 4)

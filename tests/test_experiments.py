@@ -13,7 +13,7 @@ import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import attnflow.experiments.concentration as concentration
+import attnflow.experiments.concentration_levels as levels
 import attnflow.integrate as integrate
 from attnflow.experiments import (
     PRESETS,
@@ -26,7 +26,8 @@ from attnflow.experiments import (
 )
 from attnflow.experiments._common import time_grid
 from attnflow.io import read_dataset
-from attnflow.sphere import spacing
+from attnflow.model import worked_example
+from attnflow.sphere import sample_uniform, spacing
 
 # rk4 with dt = 0.05 matches the adaptive integrator to 1e-3 in positions here, in a fraction of the time
 # (one torch thread: on a shared machine two threads are 10-1000x slower for small N)
@@ -39,6 +40,7 @@ TINY = [
     "integrator=rk4",
     "dt=0.05",
     "threads=1",
+    "zero_reference=false",  # the zero-temperature curve of the same 32 tokens (compared below)
 ]
 
 
@@ -54,7 +56,8 @@ def conc(tmp_path_factory):
 
 
 def test_registry_contract():
-    assert set(REGISTRY) == {"concentration", "terminal", "resolution", "zero-temperature", "layers", "heads"}
+    # `resolution` is now a preset of concentration (its N ladder has one home: attnflow.convergence)
+    assert set(REGISTRY) == {"concentration", "terminal", "zero-temperature", "layers", "heads"}
     for name, exp in REGISTRY.items():
         assert exp.name == name and exp.description
         cfg = exp.Config()  # every field has a default
@@ -141,13 +144,16 @@ def test_concentration_files_and_schema(conc):
     out, _ = conc
     for name in ("result.zarr", "summary.json", "summary.md", "config.toml"):
         assert (out / name).exists()
-    assert sorted(p.name for p in (out / "parts").iterdir()) == ["beta=10.zarr", "beta=100.zarr", "zero.zarr"]
+    # one part per (beta, N) level, so that an N ladder resumes too
+    parts = sorted(p.name for p in (out / "parts").iterdir())
+    assert parts == ["beta=100_N=32.zarr", "beta=10_N=32.zarr", "zero.zarr"]
     back = xr.open_zarr(out / "result.zarr")  # plain xarray
-    assert dict(back.sizes) == {"beta": 2, "time": 13, "token": 8, "dim": 3, "k": 1}
+    assert dict(back.sizes) == {"beta": 2, "time": 13, "token": 8, "dim": 3, "k": 1, "level": 1}
     for v in ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V"):
         assert back[v].dims == ("beta", "time")
-    for v in ("t_star", "t_star_lo", "t_star_hi", "min_w2", "resolution_ratio"):
+    for v in ("t_star", "t_entry", "min_w2", "t_depart", "resolution_ratio", "status", "N_used"):
         assert back[v].dims == ("beta",)
+    assert back["ladder_N"].dims == ("beta", "level")
     assert back["x"].dims == ("beta", "time", "token", "dim") and back["x"].dtype == np.float32
     assert back["x_zero"].dims == ("time", "token", "dim") and back["w2_zero"].dims == ("time",)
     prov = json.loads(back.attrs["provenance"])
@@ -167,18 +173,23 @@ def test_concentration_values_are_consistent(conc):
     np.testing.assert_allclose(ds.w2.values[:, 0], ds.w2_zero.values[0], rtol=1e-12)
     # the coupling bound is an upper bound on the exact W2
     assert np.all(ds.coupling_bound.values >= ds.w2.values - 1e-12)
-    np.testing.assert_allclose(ds.min_w2.values, ds.w2.min("time").values)
+    np.testing.assert_allclose(ds.min_w2.values, ds.w2.min("time").values)  # one level: its whole curve
     for b in ds.beta.values:
         row = ds.sel(beta=b)
-        assert float(row.t_star_lo) <= float(row.t_star) <= float(row.t_star_hi)
+        assert float(row.t_entry) <= float(row.t_star)
         assert float(row.w2.sel(time=float(row.t_star))) == pytest.approx(float(row.min_w2))
+        assert str(row.status.values) == "under-resolved"  # one level of 32 tokens decides nothing
     assert np.all((ds.mass_A.values >= 0) & (ds.mass_A.values <= 1))
     norms = np.linalg.norm(ds.x.values.astype(float), axis=-1)
     np.testing.assert_allclose(norms, 1.0, atol=1e-6)
-    np.testing.assert_allclose(ds.resolution_ratio.values, spacing(32, 3) * np.sqrt([10.0, 100.0]))
-    # the zero-temperature flow concentrates: W2 and the Lyapunov functional fall
+    # the kernel width 1/sqrt(beta |B^T x|): the ratio uses the cloud's largest |B^T x_i|
+    X0 = sample_uniform(32, 3, seed=0)
+    s = np.max(np.linalg.norm(X0 @ worked_example(1.0).B, axis=1))
+    np.testing.assert_allclose(
+        ds.resolution_ratio.values, spacing(32, 3) * np.sqrt(np.array([10.0, 100.0]) * s)
+    )
+    # the zero-temperature flow concentrates
     assert ds.w2_zero.values[-1] < 0.5 * ds.w2_zero.values[0]
-    assert ds.lyapunov_zero.values[-1] < ds.lyapunov_zero.values[0]
     assert t[0] == 0 and t[-1] == 3.0
 
 
@@ -186,12 +197,10 @@ def test_concentration_w2_against_pot(conc):
     """The exact W2 at t = 0 against an independent solver: POT's network simplex."""
     import ot
 
-    from attnflow.experiments._common import initial_cloud
-    from attnflow.model import worked_example
     from attnflow.zero_temperature import project
 
     _, ds = conc
-    X0 = initial_cloud("uniform", 32, 3, 0)
+    X0 = sample_uniform(32, 3, seed=0)
     PiX0 = project(X0, worked_example(1.0))
     M = ot.dist(X0, PiX0)  # squared Euclidean = chordal cost
     w = np.full(32, 1 / 32)
@@ -200,21 +209,23 @@ def test_concentration_w2_against_pot(conc):
 
 def test_concentration_fits_and_summary(conc):
     out, ds = conc
-    fits = json.loads(ds.attrs["fits"])
-    assert {"a", "b"} <= set(fits["t_star"])
-    assert {"exponent", "prefactor"} <= set(fits["min_w2"])
-    assert "fitted" in fits["zero_temperature_rate"]
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["per_beta"]) == {"10", "100"}
     assert summary["per_beta"]["10"]["t_star"] == pytest.approx(float(ds.t_star.sel(beta=10.0)))
+    # no beta converged (one level, under-resolved): no claim is decided, none is fitted
+    claims = summary["claims"]
+    assert len(claims) == 6 and {c["verdict"] for c in claims[:5]} == {"not resolved"}
+    assert all(c["betas"] == [] for c in claims)
+    assert summary["convergence"]["100"]["status"] == "under-resolved"
+    assert "error" in json.loads(ds.attrs["fits"])["theorem_bound"]
     md = (out / "summary.md").read_text()
-    assert "| 100 |" in md and "t_star" in md
-    assert any("too small" in w for w in summary["warnings"])  # N = 32 cannot resolve beta = 100
+    assert "| 100 |" in md and "t_star" in md and "## claims" in md and "not resolved" in md
+    assert any("under-resolved" in w for w in summary["warnings"])  # N = 32 cannot resolve beta = 100
 
 
 def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     """Fault injection: the run dies after the first beta; the rerun computes only the rest."""
-    monkeypatch.setattr(concentration, "BATCH_BETAS_MAX_N", 0)  # one simulate call per beta
+    monkeypatch.setattr(levels, "BATCH_BETAS_MAX_N", 0)  # one simulate call per beta
     calls = []
     real = integrate.simulate
 
@@ -229,8 +240,8 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="injected"):
         run_experiment(cfg, tmp_path)
     assert calls == [10.0]
-    assert (tmp_path / "parts" / "beta=10.zarr").exists()
-    assert not (tmp_path / "parts" / "beta=100.zarr").exists()
+    assert (tmp_path / "parts" / "beta=10_N=32.zarr").exists()
+    assert not (tmp_path / "parts" / "beta=100_N=32.zarr").exists()
     assert not (tmp_path / "result.zarr").exists()
     assert [p.name for p in (tmp_path / "parts").iterdir() if p.name.startswith(".")] == []
 
@@ -250,9 +261,16 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     assert calls == []
     run_experiment(load_config("concentration", [*TINY, "betas=[10, 30, 100]"]), tmp_path)
     assert calls == [30.0]
-    # a change that alters every beta's result (here N) invalidates the parts
+    # another N is another level of the ladder: computed, the N = 32 parts stay for a later ladder
     calls.clear()
     run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path)
+    assert calls == [10.0, 100.0]
+    # a change that alters every level's result (here eps) is another run: refused in this folder
+    # unless overwrite=True, which replaces it (its parts are not reused)
+    calls.clear()
+    with pytest.raises(ValueError, match="eps"):
+        run_experiment(load_config("concentration", [*TINY, "eps=0.2"]), tmp_path)
+    run_experiment(load_config("concentration", [*TINY, "eps=0.2"]), tmp_path, overwrite=True)
     assert calls == [10.0, 100.0]
 
 
@@ -268,34 +286,36 @@ def test_float32_run_matches_float64():
 
 
 def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatch):
-    """Small N, fixed step: one simulate call for all the betas still to do, with the same results
-    as one call per beta; a rerun after a lost part integrates only the missing betas."""
+    """Small N, fixed step: one simulate call for all the betas, with the same results as one call
+    per beta (to rounding); a rerun after a lost part integrates the whole batch again and keeps the
+    missing betas, so that the resumed result is bit-identical to the full run."""
     calls = []
     real = integrate.simulate
 
     def recording(X0, att, times, **kw):
-        calls.append(kw.get("betas") or [att.beta])
+        calls.append([a.beta for a in att] if isinstance(att, list) else [att.beta])
         return real(X0, att, times, **kw)
 
     monkeypatch.setattr(integrate, "simulate", recording)
     cfg = load_config("concentration", [*TINY, "betas=[10, 30, 100]"])
-    assert cfg.integrator != "adaptive" and cfg.N <= concentration.BATCH_BETAS_MAX_N
+    assert cfg.integrator != "adaptive" and cfg.N <= levels.BATCH_BETAS_MAX_N
     together = run_experiment(cfg, tmp_path)
     assert calls == [[10.0, 30.0, 100.0]]
-    monkeypatch.setattr(concentration, "BATCH_BETAS_MAX_N", 0)
+    monkeypatch.setattr(levels, "BATCH_BETAS_MAX_N", 0)
     calls.clear()
     alone = run_experiment(cfg, None)
     assert calls == [[10.0], [30.0], [100.0]]
     for var in ("w2", "coupling_bound", "lyapunov", "t_star", "x"):
         np.testing.assert_allclose(together[var].values, alone[var].values, rtol=0, atol=1e-12)
 
-    monkeypatch.setattr(concentration, "BATCH_BETAS_MAX_N", 128)
-    for name in ("beta=10.zarr", "beta=100.zarr", "result.zarr"):
-        shutil.rmtree(tmp_path / "parts" / name if name != "result.zarr" else tmp_path / name)
+    monkeypatch.setattr(levels, "BATCH_BETAS_MAX_N", 128)
+    shutil.rmtree(tmp_path / "parts" / "beta=100_N=32.zarr")
+    shutil.rmtree(tmp_path / "result.zarr")
     calls.clear()
     again = run_experiment(cfg, tmp_path)
-    assert calls == [[10.0, 100.0]]
-    np.testing.assert_allclose(again.w2.values, together.w2.values, rtol=0, atol=1e-12)
+    assert calls == [[10.0, 30.0, 100.0]]
+    for var in ("w2", "coupling_bound", "lyapunov", "t_star", "x"):
+        np.testing.assert_array_equal(again[var].values, together[var].values)  # to the bit
 
 
 def test_summary_markdown_tables():
@@ -356,17 +376,90 @@ def test_layers_transformer_is_one_euler_step_per_layer():
     np.testing.assert_allclose(transformer(X0, att, 1, 0.25), Y / np.linalg.norm(Y, axis=1, keepdims=True))
 
 
-def test_resolution_tiny(tmp_path):
+def test_resolution_preset_runs_the_ladder(tmp_path):
+    """`resolution-tiny`, a preset of concentration: N doubles from N_min until converged or N_max."""
+    from attnflow.convergence import STATUSES
+
     ds = run_experiment(load_config("resolution-tiny"), tmp_path)
-    assert list(ds.N.values) == [16, 32, 64]
-    assert ds.min_w2.dims == ("beta", "N") and ds.N_needed.dims == ("beta",)
-    for b in ds.beta.values:
-        row = ds.sel(beta=b)
-        assert bool(row.converged) == (not math.isnan(float(row.N_needed)))
-        if bool(row.converged):
-            assert float(row.N_needed) in ds.N.values
-        assert not np.isnan(float(row.min_w2.isel(N=0)))
-    json.dumps(REGISTRY["resolution"].summarize(ds))
+    assert ds.ladder_N.dims == ("beta", "level")
+    for i, _b in enumerate(ds.beta.values):
+        Ns = ds.ladder_N.values[i]
+        Ns = Ns[np.isfinite(Ns)].astype(int).tolist()
+        assert Ns == [16, 32, 64][: len(Ns)] and int(ds.N_used.values[i]) == Ns[-1]
+        assert str(ds.status.values[i]) in STATUSES
+        assert math.isnan(ds.ladder_min_w2.values[i, 0])  # the first level has nothing to compare with
+    summary = REGISTRY["concentration"].summarize(ds)
+    assert summary["convergence"]["10"]["levels"][0] == 16
+    json.dumps(summary)
+    assert (tmp_path / "parts" / "beta=10_N=16.zarr").exists()
+
+
+def test_weights_any_d_and_quadrature(tmp_path):
+    """weights = an .npz in d = 4 and random in d = 5 run end to end; d = 2 quadrature carries its
+    weights (a von Mises-Fisher rho_0) into W2 and the masses."""
+    from attnflow.model import random_attention
+
+    att = random_attention(4, seed=3)
+    path = tmp_path / "w.npz"
+    np.savez(path, Q=att.Q, K=att.K, V=att.V)
+    ds = run_experiment(load_config("concentration-tiny", [f"weights={str(path)!r}".replace("'", '"')]), None)
+    assert ds.sizes["dim"] == 4 and "d = 4" in ds.attrs["model"]
+    ds = run_experiment(load_config("concentration-tiny", ["weights=random", "d=5"]), None)
+    assert ds.sizes["dim"] == 5
+    vmf = load_config("concentration-tiny", ["weights=worked-example-2d", "init=quadrature", "density=vmf"])
+    ds = run_experiment(vmf, None)
+    assert ds.sizes["dim"] == 2
+    # rho_0 concentrated around u_1: more than half the mass already near A's top eigenspace at t = 0
+    uniform = run_experiment(
+        load_config("concentration-tiny", ["weights=worked-example-2d", "init=quadrature"]), None
+    )
+    assert ds.mass_A.values[0, 0] > uniform.mass_A.values[0, 0]
+    assert ds.w2.values[0, 0] < uniform.w2.values[0, 0]
+
+
+def test_zero_temperature_reference_in_concentration():
+    """zero_reference: the N = infinity curve, next to which an equispaced d = 2 quadrature starts
+    within its O(1/N^2) error (the integrand has a kink at the equator); the claims table gets the
+    local rates."""
+    cfg = load_config(
+        "concentration",
+        [
+            "weights=worked-example-2d",
+            "init=quadrature",
+            "N=256",
+            "betas=[10]",
+            "t_max=4",
+            "dt_save=0.5",
+            "integrator=rk4",
+            "dt=0.05",
+            "n_keep=4",
+        ],
+    )
+    ds = run_experiment(cfg, None)
+    zero = json.loads(ds.attrs["zero"])
+    assert zero["kind"].startswith("N = infinity")
+    assert ds.w2.values[0, 0] == pytest.approx(ds.w2_zero.values[0], rel=1e-3)
+    assert zero["c_star"] == pytest.approx(0.351391, rel=1e-5)
+    rate_row = json.loads(ds.attrs["claims"])[-1]
+    assert rate_row["measured"]["last_window"] == [0.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["weights=worked-example", "d=2"], "d"),
+        (["weights=no/such/file.npz"], "weights"),
+        (["weights=worked-example-2d", "init=fibonacci"], "fibonacci"),
+        (["weights=random", "d=5", "init=quadrature"], "quadrature"),
+        (["N_min=512", "N_max=256"], "N_max"),
+        (["seeds=[1, 2]", "init=quadrature"], "seeds"),
+        (["device=gpu"], "device"),
+    ],
+)
+def test_model_keys_are_checked_when_the_config_loads(overrides, key):
+    with pytest.raises(ConfigError) as err:
+        load_config("concentration", overrides)
+    assert key in str(err.value)
 
 
 # ------------------------------------------------------------------------------ property tests
@@ -384,12 +477,17 @@ finite_pos = st.floats(min_value=1e-6, max_value=1e9, allow_nan=False, allow_inf
 )
 def test_toml_roundtrip_property(N, betas, t_max, init, seed):
     """to_toml -> TOML -> config is the identity, floats included (repr round-trips exactly)."""
-    cfg = REGISTRY["concentration"].Config(N=N, betas=betas, t_max=t_max, init=init, seed=seed)
+    dt_save = t_max / 10  # 11 saved times: a config whose trajectory exceeds the memory is an error
+    cfg = REGISTRY["concentration"].Config(
+        N=N, betas=betas, t_max=t_max, dt_save=dt_save, init=init, seed=seed
+    )
     assert load_config("concentration", [f"{k}={v}" for k, v in _toml_items(to_toml(cfg))]) == cfg
 
 
 def _toml_items(text: str):
-    return [(k, v) for k, v in (line.split(" = ", 1) for line in text.splitlines() if " = " in line)]
+    # comment lines (descriptions) are skipped: they may contain " = " themselves
+    lines = [line for line in text.splitlines() if " = " in line and not line.startswith("#")]
+    return [tuple(line.split(" = ", 1)) for line in lines]
 
 
 @settings(max_examples=40, deadline=None)
@@ -409,7 +507,7 @@ def test_override_values_parse_back(value):
         ("layers", ["beta=inf"], "beta"),
         ("zero-temperature", ["fit_window=[5.0, 40.0]"], "t_max"),
         ("zero-temperature", ["fit_window=[5.0]"], "fit_window"),
-        ("resolution", ["N_min=100", "N_max=150"], "N_max"),
+        ("resolution", ["N_min=100", "N_max=50"], "N_max"),
         ("terminal", ["threshold=1.5"], "threshold"),
         ("terminal", ["threads=-1"], "threads"),
     ],
@@ -587,28 +685,29 @@ def test_attnflow_plot_on_a_heads_run_exits_0(tiny_heads):
         assert (out / "figures" / f"heads.{ext}").stat().st_size > 1000
 
 
-def test_resolution_warning_only_when_unresolved():
-    from attnflow.experiments._config import Reporter
-    from attnflow.experiments.concentration import resolution_report
+def test_resolution_warning_only_when_under_resolved():
+    """A warning names the under-resolved beta and the N it needs; a resolved beta gets none."""
+    from attnflow.metrics import RESOLUTION_OK, tokens_for_ratio
 
-    rep = Reporter()
-    ratios = resolution_report(10**6, 3, [10.0, 100.0], rep)
-    np.testing.assert_allclose(ratios, spacing(10**6, 3) * np.sqrt([10.0, 100.0]))
-    assert rep.warnings == [] and len(rep.messages) == 2
-    resolution_report(1000, 3, [10.0, 3000.0], rep)
-    assert len(rep.warnings) == 1 and "beta >= 3000" in rep.warnings[0]
+    short = ["t_max=0.5", "dt_save=0.25", "integrator=rk4", "dt=0.05", "zero_reference=false", "n_keep=4"]
+    d2 = ["weights=worked-example-2d", "init=quadrature"]
+    fine = run_experiment(load_config("concentration", [*short, *d2, "N=4096", "betas=[1]"]), None)
+    assert json.loads(fine.attrs["warnings"]) == [] and str(fine.status.values[0]) == "resolved"
+    coarse = run_experiment(load_config("concentration", [*short, *d2, "N=64", "betas=[1, 1000]"]), None)
+    warnings = json.loads(coarse.attrs["warnings"])
+    need = tokens_for_ratio(2, 1000.0, 3.0)
+    assert len(warnings) == 1 and "beta = 1000" in warnings[0] and f"N = {need}" in warnings[0]
+    assert spacing(need, 2) * math.sqrt(1000.0 * 3.0) <= RESOLUTION_OK
 
 
 def test_concentration_curves_against_pot_at_every_time():
     """Keep every token, then recompute W2 and the coupling bound from the stored positions."""
     import ot
 
-    from attnflow.experiments._common import initial_cloud
-    from attnflow.model import worked_example
     from attnflow.zero_temperature import project
 
     ds = run_experiment(load_config("concentration", [*TINY, "n_keep=32", "t_max=1.5", "betas=[30]"]))
-    PiX0 = project(initial_cloud("uniform", 32, 3, 0), worked_example(1.0))
+    PiX0 = project(sample_uniform(32, 3, seed=0), worked_example(1.0))
     w = np.full(32, 1 / 32)
     X = ds.x.sel(beta=30.0).values.astype(np.float64)  # float32 on disk: 1e-7 relative
     pot = [math.sqrt(ot.emd2(w, w, ot.dist(Xk, PiX0))) for Xk in X]

@@ -56,6 +56,11 @@ def ref_trajectory(X0: np.ndarray, att: af.Attention, times, tol: float = 1e-12)
     return sol.y.T.reshape(len(t_eval), N, d)[index]
 
 
+def tolerances(method: str, rtol: float, atol: float) -> dict | None:
+    """The adaptive method's options; None for the fixed-step methods (which take no tolerances)."""
+    return {"rtol": rtol, "atol": atol} if method == "adaptive" else None
+
+
 # ---------------------------------------------------------------- agreement with SciPy
 
 CASES = [  # d, N, beta, T: T short enough at large beta that the dynamics stay resolvable at dt = 1e-3
@@ -76,7 +81,7 @@ def test_matches_solve_ivp(d, N, beta, T):
     assert np.abs(ref[-1] - X0).max() > 1e-2  # the tokens actually move
     rk4 = simulate(X0, att, times, method="rk4", dt=1e-3)
     np.testing.assert_allclose(rk4.x, ref, rtol=0, atol=1e-6)
-    ada = simulate(X0, att, times, method="adaptive", rtol=1e-9, atol=1e-12)
+    ada = simulate(X0, att, times, method="adaptive", options={"rtol": 1e-9, "atol": 1e-12})
     np.testing.assert_allclose(ada.x, ref, rtol=0, atol=1e-6)
     assert ada.info["n_steps"] < rk4.info["n_steps"]
 
@@ -87,7 +92,7 @@ def test_output_times_not_on_the_grid():
     X0 = af.sample_uniform(20, 3, seed=2)
     times = [0.0123, 0.5, 0.5, 0.77]
     ref = ref_trajectory(X0, att, times)
-    for method, kw in [("rk4", {"dt": 1e-2}), ("adaptive", {"rtol": 1e-10, "atol": 1e-12})]:
+    for method, kw in [("rk4", {"dt": 1e-2}), ("adaptive", {"options": {"rtol": 1e-10, "atol": 1e-12}})]:
         tr = simulate(X0, att, times, method=method, **kw)
         np.testing.assert_array_equal(tr.t, times)
         assert tr.x.shape == (4, 20, 3)
@@ -104,7 +109,7 @@ def test_many_output_times():
     times = np.linspace(0.0, 1.0, 51)
     ref = ref_trajectory(X0, att, times)
     for method in ("rk4", "adaptive"):
-        tr = simulate(X0, att, times, method=method, dt=3e-3, rtol=1e-10, atol=1e-12)
+        tr = simulate(X0, att, times, method=method, dt=3e-3, options=tolerances(method, 1e-10, 1e-12))
         np.testing.assert_array_equal(tr.t, times)
         np.testing.assert_allclose(tr.x, ref, rtol=0, atol=1e-8)
     assert simulate(X0, att, [0.0]).x.shape == (1, 10, 3)
@@ -117,7 +122,7 @@ def test_adaptive_steps_do_not_stop_at_output_times():
     X0 = af.sample_uniform(30, 3, seed=6)
     times = np.linspace(0.0, 3.0, 601)
     ref = ref_trajectory(X0, att, times)
-    tr = simulate(X0, att, times, method="adaptive", rtol=1e-8, atol=1e-10)
+    tr = simulate(X0, att, times, method="adaptive", options={"rtol": 1e-8, "atol": 1e-10})
     assert tr.info["n_steps"] < len(times) / 5
     np.testing.assert_allclose(tr.x, ref, rtol=0, atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(tr.x, axis=-1), 1.0, rtol=0, atol=1e-14)
@@ -156,7 +161,7 @@ def test_batch_error_control_per_cloud():
     moving = af.sample_uniform(40, 3, seed=9)
     resting = np.tile(np.stack([v, -v]), (20, 1))  # +-v, V v = lambda v: a fixed point
     times = [0.5, 2.0]
-    kw = {"method": "adaptive", "rtol": 1e-7, "atol": 1e-9, "kernel": "sdpa"}
+    kw = {"method": "adaptive", "options": {"rtol": 1e-7, "atol": 1e-9}, "kernel": "sdpa"}
     alone = simulate(moving, att, times, **kw)
     batch = simulate(np.stack([moving] + [resting] * 7), att, times, **kw)
     assert alone.info["n_steps"] > 20
@@ -188,7 +193,7 @@ def test_adaptive_tolerance_controls_error():
     ref = ref_trajectory(X0, att, [2.0])[-1]
     errs, steps = [], []
     for rtol in (1e-4, 1e-6, 1e-8):
-        tr = simulate(X0, att, [2.0], method="adaptive", rtol=rtol, atol=rtol * 1e-3)
+        tr = simulate(X0, att, [2.0], method="adaptive", options={"rtol": rtol, "atol": rtol * 1e-3})
         errs.append(np.abs(tr.x[-1] - ref).max())
         steps.append(tr.info["n_steps"])
     assert errs[0] > errs[1] > errs[2] and errs[2] < 1e-7
@@ -202,7 +207,7 @@ def test_adaptive_tolerance_controls_error():
 def test_unit_rows_after_long_run(method):
     att = random_attention(4, 10.0, seed=5)
     X0 = af.sample_uniform(8, 4, seed=6)
-    tr = simulate(X0, att, [5.0, 20.0], method=method, dt=1e-2, rtol=1e-8, atol=1e-10)
+    tr = simulate(X0, att, [5.0, 20.0], method=method, dt=1e-2, options=tolerances(method, 1e-8, 1e-10))
     drift = np.abs(np.linalg.norm(tr.x, axis=-1) - 1.0).max()
     assert drift < 1e-12
     assert method == "adaptive" or tr.info["n_steps"] == 2000
@@ -227,19 +232,23 @@ def test_rotation_equivariance(method):
     att = af.Attention(Q, K, V, 15.0)
     att_R = af.Attention(R @ Q @ R.T, R @ K @ R.T, R @ V @ R.T, 15.0)
     X0 = af.sample_uniform(25, d, seed=10)
-    a = simulate(X0, att, [0.3, 0.8], method=method, dt=1e-2, rtol=1e-10, atol=1e-12)
-    b = simulate(X0 @ R.T, att_R, [0.3, 0.8], method=method, dt=1e-2, rtol=1e-10, atol=1e-12)
+    kw = {"method": method, "dt": 1e-2, "options": tolerances(method, 1e-10, 1e-12)}
+    a = simulate(X0, att, [0.3, 0.8], **kw)
+    b = simulate(X0 @ R.T, att_R, [0.3, 0.8], **kw)
     np.testing.assert_allclose(b.x, a.x @ R.T, rtol=0, atol=1e-12)  # the error norm is frame-free
 
 
 def test_several_betas_in_one_run():
-    """simulate(betas=...): fixed steps give the separate runs; adaptive ones agree to tolerance."""
+    """A list of Attention objects differing in beta: fixed steps give the separate runs; adaptive
+    ones agree to tolerance."""
     att = random_attention(3, 1.0, seed=13)
     X0 = af.sample_uniform(24, 3, seed=14)
     times = [0.3, 1.0]
     betas = [2.0, 20.0, 200.0]
-    rk = simulate(X0, att, times, method="rk4", dt=1e-2, betas=betas)
-    ada = simulate(X0, att, times, method="adaptive", rtol=1e-10, atol=1e-12, betas=betas, kernel="blocked")
+    atts = [att.with_beta(b) for b in betas]
+    rk = simulate(X0, atts, times, method="rk4", dt=1e-2)
+    tight = {"rtol": 1e-10, "atol": 1e-12}
+    ada = simulate(X0, atts, times, method="adaptive", options=tight, kernel="blocked")
     assert rk.x.shape == (2, 3, 24, 3) and rk.info["betas"] == betas and rk.info["beta"] is None
     assert ada.info["kernel"] == "blocked"
     for m, b in enumerate(betas):
@@ -248,8 +257,27 @@ def test_several_betas_in_one_run():
         np.testing.assert_allclose(
             ada.x[:, m], ref_trajectory(X0, att.with_beta(b), times), rtol=0, atol=1e-7
         )
-    own = simulate(af.sample_uniform(24, 3, seed=15, M=3), att, times, dt=1e-2, betas=betas)
+    own = simulate(af.sample_uniform(24, 3, seed=15, M=3), atts, times, dt=1e-2)
     assert own.x.shape == (2, 3, 24, 3)
+    # the truncated kernel takes one beta per cloud too
+    tr = simulate(X0, atts, times, method="rk4", dt=1e-2, kernel="truncated")
+    np.testing.assert_allclose(tr.x, rk.x, rtol=0, atol=1e-12)
+    # equal betas: a plain batch at that beta
+    same = simulate(X0, [att.with_beta(20.0)] * 2, times, method="rk4", dt=1e-2)
+    assert same.info["beta"] == 20.0 and same.x.shape == (2, 2, 24, 3)
+    np.testing.assert_allclose(same.x[:, 1], rk.x[:, 1], rtol=0, atol=1e-14)
+
+
+def test_betas_keyword_is_deprecated():
+    """simulate(betas=...) still runs, warns that it overrides att.beta, and gives the list's result."""
+    att = random_attention(3, 1.0, seed=13)
+    X0 = af.sample_uniform(24, 3, seed=14)
+    betas = [2.0, 20.0, 200.0]
+    with pytest.warns(DeprecationWarning, match=r"overrides att\.beta"):
+        old = simulate(X0, att, [0.3], dt=1e-2, betas=betas)
+    new = simulate(X0, [att.with_beta(b) for b in betas], [0.3], dt=1e-2)
+    np.testing.assert_array_equal(old.x, new.x)
+    assert old.info["betas"] == betas
 
 
 @pytest.mark.parametrize(("kw", "match"), [
@@ -258,13 +286,30 @@ def test_several_betas_in_one_run():
     ({"betas": [1.0, -1.0, 2.0]}, "finite and > 0"),
     ({"betas": [[1.0, 2.0, 3.0]]}, "1-D"),
     ({"betas": ["a", "b", "c"]}, "sequence of numbers"),
-    ({"betas": [1.0, 2.0, 3.0], "kernel": "truncated"}, "kernel must be 'auto' or one of"),
 ])  # fmt: skip
 def test_several_betas_bad_input(kw, match):
     att = random_attention(3, 1.0, seed=13)
     X0 = af.sample_uniform(8, 3, seed=14, M=3)
-    with pytest.raises((ValueError, TypeError), match=match):
+    with pytest.warns(DeprecationWarning), pytest.raises((ValueError, TypeError), match=match):
         simulate(X0, att, [0.1], **kw)
+
+
+def test_attention_list_bad_input():
+    att = random_attention(3, 1.0, seed=13)
+    X0 = af.sample_uniform(8, 3, seed=14)
+    other = random_attention(3, 1.0, seed=14)
+    with pytest.raises(ValueError, match=r"att\[1\] has another Q than att\[0\]"):
+        simulate(X0, [att, other], [0.1])
+    with pytest.raises(ValueError, match="mixing beta = inf"):
+        simulate(X0, [att, att.with_beta(np.inf)], [0.1])
+    with pytest.raises(TypeError, match=r"att\[1\] must be an attnflow\.Attention"):
+        simulate(X0, [att, np.eye(3)], [0.1])
+    with pytest.raises(ValueError, match="X0 has 2, att has 3"):
+        simulate(af.sample_uniform(8, 3, seed=14, M=2), [att] * 3, [0.1])
+    with pytest.raises(ValueError, match="betas must all be inf"):
+        simulate(X0, [att, att.with_beta(2.0)], [0.1], kernel="zero")
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="give the list only"):
+        simulate(X0, [att, att], [0.1], betas=[1.0, 2.0])
 
 
 def test_batch_equals_separate_runs():
@@ -273,10 +318,11 @@ def test_batch_equals_separate_runs():
     times = [0.25, 1.0]
     tb = simulate(X0, att, times, method="rk4", dt=1e-2)
     assert tb.x.shape == (2, 3, 20, 3)
-    ab = simulate(X0, att, times, method="adaptive", rtol=1e-10, atol=1e-12)
+    tight = {"rtol": 1e-10, "atol": 1e-12}
+    ab = simulate(X0, att, times, method="adaptive", options=tight)
     for m in range(3):
         np.testing.assert_allclose(tb.x[:, m], simulate(X0[m], att, times, dt=1e-2).x, rtol=0, atol=1e-13)
-        sep = simulate(X0[m], att, times, method="adaptive", rtol=1e-10, atol=1e-12)
+        sep = simulate(X0[m], att, times, method="adaptive", options=tight)
         np.testing.assert_allclose(ab.x[:, m], sep.x, rtol=0, atol=1e-8)  # shared steps differ
 
 
@@ -303,11 +349,14 @@ def test_properties_random_problems(d, N, M, log_beta, seed):
 
 
 def test_torch_input():
+    """A torch tensor in gives a torch tensor out, on its device; NumPy in gives NumPy out."""
     att = random_attention(3, 4.0, seed=2)
     X0 = af.sample_uniform(10, 3, seed=3)
     tr = simulate(torch.as_tensor(X0), att, [0.2])
-    assert isinstance(tr.x, np.ndarray)
-    np.testing.assert_array_equal(tr.x, simulate(X0, att, [0.2]).x)
+    assert isinstance(tr.x, torch.Tensor) and tr.x.device.type == "cpu" and tr.x.dtype == torch.float64
+    ref = simulate(X0, att, [0.2])
+    assert isinstance(ref.x, np.ndarray)
+    np.testing.assert_array_equal(tr.x.numpy(), ref.x)
 
 
 def test_euler_step_is_one_layer_with_layer_norm():
@@ -328,7 +377,7 @@ def test_zero_temperature_flow_closed_form():
     Y = np.stack([X0 @ expm(A * t).T for t in times])
     Y /= np.linalg.norm(Y, axis=-1, keepdims=True)
     for method in ("rk4", "adaptive"):
-        tr = simulate(X0, att, times, method=method, dt=1e-3, rtol=1e-10, atol=1e-12)
+        tr = simulate(X0, att, times, method=method, dt=1e-3, options=tolerances(method, 1e-10, 1e-12))
         assert tr.info["kernel"] == "zero"
         np.testing.assert_allclose(tr.x, Y, rtol=0, atol=1e-9)
 
@@ -358,7 +407,7 @@ def test_info_and_progress():
     assert calls[0] == (0.0, 2.0) and calls[-1] == (2.0, 2.0)
     assert 3 <= len(calls) <= 10
     assert all(b[0] >= a[0] for a, b in itertools.pairwise(calls))
-    ada = simulate(X0, att, [2.0], method="adaptive", rtol=1e-7, atol=1e-9)
+    ada = simulate(X0, att, [2.0], method="adaptive", options={"rtol": 1e-7, "atol": 1e-9})
     assert ada.info["rtol"] == 1e-7 and ada.info["atol"] == 1e-9 and "dt" not in ada.info
     assert ada.info["n_evals"] >= 6 * (ada.info["n_steps"] + ada.info["n_rejected"])
 
@@ -384,7 +433,7 @@ def test_auto_kernel_redecided_during_run(monkeypatch):
 def test_max_steps():
     att = random_attention(3, 1.0, seed=22)
     with pytest.raises(RuntimeError, match="max_steps = 10 reached"):
-        simulate(af.sample_uniform(5, 3, seed=0), att, [1.0], dt=1e-2, max_steps=10)
+        simulate(af.sample_uniform(5, 3, seed=0), att, [1.0], dt=1e-2, options={"max_steps": 10})
 
 
 # ---------------------------------------------------------------- bad input
@@ -428,10 +477,10 @@ def test_empty_times(att, X0):
 
 
 def test_bad_tolerances(att, X0):
-    with pytest.raises(ValueError, match="rtol must be a finite number > 0"):
-        simulate(X0, att, [1.0], method="adaptive", rtol=0.0)
-    with pytest.raises(ValueError, match="atol must be a finite number > 0"):
-        simulate(X0, att, [1.0], method="adaptive", atol=-1.0)
+    with pytest.raises(ValueError, match=r"options\['rtol'\] must be a finite number > 0"):
+        simulate(X0, att, [1.0], method="adaptive", options={"rtol": 0.0})
+    with pytest.raises(ValueError, match=r"options\['atol'\] must be a finite number > 0"):
+        simulate(X0, att, [1.0], method="adaptive", options={"atol": -1.0})
 
 
 def test_initial_nan(att, X0):

@@ -199,12 +199,6 @@ def test_auto_choice_and_registry():
     assert get_kernel("sdpa") is velocity_sdpa and get_kernel("zero") is velocity_zero
 
 
-def test_missing_truncated_kernel_is_a_clear_error(monkeypatch):
-    monkeypatch.setitem(KERNELS, "truncated", ("no_such_module", "velocity_truncated"))
-    with pytest.raises(NotImplementedError, match="kernel 'truncated' is not available"):
-        get_kernel("truncated")
-
-
 def test_dtype_names():
     assert check_dtype("float64") == check_dtype(np.float64) == check_dtype(torch.float64) == "float64"
     assert check_dtype("float32") == check_dtype(np.float32) == check_dtype(torch.float32) == "float32"

@@ -9,18 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnflow import metrics
+from attnflow import _atoms, _transport, wasserstein
 from attnflow.metrics import (
     angle_to_subspace,
     coupling_bound,
-    find_atoms,
     lyapunov,
     resolution_ratio,
     subspace_mass,
-    w2,
-    w2_to_target,
 )
 from attnflow.sphere import fibonacci_sphere, sample_uniform
+from attnflow.wasserstein import find_atoms, w2, w2_to_target
 
 ot = pytest.importorskip("ot")
 
@@ -31,6 +29,11 @@ def pot_w2(X, Y, a=None, b=None, cost="chordal"):
     G = np.clip(X @ Y.T, -1.0, 1.0)
     M = ot.dist(X, Y) if cost == "chordal" else np.arccos(G) ** 2
     return math.sqrt(ot.emd2(a, b, M, numItermax=10**7))
+
+
+def prob(v):
+    """Weights of a probability measure: v / sum(v)."""
+    return np.asarray(v) / np.sum(v)
 
 
 def random_cloud(n, d, seed):
@@ -47,8 +50,8 @@ def random_cloud(n, d, seed):
 def test_exact_matches_pot(cost, N, K, d, weighted):
     rng = np.random.default_rng(N + K + d)
     X, Y = random_cloud(N, d, 1), random_cloud(K, d, 2)
-    a = rng.random(N) if weighted else None
-    b = rng.random(K) if weighted else None
+    a = prob(rng.random(N)) if weighted else None
+    b = prob(rng.random(K)) if weighted else None
     value, info = w2(X, Y, cost=cost, a=a, b=b, log=True)
     assert info.exact and info.error == 0.0
     assert value == pytest.approx(pot_w2(X, Y, a, b, cost), abs=1e-9)
@@ -70,7 +73,7 @@ def test_closed_form_single_atom_and_antipodes():
 def test_few_atoms_equals_full_problem(cost, k, b):
     X = random_cloud(301, 3, 4)  # odd N: the k = 2 sort splits one token
     atoms = random_cloud(k, 3, 5)
-    a = np.random.default_rng(6).random(301)
+    a = prob(np.random.default_rng(6).random(301))
     for weights in (None, a):
         value, info = w2(X, atoms, cost=cost, a=weights, b=b, log=True)
         assert info.method == ("atoms-sort" if k == 2 else "atoms-simplex")
@@ -110,7 +113,7 @@ def test_two_atom_target_at_a_million_tokens_is_exact_and_fast():
 
 
 def test_exact_too_large_raises(monkeypatch):
-    monkeypatch.setattr(metrics, "EXACT_MAX_PAIRS", 100)
+    monkeypatch.setattr(wasserstein, "EXACT_MAX_PAIRS", 100)
     X, Y = random_cloud(20, 3, 1), random_cloud(20, 3, 2)
     with pytest.raises(ValueError, match=r"subsample.*sinkhorn"):
         w2(X, Y)
@@ -122,15 +125,15 @@ def test_exact_too_large_raises(monkeypatch):
 def test_few_atoms_band_path_is_exact(monkeypatch, k, cost):
     # the large-N path for k >= 3 atoms (entropic potentials, simplex on a band, certificate),
     # forced at N = 3000 by lowering the size below which the whole problem goes to the simplex
-    monkeypatch.setattr(metrics, "ATOMS_EMD_MAX_N", 400)
+    monkeypatch.setattr(_atoms, "ATOMS_EMD_MAX_N", 400)
     X = random_cloud(3000, 3, 40 + k)
     atoms = random_cloud(k, 3, k)
-    b = np.random.default_rng(k).random(k)
-    a = np.random.default_rng(1).random(3000)
+    b = prob(np.random.default_rng(k).random(k))
+    a = prob(np.random.default_rng(1).random(3000))
     value, info = w2(X, atoms, a=a, b=b, cost=cost, log=True)
     assert info.method == "atoms-simplex" and info.exact
     assert value == pytest.approx(pot_w2(X, atoms, a, b, cost), abs=1e-9)
-    monkeypatch.setattr(metrics, "ATOMS_EMD_MAX_N", 0)  # no band allowed: refuse, never approximate
+    monkeypatch.setattr(_atoms, "ATOMS_EMD_MAX_N", 0)  # no band allowed: refuse, never approximate
     with pytest.raises(RuntimeError, match="sinkhorn"):
         w2(X, atoms, a=a, b=b, cost=cost)
 
@@ -139,11 +142,11 @@ def test_certificate_rejects_a_crossed_plan():
     atoms = np.eye(3)
     X = np.array([[0.99, 0.1, 0.1], [0.1, 0.99, 0.1], [0.1, 0.1, 0.99]])
     X /= np.linalg.norm(X, axis=1, keepdims=True)
-    CT = metrics._cost_matrix(X, atoms, "chordal").T
+    CT = _transport.cost_matrix(X, atoms, "chordal").T
     good = [np.array([0]), np.array([1]), np.array([2])]
     crossed = [np.array([1]), np.array([0]), np.array([2])]  # tokens 0 and 1 swap atoms
-    assert metrics._cyclically_monotone(CT, good, tol=1e-12)
-    assert not metrics._cyclically_monotone(CT, crossed, tol=1e-12)
+    assert _atoms._cyclically_monotone(CT, good, tol=1e-12)
+    assert not _atoms._cyclically_monotone(CT, crossed, tol=1e-12)
 
 
 # ------------------------------------------------------------------------ approximate methods
@@ -152,7 +155,7 @@ def test_certificate_rejects_a_crossed_plan():
 @pytest.mark.parametrize("cost", ["chordal", "geodesic"])
 def test_sinkhorn_within_its_reported_error(cost):
     X, Y = random_cloud(120, 3, 10), random_cloud(90, 3, 11)
-    a = np.random.default_rng(12).random(120)
+    a = prob(np.random.default_rng(12).random(120))
     exact = w2(X, Y, cost=cost, a=a)
     value, info = w2(X, Y, cost=cost, a=a, method="sinkhorn", log=True)
     assert not info.exact and info.reg > 0 and info.converged
@@ -174,10 +177,10 @@ def test_sinkhorn_potentials_match_pot(cost):
     a, b = a / a.sum(), b / b.sum()
     reg = 0.2
     for p, q, M, sym in [
-        (a, b, metrics._cost_matrix(X, Y, cost), False),
-        (a, a, metrics._cost_matrix(X, X, cost), True),
+        (a, b, _transport.cost_matrix(X, Y, cost), False),
+        (a, a, _transport.cost_matrix(X, X, cost), True),
     ]:
-        f, g, _, ok = metrics._sinkhorn_potentials(p, q, M, reg, 5000, 1e-12, symmetric=sym)
+        f, g, _, ok = _transport.sinkhorn_potentials(p, q, M, reg, 5000, 1e-12, symmetric=sym)
         G, log = ot.sinkhorn(p, q, M, reg, method="sinkhorn_log", numItermax=5000, stopThr=1e-13, log=True)
         assert ok
         P = np.exp((f[:, None] + g[None, :] - M) / reg) * p[:, None] * q[None, :]
@@ -222,7 +225,7 @@ def test_subsample_with_weights_and_full_size_is_exact():
     v, info = w2(X, Y, method="subsample", n_sub=50, log=True)
     assert v == pytest.approx(w2(X, Y), abs=1e-12) and info.error == pytest.approx(0.0, abs=1e-12)
     assert info.noise_floor == pytest.approx(0.0, abs=1e-12)
-    a = np.random.default_rng(1).random(50)
+    a = prob(np.random.default_rng(1).random(50))
     v, info = w2(X, Y, a=a, method="subsample", n_sub=40, log=True)
     assert np.isfinite(v) and info.ci[0] <= v <= info.ci[1]
 
@@ -310,10 +313,14 @@ def test_lyapunov_closed_form_and_batch():
 
 
 def test_resolution_ratio():
-    # d = 3: spacing sqrt(4 pi / N); ratio 1 at N = 4 pi beta
-    assert resolution_ratio(int(4 * math.pi * 3000), 3, 3000.0) == pytest.approx(1.0, rel=1e-4)
-    assert resolution_ratio(10, 3, math.inf) == math.inf
-    assert resolution_ratio(40000, 3, 3000.0) < resolution_ratio(4000, 3, 3000.0)
+    # d = 3: spacing sqrt(4 pi / N); ratio 1 at N = 4 pi beta (B = I: |B^T x| = 1)
+    B = np.eye(3)
+    assert resolution_ratio(int(4 * math.pi * 3000), 3, 3000.0, B=B) == pytest.approx(1.0, rel=1e-4)
+    assert resolution_ratio(10, 3, math.inf, B=B) == math.inf
+    assert resolution_ratio(40000, 3, 3000.0, B=B) < resolution_ratio(4000, 3, 3000.0, B=B)
+    # the old call (no B) assumes |B^T x| = 1: same number, with a DeprecationWarning
+    with pytest.warns(DeprecationWarning, match=r"\|B\^T x\| = 1"):
+        assert resolution_ratio(4000, 3, 30.0) == resolution_ratio(4000, 3, 30.0, B=B)
 
 
 def test_w2_to_target_over_times_and_fallback(monkeypatch):
@@ -328,7 +335,7 @@ def test_w2_to_target_over_times_and_fallback(monkeypatch):
     Y = random_cloud(150, 3, 21)
     general = w2_to_target(X_t[:2], Y)
     np.testing.assert_allclose(general.values, [pot_w2(X, Y) for X in X_t[:2]], atol=1e-9)
-    monkeypatch.setattr(metrics, "EXACT_MAX_PAIRS", 100)
+    monkeypatch.setattr(wasserstein, "EXACT_MAX_PAIRS", 100)
     approx = w2_to_target(X_t[:1], Y, fallback="subsample", n_sub=8, seed=1)
     assert not approx.exact and approx.infos[0].method == "subsample"
 
@@ -381,8 +388,6 @@ def test_bad_input_errors():
 
 def test_two_atom_path_has_no_cancellation_floor():
     """Tokens within 1e-9 of +-u: W2 to the two atoms is about 1e-9, not a rounding floor ~1e-7."""
-    from attnflow.metrics import coupling_bound, w2_to_target
-
     rng = np.random.default_rng(0)
     N, d = 50_000, 3
     u = np.array([1.0, 0.0, 0.0])
@@ -394,3 +399,84 @@ def test_two_atom_path_has_no_cancellation_floor():
     bound = coupling_bound(X, target)
     assert 0 < value <= bound * (1 + 1e-6)
     assert value > 0.5 * bound  # each token is nearest its own atom: W2 equals the bound here
+
+
+# ------------------------------------------------------------------------------ weighted measures
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(min_value=1, max_value=12), seed=seeds)
+def test_weighted_diagnostics_equal_replicated_clouds(n, seed):
+    """Integer weights c_i / sum c are the cloud with token i repeated c_i times."""
+    rng = np.random.default_rng(seed)
+    X_t = sample_uniform(n, 3, seed=seed, M=2)  # (T, N, d)
+    P = random_cloud(n, 3, seed + 1)
+    counts = rng.integers(1, 5, n)
+    w = counts / counts.sum()
+    rep = np.repeat(np.arange(n), counts)
+    basis, P1 = np.eye(3)[:, :1], np.diag([1.0, 0.0, 0.0])
+    np.testing.assert_allclose(
+        coupling_bound(X_t, P, weights=w), coupling_bound(X_t[:, rep], P[rep]), atol=1e-12
+    )
+    np.testing.assert_allclose(lyapunov(X_t, P1, weights=w), lyapunov(X_t[:, rep], P1), atol=1e-12)
+    eps = [0.3, 1.0]
+    np.testing.assert_allclose(
+        subspace_mass(X_t, basis, eps, weights=w), subspace_mass(X_t[:, rep], basis, eps), atol=1e-12
+    )
+    np.testing.assert_allclose(
+        subspace_mass(X_t, basis, 0.5, weights=w), subspace_mass(X_t[:, rep], basis, 0.5), atol=1e-12
+    )
+    # the weighted coupling bound still bounds the weighted W2
+    for X, bound in zip(X_t, coupling_bound(X_t, P, weights=w), strict=True):
+        assert w2(X, P, a=w, b=w) <= bound + 1e-9
+
+
+def test_weighted_diagnostics_batch_weights_and_errors():
+    X_t = sample_uniform(20, 3, seed=1, M=8).reshape(2, 4, 20, 3)  # (T, M, N, d)
+    W = np.random.default_rng(2).random((4, 20)) + 0.1
+    W /= W.sum(axis=1, keepdims=True)
+    P1 = np.diag([0.0, 0.0, 1.0])
+    got = lyapunov(X_t, P1, weights=W)
+    assert got.shape == (2, 4)
+    want = [[lyapunov(X_t[t, m : m + 1], P1, weights=W[m])[0] for m in range(4)] for t in range(2)]
+    np.testing.assert_allclose(got, want, atol=1e-14)
+    uniform = np.full(20, 1 / 20)
+    np.testing.assert_allclose(lyapunov(X_t, P1, weights=uniform), lyapunov(X_t, P1), atol=1e-14)
+    with pytest.raises(ValueError, match="weights must sum to 1"):
+        lyapunov(X_t, P1, weights=2 * W)
+    with pytest.raises(ValueError, match="weights must have shape"):
+        subspace_mass(X_t, np.eye(3)[:, :1], 0.1, weights=W[:3])
+    with pytest.raises(ValueError, match="weights must be > 0"):
+        coupling_bound(X_t, X_t[0, 0], weights=np.r_[0.0, np.full(19, 1 / 19)])
+
+
+def test_resolution_ratio_uses_the_kernel_width():
+    """concentration-converged's setting: worked example, N = 100,000 Fibonacci tokens, beta = 1000."""
+    from attnflow.model import worked_example
+    from attnflow.sphere import spacing
+
+    att, N, beta = worked_example(1000.0), 100_000, 1000.0
+    X = fibonacci_sphere(N)
+    h = math.sqrt(4 * math.pi / N)
+    assert spacing(N, 3) == pytest.approx(h)
+    # s = max_i |B^T x_i|: the lattice has a node within 1e-2 of e_1, where |B^T x| = ||B|| = 3
+    ratio = resolution_ratio(N, 3, beta, B=att.B, X=X)
+    s = (ratio / h) ** 2 / beta
+    assert 3.0 - 1e-4 < s <= 3.0
+    assert ratio == pytest.approx(0.614, abs=5e-4)
+    # ||B|| bounds s from above; the old beta^(-1/2) width (s = 1) gave 0.354, sqrt(3) times smaller
+    assert resolution_ratio(N, 3, beta, B=att.B) == pytest.approx(h * math.sqrt(3 * beta), rel=1e-12)
+    with pytest.warns(DeprecationWarning):
+        assert resolution_ratio(N, 3, beta) == pytest.approx(0.3545, abs=1e-4)
+    # a cloud near u_1 only sees |B^T u_1| = 2.134
+    u1 = att.spectrum().top.basis[:, 0]
+    near = np.tile(u1, (N, 1))
+    assert resolution_ratio(N, 3, beta, B=att.B, X=near) == pytest.approx(
+        h * math.sqrt(2.1344 * beta), rel=1e-4
+    )
+    with pytest.raises(ValueError, match="pass B"):
+        resolution_ratio(N, 3, beta, X=X)
+    with pytest.raises(ValueError, match=r"X must be the cloud of N = 10 tokens"):
+        resolution_ratio(10, 3, beta, B=att.B, X=X)
+    with pytest.raises(ValueError, match="B must be 3 x 3"):
+        resolution_ratio(N, 3, beta, B=np.eye(2))

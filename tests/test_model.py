@@ -5,7 +5,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnflow.model import Attention, attention_from_A, top_eigenspace, worked_example
+from attnflow.model import (
+    Attention,
+    attention_from_A,
+    load_attention,
+    random_attention,
+    top_eigenspace,
+    worked_example,
+)
 
 
 def random_orthogonal(d, rng):
@@ -149,3 +156,97 @@ def test_spectrum_rotation_invariant(d, seed):
     s2 = Attention(R @ Q @ R.T, R @ K @ R.T, R @ V @ R.T).spectrum()
     assert s1.asymmetry == pytest.approx(s2.asymmetry, rel=1e-8, abs=1e-12)
     assert s1.mu1 == pytest.approx(s2.mu1, rel=1e-7, abs=1e-9)
+
+
+# ------------------------------------------------------------------- worked examples, random, file
+
+
+def test_worked_example_2d_numbers_of_math_md():
+    att = worked_example(10.0, d=2)
+    np.testing.assert_allclose(att.B, np.diag([3.0, 1 / 3]), atol=1e-15)
+    np.testing.assert_allclose(att.A, [[0.25, 0.75], [0.75, 0.25]], atol=1e-15)
+    np.testing.assert_allclose(att.V, [[1 / 12, 9 / 4], [1 / 4, 3 / 4]], atol=1e-14)  # V = A B^{-T}
+    s = att.spectrum()
+    np.testing.assert_allclose(s.eigenvalues, [1.0, -0.5], atol=1e-14)
+    assert s.symmetric and s.gap == pytest.approx(1.5)
+    u1 = s.top.basis[:, 0] * np.sign(s.top.basis[0, 0])
+    np.testing.assert_allclose(u1, np.array([1.0, 1.0]) / math.sqrt(2), atol=1e-14)
+    wv = np.linalg.eigvals(att.V)
+    order = np.argsort(-wv.real)
+    assert wv.real[order] == pytest.approx([1.2374, -0.4041], abs=1e-4)
+    v1 = s.v_top_real.basis[:, 0] * np.sign(s.v_top_real.basis[0, 0])
+    assert v1 == pytest.approx([0.8898, 0.4564], abs=1e-4)
+    assert math.degrees(math.acos(v1 @ u1)) == pytest.approx(17.8, abs=0.05)
+    assert np.linalg.norm(att.B.T @ u1) == pytest.approx(2.134, abs=5e-4)
+    assert att.norm_B == pytest.approx(3.0)
+    # the d = 3 example has the same ||B|| and |B^T u_1|; worked_example(beta) stays d = 3
+    three = worked_example(10.0)
+    u3 = three.spectrum().top.basis[:, 0]
+    assert three.d == 3 and three.norm_B == pytest.approx(3.0)
+    assert np.linalg.norm(three.B.T @ u3) == pytest.approx(2.134, abs=5e-4)
+    with pytest.raises(ValueError, match="d must be 2 or 3"):
+        worked_example(1.0, d=4)
+
+
+@pytest.mark.parametrize("d", [2, 3, 5, 16])
+def test_random_attention_symmetric_with_gap_and_well_conditioned_B(d):
+    att = random_attention(d, seed=d, beta=7.0)
+    assert att.d == d and att.beta == 7.0
+    s = att.spectrum()
+    assert s.symmetric and s.multiplicity == 1
+    assert s.mu1 == pytest.approx(1.0) and s.gap >= 0.5 - 1e-12
+    assert att.cond_B <= 4.0 + 1e-9
+    X = np.random.default_rng(d).standard_normal((500, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    widths = np.linalg.norm(X @ att.B, axis=1)
+    assert np.all((widths >= 0.5 - 1e-12) & (widths <= 2.0 + 1e-12))
+    again = random_attention(d, seed=d, beta=7.0)
+    np.testing.assert_array_equal(att.V, again.V)
+    assert not np.array_equal(att.V, random_attention(d, seed=d + 1).V)
+
+
+def test_random_attention_fully_random():
+    att = random_attention(4, seed=0, symmetric=False)
+    assert not att.spectrum().symmetric and att.cond_B <= 4.0 + 1e-9
+    with pytest.raises(ValueError, match="d must be an integer >= 2"):
+        random_attention(1, seed=0)
+
+
+def test_load_attention_round_trip_and_errors(tmp_path):
+    att = random_attention(4, seed=3)
+    path = tmp_path / "w.npz"
+    np.savez(path, Q=att.Q, K=att.K, V=att.V)
+    loaded = load_attention(path, beta=5.0)
+    assert loaded.d == 4 and loaded.beta == 5.0
+    np.testing.assert_array_equal(loaded.A, att.A)
+
+    def bad(name, **arrays):
+        p = tmp_path / name
+        np.savez(p, **arrays)
+        return p
+
+    I3, I4 = np.eye(3), np.eye(4)
+    nan = np.eye(3)
+    nan[0, 1] = np.nan
+    cases = [
+        (bad("missing.npz", Q=I3, K=I3), r"missing.npz: missing V \(found Q, K\)"),
+        (bad("shape.npz", Q=I3, K=I4, V=I3), "shape.npz: K must be 3 x 3"),
+        (bad("square.npz", Q=np.ones((3, 2)), K=I3, V=I3), "square.npz: Q must be a square"),
+        (bad("nan.npz", Q=I3, K=I3, V=nan), "nan.npz: V contains NaN"),
+        (bad("complex.npz", Q=I3 * 1j, K=I3, V=I3), "complex.npz: Q must be a real matrix"),
+    ]
+    for p, match in cases:
+        with pytest.raises(ValueError, match=match):
+            load_attention(p)
+    singular = bad("singular.npz", Q=I3, K=np.diag([1.0, 1.0, 0.0]), V=I3)
+    assert load_attention(singular).d == 3  # finite beta: B may be singular
+    with pytest.raises(ValueError, match=r"singular\.npz: B = Q\^T K is singular"):
+        load_attention(singular, beta=math.inf)
+    np.save(tmp_path / "one.npy", I3)
+    with pytest.raises(ValueError, match=r"one\.npy: a single array"):
+        load_attention(tmp_path / "one.npy")
+    (tmp_path / "text.npz").write_text("Q K V")
+    with pytest.raises(ValueError, match=r"text\.npz: not a readable \.npz"):
+        load_attention(tmp_path / "text.npz")
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.npz: no such file"):
+        load_attention(tmp_path / "nowhere.npz")

@@ -1,4 +1,8 @@
-"""Figures, animations and the report, from small synthetic Datasets that follow the schemas."""
+"""Figures, animations and the report, from small synthetic Datasets that follow the schemas.
+
+The shared pieces live in `attnflow.plot`; each experiment's figures in its module (`FIG` below maps
+a figure function to it); `attnflow.experiments.plot_run` draws a run's figures by its experiment.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +19,26 @@ from hypothesis import strategies as st
 xr = pytest.importorskip("xarray")
 PIL_Image = pytest.importorskip("PIL.Image")
 
+import attnflow.experiments as experiments  # noqa: E402
+import attnflow.experiments.concentration_figures as cf  # noqa: E402
 from attnflow import plot  # noqa: E402
-from attnflow.report import format_value, summary_table  # noqa: E402
+from attnflow._text import format_value  # noqa: E402
+from attnflow.experiments import heads, layers, terminal, zero_temperature  # noqa: E402
+from attnflow.plot import tokens  # noqa: E402
+from attnflow.report import summary_table  # noqa: E402
 
 DPI = 50  # small images keep the tests fast
+
+# each figure function in its experiment's module
+FIG = {
+    "plot_w2": cf.plot_w2,
+    "plot_t_star": cf.plot_t_star,
+    "plot_min_w2": cf.plot_min_w2,
+    "plot_mass": terminal.plot_mass,
+    "plot_zero_temperature": zero_temperature.plot_zero_temperature,
+    "plot_ladder": cf.plot_ladder,
+    "plot_layers": layers.plot_layers,
+}
 
 
 def _unit(X):
@@ -110,7 +130,7 @@ def _check_files(paths, stems):
 
 @pytest.mark.parametrize("fn", ["plot_w2", "plot_t_star", "plot_min_w2", "plot_mass"])
 def test_concentration_figures_write_png_and_pdf(conc3, tmp_path, fn):
-    paths = getattr(plot, fn)(conc3, tmp_path, dpi=DPI)
+    paths = FIG[fn](conc3, tmp_path, dpi=DPI)
     _check_files(paths, [fn.removeprefix("plot_")])
 
 
@@ -120,26 +140,26 @@ def test_concentration_figures_write_png_and_pdf(conc3, tmp_path, fn):
 )
 def test_missing_variable_is_a_clear_error(conc3, tmp_path, fn, var):
     with pytest.raises(ValueError, match=rf"{fn} needs variable\(s\) \['{var}'\]"):
-        getattr(plot, fn)(conc3.drop_vars(var), tmp_path)
+        FIG[fn](conc3.drop_vars(var), tmp_path)
     assert not list(tmp_path.iterdir())
 
 
 def test_wrong_dims_and_wrong_type_are_clear_errors(conc3, tmp_path):
     swept = conc3.expand_dims(seed=[0, 1])
     with pytest.raises(ValueError, match=r"dims.*plot_sweep"):
-        plot.plot_w2(swept, tmp_path)
+        cf.plot_w2(swept, tmp_path)
     with pytest.raises(TypeError, match=r"xarray\.Dataset"):
-        plot.plot_w2({"w2": 1}, tmp_path)
+        cf.plot_w2({"w2": 1}, tmp_path)
 
 
 def test_optional_parts_may_be_absent(conc3, tmp_path):
     bare = conc3.drop_vars(["coupling_bound", "w2_zero", "t_star", "min_w2"])
     bare.attrs = {"experiment": "concentration"}
-    _check_files(plot.plot_w2(bare, tmp_path, dpi=DPI), ["w2"])
+    _check_files(cf.plot_w2(bare, tmp_path, dpi=DPI), ["w2"])
     bare = conc3.drop_vars(["t_star_lo", "t_star_hi"])
     bare.attrs = {}
-    _check_files(plot.plot_t_star(bare, tmp_path, dpi=DPI), ["t_star"])
-    _check_files(plot.plot_min_w2(bare, tmp_path, dpi=DPI), ["min_w2"])
+    _check_files(cf.plot_t_star(bare, tmp_path, dpi=DPI), ["t_star"])
+    _check_files(cf.plot_min_w2(bare, tmp_path, dpi=DPI), ["min_w2"])
 
 
 def test_log_axes_survive_zeros_and_nans(conc3, tmp_path):
@@ -147,13 +167,13 @@ def test_log_axes_survive_zeros_and_nans(conc3, tmp_path):
     ds["w2"][0, 0] = 0.0
     ds["w2"][1, 2] = np.nan
     ds["min_w2"][0] = np.nan
-    _check_files(plot.plot_w2(ds, tmp_path, dpi=DPI), ["w2"])
-    _check_files(plot.plot_min_w2(ds, tmp_path, dpi=DPI), ["min_w2"])
+    _check_files(cf.plot_w2(ds, tmp_path, dpi=DPI), ["w2"])
+    _check_files(cf.plot_min_w2(ds, tmp_path, dpi=DPI), ["min_w2"])
 
 
 def test_many_betas_get_a_colorbar(tmp_path):
     ds = make_concentration(betas=np.geomspace(2, 2e4, 12), T=5, n_keep=4)
-    _check_files(plot.plot_w2(ds, tmp_path, dpi=DPI), ["w2"])
+    _check_files(cf.plot_w2(ds, tmp_path, dpi=DPI), ["w2"])
 
 
 # --- tokens -------------------------------------------------------------------------------------
@@ -179,14 +199,14 @@ def test_snapshot_time_and_beta_choice(conc5, tmp_path):
 
 def test_default_snapshot_times_include_start_t_star_and_end():
     t = np.linspace(0, 10, 11)
-    assert plot._default_time_indices(t, 7.2) == [0, 5, 7, 10]
-    assert plot._default_time_indices(t, None) == [0, 3, 5, 10]
-    assert plot._default_time_indices(t[:2], None) == [0, 1]
+    assert tokens._default_time_indices(t, 7.2) == [0, 5, 7, 10]
+    assert tokens._default_time_indices(t, None) == [0, 3, 5, 10]
+    assert tokens._default_time_indices(t[:2], None) == [0, 1]
 
 
 def test_directions_are_orthonormal_and_start_with_basis_A(conc5):
     X = conc5["x"].isel(beta=0).values.astype(float)
-    U, labels = plot._directions(conc5, X, 3)
+    U, labels = tokens._directions(conc5, X, 3)
     assert labels == ["u1", "w1", "w2"]
     np.testing.assert_allclose(U.T @ U, np.eye(3), atol=1e-12)
     np.testing.assert_allclose(U[:, 0], conc5["basis_A"].values[:, 0])
@@ -194,7 +214,7 @@ def test_directions_are_orthonormal_and_start_with_basis_A(conc5):
 
 @pytest.mark.parametrize("which", ["conc3", "conc5"])
 def test_gif_has_one_frame_per_time(request, tmp_path, which, monkeypatch):
-    monkeypatch.setattr(plot.shutil, "which", lambda name: None)  # GIF only
+    monkeypatch.setattr(tokens.shutil, "which", lambda name: None)  # GIF only
     ds = request.getfixturevalue(which)
     paths = plot.animate(ds, tmp_path / "tokens.gif", dpi=40)
     assert paths == [tmp_path / "tokens.gif"]
@@ -204,7 +224,7 @@ def test_gif_has_one_frame_per_time(request, tmp_path, which, monkeypatch):
 
 
 def test_gif_of_zero_temperature_run(conc3, tmp_path, monkeypatch):
-    monkeypatch.setattr(plot.shutil, "which", lambda name: None)
+    monkeypatch.setattr(tokens.shutil, "which", lambda name: None)
     ds = make_zero_temperature(conc3)
     paths = plot.animate(ds, tmp_path / "z.gif", dpi=40, fps=4)
     with PIL_Image.open(paths[0]) as im:
@@ -219,7 +239,7 @@ def test_animate_rejects_bad_path_and_fps(conc3, tmp_path):
     with pytest.raises(TypeError, match="dpi"):
         plot.animate(conc3, tmp_path / "tokens.gif", dpi=1.5)
     with pytest.raises(ValueError, match="dpi"):
-        plot.plot_layers(make_layers(), tmp_path, dpi=-1)
+        layers.plot_layers(make_layers(), tmp_path, dpi=-1)
 
 
 # --- other experiments ---------------------------------------------------------------------------
@@ -252,18 +272,20 @@ def make_terminal(conc):
     return ds
 
 
-def make_resolution():
-    betas, Ns = np.array([10.0, 100.0]), np.array([100, 1000, 10000])
-    m = np.sqrt(np.log1p(betas) / betas)[:, None] + 1.0 / np.sqrt(Ns)[None]
+def make_ladder():
+    """The N ladder of a concentration run (the former `resolution` experiment's figure)."""
+    betas = np.array([10.0, 100.0])
+    N = np.array([[128.0, 256.0, 512.0], [128.0, 256.0, np.nan]])
+    m = np.array([[np.nan, 0.30, 0.29], [np.nan, 0.12, np.nan]])
+    w = np.array([[-np.inf, 9.0, 10.0], [-np.inf, 8.5, np.nan]])
     return xr.Dataset(
         {
-            "min_w2": (("beta", "N"), m),
-            "t_star": (("beta", "N"), 1 + np.log(betas)[:, None] + 0 * Ns[None]),
-            "N_needed": (("beta",), [1000.0, np.nan]),
-            "converged": (("beta",), [True, False]),
+            "ladder_N": (("beta", "level"), N),
+            "ladder_min_w2": (("beta", "level"), m),
+            "ladder_window": (("beta", "level"), w),
         },
-        coords={"beta": betas, "N": Ns},
-        attrs={"experiment": "resolution", "config": json.dumps({"d": 3})},
+        coords={"beta": betas, "level": [0, 1, 2]},
+        attrs={"experiment": "concentration", "config": json.dumps({"d": 3})},
     )
 
 
@@ -282,21 +304,22 @@ def make_layers():
     [
         ("terminal", "plot_mass", "mass"),
         ("zero_temperature", "plot_zero_temperature", "zero_temperature"),
-        ("resolution", "plot_resolution", "resolution"),
+        ("ladder", "plot_ladder", "ladder"),
         ("layers", "plot_layers", "layers"),
     ],
 )
 def test_other_experiment_figures(conc3, tmp_path, make, fn, stem):
     maker = globals()[f"make_{make}"]
     ds = maker(conc3) if make in ("terminal", "zero_temperature") else maker()
-    _check_files(getattr(plot, fn)(ds, tmp_path, dpi=DPI), [stem])
+    _check_files(FIG[fn](ds, tmp_path, dpi=DPI), [stem])
 
 
 @pytest.mark.parametrize("which", ["conc3", "conc5"])
 def test_terminal_snapshots_mark_v(request, tmp_path, which):
     ds = make_terminal(request.getfixturevalue(which))
-    assert plot._v_direction(ds, ds.sizes["dim"]) is not None
+    assert tokens._v_direction(ds, ds.sizes["dim"]) is not None
     _check_files(plot.plot_snapshots(ds, tmp_path, times=[0.0, 8.0], dpi=DPI), ["snapshots"])
+    _check_files(terminal.figures(ds, tmp_path / "all", dpi=DPI), ["mass", "snapshots"])
 
 
 def test_zero_temperature_snapshots_have_no_beta(conc3, tmp_path):
@@ -306,69 +329,69 @@ def test_zero_temperature_snapshots_have_no_beta(conc3, tmp_path):
 
 @pytest.fixture
 def recorded(monkeypatch):
-    """plot._PLOTTERS and plot_sweep replaced by recorders: plot_run's dispatch without drawing."""
+    """The figure functions that the experiments' `figures` call, replaced by recorders: which
+    figures `experiments.plot_run` draws for a run, without drawing."""
     calls = []
 
     def fake(name):
-        def f(ds, outdir, dpi=plot.DPI):
+        def f(ds, outdir, *args, **kwargs):
             calls.append(name)
             return [outdir / f"{name}.png"]
 
-        f.__name__ = name
         return f
 
-    table = {k: tuple(fake(fn.__name__) for fn in fns) for k, fns in plot._PLOTTERS.items()}
-    monkeypatch.setattr(plot, "_PLOTTERS", table)
-    monkeypatch.setattr(plot, "plot_sweep", fake("plot_sweep"))
-    # snapshots are recognised by identity: point the module name at the recorder
-    monkeypatch.setattr(plot, "plot_snapshots", table["concentration"][-1])
+    for module, names in (
+        (cf, ["plot_w2", "plot_t_star", "plot_min_w2", "plot_mass", "token_figures", "plot_sweep"]),
+        (layers, ["plot_layers"]),
+        (heads, ["plot_heads"]),
+    ):
+        for name in names:
+            monkeypatch.setattr(module, name, fake(name))
     return calls
 
 
 def test_plot_run_dispatch(conc3, tmp_path, recorded):
-    plot.plot_run(conc3, tmp_path)
-    assert recorded == ["plot_w2", "plot_t_star", "plot_min_w2", "plot_mass", "plot_snapshots"]
+    experiments.plot_run(conc3, tmp_path)
+    assert recorded == ["plot_w2", "plot_t_star", "plot_min_w2", "plot_mass", "token_figures"]
     recorded.clear()
-    plot.plot_run(make_layers(), tmp_path)
-    plot.plot_run(make_resolution(), tmp_path)
-    plot.plot_run(make_heads(), tmp_path)
-    assert recorded == ["plot_layers", "plot_resolution", "plot_heads"]
+    experiments.plot_run(make_layers(), tmp_path)
+    experiments.plot_run(make_heads(), tmp_path)
+    assert recorded == ["plot_layers", "plot_heads"]
     recorded.clear()
-    plot.plot_run(make_sweep(), tmp_path)  # extra dims (N, seed): the sweep figure
+    experiments.plot_sweep(make_sweep(), tmp_path)  # the caller knows it is a sweep: its figure
     assert recorded == ["plot_sweep"]
 
 
-def test_plot_run_accepts_underscore_names_and_skips_snapshots_without_tokens(conc3, tmp_path):
+def test_plot_run_skips_snapshots_without_tokens(conc3, tmp_path):
     ds = make_zero_temperature(conc3).drop_vars("x")
-    ds.attrs["experiment"] = "zero_temperature"
-    _check_files(plot.plot_run(ds, tmp_path, dpi=DPI), ["zero_temperature"])
+    _check_files(experiments.plot_run(ds, tmp_path, dpi=DPI), ["zero_temperature"])
 
 
 def test_plot_run_unknown_or_missing_experiment(conc3, tmp_path):
     ds = conc3.copy()
     ds.attrs = {"experiment": "nope"}
     with pytest.raises(ValueError, match="no figures known for experiment 'nope'"):
-        plot.plot_run(ds, tmp_path)
+        experiments.plot_run(ds, tmp_path)
     ds.attrs = {}
     with pytest.raises(ValueError, match=r"attrs\['experiment'\]"):
-        plot.plot_run(ds, tmp_path)
+        experiments.plot_run(ds, tmp_path)
 
 
 @pytest.mark.slow
 def test_plot_run_and_report_end_to_end(conc5, tmp_path, monkeypatch):
-    monkeypatch.setattr(plot.shutil, "which", lambda name: None)
-    paths = plot.plot_run(conc5, tmp_path / "figures", animation=True, dpi=DPI)
+    monkeypatch.setattr(tokens.shutil, "which", lambda name: None)
+    paths = experiments.plot_run(conc5, tmp_path / "figures", animation=True, dpi=DPI)
     _check_files(paths[:-1], ["w2", "t_star", "min_w2", "mass", "snapshots"])
     assert paths[-1] == tmp_path / "figures" / "tokens.gif"
-    md = plot.write_report(conc5, {"n": 1}, paths, tmp_path).read_text()
+    md = experiments.write_report(conc5, {"n": 1}, paths, tmp_path).read_text()
     assert md.count("![") == 6
 
 
 def test_missing_variable_other_experiments(tmp_path):
     with pytest.raises(ValueError, match=r"plot_layers needs variable\(s\) \['h'\]"):
-        plot.plot_layers(make_layers().drop_vars("h"), tmp_path)
-    with pytest.raises(ValueError, match=r"plot_resolution needs variable\(s\) \['t_star'\]"):
-        plot.plot_resolution(make_resolution().drop_vars("t_star"), tmp_path)
+        layers.plot_layers(make_layers().drop_vars("h"), tmp_path)
+    with pytest.raises(ValueError, match=r"plot_ladder needs variable\(s\) \['ladder_window'\]"):
+        cf.plot_ladder(make_ladder().drop_vars("ladder_window"), tmp_path)
 
 
 # --- pretrained heads -----------------------------------------------------------------------------
@@ -405,15 +428,15 @@ def make_heads(heads=(-1, 0, 1, 2), T=11, model=True, n_tokens=9):
 
 @pytest.mark.parametrize("model", [True, False])
 def test_plot_heads_writes_png_and_pdf(tmp_path, model):
-    _check_files(plot.plot_heads(make_heads(model=model), tmp_path, dpi=DPI), ["heads"])
+    _check_files(heads.plot_heads(make_heads(model=model), tmp_path, dpi=DPI), ["heads"])
     with PIL_Image.open(tmp_path / "heads.png") as im:
         assert im.size[0] > im.size[1] > 100  # a grid of panels, wider than tall
 
 
 def test_plot_heads_through_plot_run_and_title(tmp_path):
     ds = make_heads(heads=(-1, *range(12)))  # all heads of a MiniLM layer: more than LEGEND_MAX lines
-    _check_files(plot.plot_run(ds, tmp_path, dpi=DPI), ["heads"])
-    title = plot._heads_title(ds, "what").splitlines()
+    _check_files(experiments.plot_run(ds, tmp_path, dpi=DPI), ["heads"])
+    title = heads._heads_title(ds, "what").splitlines()
     assert title[0] == "what"
     assert title[1] == "heads: checkpoint minilm, layer 2, N = 9 tokens, β = 12.6, “a b c”"
 
@@ -421,7 +444,7 @@ def test_plot_heads_through_plot_run_and_title(tmp_path):
 @pytest.mark.parametrize("var", ["mass_S", "mass_V", "w2_pi_S", "diameter"])
 def test_plot_heads_missing_variable_is_a_clear_error(tmp_path, var):
     with pytest.raises(ValueError, match=rf"plot_heads needs variable\(s\) \['{var}'\]"):
-        plot.plot_heads(make_heads().drop_vars(var), tmp_path)
+        heads.plot_heads(make_heads().drop_vars(var), tmp_path)
     assert not list(tmp_path.iterdir())
 
 
@@ -429,14 +452,14 @@ def test_plot_heads_wrong_dims(tmp_path):
     ds = make_heads()
     ds["w2_model"] = ds["w2_model"].isel(time=0)
     with pytest.raises(ValueError, match=r"plot_heads needs ds\['w2_model'\] with dims \('head', 'time'\)"):
-        plot.plot_heads(ds, tmp_path)
+        heads.plot_heads(ds, tmp_path)
 
 
 def test_plot_heads_survives_nan_w2(tmp_path):
     """A head whose Pi_S is undefined for every token has NaN W2: a gap on the log axis, not a crash."""
     ds = make_heads()
     ds["w2_pi_S"][1] = np.nan
-    _check_files(plot.plot_heads(ds, tmp_path, dpi=DPI), ["heads"])
+    _check_files(heads.plot_heads(ds, tmp_path, dpi=DPI), ["heads"])
 
 
 # --- sweeps ---------------------------------------------------------------------------------------
@@ -460,16 +483,26 @@ def test_plot_sweep(tmp_path):
     ds = make_sweep()
     ds["min_w2"][0, 0, 0] = np.nan
     ds["t_star"][1, :, 2] = np.nan  # a grid point that failed for every seed
-    _check_files(plot.plot_sweep(ds, tmp_path, dpi=DPI), ["sweep"])
-    _check_files(plot.plot_sweep(make_sweep(seeds=1).isel(seed=0), tmp_path / "one", dpi=DPI), ["sweep"])
+    _check_files(cf.sweep_figures(ds, tmp_path, dpi=DPI), ["sweep"])
+    _check_files(cf.sweep_figures(make_sweep(seeds=1).isel(seed=0), tmp_path / "one", dpi=DPI), ["sweep"])
+    _check_files(plot.plot_sweep(ds, tmp_path / "generic", dpi=DPI), ["sweep"])  # any experiment's
 
 
 def test_plot_sweep_errors(tmp_path):
     ds = make_sweep()
     with pytest.raises(ValueError, match=r"plot_sweep needs variable\(s\) \['min_w2'\]"):
-        plot.plot_sweep(ds.drop_vars("min_w2"), tmp_path)
+        cf.sweep_figures(ds.drop_vars("min_w2"), tmp_path)
     with pytest.raises(ValueError, match="'beta' dim"):
-        plot.plot_sweep(ds.isel(beta=0), tmp_path)
+        cf.sweep_figures(ds.isel(beta=0), tmp_path)
+    with pytest.raises(ValueError, match="no numeric variable"):
+        plot.plot_sweep(ds.drop_vars(["t_star", "min_w2"]), tmp_path)
+
+
+def test_generic_sweep_variables_are_the_per_point_numbers():
+    ds = make_sweep()
+    ds["curve"] = (("N", "seed", "beta", "time"), np.zeros((*ds["t_star"].shape, 3)))
+    ds.attrs["grid"] = json.dumps({"N": [200, 2000], "seed": [0, 1, 2], "beta": [10.0, 100.0, 1000.0]})
+    assert plot.sweep_variables(ds) == ["t_star", "min_w2"]
 
 
 # --- report ---------------------------------------------------------------------------------------
@@ -518,7 +551,7 @@ def test_write_report(conc3, tmp_path):
         "resolution_ratio": [10.0, 1.0, 0.1],
         "warnings": ["N = 400 is too small for beta >= 100"],
     }
-    md_path = plot.write_report(conc3, summary, figs, tmp_path)
+    md_path = experiments.write_report(conc3, summary, figs, tmp_path)
     assert md_path == tmp_path / "report.md"
     md = md_path.read_text()
     assert "| t_star_slope | 0.41 |" in md
@@ -527,6 +560,8 @@ def test_write_report(conc3, tmp_path):
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert images == [f"figures/{s}.png" for s in stems[:-1]] + ["figures/tokens.gif"]
     assert "(figures/w2.pdf)" in md
+    assert "### Distance to the zero-temperature limit\n" in md  # titles and captions of the experiment
+    assert cf.CAPTIONS["t_star"][1] in md
     assert "## Warnings\n\n- N = 400 is too small for beta >= 100\n" in md
     assert md.index("## Warnings") < md.index("## Summary")
     assert '"N": 400' in md  # the configuration
@@ -541,17 +576,17 @@ def test_write_report(conc3, tmp_path):
 
 def test_write_report_errors(conc3, tmp_path):
     with pytest.raises(ValueError, match="do not exist"):
-        plot.write_report(conc3, {}, [tmp_path / "nope.png"], tmp_path)
+        experiments.write_report(conc3, {}, [tmp_path / "nope.png"], tmp_path)
     with pytest.raises(TypeError, match="summary"):
-        plot.write_report(conc3, "bad", [], tmp_path)
+        experiments.write_report(conc3, "bad", [], tmp_path)
     with pytest.raises(TypeError, match="list of paths"):
-        plot.write_report(conc3, {}, tmp_path / "a.png", tmp_path)
+        experiments.write_report(conc3, {}, tmp_path / "a.png", tmp_path)
 
 
 def test_html_escapes_text(tmp_path):
     ds = make_layers()
     ds.attrs["config"] = json.dumps({"note": "<script>"})
-    plot.write_report(ds, {"<b>": "<i>"}, [], tmp_path)
+    experiments.write_report(ds, {"<b>": "<i>"}, [], tmp_path)
     page = (tmp_path / "report.html").read_text()
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "<b>" not in page
@@ -570,11 +605,11 @@ def test_import_attnflow_plot_is_light():
 
 
 def test_fit_fields_under_either_name():
-    assert plot._pick({"p": 0.5, "exponent": 0.7}, ("exponent", "p")) == 0.7
-    assert plot._pick({"p": 0.5}, ("exponent", "p")) == 0.5
-    assert plot._pick({"p": float("nan")}, ("exponent", "p")) is None
-    assert plot._pick({"p": True}, ("p",)) is None
-    assert plot._pick(None, ("p",)) is None
+    assert plot.pick({"p": 0.5, "exponent": 0.7}, ("exponent", "p")) == 0.7
+    assert plot.pick({"p": 0.5}, ("exponent", "p")) == 0.5
+    assert plot.pick({"p": float("nan")}, ("exponent", "p")) is None
+    assert plot.pick({"p": True}, ("p",)) is None
+    assert plot.pick(None, ("p",)) is None
 
 
 def test_mp4_is_written_when_ffmpeg_exists(conc5, tmp_path, monkeypatch):
@@ -597,7 +632,7 @@ def test_mp4_is_written_when_ffmpeg_exists(conc5, tmp_path, monkeypatch):
         def finish(self):
             pass
 
-    monkeypatch.setattr(plot.shutil, "which", lambda name: "/usr/bin/ffmpeg")
+    monkeypatch.setattr(tokens.shutil, "which", lambda name: "/usr/bin/ffmpeg")
     monkeypatch.setattr(manim, "FFMpegWriter", FakeFFMpeg)
     paths = plot.animate(conc5, tmp_path / "a.gif", dpi=30)
     assert paths == [tmp_path / "a.gif", tmp_path / "a.mp4"]
@@ -618,11 +653,11 @@ def test_example_script_runs(tmp_path):
 
 
 def test_titles_say_what_was_run(conc3):
-    title = plot._run_title(conc3, "what")
+    title = plot.run_title(conc3, "what")
     assert title.splitlines() == ["what", "concentration, N = 400, d = 3, β = 10…1000 (3), seed 0"]
     sweep = make_sweep()
     sweep.attrs["grid"] = json.dumps({"N": [200, 2000], "seed": [0, 1, 2], "kernel": ["sdpa", "blocked"]})
-    line = plot._run_title(sweep, "w").splitlines()[1]
+    line = plot.run_title(sweep, "w").splitlines()[1]
     assert line == "concentration, N ∈ {200, 2000}, d = 3, β = 10…1000 (3), kernel ∈ {sdpa, blocked}, 3 seeds"
 
 
@@ -635,7 +670,7 @@ def test_directions_property(d, k, n, seed):
     basis = np.linalg.qr(rng.standard_normal((d, d)))[0][:, :k]
     X = _unit(rng.standard_normal((2, n, d)))
     ds = xr.Dataset({"basis_A": (("dim", "k"), basis)}) if k else xr.Dataset()
-    U, labels = plot._directions(ds, X, 3)
+    U, labels = tokens._directions(ds, X, 3)
     m = min(3, d)
     assert U.shape == (d, m) and len(labels) == m
     np.testing.assert_allclose(U.T @ U, np.eye(m), atol=1e-10)
@@ -662,7 +697,7 @@ def test_summary_table_has_one_row_per_leaf(summary):
 @pytest.mark.parametrize("cmap", [plot.BETA_CMAP, plot.SERIES_CMAP])
 def test_series_styles_are_greyscale_readable(cmap):
     """Luminance rises with rank, and line style and marker also change from one series to the next."""
-    styles = plot._series_styles(6, cmap)
+    styles = plot.series_styles(6, cmap)
     rgb = np.array([s["color"][:3] for s in styles])
     luminance = rgb @ [0.2126, 0.7152, 0.0722]
     assert np.all(np.diff(luminance) > 0.03)

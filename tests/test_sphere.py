@@ -8,12 +8,15 @@ from scipy import special, stats
 
 from attnflow.sphere import (
     chordal_distance,
+    circle_nodes,
     fibonacci_sphere,
     geodesic_distance,
+    quadrature,
     sample_uniform,
     sample_vmf,
     spacing,
     tangent_project,
+    vmf_density,
 )
 
 
@@ -112,3 +115,74 @@ def test_tangent_projection_is_tangent_and_idempotent(d, seed):
     T = tangent_project(X, W)
     np.testing.assert_allclose(np.sum(T * X, axis=1), 0.0, atol=1e-12)
     np.testing.assert_allclose(tangent_project(X, T), T, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- quadrature nodes
+
+
+def test_circle_nodes_equispaced_and_off_the_worked_examples_equator():
+    X = circle_nodes(100)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, atol=1e-15)
+    gaps = np.diff(np.unwrap(np.arctan2(X[:, 1], X[:, 0])))
+    np.testing.assert_allclose(gaps, 2 * math.pi / 100, atol=1e-12)
+    # N = 4 mod 8: midpoint nodes would sit on the line x_1 + x_2 = 0 (the d = 2 example's equator)
+    for N in (4, 12, 100, 2**10):
+        assert np.min(np.abs(circle_nodes(N) @ [1.0, 1.0])) > 1e-3 / N
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_quadrature_second_moment_converges(d):
+    """Mean of x_1^2 under the uniform measure is 1/d: exact on S^1 (trapezoid), converging on S^2."""
+    errors = []
+    for N in (100, 1000, 10000):
+        X, w = quadrature(N, d)
+        assert X.shape == (N, d) and w.shape == (N,) and np.all(w > 0)
+        assert w.sum() == pytest.approx(1.0, abs=1e-14)
+        errors.append(abs(w @ X[:, 0] ** 2 - 1 / d))
+    if d == 2:
+        assert max(errors) < 1e-14
+    else:
+        assert errors[0] > 5 * errors[1] > 25 * errors[2] and errors[2] < 1e-7
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("kappa", [0.5, 5.0, 50.0])
+def test_vmf_quadrature_mean_resultant_converges(d, kappa):
+    """sum_i w_i <mu, x_i> with w_i ∝ exp(kappa <mu, x_i>) tends to I_{d/2}(kappa) / I_{d/2-1}(kappa)."""
+    mu = np.array([0.3, -0.5, 0.8][:d]) if d == 3 else np.array([0.6, 0.8])
+    mu = mu / np.linalg.norm(mu)
+    exact = mean_resultant(kappa, d)
+    errors = []
+    for N in (200, 2000, 20000):
+        X, w = quadrature(N, d, density=vmf_density(mu, kappa))
+        errors.append(abs(w @ (X @ mu) - exact))
+    if d == 2:
+        assert errors[-1] < 1e-12
+    else:
+        assert errors[2] < errors[1] < errors[0] and errors[2] < 1e-4 * (1 - exact + 1e-3)
+    # kappa = 0: the uniform weights
+    X, w = quadrature(50, d, density=vmf_density(mu, 0.0))
+    np.testing.assert_allclose(w, 1 / 50, atol=1e-16)
+
+
+def test_quadrature_with_a_user_density():
+    # density 1 + x_3 on S^2: E[x_3] = E[x_3 + x_3^2] / E[1 + x_3] = 1/3
+    X, w = quadrature(20000, 3, density=lambda X: 1.0 + X[:, 2] + 1e-3)
+    assert w @ X[:, 2] == pytest.approx((1 / 3) / 1.001, abs=1e-6)
+
+
+def test_quadrature_bad_input():
+    with pytest.raises(ValueError, match=r"S\^3 \(d = 4\).*Fibonacci lattice on S\^2 only.*sample_uniform"):
+        quadrature(100, 4)
+    with pytest.raises(ValueError, match=r"shape \(10,\)"):
+        quadrature(10, 3, density=lambda X: np.ones(9))
+    with pytest.raises(ValueError, match=">= 0"):
+        quadrature(10, 3, density=lambda X: X[:, 0])
+    with pytest.raises(ValueError, match=r"0 .*at 1 of the 10 nodes"):
+        quadrature(10, 2, density=lambda X: (np.arange(10) > 0).astype(float))
+    with pytest.raises(ValueError, match="underflows"):
+        quadrature(1000, 3, density=vmf_density([0, 0, 1], 1e4))
+    with pytest.raises(TypeError, match="callable"):
+        quadrature(10, 3, density=np.ones(10))
+    with pytest.raises(ValueError, match="d = 3"):
+        quadrature(10, 3, density=vmf_density([1.0, 0.0], 1.0))

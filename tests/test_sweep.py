@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnflow.sweeps import (
+    SweepError,
     check_grid,
     expand_grid,
     is_sweep_store,
@@ -32,6 +33,7 @@ from attnflow.sweeps import (
     point_config,
     point_key,
     show_sweep,
+    summary_table,
     sweep,
     sweep_info,
 )
@@ -184,6 +186,26 @@ def test_parse_grid_values_and_ranges():
 def test_parse_grid_errors(items, match):
     with pytest.raises(ValueError, match=match):
         parse_grid(items)
+
+
+def _toy_store(path: Path, keys: tuple[str, ...] = ("beta",)) -> None:
+    """The sweep.json of a sweep of the toy experiment over `keys` (no point run)."""
+    path.mkdir()
+    meta = {"format": "attnflow-sweep", "version": 1, "experiment": "toy"}
+    meta["config"] = ToyConfig().model_dump(exclude=set(keys))
+    meta["grid"] = {k: [getattr(ToyConfig(), k)] for k in keys}
+    (path / "sweep.json").write_text(json.dumps(meta))
+
+
+def test_library_errors_name_the_argument_not_an_option(tmp_path):
+    """`grid` and `store` in the library's messages; `--grid` and `--out` are the command's words."""
+    with pytest.raises(SweepError, match=r"^grid 'beta': expected key=v1,v2") as bad_grid:
+        parse_grid(["beta"])
+    assert (bad_grid.value.argument, bad_grid.value.value) == ("grid", "beta")
+    _toy_store(tmp_path / "s", ("beta", "seed"))
+    with pytest.raises(SweepError, match=r"sweep over \['beta', 'seed'\], not \['seed', 'beta'\]") as bad:
+        sweep(ToyConfig(), {"seed": [1], "beta": [1.0]}, store=tmp_path / "s", run_fn=run_toy, progress=False)
+    assert bad.value.argument == "store" and "--" not in str(bad.value)
 
 
 def test_check_grid_errors():
@@ -541,8 +563,78 @@ def test_half_written_point_is_recomputed(client, tmp_path):
     )
 
 
+def _standard_json(path: Path) -> dict:
+    """The file read as standard JSON: the NaN and Infinity literals of Python's json are refused."""
+
+    def refuse(literal: str) -> None:
+        raise AssertionError(f"{path.name} holds the non-standard JSON literal {literal}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def run_nan_at_seed1(c: ToyConfig) -> xr.Dataset:
+    """min_w2 NaN everywhere, t_star NaN at seed 1; a variable `extra` only at seed 0."""
+    ds = run_toy(c).assign(min_w2=((), math.nan))
+    return ds.assign(t_star=((), math.nan)) if c.seed == 1 else ds.assign(extra=((), 2.5))
+
+
+def test_nan_results_written_as_null_read_back_as_nan(client, tmp_path):
+    store = tmp_path / "store"
+    grid = {"seed": [0, 1]}
+    res = sweep(ToyConfig(), grid, client=client, store=store, run_fn=run_nan_at_seed1, progress=False)
+    assert res.ok
+    man = _standard_json(store / "manifest.json")
+    assert man["points"]["seed=1"]["scalars"]["t_star"] is None  # NaN has no literal in JSON
+    for name in ("sweep.json", "points/seed=0.done", "points/seed=1.done"):
+        _standard_json(store / name)
+    scalars = {k: e["scalars"] for k, e in sweep_info(store)["entries"].items()}
+    assert scalars["seed=0"]["t_star"] == 1.0 and math.isnan(scalars["seed=1"]["t_star"])
+    assert "extra" not in scalars["seed=1"]
+    header, rows = summary_table(store)
+    seed0, seed1 = (dict(zip(header, r, strict=True)) for r in rows)
+    assert seed0["min_w2"] == seed1["min_w2"] == "NaN"  # a column of NaN results is still shown
+    assert seed1["t_star"] == "NaN" and seed1["extra"] == ""  # a NaN result is not a missing one
+    assert seed0["extra"] == "2.5"
+    again = sweep(ToyConfig(), grid, client=client, store=store, run_fn=run_nan_at_seed1, progress=False)
+    assert not again.ran and math.isnan(sweep_info(store)["entries"]["seed=1"]["scalars"]["t_star"])
+
+
+def test_non_finite_grid_values_come_back_exactly(client, tmp_path):
+    store = tmp_path / "store"
+    res = sweep(
+        ToyConfig(), {"beta": [1.0, math.inf]}, client=client, store=store, run_fn=run_toy, progress=False
+    )
+    assert res.ok and res.keys == ["beta=1", "beta=inf"]
+    assert _standard_json(store / "sweep.json")["grid"] == {"beta": [1.0, {"float": "inf"}]}
+    assert sweep_info(store)["grid"] == {"beta": [1.0, math.inf]}
+    again = sweep(
+        ToyConfig(), {"beta": [math.inf, 2.0]}, client=client, store=store, run_fn=run_toy, progress=False
+    )
+    assert again.ran == ["beta=2"] and again.skipped == ["beta=1", "beta=inf"]
+    assert float(open_sweep(store).t_star.sel(beta=math.inf)) == 0.0
+
+
+def test_store_of_version_0_1_0_with_json_literals_opens(client, tmp_path):
+    """Stores written before the standard-JSON encoder hold NaN and Infinity literals: still read."""
+    store = tmp_path / "store"
+    sweep(ToyConfig(), {"beta": [1.0, 2.0]}, client=client, store=store, run_fn=run_toy, progress=False)
+    meta = json.loads((store / "sweep.json").read_text())
+    meta["grid"] = {"beta": [1.0, 2.0, math.inf]}
+    (store / "sweep.json").write_text(json.dumps(meta))  # json.dumps writes Infinity
+    done = store / "points" / "beta=2.done"
+    rec = json.loads(done.read_text())
+    rec["scalars"]["min_w2"] = math.nan
+    done.write_text(json.dumps(rec))  # NaN
+    info = sweep_info(store)
+    assert (
+        info["keys"] == ["beta=1", "beta=2", "beta=inf"]
+        and info["entries"]["beta=inf"]["status"] == "pending"
+    )
+    assert math.isnan(info["entries"]["beta=2"]["scalars"]["min_w2"])
+
+
 def test_stale_temporaries_are_cleaned(tmp_path):
-    from attnflow.sweeps import _clean_temporaries, _Store
+    from attnflow.sweeps.store import Store, clean_temporaries
 
     points = tmp_path / "points"
     (points / ".seed=1.zarr.1a2b3c4d").mkdir(parents=True)
@@ -550,7 +642,7 @@ def test_stale_temporaries_are_cleaned(tmp_path):
     (points / "seed=0.zarr").mkdir()
     old = time.time() - 3600
     os.utime(points / ".seed=1.zarr.1a2b3c4d", (old, old))
-    assert _clean_temporaries(_Store(tmp_path)) == 1
+    assert clean_temporaries(Store(tmp_path)) == 1
     assert sorted(p.name for p in points.iterdir()) == [".seed=2.zarr.5e6f7a8b", "seed=0.zarr"]
 
 
@@ -581,6 +673,7 @@ def _app():
         (["concentration", "--grid", "gamma=1,2"], "'gamma' is not a field"),
         (["concentration", "--grid", "N=-5"], "grid point"),
         (["concentration", "--grid", "beta=1", "--set", "bogus=3"], "bogus"),
+        (["concentration", "-g", "beta=1", "-g", "beta=2"], "--grid 'beta=2': key 'beta' given twice"),
     ],
 )
 def test_command_bad_usage_exits_2(tmp_path, args, match):
@@ -589,6 +682,17 @@ def test_command_bad_usage_exits_2(tmp_path, args, match):
     res = CliRunner().invoke(_app(), ["sweep", *args, "--out", str(tmp_path / "s"), "-q"])
     assert res.exit_code == 2, res.output
     assert match in res.output and "Traceback" not in res.output
+
+
+def test_command_names_its_option_for_the_store(tmp_path):
+    """The library's error about `store` comes out about `--out`, which set it (exit 2, no cluster)."""
+    from typer.testing import CliRunner
+
+    _toy_store(tmp_path / "s")
+    res = CliRunner().invoke(_app(), ["sweep", "concentration", "-g", "beta=1", "--out", str(tmp_path / "s")])
+    assert res.exit_code == 2, res.output
+    assert f"--out {str(tmp_path / 's')!r}: holds a sweep of toy with another base config" in res.output
+    assert "use another store" in res.output and "Traceback" not in res.output
 
 
 def test_command_exit_codes_failed_and_interrupted(tmp_path, monkeypatch):
@@ -623,11 +727,11 @@ def test_command_runs_concentration_grid(client, tmp_path):
     assert "4 run, 0 already done, 0 failed" in res.output and "t_star" in res.output
     assert (out / "figures" / "sweep.png").stat().st_size > 0
     # each task shares the host's cores with the other worker: cores // 2 torch threads
-    from attnflow.sweeps import _cpus, _threads_on_host
+    from attnflow.sweeps.point import cpus, threads_on_host
 
-    assert client.submit(_threads_on_host, pure=False).result() == 2
+    assert client.submit(threads_on_host, pure=False).result() == 2
     entries = sweep_info(out)["entries"].values()
-    assert {e["torch_threads"] for e in entries} == {max(1, _cpus() // 2)}
+    assert {e["torch_threads"] for e in entries} == {max(1, cpus() // 2)}
     ds = open_sweep(out)
     assert ds.attrs["experiment"] == "concentration" and ds.attrs["complete"]
     assert dict(ds.w2.sizes) == {"beta": 2, "seed": 2, "time": 11}
@@ -638,3 +742,26 @@ def test_command_runs_concentration_grid(client, tmp_path):
     assert float(ds.t_star.sel(beta=100.0, seed=1)) == float(ref.t_star.sel(beta=100.0))
     res = CliRunner().invoke(_app(), args)  # again: every point already done
     assert res.exit_code == 0 and "0 run, 4 already done" in res.output, res.output
+
+
+def test_one_gpu_per_worker(monkeypatch):
+    """A config asking for device "cuda" runs on cuda:k, k the worker's number modulo the GPUs;
+    other configs and single-GPU hosts are left alone (checked here without a GPU)."""
+    import types
+
+    import distributed
+    import torch
+
+    from attnflow.experiments import load_config
+    from attnflow.sweeps.point import worker_device
+
+    cfg = load_config("concentration-tiny", ["device=cuda"])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for name, want in (("0", "cuda:0"), ("3", "cuda:1")):
+        monkeypatch.setattr(
+            distributed, "get_worker", lambda n=name: types.SimpleNamespace(name=n, address="x")
+        )
+        assert worker_device(cfg).device == want
+    assert worker_device(load_config("concentration-tiny")).device == "cpu"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert worker_device(cfg).device == "cuda"

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import torch
+
+    from .model import Attention
+
 UNIT_TOL = 1e-8  # largest accepted | |x_i| - 1 | for a token
+WEIGHT_SUM_TOL = 1e-12  # largest accepted |sum_j w_j - 1| of quadrature weights
+FLOAT32_MIN_RTOL = 1e-5  # float32 rounding (6e-8 per operation) swamps smaller local errors
+# a saved trajectory may take at most this fraction of the memory available where it is kept
+SAVE_MEMORY_FRACTION = 0.5
 
 
 def to_numpy(a: Any) -> np.ndarray:
@@ -117,3 +127,181 @@ def check_positive(x: Any, name: str, integer: bool = False) -> float:
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
     return v
+
+
+def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """One of a few option strings."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def check_cloud(X: Any, name: str = "X", allow_batch: bool = False) -> np.ndarray:
+    """check_points for measured clouds: float32 (or lower precision) input is accepted within 1e-5
+    of unit norm and renormalised in float64 (a float32 trajectory's rows are off by about 1e-7)."""
+    A = to_numpy(X)
+    low = A.dtype.kind == "f" and A.dtype.itemsize < 8
+    P = check_points(A, name, allow_batch=allow_batch, tol=1e-5 if low else UNIT_TOL)
+    return P / np.linalg.norm(P, axis=-1, keepdims=True) if low else P
+
+
+def check_stack(X: Any, name: str) -> np.ndarray:
+    """Clouds with any leading axes (..., N, d), e.g. (T, N, d) or (T, M, N, d), as check_cloud."""
+    A = to_numpy(X)
+    if A.ndim < 2:
+        raise ValueError(f"{name} must have shape (..., N, d), e.g. (N, d) or (T, N, d), got {A.shape}")
+    flat = A.reshape(-1, *A.shape[-2:]) if A.ndim > 3 else A
+    return check_cloud(flat, name, allow_batch=True).reshape(A.shape)
+
+
+def check_weights(w: Any, shape: int | tuple[int, ...], name: str = "weights") -> np.ndarray:
+    """Weights of a measure sum_i w_i delta_{x_i}: finite, > 0, summing to 1 over the token axis.
+
+    shape: the cloud's leading shape X.shape[:-1], e.g. (N,), (M, N) or (T, M, N). The weights have
+    N entries on their last axis and broadcast against `shape` ((N,) for every cloud alike; (M, N)
+    for a batch of M clouds, the same at every saved time). An int N means (N,) or (M, N) for any M
+    (the caller checks M). Returns a float64 array (no copy for float64 input).
+    """
+    per_cloud = isinstance(shape, int)
+    if isinstance(shape, int):
+        shape = (*np.shape(w)[:-1], shape) if 1 <= np.ndim(w) <= 2 else (shape,)
+    n = shape[-1]
+    try:
+        W = to_numpy(w).astype(np.float64, copy=False)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be a real array of {n} weights per cloud, got {type(w).__name__}"
+        ) from None
+    try:
+        fits = W.ndim >= 1 and W.shape[-1] == n and np.broadcast_shapes(W.shape, shape) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits and per_cloud:
+        raise ValueError(f"{name} must have shape (N,) or (M, N) with N = {n} tokens, got shape {W.shape}")
+    if not fits:
+        raise ValueError(
+            f"{name} must have shape ({n},) or one that broadcasts against the clouds' {tuple(shape)}, "
+            f"got {W.shape}"
+        )
+    if not np.all(np.isfinite(W)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if np.any(W <= 0):
+        raise ValueError(
+            f"{name} must be > 0 (a weighted measure's atoms carry positive mass), got min {W.min():.3g}; "
+            "drop the points of zero weight"
+        )
+    off = float(np.max(np.abs(W.sum(axis=-1) - 1.0)))
+    if off > WEIGHT_SUM_TOL:
+        raise ValueError(
+            f"{name} must sum to 1 over the tokens (a probability measure): off by {off:.3g}; "
+            f"pass {name} / {name}.sum(axis=-1, keepdims=True)"
+        )
+    return W
+
+
+def check_attention(att: Any, name: str = "att") -> Attention:
+    """An attnflow.Attention (TypeError otherwise)."""
+    from .model import Attention
+
+    if not isinstance(att, Attention):
+        raise TypeError(f"{name} must be an attnflow.Attention, got {type(att).__name__}")
+    return att
+
+
+def check_device(device: Any, X: Any = None) -> torch.device:
+    """Where to compute, as a torch.device: None means X's device for a torch tensor X, else the CPU;
+    "cpu", "cuda", "cuda:<k>" or a torch.device.  A device that is not available is a ValueError."""
+    import torch
+
+    if device is None:
+        return X.device if isinstance(X, torch.Tensor) else torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError, ValueError):
+        raise ValueError(
+            f"device must be 'cpu', 'cuda', 'cuda:<k>' or a torch.device, got {device!r}"
+        ) from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise ValueError(f"device {device!r} cannot run attnflow's kernels: use 'cpu' or 'cuda'")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} is not available: torch sees no CUDA GPU; use device='cpu'")
+    n = torch.cuda.device_count()
+    if dev.index is not None and dev.index >= n:
+        raise ValueError(
+            f"device {device!r} is not available: torch sees {n} CUDA GPU(s), cuda:0 to cuda:{n - 1}"
+        )
+    return dev
+
+
+def check_rtol_for_dtype(rtol: float, dtype: str, method: str = "adaptive") -> None:
+    """The one rule tying the adaptive tolerance to the arithmetic: float32 needs rtol >= FLOAT32_MIN_RTOL
+    (its rounding, 6e-8 per operation, swamps smaller local errors and the steps shrink without end).
+    Used by `simulate` and by the experiment configs."""
+    if dtype == "float32" and method == "adaptive" and rtol < FLOAT32_MIN_RTOL:
+        raise ValueError(
+            f"rtol = {rtol:g} is below what dtype 'float32' resolves (about 7 digits): the adaptive "
+            f"integrator needs rtol >= {FLOAT32_MIN_RTOL:g} with float32; set rtol to {FLOAT32_MIN_RTOL:g} "
+            "or more, or dtype to 'float64'"
+        )
+
+
+def available_memory(device: Any = None) -> int | None:
+    """Bytes available for new arrays: on a CUDA device its free memory, else the host's MemAvailable
+    (Linux; free physical pages elsewhere).  None when unknown."""
+    if device is not None and getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def total_memory() -> int | None:
+    """Bytes of physical memory of this machine, None when unknown."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_saved_memory(
+    n_times: int,
+    shape: tuple[int, ...],
+    itemsize: int,
+    device: Any = None,
+    fix: str | None = None,
+    machine: bool = False,
+) -> None:
+    """Refuse a saved trajectory of n_times states of `shape` ((N, d) or (M, N, d)) that would take more
+    than SAVE_MEMORY_FRACTION of the memory available where it is kept (ValueError naming times and N),
+    before anything is allocated. fix: what to change, in the caller's words (default: times, N).
+    machine=True: refuse only what exceeds the whole memory of this machine (the configs' check, made
+    when a config is loaded: it must not depend on what other processes use at that moment)."""
+    from ._text import format_value
+
+    need = n_times * math.prod(shape) * itemsize
+    avail, fraction = (total_memory(), 1.0) if machine else (available_memory(device), SAVE_MEMORY_FRACTION)
+    if avail is None or need <= fraction * avail:
+        return
+    on_gpu = device is not None and getattr(device, "type", "cpu") == "cuda"
+    clouds = f"{shape[0]} clouds x " if len(shape) > 2 else ""
+    gib = format_value(avail / 2**30, 3)
+    of = f"the {gib} GiB of this machine" if machine else f"{fraction:g} of the {gib} GiB available"
+    if on_gpu:
+        of += " on the GPU"
+    raise ValueError(
+        f"the saved trajectory would take {format_value(need / 2**30, 3)} GiB ({n_times} times x {clouds}"
+        f"N = {shape[-2]} tokens x d = {shape[-1]} x {itemsize} bytes), more than {of}: "
+        f"{fix or 'save fewer times (times) or fewer tokens (N)'}"
+    )

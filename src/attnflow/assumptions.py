@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_points, check_positive, to_numpy
-from .model import SYMMETRY_TOL, Attention
+from ._checks import check_attention, check_points, check_positive, to_numpy
+from ._text import format_value
+from .model import COND_B_MAX, SYMMETRY_TOL, Attention
 
-COND_B_MAX = 1e12  # B with a larger 2-norm condition number counts as singular
 KINDS = (None, "points", "uniform", "vmf")
 OK, FAILS, NOT_CHECKABLE = "ok", "fails", "not checkable"
 
@@ -24,44 +24,16 @@ __all__ = ["AssumptionReport", "AssumptionResult", "check_assumptions", "referen
 
 @dataclass(frozen=True)
 class AssumptionResult:
-    """One assumption: its name, status ("ok", "fails", "not checkable"), numbers and a reason."""
+    """One assumption: its name, status ("ok", "fails", "not checkable"), numbers and a reason.
+
+    short: a few words for tables, what fails or why it cannot be checked ("" when ok).
+    """
 
     name: str
     status: str
     numbers: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
-
-
-def _jsonable(v: Any) -> Any:
-    """Plain JSON values: inf -> "inf" / "-inf", NaN -> None, complex -> [re, im], arrays -> lists."""
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (complex, np.complexfloating)):
-        return [_jsonable(float(v.real)), _jsonable(float(v.imag))]
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        if math.isnan(f):
-            return None
-        if math.isinf(f):
-            return "inf" if f > 0 else "-inf"
-        return f
-    return v
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    if isinstance(v, (complex, np.complexfloating)):
-        return f"{v.real:.4g}{v.imag:+.4g}j" if v.imag else f"{v.real:.4g}"
-    if isinstance(v, (float, np.floating)):
-        return f"{float(v):.4g}"
-    return str(v)
+    short: str = ""
 
 
 @dataclass(frozen=True)
@@ -69,9 +41,10 @@ class AssumptionReport:
     """The three assumptions of the theorem for one attention head (and one initial cloud).
 
     ok: True when no checkable assumption fails ("not checkable" does not count against it).
+    counts: how many assumptions are "fails", "ok" and "not checkable"; headline says it in words.
     items: one AssumptionResult per assumption, in MATH.md's order.
-    to_dict(): JSON-able; inf is written as the string "inf" ("-inf"), NaN as None and a complex
-    number as [re, im].
+    to_dict(): plain Python values (inf stays inf, complex stays complex); write it as JSON with
+    `attnflow.io.to_json`, which writes NaN and inf as null and a complex number as [re, im].
     """
 
     items: list[AssumptionResult]
@@ -80,32 +53,48 @@ class AssumptionReport:
     def ok(self) -> bool:
         return all(it.status != FAILS for it in self.items)
 
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: sum(it.status == s for it in self.items) for s in (FAILS, OK, NOT_CHECKABLE)}
+
+    @property
+    def headline(self) -> str:
+        """ "all 3 ok", "NOT MET (1 fails, 2 ok)" or "1 ok, 2 not checkable (none fails)"."""
+        counts = self.counts
+        tally = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+        if counts[FAILS]:
+            return f"NOT MET ({tally})"
+        if counts[NOT_CHECKABLE]:
+            return f"{tally} (none fails)"
+        return f"all {counts[OK]} ok"
+
     def __getitem__(self, i: int) -> AssumptionResult:
         return self.items[i]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "counts": self.counts,
             "items": [
-                {"name": it.name, "status": it.status, "numbers": _jsonable(it.numbers), "reason": it.reason}
+                {
+                    "name": it.name,
+                    "status": it.status,
+                    "numbers": dict(it.numbers),
+                    "reason": it.reason,
+                    "short": it.short,
+                }
                 for it in self.items
             ],
         }
 
     def __str__(self) -> str:
-        lines = [f"Assumptions of the theorem: {'ok' if self.ok else 'NOT MET'}"]
+        lines = [f"Assumptions of the theorem: {self.headline}"]
         for k, it in enumerate(self.items, 1):
             lines.append(f"  {k}. {it.name:<30} {it.status:<14} {it.reason}")
-            nums = ", ".join(f"{key}={_fmt(v)}" for key, v in it.numbers.items())
+            nums = ", ".join(f"{key}={format_value(v)}" for key, v in it.numbers.items())
             if nums:
                 lines.append(f"     {nums}")
         return "\n".join(lines)
-
-
-def _check_attention(att: Any) -> Attention:
-    if not isinstance(att, Attention):
-        raise TypeError(f"att must be an attnflow.Attention, got {type(att).__name__}")
-    return att
 
 
 def _spectral(att: Attention) -> AssumptionResult:
@@ -118,19 +107,22 @@ def _spectral(att: Attention) -> AssumptionResult:
         "asymmetry": sp.asymmetry,
         "eigenvalues": eigenvalues,
         "mu1": sp.mu1,
-        "mu2": sp.mu2 if sp.mu2 is not None else math.nan,
+        "mu2": sp.mu2,
         "multiplicity": sp.multiplicity,
         "gap": sp.gap,
     }
-    problems = []
+    problems = {}
     if not cond <= COND_B_MAX:
-        problems.append(f"B is singular (condition number {cond:.3g} > {COND_B_MAX:.0e})")
+        problems["B singular"] = f"B is singular (condition number {cond:.3g} > {COND_B_MAX:.0e})"
     if not sp.symmetric:
-        problems.append(f"A is not symmetric (relative asymmetry {sp.asymmetry:.3g} > {SYMMETRY_TOL:.0e})")
+        problems["A not symmetric"] = (
+            f"A is not symmetric (relative asymmetry {sp.asymmetry:.3g} > {SYMMETRY_TOL:.0e})"
+        )
     if sp.mu2 is None or sp.gap <= 0:
-        problems.append("A has no spectral gap (a single distinct eigenvalue)")
+        problems["no gap"] = "A has no spectral gap (a single distinct eigenvalue)"
     if problems:
-        return AssumptionResult("B invertible, A symmetric, gap", FAILS, numbers, "; ".join(problems) + ".")
+        reason = "; ".join(problems.values()) + "."
+        return AssumptionResult("B invertible, A symmetric, gap", FAILS, numbers, reason, ", ".join(problems))
     reason = (
         f"B is invertible (cond {cond:.3g}), A is symmetric and its top eigenvalue {sp.mu1:.4g} "
         f"(multiplicity {sp.multiplicity}) has gap {sp.gap:.4g} > 0."
@@ -138,10 +130,25 @@ def _spectral(att: Attention) -> AssumptionResult:
     return AssumptionResult("B invertible, A symmetric, gap", OK, numbers, reason)
 
 
+MOMENT = "|P_1^perp x| / |P_1 x|"
+
+
 def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> AssumptionResult:
+    """Assumption 2 on the cloud X0, or on the density it was drawn from (kind "uniform", "vmf").
+
+    The theorem needs rho_0(P_1 x = 0) = 0 and a finite moment of |P_1^perp x| / |P_1 x|.
+    M_p = mean (|P_1^perp x| / |P_1 x|)^p over the tokens.  A cloud taken as rho_0 has finite M_p
+    as soon as no token lies on P_1 x = 0.  A bounded positive density has M_p finite exactly for
+    p < m, m = dim of the top eigenspace (MATH.md): then the sample values only grow with N, and an
+    infinite M_1 or M_2 never stands beside "ok".
+    """
     name = "no mass where P_1 x = 0"
     if X0 is None:
-        return AssumptionResult(name, NOT_CHECKABLE, {}, "No initial data X0 was given.")
+        reason = (
+            "No initial data X0 was given; the theorem needs rho_0(P_1 x = 0) = 0 and a finite moment "
+            f"of {MOMENT}."
+        )
+        return AssumptionResult(name, NOT_CHECKABLE, {}, reason, "no X0")
     X = check_points(X0, "X0", d=att.d).reshape(-1, att.d)
     sp = att.spectrum()
     P = np.asarray(sp.top_projector)
@@ -152,29 +159,39 @@ def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> Assumptio
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(top > 0, perp / top, math.inf)
     m = sp.multiplicity
+    density = kind in ("uniform", "vmf")
+    finite = {p: (p < m or m == att.d) if density else bool(top[i] > tol) for p in (1, 2)}
     numbers: dict[str, Any] = {
         "min_abs_P1x": float(top[i]),
         "argmin": i,
         "M1": float(np.mean(r)),
         "M2": float(np.mean(r * r)),
         "n_tokens": X.shape[0],
+        "M1_finite": finite[1],
+        "M2_finite": finite[2],
     }
     proj = "orthogonal" if sp.symmetric else "spectral (Riesz, A is not symmetric)"
-    note = ""
-    if kind in ("uniform", "vmf") and m < att.d:
-        numbers["moments_finite_for_p_below"] = m
-        note = (
-            f" For {kind} rho_0 the moments M_p are finite exactly for p < {m} (the top eigenspace "
-            f"has dimension {m}): the sample values grow with N for p >= {m}."
-        )
     if top[i] <= tol:
-        reason = f"token {i} has |P_1 x| = {top[i]:.3g} <= {tol:.3g}: Pi is undefined there ({proj} P_1)."
-        return AssumptionResult(name, FAILS, numbers, reason + note)
+        reason = (
+            f"token {i} lies where P_1 x = 0 (|P_1 x| = {format_value(top[i], 3)} <= {format_value(tol, 3)}, "
+            f"{proj} P_1): Pi is undefined there; the theorem needs rho_0(P_1 x = 0) = 0."
+        )
+        return AssumptionResult(name, FAILS, numbers, reason, f"token {i} on P_1 x = 0")
+    where = f"No token lies where P_1 x = 0 (smallest |P_1 x_i| = {format_value(top[i], 3)}, {proj} P_1)"
+    if not density:
+        reason = f"{where}: the cloud's M_1 and M_2 are finite, as the theorem needs."
+        return AssumptionResult(name, OK, numbers, reason)
+    numbers["moments_finite_for_p_below"] = m
+    law = f"for {kind} rho_0 M_p is finite exactly for p < {m} (the top eigenspace has dimension {m})"
+    infinite = [f"M_{p}" for p in (1, 2) if not finite[p]]
+    if not infinite:
+        reason = f"{where}; {law}: M_1 and M_2 are finite, as the theorem needs."
+        return AssumptionResult(name, OK, numbers, reason)
     reason = (
-        f"No token lies where P_1 x = 0 (smallest |P_1 x_i| = {top[i]:.3g}, {proj} P_1); "
-        "the sample moments are finite." + note
+        f"{where}, but {law}: {' = '.join(infinite)} = inf, and the sample values grow with N. The theorem "
+        f"needs a finite moment of {MOMENT}; M_1 and M_2 cannot show one, so this is not decided."
     )
-    return AssumptionResult(name, OK, numbers, reason)
+    return AssumptionResult(name, NOT_CHECKABLE, numbers, reason, f"{' = '.join(infinite)} = inf")
 
 
 def _density(kind: str | None) -> AssumptionResult:
@@ -193,6 +210,7 @@ def _density(kind: str | None) -> AssumptionResult:
         NOT_CHECKABLE,
         {"kind": kind or "points"},
         "A bare point cloud has no density; pass kind='uniform' or 'vmf' when it was sampled from one.",
+        "a bare cloud",
     )
 
 
@@ -202,10 +220,14 @@ def check_assumptions(att: Attention, X0: Any = None, kind: str | None = None, t
     att: Attention; X0: (N, d) or (M, N, d) unit rows (or None); kind: how X0 was drawn --
     "uniform", "vmf", "points" or None (a bare cloud); tol: |P_1 x_i| <= tol counts as P_1 x_i = 0.
     Returns an AssumptionReport: per assumption a status ("ok", "fails", "not checkable"),
-    its numbers (cond_B, asymmetry, eigenvalues, mu1, mu2, multiplicity, gap; min_abs_P1x, M1, M2)
-    and a one-sentence reason.  For non-symmetric A the moments use the spectral projector.
+    its numbers (cond_B, asymmetry, eigenvalues, mu1, mu2, multiplicity, gap; min_abs_P1x, M1, M2
+    and whether M_1, M_2 of rho_0 are finite) and a one-sentence reason.  For non-symmetric A the
+    moments use the spectral projector.  With kind "uniform" or "vmf", rho_0 is that density, whose
+    M_p is infinite for p >= dim of the top eigenspace: assumption 2 is then "not checkable", never
+    "ok" beside an infinite moment.  This is the one checker: `attnflow check` and `attnflow heads`
+    (through `attnflow.pretrained.diagnose`) both report it.
     """
-    att = _check_attention(att)
+    att = check_attention(att)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     tol = check_positive(tol, "tol")
@@ -253,7 +275,7 @@ def reference_rates(att: Attention) -> dict[str, Any]:
     Also the angles (radians) between A's top eigenspace and V's, by largest real part and by
     largest modulus.  For non-symmetric A or no gap the rates are None and "note" says why.
     """
-    att = _check_attention(att)
+    att = check_attention(att)
     sp = att.spectrum()
     top_basis = np.asarray(sp.top.basis)
     out: dict[str, Any] = {

@@ -7,9 +7,11 @@
     attnflow show runs/concentration               # headline numbers of a finished run
     attnflow plot runs/concentration               # figures, animation and report
     attnflow check Q.npy K.npy V.npy               # the theorem's assumptions for given weights
+    attnflow verify runs/concentration             # stored results against their checksums
 
-Exit codes: 0 success, 1 the run failed (or `check`: an assumption fails), 2 bad usage, config or
-input file (a message, no traceback), 130 interrupted (rerun the same command to resume).
+Exit codes: 0 success, 1 the run failed (or `check`: an assumption fails; `show`, `plot`: a damaged
+result; `verify`: a problem found), 2 bad usage, config, input file or output folder (a message, no
+traceback), 130 interrupted (rerun the same command to resume).
 """
 
 from __future__ import annotations
@@ -23,7 +25,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .experiments._config import ConfigError, Reporter
+from .experiments import DEFAULT_EXPERIMENT, ConfigError
+from .experiments._layout import (
+    CONFIG_FILE,
+    FIGURES_DIR,
+    PARTS_DIR,
+    REPORT_MD,
+    RESULT_STORE,
+    SUMMARY_JSON,
+    SUMMARY_MD,
+)
+from .pretrained_cli import heads
+from .progress import RichReporter
+from .sweep_cli import sweep_command
+from .verify_cli import verify_command
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -33,8 +48,9 @@ app = typer.Typer(
     help=(
         "Token dynamics of deep self-attention on the sphere: run the paper's experiments, "
         "get figures, a summary table and an xarray dataset.\n\n"
-        "Start with `attnflow run` (the concentration experiment, a few minutes on a laptop), then "
-        "`attnflow show runs/concentration`. `attnflow list` shows every experiment and parameter."
+        f"Start with `attnflow run` (the {DEFAULT_EXPERIMENT} experiment, a few minutes on a laptop), "
+        f"then `attnflow show runs/{DEFAULT_EXPERIMENT}`. `attnflow list` shows every experiment and "
+        "parameter."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -57,76 +73,6 @@ def _main(
     debug: Annotated[bool, typer.Option("--debug", help="show Python tracebacks of failures")] = False,
 ) -> None:
     _state["debug"] = debug
-
-
-# ------------------------------------------------------------------------------------ progress
-
-
-class RichReporter(Reporter):
-    """Rich progress bars (overall and one per running task, with ETA) and messages on stderr."""
-
-    def __init__(self, quiet: bool = False) -> None:
-        super().__init__()
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            Progress,
-            TaskProgressColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.quiet = quiet
-        self.console = Console(stderr=True)
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=self.console,
-            disable=quiet,
-            transient=False,
-        )
-        self._overall: Any = None
-        if not quiet:
-            self.progress.start()
-
-    def overall(self, total: int, description: str) -> None:
-        self._overall = self.progress.add_task(description, total=total)
-
-    def advance(self, n: int = 1) -> None:
-        if self._overall is not None and n:
-            self.progress.advance(self._overall, n)
-
-    @contextmanager
-    def task(self, description: str, total: float = 1.0):
-        tid = self.progress.add_task(f"  {description}", total=total)
-        final = [float(total)]
-
-        def update(t: float, t_final: float) -> None:
-            final[0] = float(t_final)
-            self.progress.update(tid, completed=float(t), total=final[0])
-
-        try:
-            yield update
-            self.progress.update(tid, completed=final[0])
-        finally:
-            self.progress.remove_task(tid)
-
-    def info(self, message: str) -> None:
-        super().info(message)
-        if not self.quiet:
-            self.console.print(message, markup=False, highlight=False)
-
-    def warn(self, message: str) -> None:
-        super().warn(message)
-        self.console.print(f"warning: {message}", markup=False, highlight=False, style="bold")
-
-    def close(self) -> None:
-        self.progress.stop()
 
 
 @contextmanager
@@ -156,29 +102,19 @@ def _default_out(target: str) -> Path:
 
 
 def _figures(ds: Any, summary: dict, out: Path, animation: bool, quiet: bool) -> list[Path]:
-    """Figures, animation and report by attnflow.plot / attnflow.report; a failure here only warns."""
-    try:
-        from .plot import animate, plot_run
-    except ImportError as err:
-        typer.echo(f"attnflow: figures skipped: attnflow.plot is not available ({err})", err=True)
-        return []
+    """The experiment's figures (and animation) in OUT/figures and the report; a failure only warns."""
     from contextlib import nullcontext
 
     from rich.console import Console
+
+    from .experiments import plot_run, write_report
 
     paths: list[Path] = []
     status = nullcontext() if quiet else Console(stderr=True).status("drawing figures, animation and report")
     try:
         with status:
-            paths = list(plot_run(ds, out / "figures"))
-            if animation and "x" in ds.variables and ds["x"].sizes.get("token", 0) > 0:
-                paths += list(animate(ds, out / "figures" / "tokens.gif"))
-            try:
-                from .report import write_report
-            except ImportError:
-                from .plot import write_report  # type: ignore[attr-defined,no-redef]
-            report = write_report(ds, summary, paths, out)
-        paths.append(Path(report))
+            paths = plot_run(ds, out / FIGURES_DIR, animation=animation)
+            paths.append(write_report(ds, summary, paths, out))
     except Exception as err:  # figures never fail a finished run
         if _state["debug"]:
             raise
@@ -194,7 +130,7 @@ def run(
     target: Annotated[
         str,
         typer.Argument(help="experiment or preset name (see `attnflow list`) or a TOML config file"),
-    ] = "concentration",
+    ] = DEFAULT_EXPERIMENT,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -215,11 +151,15 @@ def run(
     ] = False,
     figures: Annotated[bool, typer.Option(help="draw figures, animation and report at the end")] = True,
     animation: Annotated[bool, typer.Option(help="write the token animation (GIF; MP4 with ffmpeg)")] = True,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="replace a run of another experiment or config in OUT")
+    ] = False,
 ) -> None:
     """Run an experiment and write OUT/result.zarr, summary.json, summary.md, config.toml, figures/.
 
     Finished betas (grid points) are saved in OUT/parts as they complete: a run that is killed or
-    fails part-way resumes from them when the same command is run again.
+    fails part-way resumes from them when the same command is run again. OUT holding another run
+    (another experiment or config; more betas are fine) is refused unless --overwrite.
 
     Examples: `attnflow run`, `attnflow run terminal -s N=300`, `attnflow run concentration-converged`,
     `attnflow run my.toml -o runs/mine`.
@@ -231,39 +171,61 @@ def run(
     except ConfigError as err:
         raise _fail(str(err), EXIT_USAGE) from None
     out = out or _default_out(target)
-    if out.exists() and not out.is_dir():
-        raise _fail(f"--out {out}: exists and is not a folder", EXIT_USAGE)
+    from ._lock import LockedError
+    from .experiments._folder import RunFolderError
+
     reporter = RichReporter(quiet=quiet)
     try:
         with _sigterm_as_interrupt():
-            ds = run_experiment(cfg, out, progress=reporter)
+            ds = run_experiment(cfg, out, progress=reporter, overwrite=overwrite)
     except KeyboardInterrupt:
         reporter.close()
-        raise _fail(
-            f"interrupted; finished parts are kept in {out / 'parts'}: rerun the same command to resume",
-            EXIT_INTERRUPTED,
-        ) from None
+        raise _fail(f"interrupted; {_kept(out)}rerun the same command to resume", EXIT_INTERRUPTED) from None
+    except (RunFolderError, LockedError) as err:  # the output folder: nothing was written
+        reporter.close()
+        if _state["debug"]:
+            raise
+        message = err.message("--out", "--overwrite") if isinstance(err, RunFolderError) else f"--out {err}"
+        raise _fail(message, EXIT_USAGE) from None
     except (ConfigError, ValueError, TypeError) as err:
         reporter.close()
         if _state["debug"]:
             raise
         raise _fail(f"run failed: {err}", EXIT_FAILED) from None
+    except PermissionError as err:
+        reporter.close()
+        if _state["debug"]:
+            raise
+        where = err.filename or out
+        raise _fail(f"run failed: cannot write {where} (permission denied)", EXIT_FAILED) from None
     except Exception as err:
         reporter.close()
         if _state["debug"]:
             raise
         raise _fail(
-            f"run failed: {type(err).__name__}: {err} (finished parts are kept in {out / 'parts'}; "
+            f"run failed: {type(err).__name__}: {err} ({_kept(out)}"
             "`attnflow --debug run ...` shows the traceback)",
             EXIT_FAILED,
         ) from None
     reporter.close()
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / SUMMARY_JSON).read_text())
     if figures:
         _figures(ds, summary, out, animation, quiet)
     if not quiet:
-        typer.echo((out / "summary.md").read_text())
-        typer.echo(f"results in {out}/ (result.zarr opens with xarray.open_zarr)")
+        typer.echo((out / SUMMARY_MD).read_text())
+        typer.echo(f"results in {out}/ ({RESULT_STORE} opens with xarray.open_zarr)")
+
+
+def _kept(out: Path) -> str:
+    """'finished parts are kept in OUT/parts; ' when there are some, else ''."""
+    parts = out / PARTS_DIR
+    return f"finished parts are kept in {parts}; " if parts.is_dir() and any(parts.glob("*.zarr")) else ""
+
+
+def _damaged(err: Exception, directory: Path) -> typer.Exit:
+    """A result that fails its checksums or cannot be read: one line naming the file, exit 1."""
+    fix = f"rerun `attnflow run {directory / CONFIG_FILE} --out {directory}` to rebuild it"
+    return _fail(f"{err}; {fix}", EXIT_FAILED)
 
 
 # ----------------------------------------------------------------------------------------- list
@@ -311,7 +273,9 @@ def list_(
     if toml:
         if name is None:
             raise _fail(
-                "--toml needs an experiment or preset name, e.g. `attnflow list concentration --toml`", 2
+                "--toml needs an experiment or preset name, "
+                f"e.g. `attnflow list {DEFAULT_EXPERIMENT} --toml`",
+                EXIT_USAGE,
             )
         try:
             typer.echo(to_toml(load_config(name)), nl=False)
@@ -348,51 +312,63 @@ def show(
     from rich.console import Console
     from rich.markdown import Markdown
 
-    try:
-        from .sweep_cli import is_sweep_store, show_sweep
+    from .sweep_cli import is_sweep_store, show_sweep
 
-        if is_sweep_store(directory):
+    if is_sweep_store(directory):
+        try:
             typer.echo(show_sweep(directory))
-            return
-    except ImportError:
-        pass
+        except ValueError as err:  # a damaged sweep.json
+            raise _fail(str(err), EXIT_USAGE) from None
+        return
     if not directory.is_dir():
         raise _fail(f"{directory}: no such folder", EXIT_USAGE)
-    summary = directory / "summary.md"
+    summary = directory / SUMMARY_MD
     if not summary.exists():
-        parts = (
-            sorted(p.stem for p in (directory / "parts").glob("*.zarr"))
-            if (directory / "parts").is_dir()
-            else []
-        )
+        parts_dir = directory / PARTS_DIR
+        parts = sorted(p.stem for p in parts_dir.glob("*.zarr")) if parts_dir.is_dir() else []
         if parts:
             raise _fail(
                 f"{directory}: unfinished run ({len(parts)} part(s) done: {', '.join(parts)}); "
                 "rerun the same `attnflow run` command to complete it",
                 EXIT_FAILED,
             )
-        raise _fail(f"{directory}: not an attnflow run (no summary.md)", EXIT_USAGE)
+        raise _fail(f"{directory}: not an attnflow run (no {SUMMARY_MD})", EXIT_USAGE)
+    store = directory / RESULT_STORE
+    ds = None
+    if store.exists():
+        from .io import StoreError, read_dataset
+
+        try:
+            ds = read_dataset(store, load=False)  # its files checked against their checksums first
+        except StoreError as err:
+            raise _damaged(err, directory) from None
     console = Console()
     console.print(Markdown(summary.read_text()))
-    store = directory / "result.zarr"
-    if store.exists():
-        from .io import read_dataset
+    if ds is not None:
+        from .io import json_attr
 
-        ds = read_dataset(store, load=False)
         console.print(f"dataset {store}: " + ", ".join(f"{k}={v}" for k, v in ds.sizes.items()))
         console.print("variables: " + ", ".join(ds.data_vars))
-        prov = json.loads(ds.attrs.get("provenance", "{}"))
+        prov = json_attr(ds, "provenance", {})
         versions = ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items() if v)
         console.print(
             f"computed {prov.get('time_utc')} on {prov.get('host')} "
             f"({prov.get('cpu_count')} CPUs): {versions}"
         )
         console.print(f"kernel: {ds.attrs.get('kernel')}; integrator: {ds.attrs.get('integrator')}")
-    figures = sorted((directory / "figures").glob("*.png")) if (directory / "figures").is_dir() else []
+        wall = prov.get("wall_time_s")
+        if isinstance(wall, dict) and wall.get("total") is not None:
+            reused = wall.get("n_reused_parts", 0)
+            console.print(
+                f"wall time {wall['total']:.1f} s over the runs that made it ({reused} part(s) reused); "
+                f"torch threads {prov.get('torch_threads', '?')}; device {prov.get('device', '?')}"
+            )
+    figdir = directory / FIGURES_DIR
+    figures = sorted(figdir.glob("*.png")) if figdir.is_dir() else []
     if figures:
         console.print("figures: " + ", ".join(p.name for p in figures))
-    if (directory / "report.md").exists():
-        console.print(f"report: {directory / 'report.md'}")
+    if (directory / REPORT_MD).exists():
+        console.print(f"report: {directory / REPORT_MD}")
 
 
 # ----------------------------------------------------------------------------------------- plot
@@ -405,74 +381,28 @@ def plot(
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """(Re)draw the figures, animation and report of a finished run into DIRECTORY/figures."""
-    from .io import read_dataset
+    from .io import StoreError, read_dataset
 
-    store = directory / "result.zarr"
+    store = directory / RESULT_STORE
     if not store.exists():
         raise _fail(
-            f"{directory}: no result.zarr (run `attnflow run ... --out {directory}` first)", EXIT_USAGE
+            f"{directory}: no {RESULT_STORE} (run `attnflow run ... --out {directory}` first)", EXIT_USAGE
         )
-    ds = read_dataset(store)
-    summary_path = directory / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    try:
+        ds = read_dataset(store)  # its files checked against their checksums first
+    except StoreError as err:
+        raise _damaged(err, directory) from None
+    summary_path = directory / SUMMARY_JSON
+    try:
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    except ValueError as err:
+        raise _damaged(ValueError(f"{summary_path}: not JSON ({err})"), directory) from None
     paths = _figures(ds, summary, directory, animation, quiet)
     if not paths:
         raise typer.Exit(EXIT_FAILED)
 
 
 # ---------------------------------------------------------------------------------------- check
-
-
-def load_matrices(files: list[Path]) -> dict[str, Any]:
-    """Q, K, V from three files (.npy, .txt/.csv, or .npz with one array) or one .npz holding Q, K, V.
-
-    Raises ValueError naming the file on an unreadable file, a missing key or a non-square matrix.
-    """
-    import numpy as np
-
-    from ._checks import check_matrix
-
-    def read(path: Path) -> Any:
-        if not path.is_file():
-            raise ValueError(f"{path}: file not found")
-        try:
-            if path.suffix == ".npy":
-                return np.load(path, allow_pickle=False)
-            if path.suffix == ".npz":
-                return dict(np.load(path, allow_pickle=False))
-            if path.suffix in (".txt", ".csv", ".tsv", ".dat"):
-                return np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None, ndmin=2)
-        except (ValueError, OSError) as err:
-            raise ValueError(f"{path}: cannot read a matrix ({err})") from None
-        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .npy, .npz, .txt or .csv")
-
-    if len(files) == 1:
-        data = read(files[0])
-        if not isinstance(data, dict) or not {"Q", "K", "V"} <= set(data):
-            raise ValueError(f"{files[0]}: a single file must be an .npz holding arrays named Q, K and V")
-        named = [(f"{files[0]}[{k}]", k, data[k]) for k in ("Q", "K", "V")]
-    elif len(files) == 3:
-        named = []
-        for path, key in zip(files, ("Q", "K", "V"), strict=True):
-            M = read(path)
-            if isinstance(M, dict):
-                if len(M) != 1:
-                    raise ValueError(f"{path}: an .npz for {key} must hold one array, found {sorted(M)}")
-                M = next(iter(M.values()))
-            named.append((str(path), key, M))
-    else:
-        raise ValueError(
-            f"give Q, K and V as three files, or one .npz holding Q, K, V (got {len(files)} files)"
-        )
-    out: dict[str, Any] = {}
-    d = None
-    for label, key, M in named:
-        try:
-            out[key] = check_matrix(M, key, d)
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"{label}: {err}") from None
-        d = out[key].shape[0]
-    return out
 
 
 @app.command()
@@ -494,9 +424,8 @@ def check(
 
     Exit code 0 when every checkable assumption holds, 1 when one fails, 2 for unreadable input.
     """
-    import numpy as np
-
     from ._checks import check_beta, check_points
+    from .io import load_matrices, read_array
     from .model import Attention
 
     try:
@@ -505,20 +434,15 @@ def check(
         att = Attention(mats["Q"], mats["K"], mats["V"], beta=b)
         X0 = None
         if x0 is not None:
-            try:
-                raw = np.load(x0) if x0.suffix == ".npy" else np.loadtxt(x0, ndmin=2)
-            except (ValueError, OSError) as err:
-                raise ValueError(f"{x0}: cannot read tokens ({err})") from None
+            raw = read_array(x0, "X0")
             try:
                 X0 = check_points(raw, "X0", d=att.d, normalize=True, allow_batch=False)
             except (ValueError, TypeError) as err:
                 raise ValueError(f"{x0}: {err}") from None
     except (ValueError, TypeError) as err:
         raise _fail(str(err), EXIT_USAGE) from None
-    try:
-        from .assumptions import check_assumptions
-    except ImportError as err:
-        raise _fail(f"attnflow.assumptions is not available ({err})", EXIT_FAILED) from None
+    from .assumptions import check_assumptions
+
     try:
         report = check_assumptions(att, X0=X0, kind=kind)
     except ValueError as err:
@@ -534,26 +458,10 @@ def check(
 
 # ------------------------------------------------------------------ commands of other modules
 
-
-def _register_optional(name: str, module: str, attr: str) -> None:
-    import importlib
-
-    try:
-        fn = getattr(importlib.import_module(f".{module}", __package__), attr)
-    except (ImportError, AttributeError) as err:
-        reason = f"{type(err).__name__}: {err}"
-
-        def unavailable() -> None:
-            raise _fail(f"`attnflow {name}` is unavailable: attnflow.{module}.{attr} ({reason})", EXIT_FAILED)
-
-        unavailable.__doc__ = f"(unavailable: attnflow.{module} could not be imported)"
-        app.command(name)(unavailable)
-        return
-    app.command(name)(fn)
-
-
-_register_optional("heads", "pretrained_cli", "heads")
-_register_optional("sweep", "sweep_cli", "sweep_command")
+# Both modules are light (Typer signatures); each command imports what it needs when it runs.
+app.command("heads")(heads)
+app.command("sweep")(sweep_command)
+app.command("verify")(verify_command)
 
 
 def main() -> None:

@@ -6,26 +6,46 @@ under the field extended to R^d, so the order of the underlying Runge-Kutta meth
 Explicit Euler with renormalisation is exactly one transformer layer with layer normalisation:
 x <- (x + h v) / |x + h v|.
 
-The state stays a torch tensor (M, N, d) during the integration; NumPy only at the entry and exit.
+The state stays a torch tensor (M, N, d) on the compute device during the integration; the saved
+states go into one array allocated up front (its size checked against the memory available).
 """
 
 from __future__ import annotations
 
 import math
 import time as _time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ._checks import check_points, check_positive, check_times
-from .kernels import check_attention, check_dtype, check_kernel_name, get_kernel, resolve_kernel
+from ._checks import (
+    check_device,
+    check_points,
+    check_positive,
+    check_rtol_for_dtype,
+    check_saved_memory,
+    check_times,
+    check_weights,
+)
+from ._simulate_args import OPTIONS, check_attentions, check_betas, deprecated_keywords, solver_options
+from .kernels import (
+    batch_size,
+    check_dtype,
+    check_kernel_name,
+    get_kernel,
+    per_cloud,
+    resolve_kernel,
+    rows,
+    unless_uniform,
+)
 from .model import Attention
 from .trajectory import Trajectory
 
-METHODS = ("euler", "heun", "rk4", "adaptive")
+__all__ = ["METHODS", "OPTIONS", "ORDERS", "simulate"]
+
+METHODS = tuple(OPTIONS)  # "euler", "heun", "rk4", "adaptive"
 ORDERS = {"euler": 1, "heun": 2, "rk4": 4, "adaptive": 5}
-BATCH_KERNELS = ("sdpa", "blocked")  # kernels that take one beta per cloud (simulate(betas=...))
 AUTO_EVERY = 50  # steps between two decisions of kernel="auto"
 PROGRESS_EVERY = 100  # steps between two calls of the progress callback (also at every save time)
 
@@ -66,25 +86,22 @@ _DP_P = (
 class _Field:
     """The velocity field with evaluation counting and, for kernel="auto", periodic re-decisions.
 
-    betas: optional (M,) tensor of inverse temperatures, one per cloud (dense kernels only).
+    betas: optional (M,) tensor of inverse temperatures, one per cloud, in place of att.beta (the
+    automatic choice then plans for the smallest, where the most keys matter).
+    weights: optional (M, N) tensor of quadrature weights (None: uniform).
     """
 
-    def __init__(self, att: Attention, kernel: str, X, betas=None):
+    def __init__(self, att: Attention, kernel: str, X, betas=None, weights=None):
         self.att = att
         self.betas = betas
-        self.auto = kernel == "auto" and betas is None
+        self.weights = weights
+        self.auto = kernel == "auto"
         self.requested = kernel
         self.n_evals = 0
         self.used: dict[str, int] = {}
-        if betas is not None:
-            if kernel not in ("auto", *BATCH_KERNELS):
-                raise ValueError(
-                    f"betas= runs several temperatures in one call of a dense kernel: kernel must be "
-                    f"'auto' or one of {list(BATCH_KERNELS)}, got {kernel!r}"
-                )
-            self._set("sdpa" if kernel == "auto" else kernel)
-        else:
-            self._set(resolve_kernel(kernel, att, X))
+        # the Attention whose beta the automatic choice plans for
+        self._plan = att if betas is None else att.with_beta(float(betas.min()))
+        self._set(resolve_kernel(kernel, self._plan, X))
 
     def _set(self, name: str) -> None:
         self.name = name
@@ -92,31 +109,35 @@ class _Field:
 
     def maybe_redecide(self, X) -> None:
         if self.auto:
-            name = resolve_kernel("auto", self.att, X)
+            name = resolve_kernel("auto", self._plan, X)
             if name != self.name:
                 self._set(name)
 
     def __call__(self, X):
         self.n_evals += 1
         self.used[self.name] = self.used.get(self.name, 0) + 1
-        if self.betas is not None:
-            return self.fn(X, self.att, betas=self.betas)
-        return self.fn(X, self.att)
+        return self.fn(X, self.att, betas=self.betas, weights=self.weights)
 
 
-def _check_betas(betas: Any, X0n) -> Any:
-    """betas as a 1-D float64 array of finite values > 0 matching the batch of X0n."""
-    try:
-        arr = np.asarray(betas, dtype=float)
-    except (TypeError, ValueError):
-        raise TypeError(f"betas must be a sequence of numbers, got {betas!r}") from None
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"betas must be a non-empty 1-D sequence, got shape {arr.shape}")
-    if not (np.isfinite(arr).all() and (arr > 0).all()):
-        raise ValueError(f"every beta in betas must be finite and > 0, got {arr.tolist()}")
-    if X0n.ndim == 3 and X0n.shape[0] != arr.size:
-        raise ValueError(f"X0 holds {X0n.shape[0]} clouds but betas has {arr.size} entries")
-    return arr
+class _Saved:
+    """The saved states, written one by one into an array allocated once: NumPy on the host, or a
+    torch tensor on `device` (torch output)."""
+
+    def __init__(self, shape: tuple[int, ...], dtype, device=None):
+        import torch
+
+        if device is None:
+            self.x: Any = np.empty(shape, dtype=str(dtype).removeprefix("torch."))
+        else:
+            self.x = torch.empty(shape, dtype=dtype, device=device)
+        self.k = 0
+
+    def __call__(self, X) -> None:
+        if isinstance(self.x, np.ndarray):
+            self.x[self.k] = X.detach().cpu().numpy()
+        else:
+            self.x[self.k].copy_(X)
+        self.k += 1
 
 
 def _normalize_rows(X):
@@ -166,9 +187,9 @@ def _initial_step(f: _Field, X, k1, rtol: float, atol: float, span: float) -> fl
     return min(100 * h0, h1, span)
 
 
-def _run_fixed(method: str, f: _Field, X, t_out, dt: float, max_steps: int, progress) -> tuple[list, int]:
+def _run_fixed(method: str, f: _Field, X, t_out, dt: float, max_steps: int, save, progress) -> int:
     """Steps of dt, the last one before each output time shortened to land on it."""
-    saved, n_steps, t = [], 0, 0.0
+    n_steps, t = 0, 0.0
     t_final = float(t_out[-1])
     for t_next in t_out:
         t_next = float(t_next)
@@ -188,10 +209,10 @@ def _run_fixed(method: str, f: _Field, X, t_out, dt: float, max_steps: int, prog
             if progress is not None and n_steps % PROGRESS_EVERY == 0:
                 progress(t, t_final)
         t = t_next
-        saved.append(X.clone())
+        save(X)
         if progress is not None:
             progress(t, t_final)
-    return saved, n_steps
+    return n_steps
 
 
 def _error_norm(err_vec, X, Xn, rtol: float, atol: float) -> float:
@@ -218,22 +239,21 @@ def _dense_output(X, ks: list, h: float, theta: float):
 
 
 def _run_adaptive(
-    f: _Field, X, t_out, rtol: float, atol: float, max_steps: int, progress
-) -> tuple[list, int, int]:
+    f: _Field, X, t_out, rtol: float, atol: float, max_steps: int, first_step, save, progress
+) -> tuple[int, int]:
     """Dormand-Prince 5(4) from 0 to t_out[-1]; states at t_out from the continuous extension.
 
     The steps do not stop at the output times (which may be much closer together than the steps a
     slow phase needs); the output between two accepted steps comes from the 4th-order interpolant
     of the step, renormalised.
     """
-    saved: list = []
     t_final = float(t_out[-1])
     j = 0  # next output time
     while j < len(t_out) and float(t_out[j]) <= 0.0:
-        saved.append(X.clone())
+        save(X)
         j += 1
     t, n_steps, n_rejected = 0.0, 0, 0
-    h_adapt: float | None = None
+    h_adapt: float | None = first_step
     k1 = None  # first stage of the next step (FSAL)
     while j < len(t_out):
         span = t_final - t
@@ -267,12 +287,12 @@ def _run_adaptive(
         _check_finite(X_new, t_new, f)
         while j < len(t_out) and (last or float(t_out[j]) < t_new):
             t_j = float(t_out[j])
-            saved.append(X_new.clone() if t_j >= t_new else _dense_output(X, ks, h, (t_j - t) / h))
+            save(X_new if t_j >= t_new else _dense_output(X, ks, h, (t_j - t) / h))
             j += 1
             if progress is not None:
                 progress(t_j, t_final)
         while j < len(t_out) and float(t_out[j]) <= t_new:  # an output time on the step's end
-            saved.append(X_new.clone())
+            save(X_new)
             j += 1
         X, t, k1 = X_new, t_new, ks[-1]
         n_steps += 1
@@ -284,77 +304,111 @@ def _run_adaptive(
                 k1 = None
         if progress is not None and n_steps % PROGRESS_EVERY == 0:
             progress(t, t_final)
-    return saved, n_steps, n_rejected
+    return n_steps, n_rejected
 
 
 def simulate(
     X0: Any,
-    att: Attention,
+    att: Attention | Sequence[Attention],
     times: Any,
     method: str = "rk4",
     dt: float = 1e-2,
     kernel: str = "auto",
-    rtol: float = 1e-6,
-    atol: float = 1e-9,
+    weights: Any = None,
+    device: Any = None,
+    *,
+    options: Mapping[str, Any] | None = None,
     dtype: Any = "float64",
     normalize: bool = False,
     progress: Callable[[float, float], Any] | None = None,
-    max_steps: int = 10_000_000,
-    betas: Any = None,
+    **deprecated: Any,
 ) -> Trajectory:
     """Integrate the token dynamics dx_i/dt = P_{x_i}^perp(sum_j w_ij V x_j) from X0 at t = 0.
 
-    X0: (N, d) or (M, N, d) unit rows (error unless normalize=True); att: Attention.
+    X0: (N, d) or (M, N, d) unit rows (error unless normalize=True); NumPy, list or torch tensor.
+    att: an Attention, or a list of M Attention objects that differ only in beta (one per cloud,
+    integrated together in one kernel call per stage: [att.with_beta(b) for b in betas]; X0 (N, d)
+    is then shared by all).  All clouds share the steps (the adaptive step is that of the hardest
+    one), so several betas pay off only where one call on M clouds is much cheaper than M calls:
+    small N (docs/benchmarks.md, "Several betas").
     times: non-decreasing output times >= 0 (times[0] may be > 0: X0 is the state at t = 0).
     method: "euler", "heun", "rk4" (fixed step dt, the last step before each output time shortened
     to land on it) or "adaptive" (Dormand-Prince 5(4): the RMS over tokens and coordinates of the
     local error, each token's divided by atol + rtol |x_i| with |x_i| = 1, is kept below 1, so
     rtol + atol is a tolerance on positions in the sphere's own scale, the same in every frame).
     kernel: "auto" (re-decided every AUTO_EVERY steps), "sdpa", "blocked", "zero", "truncated".
+    weights: (N,) or (M, N) quadrature weights w_j > 0 summing to 1 (rho = sum_j w_j delta_{x_j},
+    MATH.md "Weighted measures"); they stay as they are while the tokens move (mass is carried
+    along characteristics) and come back in `Trajectory.weights`.  None: uniform.
+    device: where to compute: None (X0's device for a torch tensor, else the CPU), "cpu", "cuda",
+    "cuda:<k>" or a torch.device; an unavailable one is a ValueError.
+    options: the method's solver settings (OPTIONS): fixed steps {"max_steps"}; adaptive {"rtol"
+    (1e-6), "atol" (1e-9), "max_steps" (1e7), "first_step" (automatic)}; another key is a
+    ValueError.  float32 needs rtol >= 1e-5 (`_checks.check_rtol_for_dtype`).
     dtype: "float64" or "float32"; progress: callable progress(t, t_final), called now and then.
-    betas: optional M finite inverse temperatures integrated together, one per cloud, in one kernel
-    call per stage (att.beta is then not used; kernel "auto" means "sdpa"): X0 (N, d) is shared by
-    all, or (M, N, d) gives each its own cloud; x gets shape (T, M, N, d).  All clouds share the
-    steps (the adaptive step is that of the hardest one), so this pays off only where one call on
-    M clouds is much cheaper than M calls: small N (docs/benchmarks.md, "Several betas").
-    Returns Trajectory(t=times (T,), x (T, N, d) or (T, M, N, d), info) with info = method, kernel
-    (resolved), dt or rtol/atol, n_steps, n_rejected, n_evals, wall_time_s, dtype, beta (or betas).
+    Deprecated: the flat rtol=, atol=, max_steps= (use options) and betas= (it overrides att.beta:
+    pass a list of Attention objects), each with a DeprecationWarning.
+    Returns Trajectory(t=times (T,), x (T, N, d), or (T, M, N, d) for a batch, weights, info): x is
+    NumPy for NumPy input and a torch tensor on X0's device for torch input; a saved array larger
+    than SAVE_MEMORY_FRACTION of the available memory is refused before the run (ValueError).
+    info = method, kernel (resolved), dt or rtol/atol, n_steps, n_rejected, n_evals, wall_time_s,
+    dtype, device, beta (or betas).
     """
     import torch
 
-    att = check_attention(att)
+    options, old_betas = deprecated_keywords(method if method in METHODS else "rk4", options, deprecated)
+    att, betas = check_attentions(att)
+    is_torch = isinstance(X0, torch.Tensor)
+    dev = check_device(device, X0)
     X0n = check_points(X0, "X0", d=att.d, normalize=normalize)
+    if old_betas is not None:
+        if betas is not None:
+            raise ValueError("betas= and a list of Attention objects both set the betas: give the list only")
+        betas = check_betas(old_betas, X0n).tolist()
+        att = att.with_beta(betas[0])
     t_out = check_times(times)
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     kernel = check_kernel_name(kernel)
     name = check_dtype(dtype)
     dt = check_positive(dt, "dt")
-    rtol = check_positive(rtol, "rtol")
-    atol = check_positive(atol, "atol")
-    max_steps = int(check_positive(max_steps, "max_steps", integer=True))
+    opts = solver_options(method, options)
+    if method == "adaptive":
+        check_rtol_for_dtype(opts["rtol"], name, method)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a callable progress(t, t_final) or None, got {progress!r}")
-
-    beta_arr = None if betas is None else _check_betas(betas, X0n)
+    N = X0n.shape[-2]
+    w = None if weights is None else check_weights(weights, N)
+    M = batch_size(
+        X0=X0n.shape[0] if X0n.ndim == 3 else None,
+        att=None if betas is None else len(betas),
+        weights=rows(w),
+    )
+    shape = (len(t_out), *((M,) if M is not None else ()), N, att.d)
+    out_device = X0.device if is_torch else None
+    check_saved_memory(len(t_out), shape[1:], 4 if name == "float32" else 8, out_device)
 
     wall0 = _time.perf_counter()
-    batched = X0n.ndim == 3 or beta_arr is not None
-    if X0n.ndim == 2 and beta_arr is not None:
-        X0n = np.broadcast_to(X0n, (len(beta_arr), *X0n.shape))
-    X = torch.as_tensor(np.array(X0n if batched else X0n[None]), dtype=getattr(torch, name))
-    f = _Field(att, kernel, X, None if beta_arr is None else torch.as_tensor(beta_arr, dtype=X.dtype))
+    tdtype = getattr(torch, name)
+    X = torch.as_tensor(per_cloud(X0n, M, 3), dtype=tdtype, device=dev)
+    w_kernel = unless_uniform(w)
+    wt = None if w_kernel is None else torch.as_tensor(per_cloud(w_kernel, M, 2), dtype=tdtype, device=dev)
+    if betas is not None and len(set(betas)) == 1:  # one beta for all: no per-cloud betas needed
+        att, betas = att.with_beta(betas[0]), None
+    bt = None if betas is None else torch.tensor(betas, dtype=tdtype, device=dev)
+    f = _Field(att, kernel, X, bt, wt)
+    saved = _Saved((len(t_out), *X.shape), tdtype if is_torch else name, out_device)
     if progress is not None:
         progress(0.0, float(t_out[-1]))
     if method == "adaptive":
-        saved, n_steps, n_rejected = _run_adaptive(f, X, t_out, rtol, atol, max_steps, progress)
+        n_steps, n_rejected = _run_adaptive(
+            f, X, t_out, opts["rtol"], opts["atol"], opts["max_steps"], opts["first_step"], saved, progress
+        )
     else:
-        saved, n_steps = _run_fixed(method, f, X, t_out, dt, max_steps, progress)
+        n_steps = _run_fixed(method, f, X, t_out, dt, opts["max_steps"], saved, progress)
         n_rejected = 0
 
-    x = torch.stack(saved).cpu().numpy()
-    if not batched:
-        x = x[:, 0]
+    x = saved.x if M is not None else saved.x[:, 0]
     info: dict[str, Any] = {
         "method": method,
         "kernel": f.name,
@@ -365,12 +419,13 @@ def simulate(
         "n_evals": f.n_evals,
         "wall_time_s": _time.perf_counter() - wall0,
         "dtype": name,
-        "beta": att.beta if beta_arr is None else None,
+        "device": str(dev),
+        "beta": att.beta if betas is None else None,
     }
-    if beta_arr is not None:
-        info["betas"] = beta_arr.tolist()
+    if betas is not None:
+        info["betas"] = list(betas)
     if method == "adaptive":
-        info.update(rtol=rtol, atol=atol)
+        info.update(rtol=opts["rtol"], atol=opts["atol"])
     else:
         info["dt"] = dt
-    return Trajectory(t=t_out.copy(), x=x, info=info)
+    return Trajectory(t=t_out.copy(), x=x, info=info, weights=w)

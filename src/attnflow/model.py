@@ -1,17 +1,22 @@
-"""Single-head attention weights on the sphere: B = Q^T K, A = V B^T and their spectra (MATH.md)."""
+"""Single-head attention weights on the sphere: B = Q^T K, A = V B^T and their spectra (MATH.md);
+the worked examples, seeded random weights and weights from a file."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 
 from ._checks import check_beta, check_matrix
+from .sphere import SeedLike, rng_from
 
 SYMMETRY_TOL = 1e-10  # relative antisymmetric part below which A is treated as symmetric
 TOP_TOL = 1e-9  # eigenvalues within TOP_TOL * spectral radius of mu_1 count as top
+COND_B_MAX = 1e12  # B with a larger 2-norm condition number counts as singular
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,8 @@ class Spectrum:
     multiplicity: dimension of the top eigenspace.
     top: top eigenspace of A; top_projector: P_1, orthogonal when A is symmetric, the spectral
         (Riesz) projector otherwise (all NaN when the top eigenvalue is defective).
-    v_top_real, v_top_magnitude: top eigenspace of V by largest real part and by largest modulus.
+    v_top_real, v_top_magnitude: top eigenspace of V by largest real part and by largest modulus
+        (computed on first use: checking the assumptions does not need V's spectrum).
     """
 
     eigenvalues: np.ndarray
@@ -55,8 +61,15 @@ class Spectrum:
     asymmetry: float
     top: EigenSpace
     top_projector: np.ndarray
-    v_top_real: EigenSpace
-    v_top_magnitude: EigenSpace
+    V: np.ndarray = field(repr=False)
+
+    @cached_property
+    def v_top_real(self) -> EigenSpace:
+        return top_eigenspace(self.V, "real")
+
+    @cached_property
+    def v_top_magnitude(self) -> EigenSpace:
+        return top_eigenspace(self.V, "magnitude")
 
 
 def _top_group(values: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -89,8 +102,54 @@ def top_eigenspace(M: np.ndarray, by: str = "real") -> EigenSpace:
     return EigenSpace(w[idx], _real_basis(U[:, idx]))
 
 
-def spectrum_of(A: np.ndarray, V: np.ndarray) -> Spectrum:
-    """Spectral data of A (and V); see `Spectrum`."""
+def _eig_low_rank(F: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(eigenvalues, left, right eigenvectors) of A = F W, F (d, r) and W (r, d) of rank r < d.
+
+    A's nonzero eigenvalues are those of W F (r x r), with right eigenvectors F y and left ones
+    W^T z; the other d - r are exact zeros, with the null spaces of W and F^T.  None when F or W
+    has rank < r (then the zeros need the dense decomposition).
+    """
+    import scipy.linalg
+
+    d, r = F.shape
+    QW, RW = np.linalg.qr(W.T, mode="complete")  # null(W) = QW[:, r:], null(F^T) = QF[:, r:]
+    QF, RF = np.linalg.qr(F, mode="complete")
+    for R in (RW, RF):
+        diag = np.abs(np.diag(R))
+        if diag.min() <= np.finfo(float).eps * d * diag.max():
+            return None
+    lam, Z, Y = scipy.linalg.eig(W @ F, left=True, right=True)
+    R, L = F @ Y, W.T @ Z
+    R, L = R / np.linalg.norm(R, axis=0), L / np.linalg.norm(L, axis=0)
+    w = np.concatenate([lam, np.zeros(d - r)])
+    return w, np.hstack([L, QF[:, r:]]), np.hstack([R, QW[:, r:]])
+
+
+def _eig_sorted(A: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None):
+    """Eigenvalues, left and right eigenvectors of a non-symmetric A, by descending real part.
+
+    With factors (F, W) of a low-rank A = F W, from r x r pieces unless the top eigenvalue is one of
+    the structural zeros (then its eigenspace needs the dense decomposition).
+    """
+    import scipy.linalg
+
+    low = _eig_low_rank(*factors) if factors is not None else None
+    if low is not None:
+        w, L, U = low
+        order = np.lexsort((-w.imag, -w.real))
+        top = order[_top_group(w[order], w.real[order])]  # original indices: >= r are structural zeros
+        if factors is not None and np.all(top < factors[0].shape[1]):
+            return w[order], L[:, order], U[:, order]
+    w, L, U = scipy.linalg.eig(A, left=True, right=True)
+    order = np.lexsort((-w.imag, -w.real))
+    return w[order], L[:, order], U[:, order]
+
+
+def spectrum_of(
+    A: np.ndarray, V: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None = None
+) -> Spectrum:
+    """Spectral data of A (and V); see `Spectrum`.  factors: (F, W) with A = F W of rank r < d (a
+    single head), to decompose a non-symmetric A from r x r pieces."""
     norm = np.linalg.norm(A)
     asym = float(np.linalg.norm(A - A.T) / 2 / norm) if norm > 0 else 0.0
     symmetric = asym <= SYMMETRY_TOL
@@ -102,11 +161,7 @@ def spectrum_of(A: np.ndarray, V: np.ndarray) -> Spectrum:
         P1 = top.projector
         key = w
     else:
-        import scipy.linalg
-
-        w, L, U = scipy.linalg.eig(A, left=True, right=True)
-        order = np.lexsort((-w.imag, -w.real))
-        w, L, U = w[order], L[:, order], U[:, order]
+        w, L, U = _eig_sorted(A, factors)
         idx = _top_group(w, w.real)
         top = EigenSpace(w[idx], _real_basis(U[:, idx]))
         # Riesz projector R (L^H R)^{-1} L^H onto the top eigenspace, from its own left and right
@@ -134,8 +189,7 @@ def spectrum_of(A: np.ndarray, V: np.ndarray) -> Spectrum:
         asymmetry=asym,
         top=top,
         top_projector=P1,
-        v_top_real=top_eigenspace(V, "real"),
-        v_top_magnitude=top_eigenspace(V, "magnitude"),
+        V=V,
     )
 
 
@@ -175,15 +229,40 @@ class Attention:
         return A
 
     @cached_property
+    def _head_rows(self) -> np.ndarray | None:
+        """The r rows where Q and K are both nonzero, when r <= d / 2 (one head of a layer: Q and
+        K padded with zero rows): then B = Q_r^T K_r and A = (V K_r^T) Q_r have rank <= r and their
+        spectra come from r x r pieces.  None otherwise."""
+        keep = np.any(self.Q != 0, axis=1) & np.any(self.K != 0, axis=1)
+        r = int(keep.sum())
+        return keep if 0 < r and 2 * r <= self.d else None
+
+    @cached_property
+    def singular_values_B(self) -> np.ndarray:
+        """Singular values of B, descending (d,); exact zeros for the padded rows of a head."""
+        keep = self._head_rows
+        if keep is None:
+            s = np.linalg.svd(self.B, compute_uv=False)
+        else:  # B = (Q_r^T)(K_r^T)^T = U1 R1 R2^T U2^T with thin QR factors
+            # NumPy's stubs type qr(mode="r") as QRResult; it returns the R array
+            R1 = cast(np.ndarray, np.linalg.qr(self.Q[keep].T, mode="r"))
+            R2 = cast(np.ndarray, np.linalg.qr(self.K[keep].T, mode="r"))
+            s = np.concatenate(
+                [np.linalg.svd(R1 @ R2.T, compute_uv=False), np.zeros(self.d - int(keep.sum()))]
+            )
+        s.setflags(write=False)
+        return s
+
+    @cached_property
     def cond_B(self) -> float:
         """2-norm condition number of B (inf when B is singular)."""
-        s = np.linalg.svd(self.B, compute_uv=False)
+        s = self.singular_values_B
         return float(s[0] / s[-1]) if s[-1] > 0 else math.inf
 
     @cached_property
     def norm_B(self) -> float:
         """Operator 2-norm ||B||."""
-        return float(np.linalg.norm(self.B, 2))
+        return float(self.singular_values_B[0])
 
     def spectrum(self) -> Spectrum:
         """Eigenvalues of A (descending), top eigenspace with multiplicity, gap, top eigenspace of V."""
@@ -191,7 +270,9 @@ class Attention:
 
     @cached_property
     def _spectrum(self) -> Spectrum:
-        return spectrum_of(np.asarray(self.A), np.asarray(self.V))
+        keep = self._head_rows
+        factors = None if keep is None else (self.V @ self.K[keep].T, self.Q[keep])
+        return spectrum_of(np.asarray(self.A), np.asarray(self.V), factors)
 
     def with_beta(self, beta: float) -> Attention:
         """The same weights at another inverse temperature."""
@@ -208,18 +289,117 @@ def attention_from_A(A, B, beta: float = 1.0) -> Attention:
     """
     A = check_matrix(A, "A")
     B = check_matrix(B, "B", A.shape[0])
-    if not np.isfinite(np.linalg.cond(B)) or np.linalg.cond(B) > 1e14:
-        raise ValueError("B must be invertible to build V = A B^{-T} (its condition number is > 1e14)")
+    cond = np.linalg.cond(B)
+    if not cond <= COND_B_MAX:
+        raise ValueError(
+            f"B must be invertible to build V = A B^{{-T}}: its condition number is {cond:.3g} > "
+            f"{COND_B_MAX:.0e}"
+        )
     V = np.linalg.solve(B, A.T).T  # A B^{-T}
     return Attention(np.eye(A.shape[0]), B, V, beta)
 
 
-def worked_example(beta: float = 100.0) -> Attention:
-    """The d = 3 example of MATH.md that shows both phases.
+def worked_example(beta: float = 100.0, d: int = 3) -> Attention:
+    """The worked examples of MATH.md, d = 3 (default) or d = 2: both phases are visible.
 
-    Q = I, K = diag(3, 1, 1/3), A = [[0, 0, 1], [0, -1/2, 0], [1, 0, 0]], V = A B^{-T}.
+    d = 3: Q = I, K = diag(3, 1, 1/3), A = [[0, 0, 1], [0, -1/2, 0], [1, 0, 0]], V = A B^{-T}.
     A has eigenvalues 1, -1/2, -1 (gap 3/2, u_1 = (1, 0, 1)/sqrt 2); V's top eigenvector is
     (3, 0, 1)/sqrt 10, so the terminal phase moves mass away from A's top eigenspace.
+    d = 2: Q = I, K = diag(3, 1/3), A = [[1/4, 3/4], [3/4, 1/4]], V = A B^{-T}. A has eigenvalues 1,
+    -1/2 (gap 3/2, u_1 = (1, 1)/sqrt 2); V's top eigenvalue 1.2374 has eigenvector (0.8898, 0.4564),
+    17.8 degrees from u_1. In both, ||B|| = 3 and |B^T u_1| = 2.134.
     """
-    A = np.array([[0.0, 0.0, 1.0], [0.0, -0.5, 0.0], [1.0, 0.0, 0.0]])
-    return attention_from_A(A, np.diag([3.0, 1.0, 1.0 / 3.0]), beta)
+    if d == 3:
+        A = np.array([[0.0, 0.0, 1.0], [0.0, -0.5, 0.0], [1.0, 0.0, 0.0]])
+        return attention_from_A(A, np.diag([3.0, 1.0, 1.0 / 3.0]), beta)
+    if d == 2:
+        A = np.array([[0.25, 0.75], [0.75, 0.25]])
+        return attention_from_A(A, np.diag([3.0, 1.0 / 3.0]), beta)
+    raise ValueError(f"worked_example: d must be 2 or 3 (the examples of MATH.md), got {d!r}")
+
+
+#: random_attention: the singular values of K are drawn log-uniformly in [1/COND_SPREAD, COND_SPREAD]
+#: and Q is orthogonal, so cond(B) <= COND_SPREAD^2 = 4 and 1/2 <= |B^T x| <= 2 on the sphere.
+COND_SPREAD = 2.0
+#: random_attention(symmetric=True): A = S has top eigenvalue 1 and the others in [-1, 1 - MIN_GAP].
+MIN_GAP = 0.5
+
+
+def _orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:
+    """A Haar-random orthogonal matrix (d, d): QR of a Gaussian matrix with R's signs fixed."""
+    Q, R = np.linalg.qr(rng.standard_normal((d, d)))
+    return Q * np.sign(np.diag(R))
+
+
+def random_attention(d: int, seed: SeedLike, beta: float = 1.0, symmetric: bool = True) -> Attention:
+    """Seeded random weights (d, d) with a well-conditioned B = Q^T K.
+
+    Q is Haar-orthogonal and K = U diag(s) W^T with U, W Haar-orthogonal and s log-uniform in
+    [1/2, 2] (COND_SPREAD), so cond(B) <= 4 and 1/2 <= |B^T x| <= 2.
+    symmetric=True (default): V = S B^{-T} with S = U_S diag(1, mu_2, ..., mu_d) U_S^T symmetric,
+    mu_k uniform in [-1, 1/2], so A = V B^T = S is symmetric with a simple top eigenvalue 1 and a
+    spectral gap >= 1/2 (MIN_GAP): the theorem applies. symmetric=False: V Gaussian with entries of
+    variance 1/d (A then is generically not symmetric). The same seed gives the same weights.
+    """
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
+        raise ValueError(f"d must be an integer >= 2 (tokens on S^(d-1)), got {d!r}")
+    d = int(d)
+    rng = rng_from(seed)
+    Q = _orthogonal(d, rng)
+    s = np.exp(rng.uniform(-math.log(COND_SPREAD), math.log(COND_SPREAD), d))
+    K = _orthogonal(d, rng) @ np.diag(s) @ _orthogonal(d, rng).T
+    if symmetric:
+        mu = np.concatenate([[1.0], rng.uniform(-1.0, 1.0 - MIN_GAP, d - 1)])
+        U = _orthogonal(d, rng)
+        S = (U * mu) @ U.T
+        S = (S + S.T) / 2
+        B = Q.T @ K
+        V = np.linalg.solve(B, S.T).T  # S B^{-T}
+    else:
+        V = rng.standard_normal((d, d)) / math.sqrt(d)
+    return Attention(Q, K, V, beta)
+
+
+_SAVE_HINT = "save the weights with numpy.savez(path, Q=Q, K=K, V=V)"
+
+
+def load_attention(path: str | os.PathLike[str], beta: float = 1.0) -> Attention:
+    """Attention from an .npz file holding Q, K, V (each d x d, the same d), e.g. written by
+    `numpy.savez(path, Q=Q, K=K, V=V)`. Errors are one line naming the file and the problem: a
+    missing file or key, a shape, NaN or inf, and a singular B at beta = inf (the zero-temperature
+    field divides by |B^T x|; at finite beta `check_assumptions` reports B's condition number).
+    """
+    import zipfile
+
+    name = os.fspath(path)
+    beta = check_beta(beta)
+    if not os.path.isfile(name):
+        raise FileNotFoundError(f"{name}: no such file (attention weights: an .npz holding Q, K, V)")
+    try:
+        archive = np.load(name, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise ValueError(f"{name}: not a readable .npz archive of Q, K, V ({err})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(f"{name}: a single array, not an .npz archive; {_SAVE_HINT}")
+    with archive:
+        missing = [k for k in ("Q", "K", "V") if k not in archive.files]
+        if missing:
+            found = ", ".join(archive.files) or "nothing"
+            raise ValueError(f"{name}: missing {', '.join(missing)} (found {found}); {_SAVE_HINT}")
+        try:
+            arrays = {k: archive[k] for k in ("Q", "K", "V")}
+        except ValueError as err:  # object arrays need pickle, which is never allowed here
+            raise ValueError(f"{name}: {err}") from None
+    for k, M in arrays.items():
+        if M.dtype.kind not in "biuf":
+            raise ValueError(f"{name}: {k} must be a real matrix, got dtype {M.dtype}")
+    try:
+        att = Attention(arrays["Q"], arrays["K"], arrays["V"], beta)
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
+    if math.isinf(beta) and not att.cond_B <= COND_B_MAX:
+        raise ValueError(
+            f"{name}: B = Q^T K is singular (condition number {att.cond_B:.3g} > {COND_B_MAX:.0e}), "
+            "so the zero-temperature field at beta = inf is undefined; use a finite beta"
+        )
+    return att

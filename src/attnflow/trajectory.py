@@ -12,13 +12,17 @@ import numpy as np
 class Trajectory:
     """States saved at the requested times.
 
-    t: (T,) times; x: (T, N, d), or (T, M, N, d) for a batch of M clouds; x[k] is the state at t[k].
+    t: (T,) times; x: (T, N, d), or (T, M, N, d) for a batch of M clouds; x[k] is the state at t[k]
+    (a NumPy array, or a torch tensor when the run started from one).
     info: how it was computed (method, kernel, step counts, evaluations, wall time, notes).
+    weights: the quadrature weights (N,) or (M, N) of the measure sum_j w_j delta_{x_j(t)}, the same at
+    every time (mass moves along characteristics); None: uniform.
     """
 
     t: np.ndarray
-    x: np.ndarray
+    x: Any
     info: dict[str, Any] = field(default_factory=dict)
+    weights: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.t)

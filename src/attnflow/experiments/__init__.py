@@ -1,82 +1,174 @@
-"""Named, reproducible experiments: a pydantic config (TOML on disk) and a run function -> Dataset.
+"""Named, reproducible experiments: a pydantic config (TOML on disk), a run -> Dataset, a summary,
+figures with captions. Each experiment is one module here that ends with `EXPERIMENT = Experiment(...)`.
 
     from attnflow.experiments import load_config, run_experiment
     cfg = load_config("concentration", ["N=500", "betas=[10, 100]"])
     ds = run_experiment(cfg, out=Path("runs/demo"))   # result.zarr, summary.json/.md, config.toml
 
-`REGISTRY` maps a name to an `Experiment`; `PRESETS` maps a preset name to (experiment, overrides).
+`BUILTIN` names the modules of the built-in experiments (one line per experiment); `register`
+adds one defined elsewhere. `REGISTRY` maps a name to its `Experiment`; `PRESETS` maps a preset
+name to (experiment, overrides). Importing this package loads no experiment and no pydantic: the
+modules are imported on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from .._lock import LockedError
+from ..progress import Reporter
+from . import _layout as layout
+from ._folder import RunFolderError
+from ._registry import ConfigError, Experiment
 
-from . import concentration, heads, layers, resolution, terminal, zero_temperature
-from ._config import ConfigError, Reporter, build_config, parse_override, to_toml
+if TYPE_CHECKING:
+    import xarray as xr
+    from pydantic import BaseModel
+
+    from ._config import ExperimentConfig, SimulationConfig, to_toml
 
 __all__ = [
+    "BUILTIN",
+    "DEFAULT_EXPERIMENT",
     "PRESETS",
     "REGISTRY",
     "ConfigError",
     "Experiment",
+    "ExperimentConfig",
+    "LockedError",
     "Reporter",
+    "RunFolderError",
+    "SimulationConfig",
+    "get_experiment",
     "load_config",
+    "plot_run",
+    "plot_sweep",
+    "register",
     "run_experiment",
     "summary_markdown",
     "to_toml",
+    "unregister",
+    "write_report",
 ]
 
+#: modules of the built-in experiments, in the order `attnflow list` shows them
+BUILTIN = ("concentration", "terminal", "zero_temperature", "layers", "heads")
+#: what `attnflow run` runs without a name, and a config file without `experiment = ...`
+DEFAULT_EXPERIMENT = "concentration"
 
-@dataclass(frozen=True)
-class Experiment:
-    """A named experiment: its config model, run(config, out, progress) -> Dataset, summarize(ds)."""
-
-    name: str
-    description: str
-    Config: type[BaseModel]
-    run: Callable[..., Any]
-    summarize: Callable[[Any], dict]
-    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
-def _experiment(name: str, module: Any, Config: type[BaseModel]) -> Experiment:
-    doc = (module.__doc__ or "").strip()
-    first = doc.split("\n\n")[0].replace("\n", " ")
-    description = first.split(": ", 1)[1] if first.startswith("`") and ": " in first else first
-    return Experiment(
-        name=name,
-        description=description,
-        Config=Config,
-        run=module.run,
-        summarize=module.summarize,
-        presets=getattr(module, "PRESETS", {}),
-    )
+_by_module: dict[str, Experiment] = {}  # built-in module -> its EXPERIMENT, as modules are imported
+_registry: dict[str, Experiment] = {}  # REGISTRY: every experiment by name, once complete
+_presets: dict[str, tuple[str, dict[str, Any]]] = {}  # PRESETS
+_registered: set[str] = set()  # names added by register()
+_complete = False  # whether every built-in is in _registry
 
 
-REGISTRY: dict[str, Experiment] = {
-    "concentration": _experiment("concentration", concentration, concentration.ConcentrationConfig),
-    "terminal": _experiment("terminal", terminal, terminal.TerminalConfig),
-    "resolution": _experiment("resolution", resolution, resolution.ResolutionConfig),
-    "zero-temperature": _experiment(
-        "zero-temperature", zero_temperature, zero_temperature.ZeroTemperatureConfig
-    ),
-    "layers": _experiment("layers", layers, layers.LayersConfig),
-    "heads": _experiment("heads", heads, heads.HeadsConfig),
-}
-
-PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
-    preset: (name, values) for name, exp in REGISTRY.items() for preset, values in exp.presets.items()
-}
+def _module_experiment(module: str) -> Experiment:
+    if module not in _by_module:
+        exp = importlib.import_module(f".{module}", __name__).EXPERIMENT
+        if not isinstance(exp, Experiment):
+            raise TypeError(f"attnflow.experiments.{module}.EXPERIMENT must be an Experiment, got {exp!r}")
+        _by_module[module] = exp
+    return _by_module[module]
 
 
-def _known() -> str:
-    return ", ".join([*REGISTRY, *PRESETS])
+def _add(exp: Experiment) -> None:
+    clash = [p for p in exp.presets if p in _presets or p in _registry or p == exp.name]
+    if exp.name in _registry or exp.name in _presets or clash:
+        raise ValueError(
+            f"experiment {exp.name!r}: the name {clash[0] if clash else exp.name!r} is taken; choose another"
+        )
+    _registry[exp.name] = exp
+    _presets.update({p: (exp.name, dict(v)) for p, v in exp.presets.items()})
+
+
+def _all() -> dict[str, Experiment]:
+    """REGISTRY, complete: every built-in (all imported, in BUILTIN order), then the registered ones."""
+    global _complete
+    if not _complete:
+        for module in BUILTIN:
+            exp = _module_experiment(module)
+            if _registry.get(exp.name) is not exp:  # (added already when an earlier pass failed)
+                _add(exp)
+        _complete = True
+    return _registry
+
+
+def _all_presets() -> dict[str, tuple[str, dict[str, Any]]]:
+    """PRESETS, complete (every built-in imported)."""
+    _all()
+    return _presets
+
+
+def get_experiment(name: str) -> Experiment:
+    """The experiment called `name` (built-in or registered); ValueError naming the known ones.
+
+    A built-in is found by importing only its module (the name with "-" read as "_") when that fits.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be an experiment name (str), got {type(name).__name__}")
+    exp = _lookup(name)
+    if exp is None:
+        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(_all())}")
+    return exp
+
+
+def _lookup(name: str) -> Experiment | None:
+    """The experiment `name` or None, importing only its module when it is a built-in's."""
+    if name in _registry:
+        return _registry[name]
+    module = name.replace("-", "_")
+    if module in BUILTIN and _module_experiment(module).name == name:
+        return _by_module[module]
+    return _all().get(name)
+
+
+def register(exp: Experiment) -> Experiment:
+    """Add an experiment defined outside this package (a test, a user's module); returns it.
+
+    Its name and preset names must be new. Dask workers in other processes do not see a
+    registration made here: register it in a module they import too, or use threads.
+    """
+    if not isinstance(exp, Experiment):
+        raise TypeError(f"exp must be an attnflow.experiments.Experiment, got {type(exp).__name__}")
+    if _all().get(exp.name) is not exp:
+        _add(exp)
+        _registered.add(exp.name)
+    return exp
+
+
+def unregister(name: str) -> None:
+    """Remove an experiment added by `register`, with its presets (built-ins stay)."""
+    if name not in _registered:
+        raise ValueError(f"{name!r} was not registered (registered: {', '.join(_registered) or 'none'})")
+    _registered.discard(name)
+    del _registry[name]
+    for preset in [p for p, (n, _) in _presets.items() if n == name]:
+        del _presets[preset]
+
+
+if TYPE_CHECKING:
+    REGISTRY: dict[str, Experiment]  # name -> Experiment
+    PRESETS: dict[str, tuple[str, dict[str, Any]]]  # preset name -> (experiment name, overrides)
+
+
+def __getattr__(name: str) -> Any:
+    """REGISTRY and PRESETS import every built-in experiment on first use; the config base classes
+    and to_toml need pydantic, imported here on first use too."""
+    if name == "REGISTRY":
+        return _all()
+    if name == "PRESETS":
+        return _all_presets()
+    if name in ("ExperimentConfig", "SimulationConfig", "to_toml"):
+        return getattr(importlib.import_module("._config", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# -------------------------------------------------------------------------------------- configs
 
 
 def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> BaseModel:
@@ -88,81 +180,124 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     """
     import tomllib
 
+    from ._config import build_config, parse_override
+
     target = str(name_or_path)
     values: dict[str, Any]
-    if target in REGISTRY:
-        name, values, source = target, {}, f"experiment {target!r}"
-    elif target in PRESETS:
-        name, preset = PRESETS[target]
-        values, source = dict(preset), f"preset {target!r}"
+    exp = _lookup(target)
+    if exp is not None:
+        values, source = {}, f"experiment {target!r}"
+    elif target in _all_presets():
+        name, preset = _presets[target]
+        exp, values, source = _all()[name], dict(preset), f"preset {target!r}"
     elif target.endswith(".toml") or Path(target).exists():
         path = Path(target)
         if not path.is_file():
-            raise ConfigError(f"config file {target}: not found (experiments: {_known()})")
+            raise ConfigError(f"config file {target}: not found (experiments: {_names()})")
         try:
             values = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ConfigError(f"config file {target}: not valid TOML ({err})") from None
-        name = values.get("experiment", "concentration")
-        if name not in REGISTRY:
+        exp = _lookup(str(values.get("experiment", DEFAULT_EXPERIMENT)))
+        if exp is None:
             raise ConfigError(
-                f"config file {target}: experiment = {name!r} is unknown; known: {', '.join(REGISTRY)}"
+                f"config file {target}: experiment = {values['experiment']!r} is unknown; "
+                f"known: {', '.join(_all())}"
             )
         source = f"config file {target}"
     else:
-        raise ConfigError(f"unknown experiment {target!r}; known: {_known()} (or a path to a .toml file)")
+        raise ConfigError(f"unknown experiment {target!r}; known: {_names()} (or a path to a .toml file)")
+    name, Config = exp.name, exp.Config
     for item in overrides:
         key, value = parse_override(item)
         if key == "experiment" and value != name:
             raise ConfigError(f"--set experiment={value}: cannot change the experiment of {source}")
-        values[key] = value
-        source_key = "--set"
-        if key not in REGISTRY[name].Config.model_fields:
+        if key not in Config.model_fields:
             raise ConfigError(
-                f"{source_key} {item!r}: unknown key {key!r} for experiment {name!r}; "
-                f"keys: {', '.join(REGISTRY[name].Config.model_fields)}"
+                f"--set {item!r}: unknown key {key!r} for experiment {name!r}; "
+                f"keys: {', '.join(Config.model_fields)}"
             )
-    return build_config(REGISTRY[name].Config, values, source)
+        values[key] = value
+    return build_config(Config, values, source)
 
 
-def _experiment_of(config: BaseModel) -> Experiment:
+def _names() -> str:
+    """Every experiment and preset name, for messages."""
+    return ", ".join([*_all(), *_all_presets()])
+
+
+def _experiment_of(config: Any) -> Experiment:
     name = getattr(config, "experiment", None)
-    if name not in REGISTRY or not isinstance(config, REGISTRY[name].Config):
-        raise TypeError(f"config must be an experiment config (one of {', '.join(REGISTRY)}), got {config!r}")
-    return REGISTRY[name]
+    exp = _lookup(name) if isinstance(name, str) else None
+    if exp is None or not isinstance(config, exp.Config):
+        raise TypeError(f"config must be an experiment config (one of {', '.join(_all())}), got {config!r}")
+    return exp
+
+
+def _experiment_of_dataset(ds: Any) -> Experiment:
+    name = getattr(ds, "attrs", {}).get("experiment")
+    if not isinstance(name, str) or not name:
+        raise ValueError(
+            "ds.attrs['experiment'] must name the experiment (e.g. 'concentration'); it is missing"
+        )
+    if name not in _all():
+        raise ValueError(f"no figures known for experiment {name!r}; known: {', '.join(_all())}")
+    return get_experiment(name)
+
+
+# -------------------------------------------------------------------------------------------- run
 
 
 def summary_markdown(summary: dict[str, Any], title: str = "") -> str:
-    """The headline numbers as Markdown: one table per nested section."""
+    """The headline numbers as Markdown: one table per nested section (a list of records, such as
+    the claims table, is a table with one row per record)."""
     lines = [f"# {title or summary.get('experiment', 'attnflow run')}", ""]
     flat = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
     if flat:
         lines += ["| quantity | value |", "|---|---|"]
-        lines += [f"| {k} | {_fmt(v)} |" for k, v in flat.items()]
+        lines += [f"| {k} | {_cell(v)} |" for k, v in flat.items()]
         lines.append("")
     for key, value in summary.items():
+        rows: dict[str, Any] | None = None
         if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
-            cols = list(dict.fromkeys(c for row in value.values() for c in row))
+            rows = value
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            rows = {str(i + 1): v for i, v in enumerate(value)}
+        if rows is not None:
+            cols = list(dict.fromkeys(c for row in rows.values() for c in row if c not in _HIDDEN))
             lines += [f"## {key}", "", "| | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
             lines += [
-                f"| {r} | " + " | ".join(_fmt(row.get(c)) for c in cols) + " |" for r, row in value.items()
+                f"| {r} | " + " | ".join(_cell(row.get(c)) for c in cols) + " |" for r, row in rows.items()
             ]
             lines.append("")
-        elif isinstance(value, dict):
+        elif isinstance(value, dict) and value:
             lines += [f"## {key}", "", "| | value |", "|---|---|"]
-            lines += [f"| {k} | {_fmt(v)} |" for k, v in value.items()]
+            lines += [f"| {k} | {_cell(v)} |" for k, v in value.items()]
             lines.append("")
         elif isinstance(value, list) and value:
-            lines += [f"## {key}", ""] + [f"- {v}" for v in value] + [""]
+            lines += [f"## {key}", ""] + [f"- {_cell(v)}" for v in value] + [""]
     return "\n".join(lines)
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
+_HIDDEN = {"reason", "estimate", "left_out"}  # long or derived fields: in summary.json, not in the tables
+
+
+def _cell(v: Any) -> str:
+    """A table cell: a measured quantity {value, error, converged} as "v ± e ✓"; other dicts as
+    "k = v; ..."; pipes escaped."""
+    from .._text import format_value
+
+    if isinstance(v, dict) and "value" in v:
+        text = format_value(v.get("value"))
+        if v.get("error") is not None:
+            text += f" ± {format_value(v['error'])}"
+        if "converged" in v:
+            text += " ✓" if v["converged"] else " (not converged)"
+    elif isinstance(v, dict):
+        text = "; ".join(f"{k} = {_cell(x)}" for k, x in v.items() if k not in _HIDDEN)
+    else:
+        text = format_value(v)
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def run_experiment(
@@ -170,28 +305,104 @@ def run_experiment(
     out: Path | str | None = None,
     progress: Reporter | None = None,
     quiet: bool = False,
+    overwrite: bool = False,
 ):
     """Run `config`'s experiment. With `out`: write out/config.toml first, resume from out/parts/,
     then write out/result.zarr (atomically), out/summary.json and out/summary.md. Returns the Dataset.
 
     progress: a Reporter (progress bars, messages); quiet=True uses a silent one instead.
+    out is checked before anything is written there (RunFolderError naming what is there): a folder
+    holding something else than a run is refused, and so is a run of another experiment or other
+    parameters unless overwrite=True, which replaces it. A run may change the experiment's
+    `part_keys` (e.g. add betas): the parts it shares are reused. One process at a time writes into
+    out (LockedError naming the holder); a lock left by a process that died is taken over, with a
+    warning.
     """
-    from ..io import atomic_write_text, clean_stale, to_json, write_dataset
+    from .._lock import check_free, folder_lock
+    from ._folder import plan_folder
 
     exp = _experiment_of(config)
     reporter = Reporter() if quiet or progress is None else progress
+    if out is None:
+        return _run(exp, config, None, reporter, "new")
+    out = Path(out)
+    if out.is_dir():
+        check_free(out)  # a live writer first: what it writes is not what the folder holds
+    plan_folder(out, config, exp, overwrite)  # before anything is written
+    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out, on_stale=reporter.warn):
+        state = plan_folder(out, config, exp, overwrite)  # again: another writer may have been first
+        return _run(exp, config, out, reporter, state)
+
+
+def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str):
+    """The run of `run_experiment`, its folder (if any) checked and locked."""
+    from ..io import atomic_write_text, clean_stale, json_attr, to_json, write_dataset
+    from . import _folder
+    from ._config import count_reused, to_toml
+
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
+        if state == "replace":
+            _folder.remove(out)
+            reporter.info(f"{out}: replaced the run that was there")
         clean_stale(out)
-        clean_stale(out / "parts")
-        atomic_write_text(out / "config.toml", to_toml(config))
+        clean_stale(out / layout.PARTS_DIR)
+        atomic_write_text(out / layout.CONFIG_FILE, to_toml(config))
     t0 = time.perf_counter()
-    ds = exp.run(config, out, reporter)
+    with count_reused() as reused:
+        ds = exp.run(config, out, reporter)
+    this_run = time.perf_counter() - t0
+    if "provenance" in ds.attrs:  # the compute time of the reused parts was spent by earlier runs
+        prov = json_attr(ds, "provenance", {})
+        prov["wall_time_s"] = {
+            "total": this_run + sum(reused),
+            "this_run": this_run,
+            "reused_parts": sum(reused),
+            "n_reused_parts": len(reused),
+        }
+        ds.attrs["provenance"] = to_json(prov)
     summary = exp.summarize(ds)
     if out is not None:
-        write_dataset(ds, out / "result.zarr")
-        atomic_write_text(out / "summary.json", to_json(summary, indent=2) + "\n")
-        atomic_write_text(out / "summary.md", summary_markdown(summary, f"attnflow run: {exp.name}") + "\n")
-    reporter.info(f"{exp.name}: done in {time.perf_counter() - t0:.1f} s")
+        if state == "extend":
+            _folder.remove(out, _folder.DRAWN)  # figures and report of the previous result
+        write_dataset(ds, out / layout.RESULT_STORE)
+        atomic_write_text(out / layout.SUMMARY_JSON, to_json(summary, indent=2) + "\n")
+        md = summary_markdown(summary, f"attnflow run: {exp.name}") + "\n"
+        atomic_write_text(out / layout.SUMMARY_MD, md)
+    reporter.info(f"{exp.name}: done in {this_run:.1f} s")
     return ds
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+
+def plot_run(
+    ds: xr.Dataset, outdir: str | Path, animation: bool = False, dpi: int | None = None
+) -> list[Path]:
+    """Every figure of a run of ds.attrs["experiment"], as PNG and PDF in outdir (animation=True:
+    also the token animation where the run kept tokens). Returns the written paths."""
+    from ..plot import DPI
+
+    exp = _experiment_of_dataset(ds)
+    return list(exp.figures(ds, Path(outdir), dpi=dpi or DPI, animation=animation))
+
+
+def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None) -> list[Path]:
+    """The figures of a sweep's Dataset (`attnflow.sweeps.open_sweep`): its experiment's
+    `sweep_figures`, or the generic `attnflow.plot.plot_sweep` (also for an unknown experiment)."""
+    from .. import plot
+
+    name = ds.attrs.get("experiment")
+    exp = _all().get(name) if isinstance(name, str) else None
+    draw = exp.sweep_figures if exp is not None and exp.sweep_figures is not None else plot.plot_sweep
+    return list(draw(ds, Path(outdir), dpi=dpi or plot.DPI))
+
+
+def write_report(ds: xr.Dataset, summary: Mapping[str, Any], figures: list[Path], outdir: str | Path) -> Path:
+    """`attnflow.report.write_report` with the titles and captions of ds's experiment."""
+    from ..report import write_report as write
+
+    name = ds.attrs.get("experiment")
+    exp = _all().get(name) if isinstance(name, str) else None
+    captions = dict(exp.captions) if exp is not None else {}
+    return write(ds, summary, figures, outdir, captions=captions)

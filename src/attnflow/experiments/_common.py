@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,20 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._config import Reporter
-
-
-def initial_cloud(init: str, N: int, d: int, seed: int) -> np.ndarray:
-    """rho_0 as N tokens (N, d): "uniform" (i.i.d., seeded) or "fibonacci" (quasi-uniform, d = 3)."""
-    from ..sphere import fibonacci_sphere, sample_uniform
-
-    if init == "uniform":
-        return sample_uniform(N, d, seed=seed)
-    if init == "fibonacci":
-        if d != 3:
-            raise ValueError(f"init='fibonacci' is the Fibonacci lattice on S^2 and needs d = 3, got d = {d}")
-        return fibonacci_sphere(N)
-    raise ValueError(f"init must be 'uniform' or 'fibonacci', got {init!r}")
+from ..progress import Reporter
 
 
 def time_grid(t_max: float, dt_save: float) -> np.ndarray:
@@ -35,6 +21,12 @@ def time_grid(t_max: float, dt_save: float) -> np.ndarray:
     return t
 
 
+def n_saved_times(t_max: float, dt_save: float) -> int:
+    """len(time_grid(t_max, dt_save)), without making the grid."""
+    n = math.floor(t_max / dt_save + 1e-9)
+    return n + 1 + int(t_max - dt_save * n > 1e-9 * t_max)
+
+
 def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:
     """Sorted indices of a seeded subset of min(n_keep, N) tokens, kept for snapshots."""
     n = min(n_keep, N)
@@ -43,14 +35,16 @@ def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:
 
 
 def simulate_kwargs(config: Any) -> dict[str, Any]:
-    """Integrator options of a SimulationConfig for `attnflow.integrate.simulate`."""
+    """Integrator settings of a SimulationConfig for `attnflow.integrate.simulate` (the tolerances go
+    in `options`, for the adaptive method only)."""
+    adaptive = config.integrator == "adaptive"
     return {
         "method": config.integrator,
         "dt": config.dt,
         "kernel": config.kernel,
-        "rtol": config.rtol,
-        "atol": config.atol,
         "dtype": config.dtype,
+        "device": config.device,
+        "options": {"rtol": config.rtol, "atol": config.atol} if adaptive else None,
     }
 
 
@@ -89,7 +83,7 @@ def base_attrs(config: Any, reporter: Reporter, timings: dict[str, float], **ext
     attrs = {
         "experiment": config.experiment,
         "config": to_json(config.model_dump()),
-        "provenance": to_json(provenance()),
+        "provenance": to_json(provenance(threads_in_effect(config), _devices(extra.get("solver")))),
         "seed": int(config.seed),
         "timings": to_json(timings),
         "warnings": to_json(reporter.warnings),
@@ -99,12 +93,24 @@ def base_attrs(config: Any, reporter: Reporter, timings: dict[str, float], **ext
     return attrs
 
 
-def json_attr(ds: Any, key: str, default: Any = None) -> Any:
-    """A JSON-encoded attribute of a Dataset, decoded."""
-    raw = ds.attrs.get(key)
-    if raw is None:
-        return default
-    return json.loads(raw) if isinstance(raw, str) else raw
+def threads_in_effect(config: Any) -> int | None:
+    """The torch CPU threads a run of `config` computes with (`torch_threads(config.threads)`): the
+    config's number, or torch's own for threads = 0 (None when the config has no `threads` or torch
+    is not loaded)."""
+    import sys
+
+    n = getattr(config, "threads", None)
+    if n:
+        return int(n)
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if n == 0 and torch is not None else None
+
+
+def _devices(solver: Any) -> str:
+    """Where the run computed: the devices its solver infos name ("cpu" when none does)."""
+    infos = solver if isinstance(solver, list) else [solver] if isinstance(solver, dict) else []
+    names = sorted({str(s["device"]) for s in infos if isinstance(s, dict) and s.get("device")})
+    return ", ".join(names) or "cpu"
 
 
 def fit_or_reason(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:

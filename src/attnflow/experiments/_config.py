@@ -1,15 +1,17 @@
-"""Pieces shared by the experiments: config base class, TOML, errors, progress reporting, resume."""
+"""Pieces shared by the experiments: config base class, TOML, errors, resume from finished parts."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterator, Set
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -18,19 +20,35 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
-Kernel = Literal["auto", "sdpa", "blocked", "truncated"]
-Integrator = Literal["adaptive", "rk4", "heun", "euler"]
+from .._checks import check_rtol_for_dtype
+from ..integrate import METHODS
+from ..kernels import FINITE_KERNELS
+from ..progress import Reporter
+from ._layout import PARTS_DIR
+from ._registry import ConfigError
+
+# The names a config accepts come from the registries (one home): kernels of finite beta with
+# "auto", and the integrators. pydantic checks a Literal of them and names the allowed values.
+KERNEL_CHOICES: tuple[str, ...] = ("auto", *FINITE_KERNELS)
+INTEGRATOR_CHOICES: tuple[str, ...] = ("adaptive", *(m for m in METHODS if m != "adaptive"))
+if TYPE_CHECKING:
+    Kernel = str
+    Integrator = str
+else:
+    Kernel = Literal[KERNEL_CHOICES]
+    Integrator = Literal[INTEGRATOR_CHOICES]
+
+
+KERNEL_HELP = f"velocity kernel: {', '.join(KERNEL_CHOICES[:-1])} or {KERNEL_CHOICES[-1]}"
+INTEGRATOR_HELP = f"time integrator: {', '.join(INTEGRATOR_CHOICES[:-1])} or {INTEGRATOR_CHOICES[-1]}"
 
 
 # an angle in radians defining 'near' a subspace
 Angle = Annotated[float, Field(gt=0.0, le=math.pi / 2)]
-
-
-class ConfigError(ValueError):
-    """A config that cannot be used: unknown key, wrong type or value, unreadable file."""
 
 
 class ExperimentConfig(BaseModel):
@@ -38,17 +56,32 @@ class ExperimentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
 
-    seed: int = Field(0, description="seed of every random draw (initial cloud, token subset)")
+    seed: NonNegativeInt = Field(0, description="seed of every random draw (initial cloud, token subset)")
+
+    @model_validator(mode="after")
+    def _saved_memory(self):
+        check_saved_arrays(self)
+        return self
 
 
-FLOAT32_MIN_RTOL = 1e-5  # float32 rounding (6e-8 per operation) swamps smaller local errors
+class DeviceConfig(ExperimentConfig):
+    """The `device` key of the experiments that run the attention kernels."""
+
+    device: str = Field("cpu", description="where the kernels run: cpu, cuda or cuda:K (a GPU)")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v != "cpu" and not re.fullmatch(r"cuda(:\d+)?", v):
+            raise ValueError(f"device must be cpu, cuda or cuda:K, got {v!r}")
+        return v
 
 
-class SimulationConfig(ExperimentConfig):
+class SimulationConfig(DeviceConfig):
     """Fields shared by experiments that integrate the finite-temperature ODE."""
 
-    kernel: Kernel = Field("auto", description="velocity kernel: auto, sdpa, blocked or truncated")
-    integrator: Integrator = Field("adaptive", description="time integrator: adaptive, rk4, heun or euler")
+    kernel: Kernel = Field("auto", description=KERNEL_HELP)
+    integrator: Integrator = Field("adaptive", description=INTEGRATOR_HELP)
     rtol: PositiveFloat = Field(1e-7, description="relative tolerance of the adaptive integrator")
     atol: PositiveFloat = Field(1e-9, description="absolute tolerance of the adaptive integrator")
     dt: PositiveFloat = Field(0.01, description="step of the fixed-step integrators (ignored by adaptive)")
@@ -63,12 +96,35 @@ class SimulationConfig(ExperimentConfig):
 
     @model_validator(mode="after")
     def _float32_tolerance(self):
-        if self.dtype == "float32" and self.integrator == "adaptive" and self.rtol < FLOAT32_MIN_RTOL:
-            raise ValueError(
-                f"dtype float32 carries about 7 digits: the adaptive integrator needs rtol >= "
-                f"{FLOAT32_MIN_RTOL:g} with it, got rtol = {self.rtol:g} (set rtol=1e-5 or dtype=float64)"
-            )
+        check_rtol_for_dtype(self.rtol, self.dtype, self.integrator)  # the library's own rule
         return self
+
+
+# the dimension of the built-in experiments' tokens (a lower bound for `heads`, whose d is the model's)
+SAVED_D = 3
+
+
+def check_saved_arrays(config: BaseModel) -> None:
+    """A config with t_max and dt_save keeps len(time grid) x N x d numbers of its trajectory: refuse
+    one that would take more than the memory of this machine (ValueError naming t_max, dt_save and N)
+    when the config is made, rather than a MemoryError when the run allocates it. N: the config's N
+    (N_max for a ladder), else 1. (`simulate` checks again against the memory available when it runs.)"""
+    from .._checks import check_saved_memory
+    from ._common import n_saved_times
+
+    t_max, dt_save = getattr(config, "t_max", None), getattr(config, "dt_save", None)
+    if not isinstance(t_max, (int, float)) or not isinstance(dt_save, (int, float)):
+        return
+    n_times = n_saved_times(t_max, dt_save)
+    N = getattr(config, "N", None)
+    if not isinstance(N, int):  # None, or "auto" (a ladder up to N_max)
+        N = getattr(config, "N_max", None) or 1
+    itemsize = 4 if getattr(config, "dtype", "float64") == "float32" else 8
+    fix = (
+        f"t_max = {t_max:g} and dt_save = {dt_save:g} make {n_times:,} saved times; raise dt_save, "
+        "or lower t_max or N"
+    )
+    check_saved_memory(n_times, (int(N), SAVED_D), itemsize, fix=fix, machine=True)
 
 
 def check_betas(v: list[float]) -> list[float]:
@@ -95,6 +151,8 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key (see `attnflow list` for the keys this experiment takes)"
+        elif not e["loc"] and e["type"] == "value_error":  # a check of several keys: it names them
+            msg = msg.removeprefix("Value error, ")
         elif "input" in e and e["type"] != "missing":
             msg += f" (got {e['input']!r})"
         lines.append(f"{source}: {key or '<config>'}: {msg}")
@@ -131,7 +189,8 @@ def _toml_value(v: Any) -> str:
 
 
 def to_toml(config: BaseModel, comments: bool = True) -> str:
-    """The config as TOML text, every field written, each preceded by its description."""
+    """The config as TOML text, every field written, each preceded by its description. TOML has no
+    null: an unset optional field (None) is written as a comment and reads back as unset."""
     lines = []
     fields = type(config).model_fields
     dump = config.model_dump()
@@ -141,60 +200,20 @@ def to_toml(config: BaseModel, comments: bool = True) -> str:
         desc = fields[name].description
         if comments and desc:
             lines.append(f"# {desc}")
-        lines.append(f"{name} = {_toml_value(value)}")
+        lines.append(f"# {name} is unset" if value is None else f"{name} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 
 def parse_override(item: str) -> tuple[str, Any]:
     """`key=value` -> (key, value): the value read as a TOML literal, else kept as a bare string."""
-    import tomllib
+    from .._text import parse_literal
 
     if "=" not in item:
         raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set N=2000 or --set betas=[10,100]")
     key, raw = (s.strip() for s in item.split("=", 1))
     if not key:
         raise ConfigError(f"--set {item!r}: the key before '=' is empty")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key, value
-
-
-# ---------------------------------------------------------------------------------------- progress
-
-
-class Reporter:
-    """Progress and messages of a run. This base class is silent and only records messages.
-
-    The command line subclasses it with Rich progress bars. Experiments call:
-    `overall(total, description)` once, `task(description, total)` as a context manager whose
-    value is a `progress(t, t_final)` callback for `simulate`, `advance()` after each unit of
-    work, `info(msg)` and `warn(msg)`.
-    """
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-        self.warnings: list[str] = []
-
-    def overall(self, total: int, description: str) -> None:
-        pass
-
-    def advance(self, n: int = 1) -> None:
-        pass
-
-    @contextmanager
-    def task(self, description: str, total: float = 1.0) -> Iterator[Callable[[float, float], None]]:
-        yield lambda t, t_final: None
-
-    def info(self, message: str) -> None:
-        self.messages.append(message)
-
-    def warn(self, message: str) -> None:
-        self.warnings.append(message)
-
-    def close(self) -> None:
-        pass
+    return key, parse_literal(raw)
 
 
 # ------------------------------------------------------------------------------------------ resume
@@ -204,7 +223,7 @@ def fingerprint(config: BaseModel, exclude: Set[str] = frozenset()) -> str:
     """Hash of the config fields that determine one part's result (grid axes excluded)."""
     from .. import __version__
 
-    skip = {*exclude, "threads"}  # the thread count does not change results
+    skip = {*exclude, "threads", "device"}  # where and on how many threads does not change results
     data = {k: v for k, v in config.model_dump().items() if k not in skip}
     data["attnflow_version"] = __version__
     text = json.dumps(data, sort_keys=True, default=str)
@@ -216,18 +235,24 @@ def part_name(**coords: float) -> str:
     return "_".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in coords.items())
 
 
-def _read_part(out: Path | None, name: str, fp: str):
-    """The finished part `name` with fingerprint fp from out/parts, or None."""
-    from ..io import read_dataset
+def _read_part(out: Path | None, name: str, fp: str, reporter: Reporter | None = None):
+    """The finished part `name` with fingerprint fp from out/parts, or None.
+
+    A part that fails its checksums or cannot be read is None too (it is recomputed); with a
+    reporter, a warning names it.
+    """
+    from ..io import StoreError, read_dataset
 
     if out is None:
         return None
-    path = Path(out) / "parts" / f"{name}.zarr"
+    path = Path(out) / PARTS_DIR / f"{name}.zarr"
     if not path.exists():
         return None
     try:
         ds = read_dataset(path)
-    except Exception:  # an unreadable part is recomputed
+    except (StoreError, OSError) as err:
+        if reporter is not None:
+            reporter.warn(f"part {name} is damaged ({err}); recomputing it")
         return None
     return ds if ds.attrs.get("fingerprint") == fp else None
 
@@ -235,6 +260,22 @@ def _read_part(out: Path | None, name: str, fp: str):
 def part_done(out: Path | None, name: str, fp: str) -> bool:
     """Whether `cached_part(out, name, fp, ...)` would read the part back instead of computing it."""
     return _read_part(out, name, fp) is not None
+
+
+# the compute time (wall_s) of each part reused by the run in progress, see count_reused
+_reused: ContextVar[list[float] | None] = ContextVar("attnflow_reused_parts", default=None)
+
+
+@contextmanager
+def count_reused() -> Iterator[list[float]]:
+    """Within the block, the list of the stored compute times (s) of the parts `cached_part` reuses:
+    the time earlier runs spent on this result."""
+    reused: list[float] = []
+    token = _reused.set(reused)
+    try:
+        yield reused
+    finally:
+        _reused.reset(token)
 
 
 def cached_part(
@@ -246,17 +287,22 @@ def cached_part(
 ):
     """The Dataset of one finished unit of work (one beta, one grid point).
 
-    With `out`, it is read back from `out/parts/<name>.zarr` when that store exists with the same
-    fingerprint; otherwise computed and written there atomically before being returned.
+    With `out`, it is read back from `out/parts/<name>.zarr` (PARTS_DIR) when that store exists with
+    the same fingerprint and passes its checksums; otherwise computed and written there atomically
+    before being returned (a damaged part is recomputed, with a warning naming it).
     """
     from ..io import write_dataset
 
     if out is None:
         return compute()
-    path = Path(out) / "parts" / f"{name}.zarr"
-    ds = _read_part(out, name, fp)
+    path = Path(out) / PARTS_DIR / f"{name}.zarr"
+    ds = _read_part(out, name, fp, reporter)
     if ds is not None:
         reporter.info(f"{name}: reused from {path.parent.name}/{path.name}")
+        reused = _reused.get()
+        wall = ds.attrs.get("wall_s")
+        if reused is not None and isinstance(wall, (int, float)):
+            reused.append(float(wall))
         return ds
     t0 = time.perf_counter()
     ds = compute()

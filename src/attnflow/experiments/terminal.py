@@ -11,35 +11,54 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
 
+from .._text import format_value
+from ..io import json_attr, to_json
+from ..plot import (
+    DPI,
+    TOKEN_CAPTIONS,
+    beta_label,
+    beta_legend,
+    config_value,
+    markevery,
+    new_figure,
+    positive,
+    require,
+    run_title,
+    save,
+    series_styles,
+    token_figures,
+)
+from ..plot.style import ZERO_TEMPERATURE_STYLE
+from ..progress import Reporter
 from ._common import (
     base_attrs,
     finite_or_none,
-    initial_cloud,
     integrator_label,
-    json_attr,
     simulate_kwargs,
     time_grid,
     token_subset,
     torch_threads,
     unit_float64,
 )
-from ._config import Angle, Reporter, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from ._config import Angle, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from ._model import ModelConfig, attention_of, describe_model, initial_measure
+from ._registry import Experiment, doc_summary
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
-class TerminalConfig(SimulationConfig):
+class TerminalConfig(SimulationConfig, ModelConfig):
     """Config of the `terminal` experiment."""
 
     experiment: Literal["terminal"] = "terminal"
     betas: list[PositiveFloat] = Field([10.0, 30.0, 100.0], description="inverse temperatures beta")
     N: PositiveInt = Field(500, description="number of tokens")
-    init: Literal["uniform", "fibonacci"] = Field(
-        "uniform", description="initial cloud: uniform or fibonacci"
-    )
     t_max: PositiveFloat = Field(20.0, description="final time (long: the terminal phase comes last)")
     dt_save: PositiveFloat = Field(0.1, description="spacing of the saved times")
     eps: Angle = Field(0.1, description="angle (radians) defining 'near' an eigenspace")
@@ -72,24 +91,25 @@ PRESETS = {
 }
 
 
-def _beta_part(config: TerminalConfig, beta: float, X0, times, keep, spaces, reporter: Reporter):
+def _beta_part(config: TerminalConfig, beta: float, X0, w, times, keep, spaces, reporter: Reporter):
     import xarray as xr
 
     from .. import metrics
     from ..fits import terminal_time
     from ..integrate import simulate
-    from ..model import worked_example
 
     with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
-        traj = simulate(X0, worked_example(beta), times, progress=cb, **simulate_kwargs(config))
+        traj = simulate(
+            X0, attention_of(config, beta), times, weights=w, progress=cb, **simulate_kwargs(config)
+        )
     Xt = unit_float64(traj.x)
-    masses = {name: np.asarray(metrics.subspace_mass(Xt, spaces[name], config.eps)) for name in spaces}
+    masses = {
+        name: np.asarray(metrics.subspace_mass(Xt, spaces[name], config.eps, weights=w)) for name in spaces
+    }
     tt = terminal_time(times, masses["mass_V"], config.threshold)
     data: dict[str, Any] = {k: (("beta", "time"), v[None]) for k, v in masses.items()}
     data["terminal_time"] = (("beta",), [tt.t])
     data["x"] = (("beta", "time", "token", "dim"), Xt[:, keep].astype(np.float32)[None])
-    from ..io import to_json
-
     info = {k: v for k, v in traj.info.items() if isinstance(v, (int, float, str, dict))}
     return xr.Dataset(
         data,
@@ -102,13 +122,11 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
     """Simulate every beta for long times; mass fractions near A's and V's top eigenspaces."""
     import xarray as xr
 
-    from ..model import worked_example
-
     reporter = progress or Reporter()
     start = time.perf_counter()
-    att = worked_example(1.0)
+    att = attention_of(config, 1.0)
     sp = att.spectrum()
-    X0 = initial_cloud(config.init, config.N, att.d, config.seed)
+    X0, w = initial_measure(config, config.N, att, config.seed)
     times = time_grid(config.t_max, config.dt_save)
     keep = token_subset(config.N, config.n_keep, config.seed)
     spaces = {
@@ -116,7 +134,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
         "mass_V": sp.v_top_real.basis,
         "mass_V_magnitude": sp.v_top_magnitude.basis,
     }
-    fp = fingerprint(config, exclude={"betas"})
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     reporter.overall(len(config.betas), f"terminal: {len(config.betas)} betas, N = {config.N}")
     parts, timings, notes = [], {}, {}
     for beta in config.betas:
@@ -125,7 +143,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
             out,
             part_name(beta=beta),
             fp,
-            partial(_beta_part, config, beta, X0, times, keep, spaces, reporter),
+            partial(_beta_part, config, beta, X0, w, times, keep, spaces, reporter),
             reporter,
         )
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
@@ -147,6 +165,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
         integrator=integrator_label(config),
         solver=solver,
         terminal_notes=notes,
+        model=describe_model(config),
         eigenvalues_V_top_real=[str(v) for v in np.atleast_1d(sp.v_top_real.eigenvalues)],
         eigenvalues_V_top_magnitude=[str(v) for v in np.atleast_1d(sp.v_top_magnitude.eigenvalues)],
     )
@@ -154,7 +173,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
         which = {"mass_A": "A's top", "mass_V": "V's top (largest real part)"}.get(
             name, "V's top (largest modulus)"
         )
-        ds[name].attrs["long_name"] = f"fraction of tokens within {config.eps:g} rad of {which} eigenspace"
+        ds[name].attrs["long_name"] = f"mass within {config.eps:g} rad of {which} eigenspace"
     return ds
 
 
@@ -178,3 +197,86 @@ def summarize(ds) -> dict[str, Any]:
         "warnings": json_attr(ds, "warnings", []),
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+#: caption of `plot_mass` (also drawn by the concentration experiment)
+MASS_CAPTION = (
+    "Mass near the top eigenspaces",
+    "Fraction of tokens within ε of the top eigenspaces of A and of V against t.",
+)
+
+
+def plot_mass(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
+    """Mass fractions near the top eigenspaces of A and V against t, one line per beta; a Lyapunov
+    panel (log y) when `lyapunov` is present; terminal times marked when `terminal_time` is.
+
+    Needs `mass_A`, `mass_V` (beta, time); uses `mass_V_magnitude`, `lyapunov` (beta, time),
+    `terminal_time` (beta).  Writes mass.png and mass.pdf.
+    """
+    dims = {v: ("beta", "time") for v in ("mass_A", "mass_V", "mass_V_magnitude", "lyapunov")}
+    require(ds, ["mass_A", "mass_V"], "plot_mass", dims)
+    t = np.asarray(ds["time"].values, dtype=float)
+    betas = np.asarray(ds["beta"].values, dtype=float)
+    styles = series_styles(len(betas))
+    eps = config_value(ds, "eps", "epsilon")
+    within = f"within ε = {format_value(eps)}" if isinstance(eps, int | float) else "within ε"
+    panels = [
+        ("mass_A", f"mass {within} of A's top eigenspace"),
+        ("mass_V", f"mass {within} of V's top eigenspace (largest Re)"),
+    ]
+    if "mass_V_magnitude" in ds.variables:
+        panels.append(("mass_V_magnitude", f"mass {within} of V's top eigenspace (largest |λ|)"))
+    if "lyapunov" in ds.variables:
+        panels.append(("lyapunov", r"Lyapunov functional $\int |P_1^\perp x|^2\, d\rho_t$"))
+    fig, axes = new_figure(1, len(panels), (4.3 * len(panels) + 0.8, 4.4))
+    tt = np.asarray(ds["terminal_time"].values, dtype=float) if "terminal_time" in ds.variables else None
+    for ax, (var, subtitle) in zip(axes[0], panels, strict=True):
+        vals = ds[var].transpose("beta", "time").values
+        for i, b in enumerate(betas):
+            y = positive(vals[i]) if var == "lyapunov" else vals[i]
+            ax.plot(t, y, label=beta_label(b), markevery=markevery(len(t)), **styles[i])
+            if tt is not None and var != "lyapunov" and np.isfinite(tt[i]):
+                ax.axvline(tt[i], color=styles[i]["color"], ls=styles[i]["linestyle"], lw=0.9, alpha=0.8)
+        if var == "lyapunov" and "lyapunov_zero" in ds.variables and ds["lyapunov_zero"].dims == ("time",):
+            ax.plot(
+                t,
+                positive(ds["lyapunov_zero"].values),
+                label="β = ∞ (zero temperature)",
+                **ZERO_TEMPERATURE_STYLE,
+            )
+        ax.set_xlabel("time t")
+        if var == "lyapunov":
+            ax.set_yscale("log", nonpositive="mask")
+            ax.set_ylabel(r"$\int |P_1^\perp x|^2\, d\rho_t$ (log scale)")
+        else:
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_ylabel("fraction of tokens")
+        ax.set_title(subtitle, fontsize="medium")
+        ax.grid(True, alpha=0.3)
+    beta_legend(fig, axes[0][0], betas)
+    what = "Mass near the top eigenspaces of A and V"
+    if tt is not None:
+        what += " (vertical lines: terminal times)"
+    fig.suptitle(run_title(ds, what))
+    return save(fig, outdir, "mass", dpi)
+
+
+def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
+    """The masses against t, then the token snapshots (terminal time among them) and animation."""
+    paths = plot_mass(ds, outdir, dpi=dpi)
+    return paths + token_figures(ds, outdir, animation=animation, dpi=dpi, mark="terminal_time")
+
+
+EXPERIMENT = Experiment(
+    name="terminal",
+    description=doc_summary(__doc__),
+    Config=TerminalConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions={"mass": MASS_CAPTION, **TOKEN_CAPTIONS},
+    presets=PRESETS,
+    part_keys=("betas",),
+)

@@ -1,15 +1,27 @@
-"""Velocity kernels: one signature `(X: Tensor (M, N, d), att: Attention) -> Tensor (M, N, d)`.
+"""Velocity kernels, one signature (everyone codes to it):
 
-Each returns the tangent-projected velocity P_x^perp(sum_j w_ij V x_j) of every token (MATH.md).
+    fn(X: Tensor (M, N, d), att: Attention, *, betas: Tensor (M,) | None = None,
+       weights: Tensor (M, N) | None = None) -> Tensor (M, N, d)
+
+all tensors on X's device and dtype.  Each returns the tangent-projected velocity of every token
+(MATH.md, "Finite temperature" and "Weighted measures"),
+
+    v_i = P_{x_i}^perp ( sum_j w_j exp(beta x_i^T B x_j) V x_j / sum_j w_j exp(beta x_i^T B x_j) ),
+
+betas: one inverse temperature per cloud in place of att.beta (None: att.beta for all);
+weights: the quadrature weights w_j > 0 of rho = sum_j w_j delta_{x_j}, each row summing to 1
+(None: uniform, w_j = 1/N).  A kernel that cannot honour an argument raises ValueError naming it.
+Kernels may take further keyword arguments of their own after these (truncated: cutoff, ...).
 
     "sdpa"       fused torch scaled_dot_product_attention, memory O(N d)       (dense.py)
     "blocked"    explicit max-subtracted softmax over blocks of queries         (dense.py)
-    "zero"       zero-temperature field P_x^perp A x / |B^T x|                  (zero.py)
+    "zero"       zero-temperature field P_x^perp A x / |B^T x| (weights ignored) (zero.py)
     "truncated"  low-temperature kernel, keys near the row maximum only        (truncated.py)
     "cluster"    collapsed clusters: certified series between cells of tokens  (cluster.py, cells.py)
     "auto"       chosen per state by `auto.choose_kernel`
 
-This module imports nothing heavy: the kernels (and torch) load on first use.
+A new kernel is one module plus one line in KERNELS.  This module imports nothing heavy: the
+kernels (and torch) load on first use.
 """
 
 from __future__ import annotations
@@ -21,16 +33,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._checks import check_points
+from .._checks import check_attention, check_device, check_points, check_weights
 
 if TYPE_CHECKING:
     import torch
 
     from ..model import Attention
 
-Kernel = Callable[["torch.Tensor", "Attention"], "torch.Tensor"]
+Kernel = Callable[..., "torch.Tensor"]
 
-# name -> (module, function), loaded lazily by get_kernel
+# name -> (module, function), loaded lazily by get_kernel: the one list of kernel names
 KERNELS: dict[str, tuple[str, str]] = {
     "sdpa": ("dense", "velocity_sdpa"),
     "blocked": ("dense", "velocity_blocked"),
@@ -70,16 +82,7 @@ def get_kernel(name: str) -> Kernel:
     if name == "auto":
         raise ValueError("kernel 'auto' is resolved per state: call resolve_kernel(kernel, att, X) first")
     module, func = KERNELS[name]
-    try:
-        mod = importlib.import_module(f".{module}", __name__)
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{module}":
-            raise
-        raise NotImplementedError(
-            f"kernel {name!r} is not available in this version of attnflow "
-            f"(module attnflow.kernels.{module} is missing); use 'sdpa' or 'blocked'"
-        ) from None
-    return getattr(mod, func)
+    return getattr(importlib.import_module(f".{module}", __name__), func)
 
 
 def resolve_kernel(kernel: str, att: Attention, X: torch.Tensor | None = None) -> str:
@@ -100,38 +103,77 @@ def resolve_kernel(kernel: str, att: Attention, X: torch.Tensor | None = None) -
     return kernel
 
 
-def check_attention(att: Any) -> Attention:
-    from ..model import Attention
+def batch_size(**shapes: int | None) -> int | None:
+    """The common batch size M of the named arguments (None: not batched); ValueError on a mismatch."""
+    given = {k: v for k, v in shapes.items() if v is not None}
+    if len(set(given.values())) > 1:
+        raise ValueError(
+            "the batch sizes do not match: "
+            + ", ".join(f"{k} has {v}" for k, v in given.items())
+            + " (one entry per cloud each)"
+        )
+    return next(iter(given.values()), None)
 
-    if not isinstance(att, Attention):
-        raise TypeError(f"att must be an attnflow.Attention, got {type(att).__name__}")
-    return att
+
+def rows(w: np.ndarray | None) -> int | None:
+    """The batch size M of weights (M, N); None for (N,) or None."""
+    return w.shape[0] if w is not None and w.ndim == 2 else None
 
 
-def velocity(X: Any, att: Attention, kernel: str = "auto", dtype: Any = "float64", normalize: bool = False):
+def per_cloud(a: np.ndarray, M: int | None, ndim: int) -> np.ndarray:
+    """An array with its batch axis (`ndim` dimensions) as it is; a shared one repeated M times (once
+    when M is None)."""
+    return a if a.ndim == ndim else np.repeat(a[None], M or 1, axis=0)
+
+
+def unless_uniform(w: np.ndarray | None) -> np.ndarray | None:
+    """Checked weights, or None when they are exactly uniform: the kernels' unweighted path gives the
+    same field without the extra work."""
+    return None if w is None or bool(np.all(w == w.flat[0])) else w
+
+
+def velocity(
+    X: Any,
+    att: Attention,
+    kernel: str = "auto",
+    dtype: Any = "float64",
+    weights: Any = None,
+    device: Any = None,
+    normalize: bool = False,
+):
     """Velocity v_i = P_{x_i}^perp(sum_j w_ij V x_j) of every token (MATH.md, "Finite temperature").
 
     X: (N, d) or (M, N, d) unit rows (NumPy array, list or torch tensor); rows off the sphere are an
     error unless normalize=True.  kernel: "auto" or a name of KERNELS.
     dtype: "float64" (default) or "float32" for the computation and the result.
-    Returns an array of X's shape: NumPy for NumPy input, a torch tensor on X's device for torch input.
+    weights: (N,) or (M, N) quadrature weights w_j > 0 summing to 1 of rho = sum_j w_j delta_{x_j}
+    (MATH.md, "Weighted measures"); None: uniform.  X (N, d) with weights (M, N) is one cloud under M
+    measures.  device: where to compute: None (X's device for a torch tensor, else the CPU), "cpu",
+    "cuda", "cuda:<k>" or a torch.device; an unavailable one is a ValueError.
+    Returns an array of the batch's shape: NumPy for NumPy (or list) input, a torch tensor on X's own
+    device for torch input.
     """
     import torch
 
     att = check_attention(att)
     is_torch = isinstance(X, torch.Tensor)
-    device = X.device if is_torch else torch.device("cpu")
+    dev = check_device(device, X)
     Xn = check_points(X, "X", d=att.d, normalize=normalize)
     name = check_dtype(dtype)
     kernel = check_kernel_name(kernel)
-    Xt = torch.as_tensor(Xn, dtype=getattr(torch, name), device=device)
-    X3 = Xt if Xt.dim() == 3 else Xt.unsqueeze(0)
+    N = Xn.shape[-2]
+    w = None if weights is None else check_weights(weights, N)
+    M = batch_size(X=Xn.shape[0] if Xn.ndim == 3 else None, weights=rows(w))
+    w = unless_uniform(w)
+    X3 = torch.as_tensor(per_cloud(Xn, M, 3), dtype=getattr(torch, name), device=dev)
+    wt = None if w is None else torch.as_tensor(per_cloud(w, M, 2), dtype=X3.dtype, device=dev)
     kernel = resolve_kernel(kernel, att, X3)
-    out = get_kernel(kernel)(X3, att)
+    out = get_kernel(kernel)(X3, att, weights=wt)
     if not bool(torch.isfinite(out).all()):
         raise FloatingPointError(f"kernel {kernel!r} returned NaN or inf (beta = {att.beta:g}, dtype {name})")
-    out = out.reshape(Xt.shape)
-    return out if is_torch else out.cpu().numpy()
+    if M is None:
+        out = out[0]
+    return out.to(X.device) if is_torch else out.cpu().numpy()
 
 
 __all__ = [

@@ -1,13 +1,18 @@
-"""Dense finite-temperature velocity kernels (MATH.md, "Finite temperature").
+"""Dense finite-temperature velocity kernels (MATH.md, "Finite temperature", "Weighted measures").
 
-    v_i = P_{x_i}^perp ( sum_j w_ij V x_j ),   w_ij = softmax_j( beta x_i^T B x_j )
+    v_i = P_{x_i}^perp ( sum_j w_j exp(beta x_i^T B x_j) V x_j / sum_j w_j exp(beta x_i^T B x_j) )
 
-Two implementations with one signature `(X: Tensor (M, N, d), att) -> Tensor (M, N, d)`:
+with quadrature weights w_j (uniform when not given).  Two implementations with the kernel signature
+`(X: Tensor (M, N, d), att, *, betas=None, weights=None) -> Tensor (M, N, d)`:
 
 - `velocity_sdpa`: torch's fused `scaled_dot_product_attention` on 4-D tensors (M, 1, N, d), which
-  subtracts the row maximum and never builds the N x N score matrix (memory O(N d)).
+  subtracts the row maximum and never builds the N x N score matrix (memory O(N d)).  Weights enter
+  as one extra coordinate: queries (B^T x_i, 1), keys (x_j, log(w_j) / beta), scale beta, so that
+  scale * <q_i, k_j> = beta x_i^T B x_j + log w_j (measured as fast as an additive float mask of
+  log w_j, or faster: docs/benchmarks.md, "Weighted kernels").
 - `velocity_blocked`: explicit max-subtracted softmax over blocks of queries (memory O(N d) plus one
-  block x N score matrix); a fallback and an independent check of the fused kernel.
+  block x N score matrix), log w_j added to the scores before the maximum is subtracted; a fallback
+  and an independent check of the fused kernel.
 
 `field_sdpa` / `field_blocked` evaluate the same field v_beta[rho_X] at other points Y (queries Y,
 keys and values from X): the velocity kernels are the case Y = X.
@@ -33,9 +38,10 @@ def tangent(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
 
 
 def _finite_beta(att: Attention, kernel: str, betas: torch.Tensor | None = None) -> float:
+    """att.beta, checked finite; 1.0 when per-cloud `betas` (checked finite) replace it."""
     if betas is not None:
-        if not bool(torch.isfinite(betas).all()):
-            raise ValueError(f"kernel {kernel!r} needs finite betas, got {betas.tolist()}")
+        if not bool(torch.isfinite(torch.as_tensor(betas)).all()):
+            raise ValueError(f"kernel {kernel!r} needs finite betas, got {torch.as_tensor(betas).tolist()}")
         return 1.0
     beta = float(att.beta)
     if not math.isfinite(beta):
@@ -71,20 +77,43 @@ def _per_cloud(betas: torch.Tensor | None, M: int, like: torch.Tensor) -> torch.
     return betas.view(M, 1, 1)
 
 
+def log_weights(weights: torch.Tensor | None, M: int, N: int, like: torch.Tensor) -> torch.Tensor | None:
+    """log w_j as an (M, N) tensor like `like` from weights (N,) or (M, N) (> 0), or None for None.
+
+    The kernels take the weights as given (the public functions check that they are positive and sum
+    to 1; a common factor changes no softmax)."""
+    if weights is None:
+        return None
+    w = torch.as_tensor(weights, device=like.device)
+    if w.dim() == 1:
+        w = w.unsqueeze(0)
+    if w.dim() != 2 or w.shape[-1] != N or w.shape[0] not in (1, M):
+        raise ValueError(f"weights must have shape (N,) or (M, N) = ({M}, {N}), got {tuple(w.shape)}")
+    return torch.log(w.to(torch.float64)).to(like.dtype).expand(M, N)
+
+
 def field_sdpa(
-    Y: torch.Tensor, X: torch.Tensor, att: Attention, betas: torch.Tensor | None = None
+    Y: torch.Tensor,
+    X: torch.Tensor,
+    att: Attention,
+    *,
+    betas: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """v_beta[rho_X](y) at the points Y: (M, Nq, d) queries, (M, N, d) tokens -> (M, Nq, d).
+    """v_beta[rho](y) at the points Y for rho = sum_j w_j delta_{x_j}: (M, Nq, d) queries, (M, N, d)
+    tokens -> (M, Nq, d).
 
     Fused SDPA on (M, 1, ., d) tensors with scale = beta: q = Y B, k = X, v = X V^T, so that
     q_i . k_j = y_i^T B x_j and the values are V x_j.  betas: optional (M,) inverse temperatures,
     one per cloud, in place of att.beta (the queries of cloud m are scaled by betas[m], scale = 1).
+    weights: optional (M, N) or (N,) quadrature weights w_j > 0 (None: uniform), one extra coordinate
+    (q_i, 1) . (k_j, log(w_j) / scale).
     """
     beta = _finite_beta(att, "sdpa", betas)
     if X.device.type != "cpu" and X.dtype == torch.float64:
         # CUDA's fused attention kernels take no float64: torch would fall back to its math path,
         # which builds the N x N matrix.  The blocked kernel computes the same field in O(N d) memory.
-        return field_blocked(Y, X, att, betas=betas)
+        return field_blocked(Y, X, att, betas=betas, weights=weights)
     squeeze = Y.dim() == 2
     Y3, X3 = _batched(Y, "Y"), _batched(X, "X")
     B, V = _weights(att, X3)
@@ -92,13 +121,21 @@ def field_sdpa(
     per = _per_cloud(betas, Y3.shape[0], q)
     if per is not None:
         q = q * per
-    q = q.unsqueeze(1).contiguous()
-    k = X3.unsqueeze(1).contiguous()
-    v = (X3 @ V.T).unsqueeze(1).contiguous()
-    d = q.shape[-1]
-    if q.dtype == torch.float32 and d < PAD_TO:
-        # zero columns change no score and no value; the fused float32 kernel is faster on them
-        q, k, v = (torch.nn.functional.pad(a, (0, PAD_TO - d)) for a in (q, k, v))
+    k, v = X3, X3 @ V.T
+    logw = log_weights(weights, X3.shape[0], X3.shape[1], X3)
+    if logw is not None:
+        q = torch.cat([q, torch.ones_like(q[..., :1])], dim=-1)
+        k = torch.cat([k, (logw / beta).unsqueeze(-1)], dim=-1)
+    q, k, v = (a.unsqueeze(1).contiguous() for a in (q, k, v))
+    d = Y3.shape[-1]
+    # zero columns change no score and no value.  The values get as many columns as the queries:
+    # torch's fused CPU kernel needs equal head dimensions, else it falls back to a path that builds
+    # the N x N matrix (measured 4.5x slower at N = 4096).  float32: the fused kernel is faster on
+    # PAD_TO columns than on d
+    width = max(q.shape[-1], PAD_TO if q.dtype == torch.float32 else 0)
+    q, k, v = (
+        torch.nn.functional.pad(a, (0, width - a.shape[-1])) if a.shape[-1] < width else a for a in (q, k, v)
+    )
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=beta).squeeze(1)[..., :d]
     out = tangent(Y3, out)
     return out.squeeze(0) if squeeze else out
@@ -109,12 +146,16 @@ def field_blocked(
     X: torch.Tensor,
     att: Attention,
     block: int | None = None,
+    *,
     betas: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Same as `field_sdpa`, with an explicit max-subtracted softmax over blocks of queries.
 
     block: queries per block; default keeps one block of scores (M, block, N) near BLOCK_ELEMENTS.
     betas: optional (M,) inverse temperatures, one per cloud, in place of att.beta.
+    weights: optional (M, N) or (N,) quadrature weights: log w_j is added to the scores before the
+    row maximum is subtracted.
     """
     beta = _finite_beta(att, "blocked", betas)
     squeeze = Y.dim() == 2
@@ -125,6 +166,9 @@ def field_blocked(
         B = B * per  # (M, d, d): beta_m B
     M, Nq, _ = Y3.shape
     N = X3.shape[1]
+    logw = log_weights(weights, M, N, X3)
+    if logw is not None:
+        logw = logw.unsqueeze(1)  # (M, 1, N)
     if block is None:
         block = max(1, BLOCK_ELEMENTS // max(1, M * N))
     Kt = X3.transpose(1, 2)  # (M, d, N)
@@ -133,6 +177,8 @@ def field_blocked(
     for s in range(0, Nq, block):
         q = Y3[:, s : s + block] @ B  # (M, b, d)
         S = torch.matmul(q, Kt).mul_(beta)  # (M, b, N) scores beta y_i^T B x_j, one buffer
+        if logw is not None:
+            S += logw
         S -= S.amax(dim=-1, keepdim=True)
         # weights below e^-80 (float32) / e^-700 (float64) change a row sum by at most N e^-80
         # relative; clamping keeps exp out of libm's slow underflow path
@@ -143,17 +189,31 @@ def field_blocked(
     return out.squeeze(0) if squeeze else out
 
 
-def velocity_sdpa(X: torch.Tensor, att: Attention, betas: torch.Tensor | None = None) -> torch.Tensor:
+def velocity_sdpa(
+    X: torch.Tensor,
+    att: Attention,
+    *,
+    betas: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Tangent velocity of every token, fused SDPA: (M, N, d) -> (M, N, d) (also (N, d) -> (N, d)).
 
     betas: optional (M,) inverse temperatures, one per cloud, in place of att.beta.
+    weights: optional (M, N) quadrature weights w_j > 0 of rho = sum_j w_j delta_{x_j} (None: uniform).
     """
-    return field_sdpa(X, X, att, betas=betas)
+    return field_sdpa(X, X, att, betas=betas, weights=weights)
 
 
-def velocity_blocked(X: torch.Tensor, att: Attention, betas: torch.Tensor | None = None) -> torch.Tensor:
+def velocity_blocked(
+    X: torch.Tensor,
+    att: Attention,
+    *,
+    betas: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Tangent velocity of every token, blocked explicit softmax: (M, N, d) -> (M, N, d).
 
     betas: optional (M,) inverse temperatures, one per cloud, in place of att.beta.
+    weights: optional (M, N) quadrature weights w_j > 0 of rho = sum_j w_j delta_{x_j} (None: uniform).
     """
-    return field_blocked(X, X, att, betas=betas)
+    return field_blocked(X, X, att, betas=betas, weights=weights)

@@ -1,39 +1,49 @@
 """Low-temperature velocity kernel: each query sees only the keys near its row maximum.
 
-    v_i = P_{x_i}^perp ( sum_j w_ij V x_j ),   w_ij = softmax_j( beta <b_i, x_j> ),   b_i = B^T x_i
+    v_i = P_{x_i}^perp ( sum_j w_ij V x_j ),   w_ij ∝ w_j exp( beta <b_i, x_j> ),   b_i = B^T x_i
 
-Write b_i = |b_i| u_i with u_i a unit vector and c_i = max_j <u_i, x_j>.  A key whose weight relative
-to the row maximum is at least e^{-cutoff},
+with quadrature weights w_j > 0 (uniform, w_j = 1/N, when not given; MATH.md, "Weighted measures").
+Write b_i = |b_i| u_i with u_i a unit vector, c_i = max_j <u_i, x_j> and n_i the key attaining it.
+The kernel keeps every key with
 
-    beta |b_i| (<u_i, x_j> - c_i) > -cutoff,
+    beta |b_i| (<u_i, x_j> - c_i) > -(cutoff + L_i),   L_i = max(0, log(1 / (N w_{n_i}))),
 
-lies within chordal distance r_i of u_i (keys are unit vectors, |u - x|^2 = 2 - 2 <u, x>):
+and these lie within chordal distance r_i of u_i (keys are unit vectors, |u - x|^2 = 2 - 2 <u, x>):
 
-    r_i^2 = dmin_i^2 + 2 cutoff / (beta |b_i|),   dmin_i = min_j |u_i - x_j| = sqrt(2 (1 - c_i)).
+    r_i^2 = dmin_i^2 + 2 (cutoff + L_i) / (beta |b_i|),   dmin_i = min_j |u_i - x_j| = sqrt(2 (1 - c_i)).
 
-dmin_i comes from an exact nearest-neighbour query (scipy cKDTree on the keys), so the row maximum
-is exact (the nearest key is always among the candidates).  Queries are grouped into cells of nearby
-directions u_i (median cuts, all cells of a level at once, until a cell is narrower than CELL_RATIO
-times its r_i or holds LEAF_MIN queries); a cell of radius rho around its centre z gathers every key
-within rho + max r_i of z (triangle inequality) by one ball query, and cells of equal query count and
-similar key count are evaluated together as one padded batch by torch's fused, max-subtracted
-`scaled_dot_product_attention` (padding keys masked).  No Python loop runs over queries.
+dmin_i and n_i come from an exact nearest-neighbour query (scipy cKDTree on the keys), so the largest
+unweighted score is exact (the nearest key is always among the candidates).  Queries are grouped into
+cells of nearby directions u_i (median cuts, all cells of a level at once, until a cell is narrower
+than CELL_RATIO times its r_i or holds LEAF_MIN queries); a cell of radius rho around its centre z
+gathers every key within rho + max r_i of z (triangle inequality) by one ball query, and cells of
+equal query count and similar key count are evaluated together as one padded batch by torch's fused,
+max-subtracted `scaled_dot_product_attention` (padding keys masked; the weights enter as one extra
+coordinate, queries (b_i, 1), keys (x_j, log(w_j) / beta), as in the dense kernel).  No Python loop
+runs over queries.
 
-Error bound.  Every dropped key has weight <= e^{-cutoff} times the row maximum, so the dropped mass
-D_i of row i satisfies D_i / Z_i <= N e^{-cutoff} (Z_i >= 1 is the max-subtracted row sum), and the
-velocity before the tangent projection is off by at most 2 ||V|| N e^{-cutoff}.  The default cutoff
-45 makes N e^{-cutoff} <= 1e-12 for N <= 3.4e7 tokens.  Keys inside the ball but beyond r_i are kept
-too, which only makes the result more accurate.
+Error bound.  Let s_i = beta |b_i| c_i.  Every dropped key has w_j e^{beta <b_i, x_j>} <=
+w_j e^{s_i - cutoff - L_i}, so the dropped mass is D_i <= e^{s_i - cutoff - L_i} sum_j w_j
+<= e^{s_i - cutoff - L_i}, while the row sum is Z_i >= w_{n_i} e^{s_i}.  Hence D_i / Z_i <=
+e^{-cutoff - L_i} / w_{n_i} <= N e^{-cutoff}: the same bound as for uniform weights (L_i = 0 there),
+and the velocity before the tangent projection is off by at most 2 ||V|| N e^{-cutoff}.  A nearest key
+of small weight widens the kept radius (L_i > 0: a heavier key farther away may dominate); L_i is at
+most log(w_max / w_min).  The default cutoff 45 makes N e^{-cutoff} <= 1e-12 for N <= 3.4e7 tokens.
+Keys inside the ball but beyond r_i are kept too, which only makes the result more accurate.
 
 Rows with beta |b_i| so small that r_i >= 2 (high temperature, or B^T x_i = 0) keep every key; then the
 kernel does dense work with extra overhead, which is why `kernel="auto"` picks a dense kernel there.
 float32 inputs: the geometry is computed in float64, the scores in float32 (error about beta ||B|| 1e-7,
 as for the dense kernels).  Memory: O(N d) for the geometry, the keys gathered for one batch of cells
 (at most BLOCK_ELEMENTS / queries-per-cell rows) and at most about BALL_CHUNK candidate indices.
+
+On a GPU the geometry (tree, nearest neighbours, cells, ball queries) runs on the CPU in float64 and
+the fused softmax calls, where the exponentials are, run on the tensors' device.
 """
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -42,7 +52,7 @@ import numpy as np
 import torch
 
 from .._checks import check_positive
-from .dense import _batched, _finite_beta, _weights, tangent
+from .dense import _batched, _finite_beta, _weights, log_weights, tangent
 
 if TYPE_CHECKING:
     from ..model import Attention
@@ -60,11 +70,11 @@ BALL_CHUNK = 2**21  # about this many (cell, key) pairs per ball query call
 _SLACK = 1e-9  # relative widening of the radii: rounding never drops the nearest key
 
 
-def kept_radius(dmin: np.ndarray, bnorm: np.ndarray, beta: float, cutoff: float) -> np.ndarray:
+def kept_radius(dmin: np.ndarray, bnorm: np.ndarray, beta: float, cutoff) -> np.ndarray:
     """Chordal radius r_i around u_i that holds every key with beta |b_i| (<u_i, x_j> - c_i) > -cutoff.
 
-    dmin (n,): distance from u_i to its nearest key; bnorm (n,): |b_i|.  Returns (n,) radii; inf where
-    b_i = 0 (all keys tie).
+    dmin (n,): distance from u_i to its nearest key; bnorm (n,): |b_i|; cutoff: a float or (n,) per
+    row (cutoff + L_i with weights).  Returns (n,) radii; inf where b_i = 0 (all keys tie).
     """
     with np.errstate(divide="ignore"):
         r2 = dmin * dmin + 2.0 * cutoff / (beta * bnorm)
@@ -150,9 +160,10 @@ def _threads(n: int):
 
 
 def _sdpa(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask, beta: float) -> torch.Tensor:
-    """Softmax averages of a padded batch: q (G, L, d), keys and vals (G, K, d) -> (G, L, d).
+    """Softmax averages of a padded batch: q (G, L, e), keys (G, K, e), vals (G, K, d) -> (G, L, d).
 
     mask (G, K) True on the real keys (False on padding), or None.  Fused max-subtracted softmax.
+    e = d, or d + 1 with the weights' coordinate.
     """
     F = torch.nn.functional
     m = None if mask is None else mask[:, None, None, :]
@@ -161,10 +172,19 @@ def _sdpa(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask, beta: f
 
 
 def _geometry(
-    Xn: np.ndarray, b: np.ndarray, beta: float, cutoff: float, leaf: int, leaf_min: int, ratio: float
+    Xn: np.ndarray,
+    b: np.ndarray,
+    beta: float,
+    cutoff: float,
+    leaf: int,
+    leaf_min: int,
+    ratio: float,
+    logw: np.ndarray | None = None,
 ):
     """Cells of queries and their ball radii for keys Xn (N, d) and b (N, d) rows b_i = B^T x_i.
 
+    logw: (N,) log-weights of the keys, or None (uniform): each row's cutoff is widened by
+    L_i = max(0, -log(N w_{n_i})), n_i its nearest key (module docstring, "Error bound").
     Returns (tree on the keys, perm, starts, centres (n_cells, d), radii (n_cells,)): cell k holds
     the queries perm[starts[k]:starts[k + 1]] and needs every key within radii[k] of centres[k].
     """
@@ -175,8 +195,11 @@ def _geometry(
     u = b / np.where(bnorm > 0, bnorm, 1.0)[:, None]
     u[bnorm == 0] = Xn[bnorm == 0]  # any unit vector: these rows keep every key anyway
     tree = cKDTree(Xn, leafsize=16, balanced_tree=False, compact_nodes=False)
-    dmin, _ = tree.query(u, k=1, workers=-1)
-    r = kept_radius(dmin, bnorm, beta, cutoff)
+    dmin, nearest = tree.query(u, k=1, workers=-1)
+    row_cutoff = cutoff
+    if logw is not None:  # L_i = max(0, -log(N w_{n_i}))
+        row_cutoff = cutoff + np.maximum(0.0, -(math.log(Xn.shape[0]) + logw[nearest]))
+    r = kept_radius(dmin, bnorm, beta, row_cutoff)
 
     perm, starts = _cells(u, np.minimum(r, 2.0), leaf, leaf_min, ratio)
     sizes = np.diff(starts)
@@ -199,6 +222,9 @@ def _numpy64(T: torch.Tensor) -> np.ndarray:
 def candidate_pairs(
     X: torch.Tensor,
     att: Attention,
+    *,
+    betas: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
     cutoff: float = DEFAULT_CUTOFF,
     leaf: int = LEAF,
     leaf_min: int = LEAF_MIN,
@@ -206,15 +232,21 @@ def candidate_pairs(
 ) -> int:
     """Number of key-query pairs `velocity_truncated` would evaluate on X (M, N, d), summed over the
     M clouds (before padding); M N^2 is what a dense kernel evaluates.  Costs the kernel's geometry
-    (tree, nearest-neighbour queries, cells, ball counts) without its exponentials.
+    (tree, nearest-neighbour queries, cells, ball counts) without its exponentials.  betas, weights:
+    as for `velocity_truncated`.
     """
-    beta = _finite_beta(att, "truncated")
     X3 = _batched(X, "X")
+    M, N, _ = X3.shape
+    cloud_betas = _cloud_betas(att, betas, M)
+    logw = log_weights(weights, M, N, X3.to(torch.float64))
     B = np.asarray(att.B)
     total = 0
-    for m in range(X3.shape[0]):
+    for m in range(M):
         Xn = _numpy64(X3[m])
-        tree, _, starts, centres, radii = _geometry(Xn, Xn @ B, beta, cutoff, leaf, leaf_min, ratio)
+        lw = None if logw is None else _numpy64(logw[m])
+        tree, _, starts, centres, radii = _geometry(
+            Xn, Xn @ B, cloud_betas[m], cutoff, leaf, leaf_min, ratio, lw
+        )
         counts = np.full(radii.size, Xn.shape[0], dtype=np.int64)
         small = radii < 2.0
         if small.any():
@@ -225,15 +257,33 @@ def candidate_pairs(
     return total
 
 
-def _average_one(X, Bq, VX, beta, cutoff, leaf, leaf_min, ratio, stats: dict, threads: int):
-    """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d)."""
+def _cloud_betas(att: Attention, betas: torch.Tensor | None, M: int) -> list[float]:
+    """The inverse temperature of each of the M clouds: betas (M,) when given, else att.beta (finite)."""
+    _finite_beta(att, "truncated", betas)
+    if betas is None:
+        return [float(att.beta)] * M
+    values = torch.as_tensor(betas).reshape(-1).tolist()
+    if len(values) != M:
+        raise ValueError(f"betas has {len(values)} entries for a batch of {M} clouds")
+    return [float(b) for b in values]
+
+
+def _average_one(X, Bq, VX, logw, beta, cutoff, leaf, leaf_min, ratio, stats: dict, threads: int):
+    """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d);
+    logw: (N,) log-weights of the keys, or None (uniform)."""
     N, d = X.shape
+    lw = None if logw is None else _numpy64(logw)
     tree, perm, starts, centres, radii = _geometry(
-        _numpy64(X), _numpy64(Bq), beta, cutoff, leaf, leaf_min, ratio
+        _numpy64(X), _numpy64(Bq), beta, cutoff, leaf, leaf_min, ratio, lw
     )
     n_cells = radii.size
+    if logw is not None:  # one extra coordinate: (b_i, 1) . (x_j, log(w_j) / beta)
+        Bq = torch.cat([Bq, torch.ones_like(Bq[:, :1])], dim=1)
+        X = torch.cat([X, (logw / beta).unsqueeze(1)], dim=1)
+        # and a zero one in the values: the fused kernel needs equal head dimensions (dense.py)
+        VX = torch.nn.functional.pad(VX, (0, 1))
 
-    out = torch.empty_like(X)
+    out = torch.empty_like(VX)
     perm_t = torch.from_numpy(perm).to(X.device)
     # ball queries in chunks of cells, so the Python index lists stay bounded: key counts are
     # estimated for a uniform cloud, then corrected by the counts seen so far (clusters hold more)
@@ -251,7 +301,7 @@ def _average_one(X, Bq, VX, beta, cutoff, leaf, leaf_min, ratio, stats: dict, th
         _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats, threads)
         start = stop
     stats["cells"] = stats.get("cells", 0) + n_cells
-    return out
+    return out[:, :d]  # without the weights' zero column
 
 
 def _pad(flat: torch.Tensor, offsets: np.ndarray, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -326,6 +376,9 @@ def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, 
 def velocity_truncated(
     X: torch.Tensor,
     att: Attention,
+    *,
+    betas: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
     cutoff: float = DEFAULT_CUTOFF,
     leaf: int = LEAF,
     leaf_min: int = LEAF_MIN,
@@ -335,13 +388,15 @@ def velocity_truncated(
     """Tangent velocity of every token, keys within e^{-cutoff} of each row maximum only.
 
     X: (M, N, d) (or (N, d)) unit rows, float64 or float32; att: Attention with finite beta.
-    cutoff: weights below e^{-cutoff} times the row maximum are dropped; the relative error of each
-    row sum is <= N e^{-cutoff} (default 45: <= 1e-12 for N <= 3.4e7).  leaf, leaf_min, ratio: cells
-    hold at most `leaf` queries, and are cut down to `leaf_min` while wider than `ratio` times r_i.
+    betas: optional (M,) finite inverse temperatures, one per cloud, in place of att.beta.
+    weights: optional (M, N) (or (N,)) quadrature weights w_j > 0 (None: uniform); the kept radius
+    widens where a light key is nearest (module docstring), the error bound stays N e^{-cutoff}.
+    cutoff: the relative error of each row sum is <= N e^{-cutoff} (default 45: <= 1e-12 for
+    N <= 3.4e7).  leaf, leaf_min, ratio: cells hold at most `leaf` queries, and are cut down to
+    `leaf_min` while wider than `ratio` times r_i.
     stats: a dict to fill with counts: "cells", "pairs" (key-query pairs evaluated), "padded_pairs".
     Returns (M, N, d) (or (N, d)) like X.  Meant for small d (up to about 6) and large beta.
     """
-    beta = _finite_beta(att, "truncated")
     cutoff = check_positive(cutoff, "cutoff")
     leaf = int(check_positive(leaf, "leaf", integer=True))
     leaf_min = min(leaf, int(check_positive(leaf_min, "leaf_min", integer=True)))
@@ -349,12 +404,18 @@ def velocity_truncated(
     stats = {} if stats is None else stats
     squeeze = X.dim() == 2
     X3 = _batched(X, "X")
+    M, N, _ = X3.shape
+    cloud_betas = _cloud_betas(att, betas, M)
+    logw = log_weights(weights, M, N, X3)
     B, V = _weights(att, X3)
     out = torch.empty_like(X3)
     threads = torch.get_num_threads()
     with _threads(1):  # small operations: see PARALLEL_PAIRS
-        for m in range(X3.shape[0]):
+        for m in range(M):
             Xm = X3[m].contiguous()
-            out[m] = _average_one(Xm, Xm @ B, Xm @ V.T, beta, cutoff, leaf, leaf_min, ratio, stats, threads)
+            lw = None if logw is None else logw[m]
+            out[m] = _average_one(
+                Xm, Xm @ B, Xm @ V.T, lw, cloud_betas[m], cutoff, leaf, leaf_min, ratio, stats, threads
+            )
     out = tangent(X3, out)
     return out.squeeze(0) if squeeze else out

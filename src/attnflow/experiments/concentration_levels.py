@@ -1,0 +1,194 @@
+"""The units of work of `concentration`: one (beta, N) level, the zero-temperature reference.
+
+A level simulates rho_0 with N tokens (one cloud, or one per seed in one kernel call) at one beta and
+reduces the trajectory to W2(rho_t, Pi_# rho_0) and the diagnostics; every level is a part of the
+run folder, so a ladder that is interrupted, or extended to a larger N_max, resumes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..io import to_json
+from ..progress import Reporter
+from ._common import simulate_kwargs, token_subset, torch_threads, unit_float64
+from ._model import attention_of, initial_measure
+
+# Up to this N a fixed-step run integrates all betas in one kernel call per stage: 1.9x faster at
+# N = 64, 1.4x at 128, no gain from N = 600 on (benchmarks/betas.py).  Adaptive runs never do: the
+# clouds would share the steps of the largest beta.
+BATCH_BETAS_MAX_N = 128
+
+
+@dataclass(frozen=True)
+class Cloud:
+    """rho_0 with N tokens: X0 (M, N, d) (M = number of seeds), weights (N,) or None, Pi(X0), kept
+    token indices, and the resolution ratio's s = max_i |B^T x_i|."""
+
+    N: int
+    X0: np.ndarray
+    weights: np.ndarray | None
+    PiX0: np.ndarray
+    keep: np.ndarray
+    seeds: list[int]
+
+
+def make_cloud(config: Any, N: int) -> Cloud:
+    """The initial measure of `config` with N tokens (one cloud per seed)."""
+    from ..zero_temperature import project
+
+    att = attention_of(config, 1.0)
+    seeds = list(config.seeds) or [config.seed]
+    X, w = [], None
+    for s in seeds:
+        Xs, w = initial_measure(config, N, att, s)
+        X.append(Xs)
+    X0 = np.stack(X)
+    PiX0 = np.stack([project(x, att) for x in X0])
+    keep = token_subset(N, config.n_keep, config.seed)
+    return Cloud(N, X0, w, PiX0, keep, seeds)
+
+
+def _squeeze(cloud: Cloud, a: np.ndarray) -> np.ndarray:
+    """A batch of one cloud as that cloud (simulate keeps (N, d) and (M, N, d) apart)."""
+    return a[0] if len(cloud.seeds) == 1 else a
+
+
+def simulate_level(config: Any, beta: float, cloud: Cloud, times: np.ndarray, reporter: Reporter):
+    """The trajectory of `cloud` at inverse temperature beta: x (T, M, N, d) float64 unit rows."""
+    from ..integrate import simulate
+
+    label = f"beta = {beta:g}, N = {cloud.N}"
+    with torch_threads(config.threads), reporter.task(label, total=float(times[-1])) as cb:
+        traj = simulate(
+            _squeeze(cloud, cloud.X0),
+            attention_of(config, beta),
+            times,
+            weights=cloud.weights,
+            progress=cb,
+            **simulate_kwargs(config),
+        )
+    x = unit_float64(traj.x)
+    return (x[:, None] if len(cloud.seeds) == 1 else x), traj.info
+
+
+def reduce_level(config: Any, beta: float, cloud: Cloud, times: np.ndarray, x: np.ndarray, info: dict):
+    """The per-level Dataset: W2 and diagnostics against t per seed, kept tokens of the first seed."""
+    import xarray as xr
+
+    from .. import metrics
+    from ..wasserstein import w2_to_target
+
+    sp = attention_of(config, 1.0).spectrum()
+    w = cloud.weights
+    per_seed: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V")
+    }
+    for m in range(len(cloud.seeds)):
+        xm = x[:, m]
+        per_seed["w2"].append(w2_to_target(xm, cloud.PiX0[m], weights=w).values)
+        per_seed["coupling_bound"].append(np.asarray(metrics.coupling_bound(xm, cloud.PiX0[m], weights=w)))
+        per_seed["lyapunov"].append(np.asarray(metrics.lyapunov(xm, sp.top_projector, weights=w)))
+        per_seed["mass_A"].append(np.asarray(metrics.subspace_mass(xm, sp.top.basis, config.eps, weights=w)))
+        per_seed["mass_V"].append(
+            np.asarray(metrics.subspace_mass(xm, sp.v_top_real.basis, config.eps, weights=w))
+        )
+    data: dict[str, Any] = {k: (("seed", "time"), np.stack(v)) for k, v in per_seed.items()}
+    data["x"] = (("time", "token", "dim"), x[:, 0, cloud.keep].astype(np.float32))
+    ratio = resolution_ratio_of(config, beta, cloud)
+    solver = {k: v for k, v in info.items() if isinstance(v, int | float | str | dict)}
+    return xr.Dataset(
+        data,
+        coords={"seed": cloud.seeds, "time": times},
+        attrs={"solver": to_json(solver), "N": cloud.N, "beta": beta, "resolution_ratio": ratio},
+    )
+
+
+def resolution_ratio_of(config: Any, beta: float, cloud: Cloud) -> float:
+    """spacing(N) sqrt(beta max_i |B^T x_i|) of the cloud (metrics.resolution_ratio)."""
+    from ..metrics import resolution_ratio
+
+    att = attention_of(config, 1.0)
+    return float(resolution_ratio(cloud.N, att.d, beta, B=att.B, X=cloud.X0))
+
+
+def departure_time(times: np.ndarray, mass: np.ndarray, level: float = 0.5) -> float:
+    """First time after mass (T,) has reached `level` that it falls below it again (NaN if never)."""
+    above = np.flatnonzero(mass >= level)
+    if above.size == 0:
+        return math.nan
+    below = np.flatnonzero((mass < level) & (np.arange(mass.size) > above[0]))
+    return float(times[below[0]]) if below.size else math.nan
+
+
+def batch_betas(config: Any, N: int, betas: list[float]) -> bool:
+    """Whether `betas` go through one kernel call per stage (where that is measured faster)."""
+    return config.integrator != "adaptive" and N <= BATCH_BETAS_MAX_N and len(betas) > 1 and not config.seeds
+
+
+def betas_together(
+    config: Any, betas: list[float], cloud: Cloud, times: np.ndarray, reporter: Reporter
+) -> Callable[[float], tuple[np.ndarray, dict]]:
+    """beta -> (x, info) from ONE run of all `betas` (made on first use). The batch is always every
+    beta of the config, in a full run and on resume alike, so a resumed run is bit-identical."""
+    from ..integrate import simulate
+
+    runs: dict[float, tuple[np.ndarray, dict]] = {}
+
+    def get(beta: float) -> tuple[np.ndarray, dict]:
+        if not runs:
+            label = f"betas {betas[0]:g}..{betas[-1]:g} together, N = {cloud.N}"
+            with torch_threads(config.threads), reporter.task(label, total=float(times[-1])) as cb:
+                tr = simulate(
+                    cloud.X0[0],
+                    [attention_of(config, b) for b in betas],
+                    times,
+                    weights=cloud.weights,
+                    progress=cb,
+                    **simulate_kwargs(config),
+                )
+            x = unit_float64(tr.x)
+            for i, b in enumerate(betas):
+                runs[b] = (x[:, i][:, None], {**tr.info, "beta": b, "betas_together": len(betas)})
+        return runs[beta]
+
+    return get
+
+
+def zero_temperature(config: Any, times: np.ndarray, cloud: Cloud) -> tuple[Any, dict]:
+    """The zero-temperature W2 curve: the exact N = infinity reference where it exists (d = 2, 3;
+    symmetric A with a one-dimensional top eigenspace; rho_0 uniform or von Mises-Fisher), else the
+    exact flow of the cloud (labelled so). Returns (Dataset with w2_zero (time), info)."""
+    import xarray as xr
+
+    from ..assumptions import reference_rates
+    from ..wasserstein import w2_to_target
+    from ..zero_temperature import simulate_zero_temperature
+    from ..zero_temperature_reference import local_rates, reference_w2
+
+    att = attention_of(config, math.inf)
+    info: dict[str, Any] = {
+        k: float(v) for k, v in reference_rates(att).items() if isinstance(v, int | float)
+    }
+    try:
+        if not config.zero_reference:
+            raise ValueError("it was not asked for (zero_reference = false)")
+        rho0: Any = "uniform"
+        kw: dict[str, Any] = {}
+        if config.density == "vmf":
+            rho0, kw = "vmf", {"mean": att.spectrum().top.basis[:, 0], "kappa": config.kappa}
+        ref = reference_w2(att, times, rho0, rtol=1e-3, **kw)
+        w2 = ref.w2
+        info.update(kind="N = infinity reference", local_rates=local_rates(ref.times, ref.w2, ref.w2_err))
+    except ValueError as err:
+        traj = simulate_zero_temperature(cloud.X0[0], att, times)
+        w2 = w2_to_target(traj.x, cloud.PiX0[0], weights=cloud.weights).values
+        info.update(kind=f"exact flow of the N = {cloud.N} cloud", reason=f"no N = infinity reference: {err}")
+    ds = xr.Dataset({"w2_zero": (("time",), np.asarray(w2))}, coords={"time": times})
+    ds.attrs["zero"] = to_json(info)
+    return ds, info

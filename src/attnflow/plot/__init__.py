@@ -1,0 +1,62 @@
+"""Figures from Datasets (never from live objects): the house style and the generic drawings.
+
+`style`: colours, markers, titles, legends, saving as PNG and PDF (greyscale-readable).
+`tokens`: snapshots of the tokens on the sphere and their animation.
+`sweep`: the generic figure of a sweep (every per-point number against a grid axis).
+
+Each experiment draws its own figures in its module (`attnflow.experiments`), with these pieces;
+`attnflow.experiments.plot_run` draws every figure of a run. Matplotlib is imported inside the
+functions: `import attnflow.plot` stays light.
+"""
+
+from __future__ import annotations
+
+from .style import (
+    BETA_CMAP,
+    DPI,
+    SERIES_CMAP,
+    beta_curves,
+    beta_label,
+    beta_legend,
+    config_value,
+    fits_of,
+    log_axis_plain_ticks,
+    markevery,
+    new_figure,
+    pick,
+    positive,
+    require,
+    run_title,
+    save,
+    series_styles,
+)
+from .sweep import SWEEP_CAPTIONS, plot_sweep, sweep_variables
+from .tokens import TOKEN_CAPTIONS, animate, has_tokens, plot_snapshots, token_figures
+
+__all__ = [
+    "BETA_CMAP",
+    "DPI",
+    "SERIES_CMAP",
+    "SWEEP_CAPTIONS",
+    "TOKEN_CAPTIONS",
+    "animate",
+    "beta_curves",
+    "beta_label",
+    "beta_legend",
+    "config_value",
+    "fits_of",
+    "has_tokens",
+    "log_axis_plain_ticks",
+    "markevery",
+    "new_figure",
+    "pick",
+    "plot_snapshots",
+    "plot_sweep",
+    "positive",
+    "require",
+    "run_title",
+    "save",
+    "series_styles",
+    "sweep_variables",
+    "token_figures",
+]

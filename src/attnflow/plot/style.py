@@ -1,0 +1,227 @@
+"""The house style of every figure: colours, line styles and markers, titles, legends, saving.
+
+Every figure is written as PNG and PDF and is readable in greyscale: lines differ by style and
+marker as well as colour, and beta is coloured with a sequential colormap (dark = small beta).
+Matplotlib is imported inside the functions and used through `matplotlib.figure.Figure` with the
+Agg canvas, so no pyplot state is created or leaked and `import attnflow.plot` stays light.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._checks import check_positive
+from .._text import format_value
+from ..io import json_attr
+
+if TYPE_CHECKING:
+    import xarray as xr
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+DPI = 150
+BETA_CMAP = "viridis"  # sequential, luminance increases with beta: readable in greyscale
+SERIES_CMAP = "cividis"  # for other ordered series (N in sweeps, heads)
+LINESTYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+CMAP_LO, CMAP_SPAN = 0.05, 0.72  # part of the colormap used: no near-white lines
+LEGEND_MAX = 10  # more series than this: a colorbar instead of a legend
+ZERO_TEMPERATURE_STYLE: dict[str, Any] = {"color": "black", "lw": 2.2, "ls": (0, (6, 2))}
+STAR_STYLE: dict[str, Any] = {"ls": "", "marker": "*", "mfc": "white", "mec": "black", "zorder": 5}
+
+
+def check_ds(ds: Any) -> None:
+    """TypeError unless ds is an xarray Dataset."""
+    if not (hasattr(ds, "data_vars") and hasattr(ds, "attrs") and hasattr(ds, "sizes")):
+        raise TypeError(f"ds must be an xarray.Dataset, got {type(ds).__name__}")
+
+
+def require(ds: xr.Dataset, names: Sequence[str], what: str, dims: dict[str, tuple] | None = None) -> None:
+    """ValueError naming the missing variables (or wrong dims) that figure `what` needs."""
+    check_ds(ds)
+    missing = [n for n in names if n not in ds.variables]
+    if missing:
+        raise ValueError(
+            f"{what} needs variable(s) {missing} in ds, which has variables {sorted(map(str, ds.data_vars))}"
+        )
+    for name, want in (dims or {}).items():
+        if name in ds.variables and set(ds[name].dims) != set(want):
+            raise ValueError(
+                f"{what} needs ds[{name!r}] with dims {want}, got {ds[name].dims}"
+                + ("; a sweep's Dataset (extra dims: seed, N) goes to plot_sweep" if "beta" in want else "")
+            )
+
+
+def config_value(ds: xr.Dataset, *keys: str) -> Any:
+    """The first of `keys` in the run's config (attrs["config"]), None when absent."""
+    cfg = json_attr(ds, "config", {})
+    if isinstance(cfg, dict):
+        for k in keys:
+            if k in cfg:
+                return cfg[k]
+    return None
+
+
+def fits_of(ds: xr.Dataset) -> dict[str, Any]:
+    """attrs["fits"] as a dict ({} when absent)."""
+    fits = json_attr(ds, "fits", {})
+    return fits if isinstance(fits, dict) else {}
+
+
+def beta_label(b: float) -> str:
+    return "β = ∞" if math.isinf(b) else f"β = {b:g}"
+
+
+def values_label(name: str, values: Any) -> str:
+    v = [x.item() if hasattr(x, "item") else x for x in np.asarray(values).ravel()]
+    if len(v) <= 4:
+        return f"{name} ∈ {{{', '.join(format_value(x) for x in v)}}}"
+    return f"{name} = {format_value(v[0])}…{format_value(v[-1])} ({len(v)})"
+
+
+def run_title(ds: xr.Dataset, what: str) -> str:
+    """Figure title: what is shown and what was run (experiment, N, d, beta, seed; swept values for
+    dims of a sweep or of the resolution ladder)."""
+    parts = [str(ds.attrs.get("experiment", "?"))]
+    if "N" in ds.dims and "N" in ds.coords:
+        parts.append(values_label("N", ds["N"].values))
+    else:
+        N = config_value(ds, "N", "n_tokens", "n")
+        if N is not None and not isinstance(N, list | dict):
+            parts.append(f"N = {N}")
+    d = ds.sizes.get("dim") or config_value(ds, "d", "dim")
+    if d is not None:
+        parts.append(f"d = {d}")
+    if "beta" in ds.coords and ds.sizes.get("beta", 0) > 0:
+        b = np.asarray(ds["beta"].values, dtype=float)
+        parts.append(
+            beta_label(b[0])
+            if b.size == 1
+            else f"β = {format_value(b.min())}…{format_value(b.max())} ({b.size})"
+        )
+    grid = json_attr(ds, "grid", {})
+    for k, vals in grid.items():
+        if k not in ("N", "beta", "seed") and isinstance(vals, list):
+            parts.append(values_label(k, vals))
+    if "seed" in ds.dims:
+        parts.append(f"{ds.sizes['seed']} seeds")
+    else:
+        seed = ds.attrs.get("seed", config_value(ds, "seed"))
+        if seed is not None:
+            parts.append(f"seed {seed}")
+    return f"{what}\n" + ", ".join(parts)
+
+
+def new_figure(nrows: int, ncols: int, size: tuple[float, float], **subplot_kw: Any):
+    """A Figure on an Agg canvas (no pyplot) and its (nrows, ncols) array of axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, subplot_kw=subplot_kw or None)
+    return fig, axes
+
+
+def save(fig: Figure, outdir: str | Path, stem: str, dpi: int) -> list[Path]:
+    """Write fig as outdir/stem.png and outdir/stem.pdf; returns both paths."""
+    dpi = int(check_positive(dpi, "dpi", integer=True))
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = [outdir / f"{stem}.png", outdir / f"{stem}.pdf"]
+    fig.savefig(paths[0], dpi=dpi)
+    fig.savefig(paths[1])
+    fig.clear()
+    return paths
+
+
+def series_styles(n: int, cmap: str = BETA_CMAP) -> list[dict[str, Any]]:
+    """n line styles: sequential colour (by rank), cycling line style and marker."""
+    from matplotlib import colormaps
+
+    cm = colormaps[cmap]
+    out = []
+    for i in range(n):
+        frac = 0.0 if n == 1 else i / (n - 1)
+        out.append(
+            {
+                "color": cm(CMAP_LO + CMAP_SPAN * frac),
+                "linestyle": LINESTYLES[i % len(LINESTYLES)],
+                "marker": MARKERS[i % len(MARKERS)],
+            }
+        )
+    return out
+
+
+def beta_legend(fig: Figure, ax: Axes, betas: np.ndarray, cmap: str = BETA_CMAP, label: str = "β") -> None:
+    """A legend outside the axes for few series; for many, a discrete colorbar (one swatch per
+    beta) and a legend of the other entries (zero temperature, t*, fits)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if len(betas) <= LEGEND_MAX:
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+        return
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+
+    n = len(betas)
+    colors = ListedColormap([s["color"] for s in series_styles(n, cmap)])
+    sm = ScalarMappable(BoundaryNorm(np.arange(n + 1) - 0.5, n), colors)
+    cb = fig.colorbar(sm, ax=ax)
+    ticks = np.unique(np.linspace(0, n - 1, min(n, 6)).round().astype(int))
+    cb.set_ticks(ticks.tolist())
+    cb.set_ticklabels([format_value(float(betas[i])) for i in ticks])
+    cb.set_label(label)
+    beta_labels = {beta_label(float(b)) for b in betas}
+    rest = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab not in beta_labels]
+    if rest:
+        ax.legend(*zip(*rest, strict=True), fontsize="small", loc="best")
+
+
+def beta_curves(ax: Axes, t: np.ndarray, values: np.ndarray, betas: np.ndarray, log: bool = False) -> list:
+    """One line per beta: values (n_beta, T) against t, styled by `series_styles`. Returns the styles."""
+    styles = series_styles(len(betas))
+    for i, b in enumerate(betas):
+        y = positive(values[i]) if log else values[i]
+        ax.plot(t, y, label=beta_label(b), markevery=markevery(len(t)), **styles[i])
+    if log:
+        ax.set_yscale("log", nonpositive="mask")
+    return styles
+
+
+def positive(a: Any) -> np.ndarray:
+    """Values for a log axis: non-positive and non-finite -> NaN (a gap, not a crash)."""
+    a = np.asarray(a, dtype=float).copy()
+    a[~(np.isfinite(a) & (a > 0))] = np.nan
+    return a
+
+
+def markevery(T: int) -> int:
+    return max(1, T // 8)
+
+
+def pick(fit: Any, keys: Sequence[str]) -> float | None:
+    """The first of `keys` present in a fit dict, as a finite float (None otherwise)."""
+    if not isinstance(fit, dict):
+        return None
+    for k in keys:
+        v = fit.get(k)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+def log_axis_plain_ticks(ax: Axes) -> None:
+    """Log y axis; tick labels as plain numbers (readable when the data span less than a decade)."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log", nonpositive="mask")
+    plain = FuncFormatter(lambda v, _: f"{v:.3g}")
+    ax.yaxis.set_major_formatter(plain)
+    lo, hi = ax.get_ylim()
+    if hi / lo < 10:
+        ax.yaxis.set_minor_formatter(plain)

@@ -1,0 +1,387 @@
+"""Tokens on the sphere: snapshots at chosen times and an animation, from a run's `x` variable.
+
+Schema (shared by every experiment that keeps token positions): `x` with dims ((beta,) time, token,
+dim), float; optional `basis_A` (dim, k), the top eigenvectors of A drawn as axes, and `basis_V`
+(dim, kv), V's top eigenvector marked with diamonds. Tokens are marked by the sign of <x_i(0), u1>
+so that clusters can be followed in greyscale.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._checks import check_positive
+from .style import DPI, beta_label, config_value, new_figure, require, run_title, save
+
+if TYPE_CHECKING:
+    import xarray as xr
+    from matplotlib.axes import Axes
+    from mpl_toolkits.mplot3d import Axes3D
+
+#: captions of the token figures, for an experiment's `captions`
+TOKEN_CAPTIONS: dict[str, tuple[str, str]] = {
+    "snapshots": ("Token snapshots", "Token snapshots at chosen times with A's top eigenvectors marked."),
+    "tokens": ("Animation", "Animation of the tokens, one frame per saved time."),
+}
+ANIMATION_FILE = "tokens.gif"
+
+
+def _select_positions(
+    ds: xr.Dataset, beta: float | None, var: str = "x", label: str = ""
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """(times (T,), positions (T, n, d), label) of ds[var] at the chosen beta.
+
+    beta None: the largest finite beta.  A beta not in the coordinate is a ValueError.  label: the
+    label of a variable without a beta dim (e.g. the zero-temperature flow).
+    """
+    require(ds, [var], "token figures")
+    x = ds[var]
+    if "beta" in x.dims:
+        betas = np.asarray(ds["beta"].values, dtype=float)
+        if beta is None:
+            fin = np.flatnonzero(np.isfinite(betas))
+            i = int(fin[np.argmax(betas[fin])]) if fin.size else len(betas) - 1
+        else:
+            b = float(beta)
+            close = np.flatnonzero(np.isclose(betas, b, rtol=1e-9, atol=0) | (betas == b))
+            if close.size == 0:
+                raise ValueError(f"beta = {beta!r} is not in ds['beta'] (values {betas.tolist()})")
+            i = int(close[0])
+        x = x.isel(beta=i)
+        label = beta_label(float(betas[i]))
+    if set(x.dims) != {"time", "token", "dim"}:
+        raise ValueError(f"ds[{var!r}] must have dims (beta,) time, token, dim; got {ds[var].dims}")
+    X = np.asarray(x.transpose("time", "token", "dim").values, dtype=float)
+    if X.shape[1] == 0:
+        raise ValueError(f"ds[{var!r}] holds no tokens (token dimension has size 0)")
+    return np.asarray(ds["time"].values, dtype=float), X, label
+
+
+def has_tokens(ds: xr.Dataset, var: str = "x") -> bool:
+    """Whether the run kept token positions to draw (`x` present with at least one token)."""
+    return var in ds.variables and ds[var].sizes.get("token", 0) > 0
+
+
+def _marked_time(ds: xr.Dataset, var: str | None, label: str) -> float | None:
+    """The value of the (beta,) variable `var` (e.g. t*) at the beta shown."""
+    if var is None or var not in ds.variables or ds[var].dims != ("beta",) or not label.startswith("β = "):
+        return None
+    betas = np.asarray(ds["beta"].values, dtype=float)
+    bsel = betas[np.flatnonzero([beta_label(b) == label for b in betas])[0]]
+    return float(ds[var].sel(beta=bsel).values)
+
+
+def _directions(ds: xr.Dataset, X: np.ndarray, want: int) -> tuple[np.ndarray, list[str]]:
+    """`want` orthonormal directions (d, want) with labels: A's top eigenvectors from `basis_A`,
+    completed by the principal axes of the token cloud orthogonal to them."""
+    d = X.shape[-1]
+    want = min(want, d)
+    cols, labels = [], []
+    if "basis_A" in ds.variables:
+        Bv = ds["basis_A"]
+        other = [dd for dd in Bv.dims if dd != "dim"]
+        Bm = np.asarray(Bv.transpose("dim", *other).values, dtype=float).reshape(d, -1)
+        for j in range(min(Bm.shape[1], want)):
+            cols.append(Bm[:, j] / np.linalg.norm(Bm[:, j]))
+            labels.append(f"u{j + 1}")
+    U = np.array(cols).T if cols else np.zeros((d, 0))
+    if len(cols) < want:
+        R = X.reshape(-1, d)
+        R = R - (R @ U) @ U.T
+        _, _, Vt = np.linalg.svd(R, full_matrices=False)
+        for j in range(want - len(cols)):
+            v = Vt[j] - U @ (U.T @ Vt[j])
+            U = np.column_stack([U, v / np.linalg.norm(v)])
+            labels.append(f"w{j + 1}")
+    return U, labels
+
+
+def _hemisphere_groups(X0: np.ndarray, u: np.ndarray) -> list[tuple[np.ndarray, dict[str, Any]]]:
+    """Tokens split by the sign of <x_i(0), u1>: filled circles and open triangles (greyscale-safe).
+
+    Each group: (mask (N,), keyword arguments of `ax.plot` for its markers).
+    """
+    s = X0 @ u >= 0
+    dots = {"ls": "", "ms": 4}
+    return [
+        (s, {**dots, "marker": "o", "mec": "#1f3b73", "mfc": "#1f3b73", "label": "⟨x(0), u1⟩ ≥ 0"}),
+        (~s, {**dots, "marker": "^", "mec": "#b2520e", "mfc": "white", "label": "⟨x(0), u1⟩ < 0"}),
+    ]
+
+
+def _default_time_indices(t: np.ndarray, t_star: float | None, n: int = 4) -> list[int]:
+    """Indices of n snapshot times: first, nearest t*, a middle one, last."""
+    T = len(t)
+    idx = {0, T - 1, T // 2}
+    if t_star is not None and np.isfinite(t_star):
+        idx.add(int(np.argmin(np.abs(t - t_star))))
+    for k in np.linspace(0, T - 1, n).round().astype(int):
+        if len(idx) >= min(n, T):
+            break
+        idx.add(int(k))
+    return sorted(idx)
+
+
+def _time_indices(t: np.ndarray, times: Sequence[float] | None, t_star: float | None) -> list[int]:
+    if times is None:
+        return _default_time_indices(t, t_star)
+    tt = np.atleast_1d(np.asarray(times, dtype=float))
+    if tt.ndim != 1 or tt.size == 0 or not np.all(np.isfinite(tt)):
+        raise ValueError(f"times must be a non-empty 1-D sequence of finite times, got {times!r}")
+    return sorted({int(np.argmin(np.abs(t - s))) for s in tt})
+
+
+def _v_direction(ds: xr.Dataset, d: int) -> np.ndarray | None:
+    """V's top eigenvector (d,) from `basis_V` (dim, kv) when the run stored it, else None."""
+    if "basis_V" not in ds.variables or "dim" not in ds["basis_V"].dims:
+        return None
+    Bv = ds["basis_V"]
+    M = np.asarray(Bv.transpose("dim", *[dd for dd in Bv.dims if dd != "dim"]).values, dtype=float)
+    M = M.reshape(d, -1)
+    if M.shape[1] == 0 or not np.all(np.isfinite(M[:, 0])) or np.linalg.norm(M[:, 0]) == 0:
+        return None
+    return M[:, 0] / np.linalg.norm(M[:, 0])
+
+
+V_STYLE: dict[str, Any] = {"ls": "", "marker": "D", "ms": 8, "mfc": "none", "mec": "0.35", "mew": 1.2}
+
+
+def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | None = None) -> None:
+    """A 3-D axes with a light wireframe sphere and the axes +-u_k drawn through it (only A's
+    eigenvectors u_k; the principal axis w1 when there are none); +-v1 (V's top) when given."""
+    n_u = max(sum(lab.startswith("u") for lab in labels), 1)
+    U, labels = U[:, :n_u], labels[:n_u]
+    g = np.linspace(0, 2 * np.pi, 37)
+    for lat in np.linspace(-60, 60, 5) * np.pi / 180:
+        ax.plot(
+            np.cos(g) * np.cos(lat),
+            np.sin(g) * np.cos(lat),
+            np.full_like(g, np.sin(lat)),
+            color="0.85",
+            lw=0.6,
+        )
+    h = np.linspace(-np.pi / 2, np.pi / 2, 19)
+    for lon in np.linspace(0, np.pi, 4, endpoint=False):
+        ax.plot(np.cos(h) * np.cos(lon), np.cos(h) * np.sin(lon), np.sin(h), color="0.85", lw=0.6)
+        ax.plot(-np.cos(h) * np.cos(lon), -np.cos(h) * np.sin(lon), np.sin(h), color="0.85", lw=0.6)
+    for j, (lab, ls) in enumerate(zip(labels, ("-", "--", ":"), strict=False)):
+        u = 1.25 * U[:, j]
+        ax.plot([-u[0], u[0]], [-u[1], u[1]], [-u[2], u[2]], color="black", lw=1.6 if j == 0 else 1.0, ls=ls)
+        ax.text(*(1.1 * u), f"±{lab}", fontsize=8, bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
+    if U.shape[1] and labels[0] == "u1":
+        u = U[:, 0]
+        ax.plot(
+            [u[0], -u[0]],
+            [u[1], -u[1]],
+            [u[2], -u[2]],
+            ls="",
+            marker="*",
+            ms=11,
+            mfc="none",
+            mec="black",
+            mew=0.9,
+        )
+    if v is not None:
+        w = 1.25 * v
+        ax.plot([-w[0], w[0]], [-w[1], w[1]], [-w[2], w[2]], color="0.45", lw=1.2, ls="-.")
+        ax.plot([v[0], -v[0]], [v[1], -v[1]], [v[2], -v[2]], label="±v1 (top of V)", **V_STYLE)
+        ax.text(*(1.1 * w), "±v1", fontsize=8, bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
+    ax.set_xlim(-1, 1)
+    ax.set_ylim(-1, 1)
+    ax.set_zlim(-1, 1)
+    ax.set_box_aspect((1, 1, 1))
+    for axis in (ax.xaxis, ax.yaxis, ax.zaxis):
+        axis.set_ticks([-1, 0, 1])
+    ax.set_xlabel("$x_1$", labelpad=-8)
+    ax.set_ylabel("$x_2$", labelpad=-8)
+    ax.zaxis.set_rotate_label(False)
+    ax.set_zlabel("$x_3$", labelpad=-8)
+    ax.tick_params(labelsize=6, pad=-2)
+    if U.shape[1]:
+        ax.view_init(elev=20, azim=float(np.degrees(np.arctan2(U[1, 0], U[0, 0]))) + 40.0)
+
+
+def _plane_axes(ax: Axes, li: str, lj: str, v: np.ndarray | None = None) -> None:
+    """Unit circle, axes labelled <x, li>, <x, lj>; v: V's top eigenvector in plane coordinates."""
+    if v is not None:
+        ax.plot([v[0], -v[0]], [v[1], -v[1]], label="±v1 (top of V), projected", **V_STYLE)
+    g = np.linspace(0, 2 * np.pi, 200)
+    ax.plot(np.cos(g), np.sin(g), color="0.8", lw=0.8)
+    ax.axhline(0, color="0.85", lw=0.6)
+    ax.axvline(0, color="0.85", lw=0.6)
+    ax.set_xlim(-1.08, 1.08)
+    ax.set_ylim(-1.08, 1.08)
+    ax.set_aspect("equal")
+    ax.set_xlabel(f"⟨x, {li}⟩")
+    ax.set_ylabel(f"⟨x, {lj}⟩")
+
+
+def _planes(labels: list[str]) -> list[tuple[int, int]]:
+    n = len(labels)
+    return [(i, j) for i in range(n) for j in range(i + 1, n)][:3]
+
+
+def plot_snapshots(
+    ds: xr.Dataset,
+    outdir: str | Path,
+    beta: float | None = None,
+    times: Sequence[float] | None = None,
+    dpi: int = DPI,
+    *,
+    mark: str | None = None,
+    second: tuple[str, str] | None = None,
+    label: str = "",
+) -> list[Path]:
+    """Tokens at chosen times, one panel per time (one row per plane for d > 3).
+
+    d = 3: 3-D scatter on the sphere with A's top eigenvectors (`basis_A`) drawn as axes.  d != 3:
+    projections onto the planes spanned by pairs of A's top eigenvectors (completed by principal
+    axes of the cloud when basis_A has fewer than three).  Tokens are marked by the sign of
+    <x_i(0), u1> so clusters can be followed in greyscale; V's top eigenvector is marked (diamonds)
+    when `basis_V` is present.
+
+    Needs `x` ((beta,) time, token, dim).  beta: which beta (default: largest finite); times:
+    nearest saved times (default: start, the marked time, middle, end).  mark: a (beta,) variable
+    whose time is among the default ones (t*, a terminal time).  second: (variable, label) of
+    positions without beta drawn as a second row at the same times (d = 3), e.g. the
+    zero-temperature flow.  label: the row label when `x` has no beta.  Writes snapshots.png / .pdf.
+    """
+    t, X, label = _select_positions(ds, beta, label=label)
+    t_key = _marked_time(ds, mark, label)
+    idx = _time_indices(t, times, t_key)
+    v = _v_direction(ds, X.shape[-1])
+    d = X.shape[-1]
+    rows = [(X, label)]
+    if second is not None and second[0] in ds.variables and ds[second[0]].sizes.get("token", 0) == X.shape[1]:
+        rows.append((_select_positions(ds, None, *second)[1], second[1]))
+    U, labels = _directions(ds, X, 3)
+    groups = _hemisphere_groups(X[0], U[:, 0])
+    size = 3.2
+    if d == 3:
+        fig, _ = new_figure(1, 1, (size * len(idx) + 0.4, size * len(rows) + 0.8))
+        fig.clear()
+        for r, (Xr, lab) in enumerate(rows):
+            for c, k in enumerate(idx):
+                ax = fig.add_subplot(len(rows), len(idx), r * len(idx) + c + 1, projection="3d")
+                _sphere_axes(ax, U, labels, v)
+                for mask, st in groups:
+                    P = Xr[k][mask]
+                    ax.plot(P[:, 0], P[:, 1], P[:, 2], **st, alpha=0.9)
+                ax.set_title(f"{lab}, t = {t[k]:.3g}", fontsize="medium")
+        fig.axes[0].legend(loc="upper left", fontsize="x-small", framealpha=0.9)
+    else:
+        planes = _planes(labels)
+        fig, axes = new_figure(len(planes), len(idx), (size * len(idx) + 0.4, size * len(planes) + 0.8))
+        for r, (i, j) in enumerate(planes):
+            for c, k in enumerate(idx):
+                ax = axes[r][c]
+                _plane_axes(ax, labels[i], labels[j], None if v is None else v @ U[:, [i, j]])
+                for mask, st in groups:
+                    P = X[k][mask] @ U[:, [i, j]]
+                    ax.plot(P[:, 0], P[:, 1], **st, alpha=0.9)
+                if r == 0:
+                    ax.set_title(f"{label}, t = {t[k]:.3g}", fontsize="medium")
+        axes[0][0].legend(loc="lower left", fontsize="x-small", framealpha=0.9)
+    what = f"Tokens on $S^{{{d - 1}}}$ ({X.shape[1]} shown)"
+    if d != 3:
+        what += ": projections onto planes of A's top eigenvectors u_k (w_k: principal axes ⊥ u)"
+    fig.suptitle(run_title(ds, what))
+    return save(fig, outdir, "snapshots", dpi)
+
+
+def animate(
+    ds: xr.Dataset,
+    path: str | Path,
+    beta: float | None = None,
+    fps: int = 8,
+    dpi: int = 100,
+    label: str = "",
+) -> list[Path]:
+    """Animation of the tokens, one frame per saved time: a GIF (PillowWriter) always, and an MP4
+    next to it (same stem) when ffmpeg is on the PATH.
+
+    d = 3: 3-D scatter on the sphere with A's top eigenvectors; otherwise the projection onto the
+    plane of the two leading directions (u1, u2 or principal axes).  Needs `x`; beta and label as
+    in `plot_snapshots`.  path: the .gif file.  Returns the written paths.
+    """
+    from matplotlib.animation import FFMpegWriter, PillowWriter
+
+    path = Path(path)
+    if path.suffix.lower() != ".gif":
+        raise ValueError(f"path must name a .gif file, got {str(path)!r}")
+    fps = int(check_positive(fps, "fps", integer=True))
+    dpi = int(check_positive(dpi, "dpi", integer=True))
+    t, X, label = _select_positions(ds, beta, label=label)
+    d = X.shape[-1]
+    U, labels = _directions(ds, X, 3 if d == 3 else 2)
+    groups = _hemisphere_groups(X[0], U[:, 0])
+    v = _v_direction(ds, d)
+    if d == 3:
+        fig, _ = new_figure(1, 1, (5.0, 5.2))
+        fig.clear()
+        ax = fig.add_subplot(1, 1, 1, projection="3d")
+        _sphere_axes(ax, U, labels, v)
+    else:
+        fig, axes = new_figure(1, 1, (5.0, 5.2))
+        ax = axes[0][0]
+        _plane_axes(ax, labels[0], labels[1], None if v is None else v @ U[:, :2])
+    lines = []
+    for _, st in groups:
+        (ln,) = ax.plot([], [], **st)
+        lines.append(ln)
+    ax.legend(loc="upper left", fontsize="x-small")
+    title = fig.suptitle("", fontsize="medium")
+    N = config_value(ds, "N", "n_tokens", "n")
+    shown = f"{X.shape[1]} of N = {N} tokens" if isinstance(N, int) else f"{X.shape[1]} tokens"
+    head = f"{ds.attrs.get('experiment', '')}: {shown} on $S^{{{d - 1}}}$, {label}".lstrip(": ")
+
+    def draw(k: int) -> None:
+        for ln, (mask, _) in zip(lines, groups, strict=True):
+            P = X[k][mask]
+            if d == 3:
+                ln.set_data_3d(P[:, 0], P[:, 1], P[:, 2])
+            else:
+                Q = P @ U[:, :2]
+                ln.set_data(Q[:, 0], Q[:, 1])
+        title.set_text(f"{head}\nt = {t[k]:.4g}  (frame {k + 1}/{len(t)})")
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writers: list[tuple[Any, Path]] = [(PillowWriter(fps=fps), path)]
+    if shutil.which("ffmpeg"):
+        writers.append((FFMpegWriter(fps=fps), path.with_suffix(".mp4")))
+    written = []
+    for writer, p in writers:
+        with writer.saving(fig, str(p), dpi):
+            for k in range(len(t)):
+                draw(k)
+                writer.grab_frame()
+        written.append(p)
+    fig.clear()
+    return written
+
+
+def token_figures(
+    ds: xr.Dataset,
+    outdir: str | Path,
+    *,
+    animation: bool = False,
+    dpi: int = DPI,
+    mark: str | None = None,
+    second: tuple[str, str] | None = None,
+    label: str = "",
+) -> list[Path]:
+    """Snapshots (and with animation=True the GIF, MP4 with ffmpeg) when the run kept tokens, else [].
+
+    mark, second, label: as in `plot_snapshots`.  Captions: TOKEN_CAPTIONS.
+    """
+    if not has_tokens(ds):
+        return []
+    paths = plot_snapshots(ds, outdir, dpi=dpi, mark=mark, second=second, label=label)
+    if animation:
+        paths += animate(ds, Path(outdir) / ANIMATION_FILE, label=label)
+    return paths

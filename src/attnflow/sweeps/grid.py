@@ -1,0 +1,154 @@
+"""The grid of a sweep: parsed from text, checked, expanded into points, each point named.
+
+A grid is {config key: [values]}, values numbers, booleans or strings; its points are the Cartesian
+product in key order (the last key varies fastest). A point's key names its files in the store and
+never changes for the same point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from .._text import parse_literal
+
+__all__ = [
+    "SweepError",
+    "check_grid",
+    "expand_grid",
+    "merge_grids",
+    "parse_grid",
+    "point_key",
+    "point_keys",
+]
+
+
+class SweepError(ValueError):
+    """Bad input to a sweep, about one argument: `argument` (its name: "grid", "store"), `value`
+    (what was given) and `problem` (what is wrong and the fix). A front end that sets the argument
+    by another name (a command-line option) can say it in its own words."""
+
+    def __init__(self, argument: str, value: Any, problem: str) -> None:
+        super().__init__(f"{argument} {value!r}: {problem}")
+        self.argument, self.value, self.problem = argument, value, problem
+
+
+def _parse_values(item: str, raw: str) -> list:
+    """`a:b[:step]` as a range of integers, else comma-separated literals."""
+    if re.fullmatch(r"-?\d+:-?\d+(:-?\d+)?", raw):
+        a, b, *s = (int(x) for x in raw.split(":"))
+        step = s[0] if s else 1
+        if step == 0:
+            raise SweepError("grid", item, "the step of a range must not be 0")
+        return list(range(a, b, step))
+    return [parse_literal(v) for v in raw.split(",") if v.strip()]
+
+
+def parse_grid(items: Iterable[str]) -> dict[str, list]:
+    """`["beta=10,100", "seed=0:8", "N=1000:5000:2000"]` -> {"beta": [10, 100], "seed": [0..7], ...}.
+
+    Each item is `key=v1,v2,...` (values read by `attnflow._text.parse_literal`: TOML literals such
+    as 10, 1e3, inf, true, "x", else the bare string) or `key=a:b[:step]`, the integers
+    a, a+step, ... < b (end excluded, as Python's range). A key given twice is an error.
+    """
+    grid: dict[str, list] = {}
+    for item in items:
+        if not isinstance(item, str) or "=" not in item:
+            raise SweepError("grid", item, "expected key=v1,v2,... or key=a:b[:step], e.g. seed=0:8")
+        key, raw = (s.strip() for s in item.split("=", 1))
+        if not key.isidentifier():
+            raise SweepError("grid", item, f"{key!r} is not a config key")
+        if key in grid:
+            raise SweepError("grid", item, f"key {key!r} given twice; list its values once, comma separated")
+        values = _parse_values(item, raw)
+        if not values:
+            raise SweepError("grid", item, "no values (a range a:b needs a < b)")
+        grid[key] = values
+    return grid
+
+
+def _scalar(v: Any, key: str) -> Any:
+    """Grid value -> plain Python scalar (NumPy scalars unwrapped); JSON-able or an error."""
+    if hasattr(v, "item") and not isinstance(v, (list, tuple, dict)):
+        v = v.item()
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    raise TypeError(f"grid[{key!r}] values must be numbers, booleans or strings, got {type(v).__name__}")
+
+
+def _identity(v: Any) -> str:
+    """What makes two grid values the same value: 1, 1.0 and True are three values."""
+    return json.dumps(v)
+
+
+def check_grid(grid: Any) -> dict[str, list]:
+    """A non-empty dict {config key: non-empty list of distinct scalar values}, normalised."""
+    if not isinstance(grid, dict) or not grid:
+        raise TypeError(f"grid must be a non-empty dict {{key: [values]}}, got {grid!r}")
+    out: dict[str, list] = {}
+    for key, values in grid.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ValueError(f"grid keys must be config field names, got {key!r}")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            values = [values]
+        vals = [_scalar(v, key) for v in values]
+        if not vals:
+            raise ValueError(f"grid[{key!r}] is empty: give at least one value")
+        seen = [_identity(v) for v in vals]
+        if len(set(seen)) != len(seen):
+            raise ValueError(f"grid[{key!r}] has repeated values: {vals}")
+        out[key] = vals
+    return out
+
+
+def merge_grids(old: dict[str, list], new: dict[str, list]) -> dict[str, list]:
+    """`old` extended by the values of `new` it lacks; both over the same keys in the same order."""
+    merged = {}
+    for k in old:
+        seen = {_identity(v) for v in old[k]}
+        merged[k] = list(old[k]) + [v for v in new[k] if _identity(v) not in seen]
+    return merged
+
+
+def expand_grid(grid: dict[str, list]) -> list[dict[str, Any]]:
+    """All points of the grid, the Cartesian product in key order (the last key varies fastest)."""
+    keys = list(grid)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def _fmt(v: Any) -> str:
+    """A grid value in a point key: exact (the shortest text that reads back as the same float)."""
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        s = format(v, "g")
+        return s if float(s) == v else repr(v)
+    return str(v)
+
+
+def point_key(point: dict[str, Any]) -> str:
+    """Readable, file-safe name of a grid point: {"beta": 10.0, "seed": 3} -> "beta=10_seed=3".
+
+    Characters other than letters, digits and `.+-=` become `-`; a name over 120 characters is
+    shortened to a prefix plus a hash of the point.
+    """
+    name = "_".join(f"{k}={_fmt(v)}" for k, v in point.items())
+    safe = "_".join(re.sub(r"[^A-Za-z0-9.+=-]", "-", f"{k}={_fmt(v)}") for k, v in point.items())
+    if safe != name or len(safe) > 120:
+        # json.dumps, not the store's encoder: the hash of existing keys must never change
+        digest = hashlib.sha1(json.dumps(point, sort_keys=True).encode()).hexdigest()[:10]
+        safe = f"{safe[:100]}_{digest}"
+    return safe
+
+
+def point_keys(points: list[dict[str, Any]]) -> list[str]:
+    """The keys of the points, distinct (two points with one name would share their files)."""
+    keys = [point_key(p) for p in points]
+    if len(set(keys)) != len(keys):
+        raise ValueError("two grid points have the same name; use distinct values")
+    return keys

@@ -1,0 +1,386 @@
+"""The run loop of a sweep: check the input, plan against the store, submit, collect, finish.
+
+One Dask task per grid point that is not yet complete; a failing point is resubmitted `retries`
+times, then reported as failed, never dropped. Only this client writes the manifest, and it leaves
+it honest whatever stops the loop (Ctrl-C included): running points go back to pending.
+The config, the grid and the store's location are checked before anything is written; a local
+store is locked for the duration of the sweep (one client at a time). A committed point that fails
+its checksums is recomputed, with a warning naming the file.
+Dask is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import base_config, experiment_name, field_for, point_config, resolve_config
+from .grid import SweepError, check_grid, expand_grid, point_keys
+from .point import RunFn, cpus, run_point
+from .progress import ProgressBar
+from .read import open_sweep
+from .store import (
+    MANIFEST_FILE,
+    POINTS_DIR,
+    SWEEP_FILE,
+    WORK_DIR,
+    Store,
+    clean_temporaries,
+    complete,
+    copy_record,
+    current_entry,
+    done_rel,
+    extend_meta,
+    now,
+    read_manifest,
+    write_manifest,
+    write_meta,
+    zarr_rel,
+)
+
+__all__ = ["SweepResult", "sweep"]
+
+MANIFEST_EVERY_S = 0.5  # the manifest is rewritten at most this often while tasks finish
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did. `ok` when every grid point is complete; `open()` gives the Dataset."""
+
+    store: str
+    keys: list[str]
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and len(self.ran) + len(self.skipped) == len(self.keys)
+
+    def open(self) -> Any:
+        return open_sweep(self.store)
+
+    def __str__(self) -> str:
+        s = (
+            f"sweep {self.store}: {len(self.keys)} points, {len(self.ran)} run, "
+            f"{len(self.skipped)} already done, {len(self.failed)} failed ({self.seconds:.1f} s)"
+        )
+        for key, err in self.failed.items():
+            s += f"\n  FAILED {key}: {err.strip().splitlines()[-1] if err.strip() else err}"
+        for w in self.warnings:
+            s += f"\n  warning: {w}"
+        return s
+
+
+@dataclass
+class _Plan:
+    """The grid points against the store: their configs, the manifest, what is left to run."""
+
+    store: Store
+    keys: list[str]
+    configs: dict[str, Any]
+    manifest: dict[str, dict]
+    todo: list[str]
+    skipped: list[str]
+    damaged: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Tasks:
+    """The client's view of the running tasks."""
+
+    plan: _Plan
+    client: Any
+    run_fn: RunFn | None
+    threads: int | None
+    retries: int
+    result: SweepResult
+    bar: ProgressBar
+    futures: dict[Any, str] = field(default_factory=dict)
+    last_write: float = 0.0
+
+
+# ---------------------------------------------------------------------------------- before Dask
+
+
+def _validate(config: Any, grid: Any, retries: int) -> tuple[Any, dict[str, list], int]:
+    """(config object, normalised grid, retries), or an error naming the bad argument; the config of
+    every point of the grid is checked too."""
+    config = resolve_config(config)
+    grid = check_grid(grid)
+    retries = int(retries)
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    for key in grid:
+        field_for(type(config), key)
+    points = expand_grid(grid)
+    point_keys(points)
+    for p in points:
+        point_config(config, p)
+    return config, grid, retries
+
+
+# what a sweep writes into its store (besides hidden files: the lock, temporaries)
+_STORE_FILES = (SWEEP_FILE, MANIFEST_FILE, POINTS_DIR, WORK_DIR, "figures")
+
+
+def _check_location(st: Store) -> None:
+    """A local store must be a new or empty folder, or a sweep store, and writable (SweepError)."""
+    if st.url:
+        return
+    root = Path(st.root)
+    if root.exists() and not root.is_dir():
+        raise SweepError("store", st.name, "exists and is not a folder")
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SweepError("store", st.name, f"cannot be written ({existing} is not writable)")
+    if not root.exists() or (root / SWEEP_FILE).exists():
+        return
+    other = sorted(
+        p.name for p in root.iterdir() if not p.name.startswith(".") and p.name not in _STORE_FILES
+    )
+    if other:
+        listed = ", ".join(other[:4]) + (f" and {len(other) - 4} more" if len(other) > 4 else "")
+        raise SweepError(
+            "store", st.name, f"is not empty and not a sweep store (it holds {listed}); use a new folder"
+        )
+
+
+@contextmanager
+def _locked(st: Store, warnings: list[str]) -> Iterator[None]:
+    """Hold the lock of a local store (a second client gets SweepError naming the holder); a lock
+    taken over from a client that died adds a warning."""
+    from .._lock import LockedError, folder_lock
+
+    with ExitStack() as stack:
+        if not st.url:
+            Path(st.root).mkdir(parents=True, exist_ok=True)
+            try:
+                stack.enter_context(folder_lock(st.root, on_stale=warnings.append))
+            except LockedError as err:
+                raise SweepError("store", st.name, err.problem) from None
+        yield
+
+
+def _plan(st: Store, config: Any, grid: dict[str, list]) -> _Plan:
+    """Check the store against the sweep, extend its grid, and mark each point done or pending.
+
+    Every point's config is validated before anything is written to the store.
+    """
+    meta, changed = extend_meta(st, experiment_name(config), base_config(config, grid), grid)
+    points = expand_grid(meta["grid"])
+    keys = point_keys(points)
+    configs = {k: point_config(config, p) for k, p in zip(keys, points, strict=True)}
+    if changed:
+        write_meta(st, meta)
+    old = read_manifest(st)
+    clean_temporaries(st)
+    plan = _Plan(st, keys, configs, {}, [], [])
+    for key, point in zip(keys, points, strict=True):
+        entry = current_entry(st, old.get(key), key, point)
+        if entry["status"] == "done":
+            plan.skipped.append(key)
+        else:
+            if damage := entry.pop("damaged", None):  # committed, but it fails its checksums
+                plan.damaged.append(f"{damage['file']}: {damage['problem']}; point {key} is recomputed")
+                st.remove(done_rel(key))
+            if st.exists(zarr_rel(key)):  # a store without its .done marker: never trusted
+                st.remove(zarr_rel(key))
+            entry.update(status="pending", attempts=0, error=None)
+            plan.todo.append(key)
+        plan.manifest[key] = entry
+    plan.manifest |= {k: v for k, v in old.items() if k not in plan.manifest}  # points of no grid now
+    write_manifest(st, plan.manifest)
+    return plan
+
+
+def _client_for(client: Any, workers: int) -> tuple[Any, Any, int | None, bool]:
+    """(client, cluster we own or None, torch threads per task on a local cluster, client is ours)."""
+    from distributed import Client, LocalCluster
+
+    if client is None:
+        workers = int(workers)
+        if workers < 1:
+            raise ValueError(f"workers must be a positive integer, got {workers}")
+        cluster = LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+        )
+        return Client(cluster), cluster, max(1, cpus() // workers), True
+    if isinstance(client, str):
+        return Client(client), None, None, True
+    if not isinstance(client, Client):
+        raise TypeError(f"client must be a distributed.Client, a scheduler address or None, got {client!r}")
+    return client, None, None, False
+
+
+# ---------------------------------------------------------------------------------- on Dask
+
+
+def _submit(tasks: _Tasks, key: str) -> Any:
+    """One more attempt at a point, as a Dask task."""
+    st, entry = tasks.plan.store, tasks.plan.manifest[key]
+    entry["attempts"] += 1
+    entry.update(status="running", submitted=now())
+    fut = tasks.client.submit(
+        run_point,
+        tasks.plan.configs[key],
+        entry["point"],
+        key,
+        st.target("") if st.url else st.root,
+        tasks.run_fn,
+        tasks.threads,
+        key=f"attnflow-sweep-{key}-{uuid.uuid4().hex[:8]}",
+        pure=False,
+    )
+    tasks.futures[fut] = key
+    return fut
+
+
+def _error_text(fut: Any) -> str:
+    """The traceback of a failed task (or why there is none)."""
+    try:
+        exc = fut.exception()
+        tb = fut.traceback()
+        return "".join(traceback.format_exception(type(exc), exc, tb)) if exc else fut.status
+    except Exception as err:  # e.g. a cancelled future
+        return f"{type(err).__name__}: {err}"
+
+
+def _failed(tasks: _Tasks, key: str, fut: Any) -> bool:
+    """Record a failed attempt; True when the point gets another one."""
+    entry, text = tasks.plan.manifest[key], _error_text(fut)
+    entry["error"] = text[-4000:]
+    if entry["attempts"] <= tasks.retries:
+        return True
+    entry["status"] = "failed"
+    tasks.result.failed[key] = text
+    tasks.bar.advance(1)
+    return False
+
+
+def _collect(tasks: _Tasks) -> None:
+    """Wait for every task; record each result, resubmit failures, keep the manifest current."""
+    from distributed import as_completed
+
+    plan = tasks.plan
+    ac = as_completed([_submit(tasks, k) for k in plan.todo])
+    for fut in ac:
+        key = tasks.futures.pop(fut, None)
+        if key is None or plan.manifest[key]["status"] == "done":
+            continue
+        if fut.status == "finished":
+            copy_record(plan.manifest[key], fut.result())
+            # a point recomputed after its worker died finds its own .done: it still ran once
+            tasks.result.ran.append(key)
+            tasks.bar.advance(1)
+        elif _failed(tasks, key, fut):
+            ac.add(_submit(tasks, key))
+        fut.release()
+        if time.monotonic() - tasks.last_write > MANIFEST_EVERY_S or not tasks.futures:
+            write_manifest(plan.store, plan.manifest)
+            tasks.last_write = time.monotonic()
+        tasks.bar.after(len(tasks.result.failed))
+
+
+def _stopped(tasks: _Tasks) -> None:
+    """After an interruption: running points back to pending (or done if committed), tasks cancelled."""
+    st, manifest = tasks.plan.store, tasks.plan.manifest
+    for key, entry in manifest.items():
+        if entry.get("status") == "running":
+            rec = complete(st, key)
+            if rec is None:
+                entry.update(status="pending", error=None)
+            else:
+                copy_record(entry, rec)
+    write_manifest(st, manifest)
+    try:
+        tasks.client.cancel(list(tasks.futures))
+    except Exception:  # the client may be gone already
+        pass
+
+
+# ---------------------------------------------------------------------------------------- sweep
+
+
+def sweep(
+    config: Any,
+    grid: dict[str, list],
+    client: Any = None,
+    store: str | os.PathLike = "runs/sweep",
+    workers: int = 2,
+    retries: int = 2,
+    progress: bool | Callable[[int, int], None] = True,
+    run_fn: RunFn | None = None,
+    torch_threads: int | None = None,
+) -> SweepResult:
+    """Run an experiment at every point of `grid` as Dask tasks; results go to `store`.
+
+    config: an experiment config (pydantic model), an experiment name or TOML path, or a dict.
+    grid: {config key: [values]}; `beta` sets `betas=[value]` when the config has `betas`.
+    client: None starts a LocalCluster with `workers` processes of one thread each (closed at the
+        end); or a `distributed.Client`, or a scheduler address "tcp://host:8786".
+    store: a folder or an fsspec URL. Complete points there are skipped; a larger grid over the same
+        keys and base config extends the sweep.
+    retries: each failing point is resubmitted up to this many times, then marked failed.
+    progress: True for a Rich progress bar, False for none, or a callable (done, total).
+    run_fn: config -> xarray.Dataset (default: the registered experiment's `run`), a test hook.
+    torch_threads: torch threads per task (default: cores // workers on a local cluster; on another
+        cluster, the usable cores of the task's host // the threads of all workers on that host).
+    Returns a SweepResult (ran, skipped, failed keys); `.ok` is False when a point failed.
+    """
+    config, grid, retries = _validate(config, grid, retries)
+    st = Store(store)
+    _check_location(st)
+    warnings: list[str] = []
+    with _locked(st, warnings):
+        return _sweep(st, config, grid, client, workers, retries, progress, run_fn, torch_threads, warnings)
+
+
+def _sweep(
+    st: Store,
+    config: Any,
+    grid: dict[str, list],
+    client: Any,
+    workers: int,
+    retries: int,
+    progress: bool | Callable[[int, int], None],
+    run_fn: RunFn | None,
+    torch_threads: int | None,
+    warnings: list[str],
+) -> SweepResult:
+    """The sweep on its checked, locked store."""
+    plan = _plan(st, config, grid)
+    result = SweepResult(store=plan.store.name, keys=plan.keys, skipped=plan.skipped)
+    result.warnings = [*warnings, *plan.damaged]
+    if not plan.todo:
+        return result
+    t0 = time.perf_counter()
+    dask_client, cluster, local_threads, own_client = _client_for(client, workers)
+    bar = ProgressBar(progress, len(plan.todo), plan.store.name)
+    # torch_threads None on another cluster: each task shares its host's cores
+    tasks = _Tasks(plan, dask_client, run_fn, torch_threads or local_threads, retries, result, bar)
+    try:
+        _collect(tasks)
+    except BaseException:  # interrupted (Ctrl-C) or a client failure: leave an honest manifest
+        _stopped(tasks)
+        raise
+    finally:
+        bar.close()
+        if own_client:
+            dask_client.close()
+        if cluster is not None:
+            cluster.close()
+    write_manifest(plan.store, plan.manifest)
+    result.seconds = time.perf_counter() - t0
+    return result
