@@ -270,6 +270,26 @@ def test_auto_prices_the_cluster_kernel_by_its_plan():
     assert auto.choose_kernel(X[:, : auto.MIN_N - 1], att) == "sdpa"
 
 
+def test_auto_plans_with_the_weights():
+    """auto prices the cluster kernel with the tokens' weights (torch or NumPy, any scale), as the
+    kernel plans with them; resolve_kernel hands the weights on to choose_kernel."""
+    from attnflow.kernels import auto, resolve_kernel
+
+    att = af.worked_example(1e3)
+    X = torch.tensor(two_clusters(8192, 3, 1e3, seed=17))[None]  # wide enough that weights matter
+    w = np.random.default_rng(5).uniform(0.01, 2.0, X.shape[1])
+    stats: dict = {}
+    velocity_cluster(X, att, weights=torch.tensor(w), stats=stats)
+    for given in (torch.tensor(w), w * 7.0):
+        counts = auto.cluster_counts(X, att, given)
+        assert all(counts[key] == stats[key] for key in cells.COUNTS)
+    uniform = auto.cluster_counts(X, att)
+    assert any(uniform[key] != stats[key] for key in cells.COUNTS)  # the weights do change the plan
+    wt = torch.tensor(w / w.sum())[None]
+    assert resolve_kernel("auto", att, X, wt) == auto.choose_kernel(X, att, wt)
+    assert auto.predict_costs(X, att, wt)["cluster"] == auto.cluster_cost(stats, 3)
+
+
 def test_bad_input():
     att = af.worked_example(10.0)
     X = torch.tensor(af.sample_uniform(50, 3, seed=0))

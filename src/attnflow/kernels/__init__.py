@@ -85,8 +85,11 @@ def get_kernel(name: str) -> Kernel:
     return getattr(importlib.import_module(f".{module}", __name__), func)
 
 
-def resolve_kernel(kernel: str, att: Attention, X: torch.Tensor | None = None) -> str:
-    """Concrete kernel name for `kernel` on state X: "auto" asks auto.choose_kernel.
+def resolve_kernel(
+    kernel: str, att: Attention, X: torch.Tensor | None = None, weights: torch.Tensor | None = None
+) -> str:
+    """Concrete kernel name for `kernel` on state X: "auto" asks auto.choose_kernel (with the
+    quadrature weights (N,) or (M, N) of X's tokens, None: uniform).
 
     A finite-temperature kernel with beta = inf is an error.
     """
@@ -94,7 +97,7 @@ def resolve_kernel(kernel: str, att: Attention, X: torch.Tensor | None = None) -
     if kernel == "auto":
         from .auto import choose_kernel
 
-        kernel = choose_kernel(X, att)
+        kernel = choose_kernel(X, att) if weights is None else choose_kernel(X, att, weights)
     if kernel in FINITE_KERNELS and math.isinf(att.beta):
         raise ValueError(
             f"kernel {kernel!r} is a finite-temperature kernel but beta = inf: "
@@ -167,7 +170,7 @@ def velocity(
     w = unless_uniform(w)
     X3 = torch.as_tensor(per_cloud(Xn, M, 3), dtype=getattr(torch, name), device=dev)
     wt = None if w is None else torch.as_tensor(per_cloud(w, M, 2), dtype=X3.dtype, device=dev)
-    kernel = resolve_kernel(kernel, att, X3)
+    kernel = resolve_kernel(kernel, att, X3, wt)
     out = get_kernel(kernel)(X3, att, weights=wt)
     if not bool(torch.isfinite(out).all()):
         raise FloatingPointError(f"kernel {kernel!r} returned NaN or inf (beta = {att.beta:g}, dtype {name})")

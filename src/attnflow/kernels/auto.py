@@ -111,6 +111,13 @@ def cluster_cost(counts: dict[str, int], d: int) -> float:
     )
 
 
+def _numpy64(a) -> np.ndarray:
+    """A float64 NumPy copy of an array or a tensor on any device."""
+    if hasattr(a, "detach"):
+        return a.detach().to("cpu").double().numpy()
+    return np.asarray(a, float)
+
+
 def cluster_counts(X: torch.Tensor, att: Attention, weights=None) -> dict[str, int]:
     """Work counts of the cluster kernel on X (M, N, d), summed over the clouds (largest order)."""
     from . import cells
@@ -118,7 +125,8 @@ def cluster_counts(X: torch.Tensor, att: Attention, weights=None) -> dict[str, i
 
     X3 = X if X.dim() == 3 else X.unsqueeze(0)
     M, N, d = X3.shape
-    w = np.full((M, N), 1.0 / N) if weights is None else np.broadcast_to(np.asarray(weights, float), (M, N))
+    w = np.full((M, N), 1.0 / N) if weights is None else np.broadcast_to(_numpy64(weights), (M, N))
+    w = w / w.sum(axis=-1, keepdims=True)  # as the kernel scales them
     total: dict[str, int] = {}
     for m in range(M):
         Xm = X3[m].detach().to("cpu").double().numpy()
@@ -151,7 +159,7 @@ def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, fl
         if kept <= SKIP_FRACTION and FLOOR_MARGIN * floor < min(costs.values()):
             from .truncated import candidate_pairs
 
-            costs["truncated"] = per_token * M * N + per_pair * candidate_pairs(X3, att)
+            costs["truncated"] = per_token * M * N + per_pair * candidate_pairs(X3, att, weights=weights)
     return costs
 
 

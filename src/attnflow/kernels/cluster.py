@@ -370,7 +370,7 @@ def _average_one(
     return out
 
 
-def check_weights(weights, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
+def _cloud_weights(weights, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
     """Quadrature weights (M, N) (or (N,), shared) as a float64 tensor on like's device, each row
     scaled to sum 1 (the softmax does not see the scale); uniform 1/N for None."""
     if weights is None:
@@ -432,7 +432,7 @@ def velocity_cluster(
         beta_list = bt.tolist()
     else:
         beta_list = [beta0] * M
-    w = check_weights(weights, M, N, X3)
+    w = _cloud_weights(weights, M, N, X3)
     stats = {} if stats is None else stats
     for key in _cells.COUNTS:
         stats.setdefault(key, 0)
