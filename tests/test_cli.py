@@ -169,6 +169,115 @@ def test_list_unknown_exits_2():
     assert_clean_error(invoke("list", "nope"), 2, "nope")
 
 
+def test_piped_tables_are_not_folded():
+    """Not a terminal (CliRunner, a pipe, a file): every table row on one line, not folded at 80
+    columns; an explicit COLUMNS still sets the width."""
+    from attnflow.experiments import SimulationConfig
+
+    longest = SimulationConfig.model_fields["dtype"].description
+    assert len(longest) > 100
+    piped = runner.invoke(app, ["list"], env={"COLUMNS": None})
+    assert piped.exit_code == 0, piped.output
+    assert any(longest in line and line.startswith("│ dtype") for line in piped.output.splitlines())
+    narrow = runner.invoke(app, ["list"], env={"COLUMNS": "80"})
+    assert max(map(len, narrow.output.splitlines())) <= 80
+    assert not any(longest in line for line in narrow.output.splitlines())
+
+
+def test_list_shows_the_shared_parameters_once():
+    out = runner.invoke(app, ["list"], env={"COLUMNS": None}).output
+    assert [line for line in out.splitlines() if line.startswith("│ rtol ")] == [
+        line for line in out.splitlines() if line.startswith("│ rtol ")
+    ][:1]
+    shared = "shared parameters: seed, device, kernel, integrator, rtol, atol, dt, dtype, threads"
+    assert out.count(shared) == 3  # concentration, terminal, heads
+    assert "shared parameters: seed, device, kernel, threads" in out  # layers
+    assert len(out.splitlines()) < 150  # it was 356 lines, each experiment repeating the 8
+    one = runner.invoke(app, ["list", "terminal"], env={"COLUMNS": None}).output
+    assert "│ rtol " in one and "│ N " in one  # one experiment: all of its parameters
+
+
+def test_list_as_json_and_csv():
+    import csv
+    import io
+
+    from attnflow.experiments import REGISTRY, SimulationConfig
+
+    doc = json.loads(invoke("list", "--json").output)
+    assert [r["parameter"] for r in doc["shared_parameters"]] == list(SimulationConfig.model_fields)
+    conc = doc["experiments"]["concentration"]
+    assert "rtol" in conc["shared_parameters"] and "rtol" not in [r["parameter"] for r in conc["parameters"]]
+    assert conc["presets"]["concentration-tiny"]["N"] == 64
+    rows = list(csv.DictReader(io.StringIO(invoke("list", "--csv").output)))
+    pairs = {(r["experiment"], r["parameter"]) for r in rows}
+    for name, exp in REGISTRY.items():
+        assert {(name, f) for f in exp.Config.model_fields if f != "experiment"} <= pairs
+    assert_clean_error(invoke("list", "--json", "--csv"), 2, "choose one")
+
+
+def test_config_checks_when_loaded():
+    """dt_save > t_max is an error; t_max shorter than ln(max beta) a warning (docs/guide.md)."""
+    import warnings
+
+    from attnflow.experiments import ConfigError, load_config
+    from attnflow.experiments._config import ConfigWarning
+
+    with pytest.raises(ConfigError, match=r"dt_save = 10 is larger than t_max = 4: only t = 0 and t_max"):
+        load_config("concentration-tiny", ["dt_save=10"])
+    with pytest.warns(ConfigWarning, match=r"t_max = 2 is shorter than ln\(beta\) = 4.6 for beta = 100"):
+        load_config("concentration-tiny", ["t_max=2.0"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ("concentration", "terminal", "resolution", "zero-temperature", "layers", "heads"):
+            load_config(name)  # the defaults are meaningful
+        load_config("concentration-tiny", ["betas=[10.0, 50.0]"])  # ln 50 = 3.9 < t_max = 4
+    assert_clean_error(invoke("run", "concentration-tiny", "-s", "dt_save=10"), 2, "dt_save = 10 is larger")
+
+
+def test_run_prints_a_config_warning_once(tmp_path):
+    args = ["concentration-tiny", "-s", "N=6", "-s", "t_max=0.5", "-s", "betas=[10.0]", "-s", "n_keep=2"]
+    result = runner.invoke(app, ["run", *args, "-o", str(tmp_path / "r"), "-q", "--no-figures"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "t_max = 0.5 is shorter" in line]
+    assert len(lines) == 1 and lines[0].startswith("attnflow: warning: "), result.output
+
+
+def test_sweep_takes_set_like_run(tmp_path, monkeypatch):
+    """`attnflow sweep -s KEY=VALUE` overrides the base config as `run -s` does; errors say `attnflow:`."""
+    import attnflow.sweeps as sw
+
+    seen = {}
+
+    def fake(config, grid, **kwargs):
+        seen.update(config=config, grid=grid)
+        return sw.SweepResult(store=kwargs["store"], keys=["seed=0"], ran=["seed=0"])
+
+    monkeypatch.setattr(sw, "sweep", fake)
+    out = str(tmp_path / "s")
+    result = invoke(
+        "sweep",
+        "concentration-tiny",
+        "-g",
+        "seed=0",
+        "-s",
+        "N=8",
+        "-s",
+        "betas=[3.0]",
+        "-o",
+        out,
+        "-q",
+        "--no-figures",
+    )
+    assert result.exit_code == 0, result.output
+    assert seen["config"].N == 8 and seen["config"].betas == [3.0] and seen["grid"] == {"seed": [0]}
+    bad = invoke("sweep", "concentration-tiny", "-g", "seed=0", "-s", "dt_save=10", "-o", out, "-q")
+    assert_clean_error(bad, 2, "dt_save = 10 is larger than t_max")
+    assert bad.output.startswith("attnflow: ")
+    unknown = invoke("sweep", "concentration-tiny", "-g", "seed=0", "-s", "bogus=1", "-o", out, "-q")
+    assert_clean_error(unknown, 2, "bogus")
+    assert unknown.output.startswith("attnflow: ")
+
+
 # ---------------------------------------------------------------------------------------- show
 
 
@@ -185,13 +294,23 @@ def test_show(finished, tmp_path):
 # ---------------------------------------------------------------------------------------- plot
 
 
+def test_show_as_json_and_piped_markdown(finished):
+    doc = json.loads(invoke("show", str(finished), "--json").output)
+    assert doc["summary"]["experiment"] == "concentration"
+    assert doc["dataset"]["sizes"]["beta"] == 2 and "w2" in doc["dataset"]["variables"]
+    assert "versions" in doc["provenance"]
+    piped = runner.invoke(app, ["show", str(finished)], env={"COLUMNS": None}).output
+    assert "| quantity | value |" in piped  # the summary's Markdown as it is, not a rendering
+    assert_clean_error(invoke("show", str(finished), "--csv"), 2, "--csv is for a sweep store")
+
+
 def test_plot_needs_a_result(tmp_path):
     assert_clean_error(invoke("plot", str(tmp_path)), 2, "result.zarr")
 
 
 @pytest.mark.slow
 def test_plot_writes_figures_and_report(finished):
-    result = invoke("plot", str(finished), "--no-animation")
+    result = invoke("plot", str(finished), "--no-animation", "--pdf")
     assert result.exit_code == 0, result.output
     pngs = list((finished / "figures").glob("*.png"))
     assert pngs and all(p.with_suffix(".pdf").exists() for p in pngs)

@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,6 +106,14 @@ def make_concentration(d=3, n_keep=12, betas=(10.0, 100.0, 1000.0), T=9, k=1, se
         },
     )
     return ds
+
+
+@pytest.fixture(autouse=True)
+def _png_and_pdf():
+    """The figures of this module are written as PNG and PDF, so that both are checked (outside
+    `figure_formats` the default is PNG only: `test_default_is_png_only_and_pdf_on_request`)."""
+    with plot.figure_formats("png", "pdf"):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -364,7 +373,7 @@ def test_plot_run_dispatch(conc3, tmp_path, recorded):
 
 def test_plot_run_skips_snapshots_without_tokens(conc3, tmp_path):
     ds = make_zero_temperature(conc3).drop_vars("x")
-    _check_files(experiments.plot_run(ds, tmp_path, dpi=DPI), ["zero_temperature"])
+    _check_files(experiments.plot_run(ds, tmp_path, dpi=DPI, pdf=True), ["zero_temperature"])
 
 
 def test_plot_run_unknown_or_missing_experiment(conc3, tmp_path):
@@ -380,7 +389,7 @@ def test_plot_run_unknown_or_missing_experiment(conc3, tmp_path):
 @pytest.mark.slow
 def test_plot_run_and_report_end_to_end(conc5, tmp_path, monkeypatch):
     monkeypatch.setattr(tokens.shutil, "which", lambda name: None)
-    paths = experiments.plot_run(conc5, tmp_path / "figures", animation=True, dpi=DPI)
+    paths = experiments.plot_run(conc5, tmp_path / "figures", animation=True, dpi=DPI, pdf=True)
     _check_files(paths[:-1], ["w2", "t_star", "min_w2", "mass", "snapshots"])
     assert paths[-1] == tmp_path / "figures" / "tokens.gif"
     md = experiments.write_report(conc5, {"n": 1}, paths, tmp_path).read_text()
@@ -435,7 +444,7 @@ def test_plot_heads_writes_png_and_pdf(tmp_path, model):
 
 def test_plot_heads_through_plot_run_and_title(tmp_path):
     ds = make_heads(heads=(-1, *range(12)))  # all heads of a MiniLM layer: more than LEGEND_MAX lines
-    _check_files(experiments.plot_run(ds, tmp_path, dpi=DPI), ["heads"])
+    _check_files(experiments.plot_run(ds, tmp_path, dpi=DPI, pdf=True), ["heads"])
     title = heads._heads_title(ds, "what").splitlines()
     assert title[0] == "what"
     assert title[1] == "heads: checkpoint minilm, layer 2, N = 9 tokens, β = 12.6, “a b c”"
@@ -703,3 +712,86 @@ def test_series_styles_are_greyscale_readable(cmap):
     assert np.all(np.diff(luminance) > 0.03)
     for a, b in itertools.pairwise(styles):
         assert a["linestyle"] != b["linestyle"] and a["marker"] != b["marker"]
+
+
+# --- formats, tick labels, honest markers ---------------------------------------------------------
+
+
+def _drawn(monkeypatch, module):
+    """The figures `module` saves, kept (drawn, not cleared) for inspection."""
+    kept = []
+
+    def keep(fig, outdir, stem, dpi, formats=None):
+        fig.canvas.draw()
+        kept.append(fig)
+        return [Path(outdir) / f"{stem}.png"]
+
+    monkeypatch.setattr(module, "save", keep)
+    return kept
+
+
+def test_default_is_png_only_and_pdf_on_request(conc3, tmp_path):
+    with plot.figure_formats("png"):  # the default outside this module's fixture
+        assert [p.name for p in cf.plot_t_star(conc3, tmp_path / "a", dpi=DPI)] == ["t_star.png"]
+        both = experiments.plot_run(make_layers(), tmp_path / "b", dpi=DPI, pdf=True)
+        assert [p.name for p in both] == ["layers.png", "layers.pdf"]
+        assert both[1].read_bytes().startswith(b"%PDF")
+        assert [p.name for p in experiments.plot_run(make_layers(), tmp_path / "c", dpi=DPI)] == [
+            "layers.png"
+        ]
+    with pytest.raises(ValueError, match="formats"):
+        plot.figure_formats("png", "svg").__enter__()
+    with pytest.raises(TypeError, match="formats"):
+        plot.save(None, tmp_path, "x", DPI, formats="pdf")
+
+
+def _overlaps(labels) -> list[tuple[str, str]]:
+    boxes = [(t.get_text(), t.get_window_extent()) for t in labels if t.get_visible() and t.get_text()]
+    return [(a, b) for (a, ba), (b, bb) in itertools.combinations(boxes, 2) if ba.overlaps(bb)]
+
+
+@pytest.mark.parametrize("Ls", [[4, 8, 16, 32, 64], [4, 8, 16, 32, 64, 128, 256, 512], [30, 40, 50]])
+def test_layers_step_labels_do_not_overlap(monkeypatch, tmp_path, Ls):
+    """The x axis of the layers figure is labelled at the steps h = T/L, with no crowded minor labels
+    (the figure had overlapping labels 2x10^-2, 3x10^-2, 4x10^-2 when h spanned about one decade)."""
+    kept = _drawn(monkeypatch, layers)
+    L = np.asarray(Ls)
+    h = 1.0 / L
+    ds = xr.Dataset(
+        {"error": (("L",), 0.3 * h), "h": (("L",), h)}, coords={"L": L}, attrs={"experiment": "layers"}
+    )
+    layers.plot_layers(ds, tmp_path, dpi=DPI)
+    ax = kept[0].axes[0]
+    labels = [*ax.xaxis.get_ticklabels(), *ax.xaxis.get_ticklabels(minor=True)]
+    shown = [t.get_text() for t in labels if t.get_visible() and t.get_text()]
+    assert shown and not _overlaps(labels), shown
+    assert format_value(float(h.max()), 3) in shown  # the largest step is labelled as a plain number
+
+
+def test_mp4_through_the_bundled_ffmpeg(conc5, tmp_path, monkeypatch):
+    """Without ffmpeg on the PATH, the optional imageio-ffmpeg package's program writes the MP4;
+    without either, GIF only."""
+    import sys
+    import types
+
+    monkeypatch.setattr(tokens.shutil, "which", lambda name: None)
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # not installed
+    assert tokens.ffmpeg_path() is None
+    fake = types.ModuleType("imageio_ffmpeg")
+    fake.get_ffmpeg_exe = lambda: "/opt/bundled/ffmpeg"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", fake)
+    assert tokens.ffmpeg_path() == "/opt/bundled/ffmpeg"
+    monkeypatch.setattr(tokens.shutil, "which", lambda name: "/usr/bin/ffmpeg")
+    assert tokens.ffmpeg_path() == "/usr/bin/ffmpeg"  # the PATH's first
+
+
+def test_gif_frames_keep_the_first_layout(conc3, tmp_path, monkeypatch):
+    """Every frame of the GIF has the same size, and the figure's layout is computed once."""
+    monkeypatch.setattr(tokens, "ffmpeg_path", lambda: None)
+    paths = plot.animate(conc3, tmp_path / "t.gif", dpi=40)
+    with PIL_Image.open(paths[0]) as im:
+        sizes = set()
+        for k in range(im.n_frames):
+            im.seek(k)
+            sizes.add(im.size)
+    assert len(sizes) == 1 and im.n_frames == conc3.sizes["time"]

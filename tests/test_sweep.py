@@ -92,6 +92,14 @@ def run_slow(c: ToyConfig) -> xr.Dataset:
     return run_toy(c)
 
 
+def run_toy_torch(c: ToyConfig) -> xr.Dataset:
+    """run_toy in a worker that has loaded torch (whose process then takes seconds to exit)."""
+    import torch
+
+    torch.ones(2).sum()
+    return run_toy(c)
+
+
 def run_kill_once(c: ToyConfig) -> xr.Dataset:
     """The worker process dies (os._exit) on the first attempt at beta=2, N=20, seed=1."""
     flag = Path(c.marker_dir) / f"killed-{c.beta:g}-{c.N}-{c.seed}"
@@ -765,3 +773,30 @@ def test_one_gpu_per_worker(monkeypatch):
     assert worker_device(load_config("concentration-tiny")).device == "cpu"
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert worker_device(cfg).device == "cuda"
+
+
+QUIET_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_sweep import ToyConfig, run_toy_torch
+from attnflow.sweeps import sweep
+
+if __name__ == "__main__":
+    print(sweep(ToyConfig(), {{"seed": [0, 1, 2, 3]}}, store={store!r}, workers=2, run_fn=run_toy_torch,
+                progress=False))
+"""
+
+
+@pytest.mark.slow
+def test_own_cluster_closes_without_killing_its_workers(tmp_path):
+    """A sweep on the LocalCluster it starts gives its workers the time they need to exit: no
+    "Worker process still alive after 4.0 seconds, killing" from Dask at the end."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(QUIET_SCRIPT.format(tests=str(Path(__file__).parent), store=str(tmp_path / "s")))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "4 run" in res.stdout
+    assert "still alive" not in res.stderr and "killing" not in res.stderr, res.stderr

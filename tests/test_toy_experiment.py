@@ -99,7 +99,7 @@ def test_experiment_checks_its_fields():
 
 def test_run_list_show_plot_and_report(toy, tmp_path):
     out = tmp_path / "run"
-    result = runner.invoke(app, ["run", "toy", "--out", str(out), "--set", "rate=2.0", "--quiet"])
+    result = runner.invoke(app, ["run", "toy", "--out", str(out), "--set", "rate=2.0", "--quiet", "--pdf"])
     assert result.exit_code == 0, result.output
     for name in ("config.toml", "result.zarr", "summary.json", "summary.md", "report.md", "report.html"):
         assert (out / name).exists(), name
@@ -141,6 +141,6 @@ def test_sweep_in_process(toy, tmp_path):
     final = ds["y_final"].transpose("rate", "seed").values
     np.testing.assert_allclose(final, np.exp(-2.0 * np.array(grid["rate"]))[:, None] * np.ones(2), rtol=1e-12)
     assert plot.sweep_variables(ds) == ["y_final"]
-    paths = experiments.plot_sweep(ds, store / "figures")  # no sweep_figures: the generic figure
+    paths = experiments.plot_sweep(ds, store / "figures", pdf=True)  # no sweep_figures: the generic figure
     assert [p.name for p in paths] == ["sweep.png", "sweep.pdf"]
     assert all(p.stat().st_size > 1000 for p in paths)

@@ -19,29 +19,29 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
+from ._console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, console
+from ._console import fail as _fail
 from .experiments import DEFAULT_EXPERIMENT, ConfigError
 from .experiments._layout import (
-    CONFIG_FILE,
     FIGURES_DIR,
     PARTS_DIR,
-    REPORT_MD,
     RESULT_STORE,
     SUMMARY_JSON,
     SUMMARY_MD,
 )
+from .info_cli import damaged as _damaged
+from .info_cli import list_command, show_command
 from .pretrained_cli import heads
 from .progress import RichReporter
 from .sweep_cli import sweep_command
 from .verify_cli import verify_command
-
-if TYPE_CHECKING:
-    from pydantic import BaseModel
 
 app = typer.Typer(
     name="attnflow",
@@ -60,19 +60,30 @@ app = typer.Typer(
 
 _state = {"debug": False}
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"attnflow: {message}", err=True)
-    return typer.Exit(code)
-
 
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="show Python tracebacks of failures")] = False,
 ) -> None:
     _state["debug"] = debug
+    _config_warnings_as_messages()
+
+
+def _config_warnings_as_messages() -> None:
+    """Show a ConfigWarning (a config that runs but may mislead, e.g. t_max too short for the betas)
+    as one `attnflow: warning: ...` line on stderr; other warnings as Python shows them."""
+    shown = warnings.showwarning
+    if getattr(shown, "attnflow", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__name__ == "ConfigWarning":
+            typer.echo(f"attnflow: warning: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.attnflow = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
 
 
 @contextmanager
@@ -101,20 +112,28 @@ def _default_out(target: str) -> Path:
     return Path("runs") / name
 
 
-def _figures(ds: Any, summary: dict, out: Path, animation: bool, quiet: bool) -> list[Path]:
-    """The experiment's figures (and animation) in OUT/figures and the report; a failure only warns."""
+def _figures(
+    ds: Any, summary: dict, out: Path, animation: bool, quiet: bool, pdf: bool = False
+) -> list[Path]:
+    """The experiment's figures (PDF, animation) in OUT/figures and the report; a failure only warns."""
     from contextlib import nullcontext
-
-    from rich.console import Console
 
     from .experiments import plot_run, write_report
 
     paths: list[Path] = []
-    status = nullcontext() if quiet else Console(stderr=True).status("drawing figures, animation and report")
+    what = (
+        "figures" + (" (PNG and PDF)" if pdf else "") + (", animation" if animation else "") + " and report"
+    )
+    status = nullcontext() if quiet else console(stderr=True).status(f"drawing {what}")
     try:
         with status:
-            paths = plot_run(ds, out / FIGURES_DIR, animation=animation)
+            paths = plot_run(ds, out / FIGURES_DIR, animation=animation, pdf=pdf)
             paths.append(write_report(ds, summary, paths, out))
+        suffixes = {p.suffix for p in paths}
+        if not quiet and ".gif" in suffixes and ".mp4" not in suffixes:  # animate found no ffmpeg
+            from .plot.tokens import FFMPEG_HINT
+
+            typer.echo(f"attnflow: no MP4 (no ffmpeg found): {FFMPEG_HINT}", err=True)
     except Exception as err:  # figures never fail a finished run
         if _state["debug"]:
             raise
@@ -149,8 +168,16 @@ def run(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="no progress bars or messages (warnings stay)")
     ] = False,
-    figures: Annotated[bool, typer.Option(help="draw figures, animation and report at the end")] = True,
-    animation: Annotated[bool, typer.Option(help="write the token animation (GIF; MP4 with ffmpeg)")] = True,
+    figures: Annotated[bool, typer.Option(help="draw the figures (PNG) and the report at the end")] = True,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="also write every figure as PDF (vector, for a paper)")
+    ] = False,
+    animation: Annotated[
+        bool,
+        typer.Option(
+            "--animation/--no-animation", help="also write the token animation (GIF; MP4 with ffmpeg)"
+        ),
+    ] = False,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="replace a run of another experiment or config in OUT")
     ] = False,
@@ -210,7 +237,7 @@ def run(
     reporter.close()
     summary = json.loads((out / SUMMARY_JSON).read_text())
     if figures:
-        _figures(ds, summary, out, animation, quiet)
+        _figures(ds, summary, out, animation, quiet, pdf)
     if not quiet:
         typer.echo((out / SUMMARY_MD).read_text())
         typer.echo(f"results in {out}/ ({RESULT_STORE} opens with xarray.open_zarr)")
@@ -222,165 +249,25 @@ def _kept(out: Path) -> str:
     return f"finished parts are kept in {parts}; " if parts.is_dir() and any(parts.glob("*.zarr")) else ""
 
 
-def _damaged(err: Exception, directory: Path) -> typer.Exit:
-    """A result that fails its checksums or cannot be read: one line naming the file, exit 1."""
-    fix = f"rerun `attnflow run {directory / CONFIG_FILE} --out {directory}` to rebuild it"
-    return _fail(f"{err}; {fix}", EXIT_FAILED)
-
-
-# ----------------------------------------------------------------------------------------- list
-
-
-def _type_name(ann: Any) -> str:
-    import typing
-
-    origin, args = typing.get_origin(ann), typing.get_args(ann)
-    if origin is typing.Literal:
-        return " | ".join(str(a) for a in args)
-    if origin is typing.Annotated:
-        return _type_name(args[0])
-    if origin in (list, tuple):
-        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
-    return getattr(ann, "__name__", str(ann))
-
-
-def _describe(Config: type[BaseModel]) -> list[tuple[str, str, str, str]]:
-    rows = []
-    for name, f in Config.model_fields.items():
-        if name == "experiment":
-            continue
-        rows.append((name, _type_name(f.annotation), json.dumps(f.default), f.description or ""))
-    return rows
-
-
-@app.command("list")
-def list_(
-    name: Annotated[str | None, typer.Argument(help="only this experiment or preset")] = None,
-    toml: Annotated[
-        bool, typer.Option("--toml", help="print NAME's config as TOML (a template file)")
-    ] = False,
-) -> None:
-    """List experiments, presets and every parameter with its default.
-
-    `attnflow list concentration --toml > my.toml` writes a config file to edit and run.
-    """
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from .experiments import PRESETS, REGISTRY, load_config, to_toml
-
-    if toml:
-        if name is None:
-            raise _fail(
-                "--toml needs an experiment or preset name, "
-                f"e.g. `attnflow list {DEFAULT_EXPERIMENT} --toml`",
-                EXIT_USAGE,
-            )
-        try:
-            typer.echo(to_toml(load_config(name)), nl=False)
-        except ConfigError as err:
-            raise _fail(str(err), EXIT_USAGE) from None
-        return
-    if name is not None and name not in REGISTRY and name not in PRESETS:
-        raise _fail(f"unknown experiment {name!r}; known: {', '.join([*REGISTRY, *PRESETS])}", EXIT_USAGE)
-    console = Console()
-    names = [PRESETS[name][0] if name in PRESETS else name] if name else list(REGISTRY)
-    for exp_name in names:
-        exp = REGISTRY[exp_name]
-        table = Table(title=f"{exp_name}: {exp.description}", title_justify="left", expand=False)
-        for col in ("parameter", "type", "default", "meaning"):
-            table.add_column(col, overflow="fold")
-        for row in _describe(exp.Config):
-            table.add_row(*(escape(c) for c in row))
-        console.print(table)
-        for preset, values in exp.presets.items():
-            console.print(
-                f"  preset [bold]{preset}[/bold]: " + escape(", ".join(f"{k}={v}" for k, v in values.items()))
-            )
-        console.print()
-
-
-# ----------------------------------------------------------------------------------------- show
-
-
-@app.command()
-def show(
-    directory: Annotated[Path, typer.Argument(help="output folder of `attnflow run` (or a sweep store)")],
-) -> None:
-    """Summary of a finished run: headline numbers, dataset layout and provenance."""
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from .sweep_cli import is_sweep_store, show_sweep
-
-    if is_sweep_store(directory):
-        try:
-            typer.echo(show_sweep(directory))
-        except ValueError as err:  # a damaged sweep.json
-            raise _fail(str(err), EXIT_USAGE) from None
-        return
-    if not directory.is_dir():
-        raise _fail(f"{directory}: no such folder", EXIT_USAGE)
-    summary = directory / SUMMARY_MD
-    if not summary.exists():
-        parts_dir = directory / PARTS_DIR
-        parts = sorted(p.stem for p in parts_dir.glob("*.zarr")) if parts_dir.is_dir() else []
-        if parts:
-            raise _fail(
-                f"{directory}: unfinished run ({len(parts)} part(s) done: {', '.join(parts)}); "
-                "rerun the same `attnflow run` command to complete it",
-                EXIT_FAILED,
-            )
-        raise _fail(f"{directory}: not an attnflow run (no {SUMMARY_MD})", EXIT_USAGE)
-    store = directory / RESULT_STORE
-    ds = None
-    if store.exists():
-        from .io import StoreError, read_dataset
-
-        try:
-            ds = read_dataset(store, load=False)  # its files checked against their checksums first
-        except StoreError as err:
-            raise _damaged(err, directory) from None
-    console = Console()
-    console.print(Markdown(summary.read_text()))
-    if ds is not None:
-        from .io import json_attr
-
-        console.print(f"dataset {store}: " + ", ".join(f"{k}={v}" for k, v in ds.sizes.items()))
-        console.print("variables: " + ", ".join(ds.data_vars))
-        prov = json_attr(ds, "provenance", {})
-        versions = ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items() if v)
-        console.print(
-            f"computed {prov.get('time_utc')} on {prov.get('host')} "
-            f"({prov.get('cpu_count')} CPUs): {versions}"
-        )
-        console.print(f"kernel: {ds.attrs.get('kernel')}; integrator: {ds.attrs.get('integrator')}")
-        wall = prov.get("wall_time_s")
-        if isinstance(wall, dict) and wall.get("total") is not None:
-            reused = wall.get("n_reused_parts", 0)
-            console.print(
-                f"wall time {wall['total']:.1f} s over the runs that made it ({reused} part(s) reused); "
-                f"torch threads {prov.get('torch_threads', '?')}; device {prov.get('device', '?')}"
-            )
-    figdir = directory / FIGURES_DIR
-    figures = sorted(figdir.glob("*.png")) if figdir.is_dir() else []
-    if figures:
-        console.print("figures: " + ", ".join(p.name for p in figures))
-    if (directory / REPORT_MD).exists():
-        console.print(f"report: {directory / REPORT_MD}")
-
-
 # ----------------------------------------------------------------------------------------- plot
 
 
 @app.command()
 def plot(
     directory: Annotated[Path, typer.Argument(help="output folder of `attnflow run`")],
-    animation: Annotated[bool, typer.Option(help="write the token animation (GIF; MP4 with ffmpeg)")] = True,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="also write every figure as PDF (vector, for a paper)")
+    ] = False,
+    animation: Annotated[
+        bool,
+        typer.Option(
+            "--animation/--no-animation", help="also write the token animation (GIF; MP4 with ffmpeg)"
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
-    """(Re)draw the figures, animation and report of a finished run into DIRECTORY/figures."""
+    """(Re)draw the figures (PNG; --pdf: also PDF), the animation (--animation) and the report of a
+    finished run into DIRECTORY/figures."""
     from .io import StoreError, read_dataset
 
     store = directory / RESULT_STORE
@@ -397,7 +284,7 @@ def plot(
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     except ValueError as err:
         raise _damaged(ValueError(f"{summary_path}: not JSON ({err})"), directory) from None
-    paths = _figures(ds, summary, directory, animation, quiet)
+    paths = _figures(ds, summary, directory, animation, quiet, pdf)
     if not paths:
         raise typer.Exit(EXIT_FAILED)
 
@@ -420,7 +307,7 @@ def check(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
-    """Report the theorem's assumptions for attention weights Q, K, V (MATH.md, "Assumptions").
+    """Report the theorem's assumptions for attention weights Q, K, V (docs/math.md, "Assumptions").
 
     Exit code 0 when every checkable assumption holds, 1 when one fails, 2 for unreadable input.
     """
@@ -458,7 +345,9 @@ def check(
 
 # ------------------------------------------------------------------ commands of other modules
 
-# Both modules are light (Typer signatures); each command imports what it needs when it runs.
+# These modules are light (Typer signatures); each command imports what it needs when it runs.
+app.command("list")(list_command)
+app.command("show")(show_command)
 app.command("heads")(heads)
 app.command("sweep")(sweep_command)
 app.command("verify")(verify_command)

@@ -8,7 +8,8 @@ N_min, 2 N_min, ... and compares consecutive levels:
   its W2 curve and that of level k-1 agree within `atol + rtol W2`. Beyond T_k the coarser run has
   left the mean-field solution (for N tokens the softmax loses the tokens near its maximiser after a
   time ~ log N: docs/experiments.md, "What converges in N");
-- the *quantities* of level k are read off its curve inside that window only: min W2, its argmin t*,
+- the *quantities* of level k are read off its curve inside that window only (the first level: its
+  whole curve, the reference of the second): min W2, its argmin t*,
   and the entry time into the near-minimal band. A minimum at the window's right edge is not a
   minimum (the curve may fall further later): it is flagged `edge` and never counts as converged;
 - a beta is *converged* when its curves agree over the whole saved span [0, t_max] for `streak`
@@ -23,7 +24,6 @@ Everything here works on arrays: the experiments run the levels, this module jud
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -175,6 +175,7 @@ def judge_ladder(
     tol: float = 0.02,
     streak: int = 2,
     extra_times: dict[str, list[float]] | None = None,
+    previous: list[CurveQuantities | None] | None = None,
 ) -> LadderDecision:
     """Judge the levels Ns (L,) with their CurveQuantities (the first level's window is empty).
 
@@ -185,6 +186,8 @@ def judge_ladder(
     max(tol t, dt), min_w2 when they differ by at most tol relative, `streak` times in a row; a
     minimum at the end of the window never converges. extra_times: further per-level times judged the
     same way but without the window (e.g. the departure time), name -> values (L,).
+    previous (L,): for level k >= 1, the quantities of level k-1 read inside level k's window (where
+    the two curves agree), to compare with level k's; None (or a None entry): level k-1's own.
     """
     Ns = [int(n) for n in Ns]
     if len(Ns) != len(levels) or not Ns:
@@ -192,19 +195,25 @@ def judge_ladder(
     streak = max(int(streak), 1)
     out: dict[str, dict[str, Any]] = {}
     reasons: list[str] = []
-    series = {
-        name: ([getattr(q, name) for q in levels], [q.edge for q in levels])
-        for name in ("t_star", "min_w2", "t_entry")
-    }
-    series["t_dev"] = ([q.t_dev for q in levels], [False] * len(levels))
+    prev = list(previous) if previous is not None else [None] * len(levels)
+    if len(prev) != len(levels):
+        raise ValueError(f"previous has {len(prev)} entries for {len(levels)} levels")
+    series: dict[str, tuple[list[float], list[bool], list[float]]] = {}
+    for name in ("t_star", "min_w2", "t_entry", "t_dev"):
+        values = [getattr(q, name) for q in levels]
+        before = [math.nan] + [
+            getattr(p if p is not None else q, name) for p, q in zip(prev[1:], levels[:-1], strict=True)
+        ]
+        edges = [q.edge for q in levels] if name != "t_dev" else [False] * len(levels)
+        series[name] = (values, edges, before)
     for name, values in (extra_times or {}).items():
         if len(values) != len(Ns):
             raise ValueError(f"extra_times[{name!r}] has {len(values)} values for {len(Ns)} levels")
-        series[name] = (list(values), [False] * len(values))
+        series[name] = (list(values), [False] * len(values), [math.nan, *values[:-1]])
     whole = [q.t_end >= t_max - 1e-9 * max(1.0, t_max) for q in levels]
-    for name, (values, edges) in series.items():
+    for name, (values, edges, before) in series.items():
         estimate, error, order = richardson(Ns, values)
-        ok, why = _converged(name, values, edges, dt, tol, streak)
+        ok, why = _converged(name, values, edges, before, dt, tol, streak)
         if not ok and edges[-1] and whole[-1]:
             why = "the minimum lies at t_max: the curve still falls there (a longer t_max decides)"
         if not ok:
@@ -224,16 +233,20 @@ def judge_ladder(
     return LadderDecision(status, converged or Ns[-1] * 2 > N_max, Ns[-1], out, reasons)
 
 
-def _converged(name: str, values: list[float], edges: list[bool], dt: float, tol: float, streak: int):
+def _converged(
+    name: str, values: list[float], edges: list[bool], before: list[float], dt: float, tol: float, streak: int
+):
+    """Whether the last `streak` doublings each moved the quantity by at most its limit: level k's
+    value against before[k], level k-1's value read where the two curves agree."""
     if len(values) < streak + 1:
         return False, f"{len(values)} level(s): {streak + 1} needed"
-    tail = values[-(streak + 1) :]
-    if any(edges[-(streak + 1) :]):
+    if any(edges[-streak:]):
         return False, "the minimum lies at the end of the converged window (the curve may fall further)"
-    if not all(math.isfinite(v) for v in tail):
+    pairs = list(zip(before[-streak:], values[-streak:], strict=True))
+    if not all(math.isfinite(v) for pair in pairs for v in pair):
         return False, "undefined at some level (e.g. not reached within the converged window)"
-    for a, b in itertools.pairwise(tail):
+    for a, b in pairs:
         limit = max(tol * abs(b), dt) if name.startswith("t_") else tol * abs(b)
-        if abs(b - a) > limit:
+        if abs(b - a) > limit * (1.0 + 1e-9):  # one saved step apart is within the grid's resolution
             return False, f"changed by {abs(b - a):.3g} between doublings (limit {limit:.3g})"
     return True, ""

@@ -29,6 +29,7 @@ from ._checks import (
     check_weights,
 )
 from ._simulate_args import OPTIONS, check_attentions, check_betas, deprecated_keywords, solver_options
+from ._threads import DEFAULT_THREADS, check_threads, torch_threads
 from .kernels import (
     batch_size,
     check_dtype,
@@ -40,6 +41,7 @@ from .kernels import (
     unless_uniform,
 )
 from .model import Attention
+from .progress import time_bar
 from .trajectory import Trajectory
 
 __all__ = ["METHODS", "OPTIONS", "ORDERS", "simulate"]
@@ -320,7 +322,8 @@ def simulate(
     options: Mapping[str, Any] | None = None,
     dtype: Any = "float64",
     normalize: bool = False,
-    progress: Callable[[float, float], Any] | None = None,
+    progress: bool | Callable[[float, float], Any] | None = None,
+    threads: int = DEFAULT_THREADS,
     **deprecated: Any,
 ) -> Trajectory:
     """Integrate the token dynamics dx_i/dt = P_{x_i}^perp(sum_j w_ij V x_j) from X0 at t = 0.
@@ -345,7 +348,11 @@ def simulate(
     options: the method's solver settings (OPTIONS): fixed steps {"max_steps"}; adaptive {"rtol"
     (1e-6), "atol" (1e-9), "max_steps" (1e7), "first_step" (automatic)}; another key is a
     ValueError.  float32 needs rtol >= 1e-5 (`_checks.check_rtol_for_dtype`).
-    dtype: "float64" or "float32"; progress: callable progress(t, t_final), called now and then.
+    dtype: "float64" or "float32".
+    progress: True for a progress bar over t (tqdm's notebook bar in Jupyter, Rich on stderr
+    elsewhere), None or False for none, or a callable progress(t, t_final), called now and then.
+    threads: torch CPU threads for this call (default 1; 0: torch's setting), restored afterwards:
+    the package's one thread policy (docs/guide.md, "Threads").
     Deprecated: the flat rtol=, atol=, max_steps= (use options) and betas= (it overrides att.beta:
     pass a list of Attention objects), each with a DeprecationWarning.
     Returns Trajectory(t=times (T,), x (T, N, d), or (T, M, N, d) for a batch, weights, info): x is
@@ -354,6 +361,47 @@ def simulate(
     info = method, kernel (resolved), dt or rtol/atol, n_steps, n_rejected, n_evals, wall_time_s,
     dtype, device, beta (or betas).
     """
+    threads = check_threads(threads)
+    if not (progress is None or isinstance(progress, bool) or callable(progress)):
+        raise TypeError(
+            "progress must be a callable progress(t, t_final), True (a progress bar) or None/False "
+            f"(silent), got {progress!r}"
+        )
+    with torch_threads(threads), time_bar(progress, "simulate") as callback:
+        return _simulate(
+            X0,
+            att,
+            times,
+            method,
+            dt,
+            kernel,
+            weights,
+            device,
+            options=options,
+            dtype=dtype,
+            normalize=normalize,
+            progress=callback,
+            **deprecated,
+        )
+
+
+def _simulate(
+    X0: Any,
+    att: Attention | Sequence[Attention],
+    times: Any,
+    method: str,
+    dt: float,
+    kernel: str,
+    weights: Any,
+    device: Any,
+    *,
+    options: Mapping[str, Any] | None,
+    dtype: Any,
+    normalize: bool,
+    progress: Callable[[float, float], Any] | None,
+    **deprecated: Any,
+) -> Trajectory:
+    """`simulate` with its thread count set and `progress` a callback or None."""
     import torch
 
     options, old_betas = deprecated_keywords(method if method in METHODS else "rk4", options, deprecated)
@@ -375,8 +423,6 @@ def simulate(
     opts = solver_options(method, options)
     if method == "adaptive":
         check_rtol_for_dtype(opts["rtol"], name, method)
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be a callable progress(t, t_final) or None, got {progress!r}")
     N = X0n.shape[-2]
     w = None if weights is None else check_weights(weights, N)
     M = batch_size(

@@ -168,7 +168,7 @@ def resolution_ratio(N: int, d: int, beta: float, B: Any = None, X: Any = None) 
             raise ValueError("X is given without B: the kernel width at x needs |B^T x|; pass B too")
         warnings.warn(
             "resolution_ratio(N, d, beta) without B assumes |B^T x| = 1 (width beta^(-1/2)); the "
-            "kernel's width is 1/sqrt(beta |B^T x|): pass B (and the cloud X) for the ratio MATH.md "
+            "kernel's width is 1/sqrt(beta |B^T x|): pass B (and the cloud X) for the ratio docs/math.md "
             "defines",
             DeprecationWarning,
             stacklevel=2,

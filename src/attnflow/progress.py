@@ -1,16 +1,145 @@
-"""Progress and messages of a run, as a small interface the experiments call.
+"""Progress and messages of a run, and the progress bars of the API (one home for which bar where).
 
-`Reporter` is silent (tests, library use); `RichReporter` draws Rich progress bars (the command
-line). Light on purpose: no pydantic, no NumPy, and Rich is imported when a RichReporter is made.
+`Reporter` is silent (tests, library use); `RichReporter` draws Rich progress bars (the command line,
+a terminal); `TqdmReporter` draws tqdm's bars (Jupyter: its notebook widget). `reporter_for(progress)`
+turns the `progress` argument of `run_experiment` into a Reporter, `time_bar(progress, ...)` that of
+`simulate` into a callback, and `open_bar` makes the one bar of a sweep: `progress=True` gives
+tqdm's notebook bar in Jupyter (`in_notebook`) and a Rich bar on stderr elsewhere; None or False,
+nothing; a callable is called as before. Light on purpose: no pydantic, no NumPy; Rich and tqdm are
+imported when a bar is made.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Reporter", "RichReporter"]
+__all__ = [
+    "Bar",
+    "Reporter",
+    "RichReporter",
+    "TqdmReporter",
+    "in_notebook",
+    "open_bar",
+    "reporter_for",
+    "time_bar",
+]
+
+
+def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel (notebook, JupyterLab, VS Code, Colab): an IPython
+    shell whose config has a kernel app. False in a terminal IPython, a script or a test."""
+    ipython = sys.modules.get("IPython")  # never imported here: a kernel has it loaded already
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # a broken or partial IPython
+        return False
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+# ------------------------------------------------------------------------------------------ bars
+
+
+class Bar:
+    """One progress bar: `update(completed, total=None)`, `describe(text)`, `close()`.
+
+    Made by `open_bar`: tqdm (its notebook widget in Jupyter, where ipywidgets is installed) or Rich
+    (a live bar on stderr).
+    """
+
+    def __init__(self, description: str, total: float, unit: str = "", notebook: bool | None = None) -> None:
+        self.total = float(total)
+        self._tqdm: Any = None
+        self._rich: Any = None
+        if in_notebook() if notebook is None else notebook:
+            from tqdm.auto import tqdm
+
+            fmt = "{desc}: {percentage:3.0f}%|{bar}| {n:.4g}/{total:.4g}" + (f" {unit}" if unit else "")
+            self._tqdm = tqdm(total=self.total, desc=description, bar_format=fmt + " [{elapsed}<{remaining}]")
+        else:
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+            from ._console import console
+
+            self._rich = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TextColumn("{task.completed:.4g}/{task.total:.4g}" + (f" {unit}" if unit else "")),
+                TimeElapsedColumn(),
+                console=console(stderr=True),
+            )
+            self._task = self._rich.add_task(description, total=self.total)
+            self._rich.start()
+
+    def update(self, completed: float, total: float | None = None) -> None:
+        if total is not None:
+            self.total = float(total)
+        if self._tqdm is not None:
+            if total is not None:
+                self._tqdm.total = self.total
+            self._tqdm.update(float(completed) - self._tqdm.n)
+        elif self._rich is not None:
+            self._rich.update(self._task, completed=float(completed), total=self.total)
+
+    def describe(self, text: str) -> None:
+        if self._tqdm is not None:
+            self._tqdm.set_description_str(text)
+        elif self._rich is not None:
+            self._rich.update(self._task, description=text)
+
+    def close(self) -> None:
+        if self._tqdm is not None:
+            self._tqdm.close()
+            self._tqdm = None
+        if self._rich is not None:
+            self._rich.stop()
+            self._rich = None
+
+
+def open_bar(description: str, total: float, unit: str = "") -> Bar:
+    """A progress bar from 0 to total: tqdm's notebook bar in Jupyter, a Rich bar on stderr elsewhere."""
+    return Bar(description, total, unit)
+
+
+@contextmanager
+def time_bar(progress: Any, description: str) -> Iterator[Callable[[float, float], Any] | None]:
+    """The `progress` argument of `simulate` as a callback progress(t, t_final), or None.
+
+    None or False: None (silent). True: a bar over t in [0, t_final] (`open_bar`), closed at the end.
+    A callable: itself. Anything else: TypeError.
+    """
+    if progress is None or progress is False:
+        yield None
+        return
+    if progress is True:
+        bar: list[Bar] = []
+
+        def update(t: float, t_final: float) -> None:
+            if not bar:
+                bar.append(open_bar(description, t_final, unit="time"))
+            bar[0].update(t, t_final)
+
+        try:
+            yield update
+        finally:
+            if bar:
+                bar[0].close()
+        return
+    if callable(progress):
+        yield progress
+        return
+    raise TypeError(
+        "progress must be a callable progress(t, t_final), True (a progress bar) or None/False (silent), "
+        f"got {progress!r}"
+    )
+
+
+# ------------------------------------------------------------------------------------- reporters
 
 
 class Reporter:
@@ -51,7 +180,6 @@ class RichReporter(Reporter):
 
     def __init__(self, quiet: bool = False) -> None:
         super().__init__()
-        from rich.console import Console
         from rich.progress import (
             BarColumn,
             Progress,
@@ -61,8 +189,10 @@ class RichReporter(Reporter):
             TimeRemainingColumn,
         )
 
+        from ._console import console
+
         self.quiet = quiet
-        self.console = Console(stderr=True)
+        self.console = console(stderr=True)
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -111,3 +241,68 @@ class RichReporter(Reporter):
 
     def close(self) -> None:
         self.progress.stop()
+
+
+class TqdmReporter(Reporter):
+    """tqdm bars (the notebook widget in Jupyter): the overall one and one per running task, which
+    disappears when done; messages and warnings printed below them (`tqdm.write`)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        super().__init__()
+        self.quiet = quiet
+        self._overall: Bar | None = None
+        self._done = 0
+
+    def overall(self, total: int, description: str) -> None:
+        if not self.quiet:
+            self._overall = Bar(description, total, notebook=True)
+
+    def advance(self, n: int = 1) -> None:
+        self._done += n
+        if self._overall is not None and n:
+            self._overall.update(self._done)
+
+    @contextmanager
+    def task(self, description: str, total: float = 1.0):
+        if self.quiet:
+            yield lambda t, t_final: None
+            return
+        bar = Bar(description, total, unit="time", notebook=True)
+        try:
+            yield bar.update
+        finally:
+            bar.close()
+
+    def info(self, message: str) -> None:
+        super().info(message)
+        if not self.quiet:
+            from tqdm.auto import tqdm
+
+            tqdm.write(message)
+
+    def warn(self, message: str) -> None:
+        super().warn(message)
+        from tqdm.auto import tqdm
+
+        tqdm.write(f"warning: {message}")
+
+    def close(self) -> None:
+        if self._overall is not None:
+            self._overall.close()
+            self._overall = None
+
+
+def reporter_for(progress: Any) -> tuple[Reporter, bool]:
+    """(the Reporter for the `progress` argument of `run_experiment`, whether it was made here and
+    must be closed): a Reporter as it is; True a TqdmReporter in Jupyter, a RichReporter elsewhere;
+    None or False a silent Reporter. Anything else: TypeError."""
+    if isinstance(progress, Reporter):
+        return progress, False
+    if progress is None or progress is False:
+        return Reporter(), False
+    if progress is True:
+        return (TqdmReporter() if in_notebook() else RichReporter()), True
+    raise TypeError(
+        f"progress must be True (progress bars), None or False (silent) or an attnflow.progress.Reporter, "
+        f"got {progress!r}"
+    )

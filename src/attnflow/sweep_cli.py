@@ -12,17 +12,13 @@ from typing import Annotated
 
 import typer
 
+from ._console import fail as _fail
 from .sweeps import SweepError, is_sweep_store, parse_grid, show_sweep
 
 __all__ = ["is_sweep_store", "show_sweep", "sweep_command"]
 
 # the library's arguments that this command sets under another name
 _OPTIONS = {"grid": "--grid", "store": "--out"}
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"attnflow sweep: {message}", err=True)
-    return typer.Exit(code)
 
 
 def _usage(err: Exception) -> str:
@@ -32,17 +28,18 @@ def _usage(err: Exception) -> str:
     return str(err)
 
 
-def _figures(store: str, quiet: bool) -> None:
-    """The sweep's figures by its experiment (`attnflow.experiments.plot_sweep`) into STORE/figures."""
+def _figures(store: str, quiet: bool, pdf: bool = False) -> None:
+    """The sweep's figures by its experiment (`attnflow.experiments.plot_sweep`) into STORE/figures
+    (PNG; pdf: also PDF)."""
     if "://" in store:
         return
     from .experiments import plot_sweep
     from .sweeps import open_sweep
 
     try:
-        paths = plot_sweep(open_sweep(store), Path(store) / "figures")
+        paths = plot_sweep(open_sweep(store), Path(store) / "figures", pdf=pdf)
     except Exception as err:  # figures never fail a finished sweep
-        typer.echo(f"attnflow sweep: figures skipped ({type(err).__name__}: {err})", err=True)
+        typer.echo(f"attnflow: sweep figures skipped ({type(err).__name__}: {err})", err=True)
         return
     if not quiet:
         for p in paths:
@@ -72,9 +69,18 @@ def sweep_command(
     ] = 2,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar, no summary table")] = False,
     set_: Annotated[
-        list[str] | None, typer.Option("--set", help="override a base config key: key=value (TOML literal)")
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-s",
+            metavar="KEY=VALUE",
+            help="override a parameter of the base config: key=value, value a TOML literal; repeatable",
+        ),
     ] = None,
-    figures: Annotated[bool, typer.Option(help="draw the sweep figures into OUT/figures")] = True,
+    figures: Annotated[bool, typer.Option(help="draw the sweep figures (PNG) into OUT/figures")] = True,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="also write the sweep figures as PDF (vector, for a paper)")
+    ] = False,
 ) -> None:
     """Run an experiment over a parameter grid on Dask; rerun the same command to resume."""
     from .sweeps import sweep
@@ -101,12 +107,14 @@ def sweep_command(
     except (OSError, TimeoutError) as err:
         raise _fail(f"could not run on the cluster: {type(err).__name__}: {err}", 1) from None
     if not quiet:
+        from ._console import console
+
         typer.echo(str(result))  # with its warnings (damaged points recomputed, a lock taken over)
-        typer.echo(show_sweep(out))
+        typer.echo(show_sweep(out, width=console().width), nl=False)
     else:
         for w in result.warnings:
             typer.echo(f"attnflow sweep: warning: {w}", err=True)
     if figures:
-        _figures(out, quiet)
+        _figures(out, quiet, pdf)
     if not result.ok:
         raise _fail(f"{len(result.failed)} point(s) failed; see `attnflow show {out}`", 1)

@@ -240,9 +240,10 @@ def _experiment_of_dataset(ds: Any) -> Experiment:
         raise ValueError(
             "ds.attrs['experiment'] must name the experiment (e.g. 'concentration'); it is missing"
         )
-    if name not in _all():
+    exp = _lookup(name)  # only this experiment's module is imported
+    if exp is None:
         raise ValueError(f"no figures known for experiment {name!r}; known: {', '.join(_all())}")
-    return get_experiment(name)
+    return exp
 
 
 # -------------------------------------------------------------------------------------------- run
@@ -303,14 +304,16 @@ def _cell(v: Any) -> str:
 def run_experiment(
     config: BaseModel,
     out: Path | str | None = None,
-    progress: Reporter | None = None,
+    progress: Reporter | bool | None = None,
     quiet: bool = False,
     overwrite: bool = False,
 ):
     """Run `config`'s experiment. With `out`: write out/config.toml first, resume from out/parts/,
     then write out/result.zarr (atomically), out/summary.json and out/summary.md. Returns the Dataset.
 
-    progress: a Reporter (progress bars, messages); quiet=True uses a silent one instead.
+    progress: True for progress bars and the run's messages (tqdm's notebook bars in Jupyter, Rich
+    on stderr elsewhere); a Reporter (attnflow.progress) of your own; None or False (default): silent,
+    as is quiet=True. The torch threads are the config's `threads` (docs/guide.md, "Threads").
     out is checked before anything is written there (RunFolderError naming what is there): a folder
     holding something else than a run is refused, and so is a run of another experiment or other
     parameters unless overwrite=True, which replaces it. A run may change the experiment's
@@ -319,24 +322,33 @@ def run_experiment(
     warning.
     """
     from .._lock import check_free, folder_lock
+    from ..progress import reporter_for
     from ._folder import plan_folder
 
     exp = _experiment_of(config)
-    reporter = Reporter() if quiet or progress is None else progress
     if out is None:
-        return _run(exp, config, None, reporter, "new")
-    out = Path(out)
-    if out.is_dir():
-        check_free(out)  # a live writer first: what it writes is not what the folder holds
-    plan_folder(out, config, exp, overwrite)  # before anything is written
-    out.mkdir(parents=True, exist_ok=True)
-    with folder_lock(out, on_stale=reporter.warn):
-        state = plan_folder(out, config, exp, overwrite)  # again: another writer may have been first
-        return _run(exp, config, out, reporter, state)
+        state = "new"
+    else:
+        out = Path(out)
+        if out.is_dir():
+            check_free(out)  # a live writer first: what it writes is not what the folder holds
+        plan_folder(out, config, exp, overwrite)  # before anything is written
+    reporter, own = (Reporter(), False) if quiet else reporter_for(progress)
+    try:
+        if out is None:
+            return _run(exp, config, None, reporter, state)
+        out.mkdir(parents=True, exist_ok=True)
+        with folder_lock(out, on_stale=reporter.warn):
+            state = plan_folder(out, config, exp, overwrite)  # again: another writer may have been first
+            return _run(exp, config, out, reporter, state)
+    finally:
+        if own:
+            reporter.close()
 
 
 def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str):
     """The run of `run_experiment`, its folder (if any) checked and locked."""
+    from .._threads import torch_threads
     from ..io import atomic_write_text, clean_stale, json_attr, to_json, write_dataset
     from . import _folder
     from ._config import count_reused, to_toml
@@ -349,7 +361,7 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
         clean_stale(out / layout.PARTS_DIR)
         atomic_write_text(out / layout.CONFIG_FILE, to_toml(config))
     t0 = time.perf_counter()
-    with count_reused() as reused:
+    with count_reused() as reused, torch_threads(getattr(config, "threads", 0)):
         ds = exp.run(config, out, reporter)
     this_run = time.perf_counter() - t0
     if "provenance" in ds.attrs:  # the compute time of the reused parts was spent by earlier runs
@@ -377,25 +389,29 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
 
 
 def plot_run(
-    ds: xr.Dataset, outdir: str | Path, animation: bool = False, dpi: int | None = None
+    ds: xr.Dataset, outdir: str | Path, animation: bool = False, dpi: int | None = None, pdf: bool = False
 ) -> list[Path]:
-    """Every figure of a run of ds.attrs["experiment"], as PNG and PDF in outdir (animation=True:
-    also the token animation where the run kept tokens). Returns the written paths."""
-    from ..plot import DPI
+    """Every figure of a run of ds.attrs["experiment"] as PNG in outdir; pdf=True: also as PDF (vector,
+    for a paper); animation=True: also the token animation where the run kept tokens (GIF, and MP4
+    where ffmpeg is found). Returns the written paths."""
+    from ..plot import DPI, figure_formats
 
     exp = _experiment_of_dataset(ds)
-    return list(exp.figures(ds, Path(outdir), dpi=dpi or DPI, animation=animation))
+    with figure_formats(*(("png", "pdf") if pdf else ("png",))):
+        return list(exp.figures(ds, Path(outdir), dpi=dpi or DPI, animation=animation))
 
 
-def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None) -> list[Path]:
+def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None, pdf: bool = False) -> list[Path]:
     """The figures of a sweep's Dataset (`attnflow.sweeps.open_sweep`): its experiment's
-    `sweep_figures`, or the generic `attnflow.plot.plot_sweep` (also for an unknown experiment)."""
+    `sweep_figures`, or the generic `attnflow.plot.plot_sweep` (also for an unknown experiment).
+    PNG; pdf=True: also PDF."""
     from .. import plot
 
     name = ds.attrs.get("experiment")
-    exp = _all().get(name) if isinstance(name, str) else None
+    exp = _lookup(name) if isinstance(name, str) else None
     draw = exp.sweep_figures if exp is not None and exp.sweep_figures is not None else plot.plot_sweep
-    return list(draw(ds, Path(outdir), dpi=dpi or plot.DPI))
+    with plot.figure_formats(*(("png", "pdf") if pdf else ("png",))):
+        return list(draw(ds, Path(outdir), dpi=dpi or plot.DPI))
 
 
 def write_report(ds: xr.Dataset, summary: Mapping[str, Any], figures: list[Path], outdir: str | Path) -> Path:
@@ -403,6 +419,6 @@ def write_report(ds: xr.Dataset, summary: Mapping[str, Any], figures: list[Path]
     from ..report import write_report as write
 
     name = ds.attrs.get("experiment")
-    exp = _all().get(name) if isinstance(name, str) else None
+    exp = _lookup(name) if isinstance(name, str) else None
     captions = dict(exp.captions) if exp is not None else {}
     return write(ds, summary, figures, outdir, captions=captions)

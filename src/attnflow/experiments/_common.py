@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from .._threads import torch_threads
 from ..progress import Reporter
+
+__all__ = [
+    "base_attrs",
+    "finite_or_none",
+    "fit_or_reason",
+    "integrator_label",
+    "simulate_kwargs",
+    "time_grid",
+    "token_subset",
+    "torch_threads",  # the thread policy's home is attnflow._threads
+    "unit_float64",
+]
 
 
 def time_grid(t_max: float, dt_save: float) -> np.ndarray:
@@ -45,6 +56,7 @@ def simulate_kwargs(config: Any) -> dict[str, Any]:
         "dtype": config.dtype,
         "device": config.device,
         "options": {"rtol": config.rtol, "atol": config.atol} if adaptive else None,
+        "threads": config.threads,
     }
 
 
@@ -52,22 +64,6 @@ def unit_float64(x: np.ndarray) -> np.ndarray:
     """States of a trajectory as float64 unit rows (a float32 run's rows are unit to 6e-8 only)."""
     x = np.asarray(x, dtype=np.float64)
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run with n torch CPU threads (n = 0: leave torch's setting), restored afterwards."""
-    if not n:
-        yield
-        return
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def integrator_label(config: Any) -> str:

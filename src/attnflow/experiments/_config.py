@@ -7,6 +7,7 @@ import json
 import math
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterator, Set
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,6 +26,7 @@ from pydantic import (
 )
 
 from .._checks import check_rtol_for_dtype
+from .._threads import DEFAULT_THREADS, THREADS_HELP
 from ..integrate import METHODS
 from ..kernels import FINITE_KERNELS
 from ..progress import Reporter
@@ -51,8 +53,46 @@ INTEGRATOR_HELP = f"time integrator: {', '.join(INTEGRATOR_CHOICES[:-1])} or {IN
 Angle = Annotated[float, Field(gt=0.0, le=math.pi / 2)]
 
 
+class ConfigWarning(UserWarning):
+    """A config that runs but may not show what it is meant to (see `check_time_grid`)."""
+
+
+def check_time_grid(config: BaseModel) -> None:
+    """Checks at load time of a config with saved times (fields t_max, dt_save; docs/guide.md):
+
+    - dt_save > t_max is an error: only t = 0 and t_max would be saved;
+    - t_max < ln(max(betas)) is a ConfigWarning: t*(beta) grows like log beta (docs/math.md: the
+      early phase lasts t <~ log beta; the worked example measured t* = 3.3, 4.0, 4.5 at beta = 10,
+      30, 100, near ln beta = 2.3, 3.4, 4.6), so the run likely ends before the closest approach of
+      its largest betas and reports t* = t_max.
+    """
+    t_max, dt_save = getattr(config, "t_max", None), getattr(config, "dt_save", None)
+    if not isinstance(t_max, float | int) or not isinstance(dt_save, float | int):
+        return
+    if dt_save > t_max:
+        raise ValueError(
+            f"dt_save = {dt_save:g} is larger than t_max = {t_max:g}: only t = 0 and t_max would be saved; "
+            f"choose dt_save <= t_max (t* is resolved to dt_save: e.g. dt_save = {t_max / 40:.3g})"
+        )
+    betas = getattr(config, "betas", None)
+    if isinstance(betas, list) and betas and all(isinstance(b, float | int) for b in betas):
+        b = max(betas)
+        if math.isfinite(b) and b > 1 and t_max < math.log(b):
+            warnings.warn(
+                ConfigWarning(
+                    f"t_max = {t_max:g} is shorter than ln(beta) = {math.log(b):.2g} for beta = {b:g}: "
+                    "t*(beta) grows like log beta, so the run may end before the closest approach of its "
+                    f"largest betas (t* = t_max); raise t_max to at least {math.ceil(math.log(b))}"
+                ),
+                stacklevel=2,
+            )
+
+
 class ExperimentConfig(BaseModel):
-    """Base of every experiment config: strict types, unknown keys rejected, every field defaulted."""
+    """Base of every experiment config: strict types, unknown keys rejected, every field defaulted.
+
+    A config with saved times (t_max, dt_save) is checked by `check_time_grid` when it is made.
+    """
 
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
 
@@ -61,6 +101,11 @@ class ExperimentConfig(BaseModel):
     @model_validator(mode="after")
     def _saved_memory(self):
         check_saved_arrays(self)
+        return self
+
+    @model_validator(mode="after")
+    def _time_grid(self):
+        check_time_grid(self)
         return self
 
 
@@ -90,9 +135,7 @@ class SimulationConfig(DeviceConfig):
         description="arithmetic of the integration: float32 is about 2x faster for large N, with a "
         "velocity error near beta * 1e-7 relative; it needs rtol >= 1e-5 (adaptive)",
     )
-    threads: NonNegativeInt = Field(
-        1, description="torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default)"
-    )
+    threads: NonNegativeInt = Field(DEFAULT_THREADS, description=THREADS_HELP)
 
     @model_validator(mode="after")
     def _float32_tolerance(self):
@@ -148,12 +191,10 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
         key = ""
         for part in e["loc"]:
             key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
-        msg = e["msg"]
+        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key (see `attnflow list` for the keys this experiment takes)"
-        elif not e["loc"] and e["type"] == "value_error":  # a check of several keys: it names them
-            msg = msg.removeprefix("Value error, ")
-        elif "input" in e and e["type"] != "missing":
+        elif "input" in e and e["type"] != "missing" and key:  # (a whole-config check names its keys)
             msg += f" (got {e['input']!r})"
         lines.append(f"{source}: {key or '<config>'}: {msg}")
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""`concentration`: W2(rho^beta_t, Pi_# rho_0) against t for several beta, converged in N (Theorem 1).
+"""`concentration`: W2(rho^beta_t, Pi_# rho_0) against t for several beta, converged in N
+(docs/math.md, Theorem 1).
 
 Any weights (`weights`: the d = 3 or d = 2 worked example, random, an .npz) and any rho_0 (`init`,
 `density`). For every beta: the exact W2 to Pi_# rho_0, the synchronous coupling bound (an upper
@@ -178,7 +179,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     results = {}
     for beta in config.betas:
         t0 = time.perf_counter()
-        levels, quantities, decision = [], [], None
+        levels, quantities, previous, decision = [], [], [], None
         for k, N in enumerate(Ns):
 
             def compute(beta=beta, N=N):
@@ -190,13 +191,18 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
             part = cached_part(out, part_name(beta=beta, N=N), fp, compute, reporter)
             levels.append(part)
             w2 = part.w2.values.mean(axis=0)
-            if k == 0:  # one level: its whole curve; a ladder's first level: nothing to compare with
-                t_end = None if len(Ns) == 1 else -math.inf
+            if k == 0:  # its whole curve: a ladder's first level is the reference of the second
+                t_end = None
             else:
                 coarse = levels[-2].w2.values.mean(axis=0)
                 t_end = converged_window(times, w2, coarse, config.curve_atol, config.curve_rtol)
             quantities.append(
                 curve_quantities(times, w2, t_end, band=config.t_star_rel_tol, reference=w2_zero)
+            )
+            previous.append(  # the coarser level read where the two curves agree
+                None
+                if k == 0
+                else curve_quantities(times, coarse, t_end, band=config.t_star_rel_tol, reference=w2_zero)
             )
             departures = [departure_time(times, p.mass_A.values.mean(axis=0)) for p in levels]
             decision = judge_ladder(
@@ -210,6 +216,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
                 config.tol,
                 config.streak,
                 extra_times={"t_depart": departures},
+                previous=previous,
             )
             reporter.info(
                 _level_line(beta, N, quantities[-1], decision.status, float(part.attrs["resolution_ratio"]))

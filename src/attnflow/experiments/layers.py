@@ -1,7 +1,7 @@
 """`layers`: an L-layer transformer against the ODE, error against L (first-order convergence).
 
 One layer is an explicit Euler step followed by layer normalisation, x_i <- (x_i + h v_i)/|x_i + h v_i|
-with h = T/L (MATH.md). Its error at time T, max_i |x_i^L - x_i(T)|, is measured against a fine
+with h = T/L (docs/math.md). Its error at time T, max_i |x_i^L - x_i(T)|, is measured against a fine
 adaptive reference of the ODE; the fitted slope of log error against log h is the order (1 expected).
 """
 
@@ -16,8 +16,9 @@ import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from .._text import format_value
+from .._threads import DEFAULT_THREADS, THREADS_HELP
 from ..io import json_attr
-from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save
+from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save, ticks_at
 from ..progress import Reporter
 from ._common import base_attrs, torch_threads
 from ._config import KERNEL_HELP, DeviceConfig, Kernel
@@ -41,9 +42,7 @@ class LayersConfig(ModelConfig, DeviceConfig):
     )
     kernel: Kernel = Field("auto", description=KERNEL_HELP)
     reference_rtol: PositiveFloat = Field(1e-11, description="rtol of the adaptive reference solution")
-    threads: NonNegativeInt = Field(
-        1, description="torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default)"
-    )
+    threads: NonNegativeInt = Field(DEFAULT_THREADS, description=THREADS_HELP)
 
     @field_validator("beta")
     @classmethod
@@ -203,6 +202,8 @@ def plot_layers(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
         ax.plot(hh, e[k] * (hh / h[k]) ** order, color="0.45", ls="--", label=lab)
     ax.set_xscale("log")
     ax.set_yscale("log", nonpositive="mask")
+    ticks_at(ax.xaxis, h)  # the steps themselves: no crowded minor labels
+    ax.margins(x=0.08)  # room for the "L = ..." labels at both ends
     ax.set_xlabel("step h = T / L (log scale)")
     ax.set_ylabel("error against a fine ODE reference (log scale)")
     ax.grid(True, which="both", alpha=0.3)

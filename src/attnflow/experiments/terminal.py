@@ -1,4 +1,4 @@
-"""`terminal`: mass near the top eigenspaces of A and of V against t (MATH.md, Conjecture 1).
+"""`terminal`: mass near the top eigenspaces of A and of V against t (docs/math.md, Conjecture 1).
 
 For finite beta and large t a tight cluster moves like one token, dz/dt = P_z^perp V z, so mass
 leaves A's top eigenspace for V's. The worked example separates the two: u_1 = (1, 0, 1)/sqrt 2 for

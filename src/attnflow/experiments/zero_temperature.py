@@ -1,6 +1,6 @@
 """`zero-temperature`: the exact beta = inf flow on a large quadrature, its W2 decay rate against theory.
 
-MATH.md, Corollary 2: W2(rho^inf_t, Pi_# rho_0) decays exponentially. The rate fitted on the tail
+docs/math.md, Corollary 2: W2(rho^inf_t, Pi_# rho_0) decays exponentially. The rate fitted on the tail
 of the curve is reported next to the guaranteed rate gamma/(2||B||) and the sharper prediction c*,
 never instead of them. A Fibonacci lattice (even spacing) is the default quadrature of uniform
 rho_0: Monte Carlo clouds miss the rare slow tokens near P_1 x = 0 and overestimate late rates.

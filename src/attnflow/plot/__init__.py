@@ -1,6 +1,6 @@
 """Figures from Datasets (never from live objects): the house style and the generic drawings.
 
-`style`: colours, markers, titles, legends, saving as PNG and PDF (greyscale-readable).
+`style`: colours, markers, titles, legends, saving as PNG (and PDF inside `figure_formats`).
 `tokens`: snapshots of the tokens on the sphere and their animation.
 `sweep`: the generic figure of a sweep (every per-point number against a grid axis).
 
@@ -14,11 +14,13 @@ from __future__ import annotations
 from .style import (
     BETA_CMAP,
     DPI,
+    FORMATS,
     SERIES_CMAP,
     beta_curves,
     beta_label,
     beta_legend,
     config_value,
+    figure_formats,
     fits_of,
     log_axis_plain_ticks,
     markevery,
@@ -29,6 +31,7 @@ from .style import (
     run_title,
     save,
     series_styles,
+    ticks_at,
 )
 from .sweep import SWEEP_CAPTIONS, plot_sweep, sweep_variables
 from .tokens import TOKEN_CAPTIONS, animate, has_tokens, plot_snapshots, token_figures
@@ -36,6 +39,7 @@ from .tokens import TOKEN_CAPTIONS, animate, has_tokens, plot_snapshots, token_f
 __all__ = [
     "BETA_CMAP",
     "DPI",
+    "FORMATS",
     "SERIES_CMAP",
     "SWEEP_CAPTIONS",
     "TOKEN_CAPTIONS",
@@ -44,6 +48,7 @@ __all__ = [
     "beta_label",
     "beta_legend",
     "config_value",
+    "figure_formats",
     "fits_of",
     "has_tokens",
     "log_axis_plain_ticks",
@@ -58,5 +63,6 @@ __all__ = [
     "save",
     "series_styles",
     "sweep_variables",
+    "ticks_at",
     "token_figures",
 ]

@@ -1,15 +1,18 @@
 """The house style of every figure: colours, line styles and markers, titles, legends, saving.
 
-Every figure is written as PNG and PDF and is readable in greyscale: lines differ by style and
-marker as well as colour, and beta is coloured with a sequential colormap (dark = small beta).
-Matplotlib is imported inside the functions and used through `matplotlib.figure.Figure` with the
-Agg canvas, so no pyplot state is created or leaked and `import attnflow.plot` stays light.
+Every figure is written as PNG (and as PDF when asked: `figure_formats`) and is readable in
+greyscale: lines differ by style and marker as well as colour, and beta is coloured with a
+sequential colormap (dark = small beta). Matplotlib is imported inside the functions and used
+through `matplotlib.figure.Figure` with the Agg canvas, so no pyplot state is created or leaked and
+`import attnflow.plot` stays light.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +36,10 @@ CMAP_LO, CMAP_SPAN = 0.05, 0.72  # part of the colormap used: no near-white line
 LEGEND_MAX = 10  # more series than this: a colorbar instead of a legend
 ZERO_TEMPERATURE_STYLE: dict[str, Any] = {"color": "black", "lw": 2.2, "ls": (0, (6, 2))}
 STAR_STYLE: dict[str, Any] = {"ls": "", "marker": "*", "mfc": "white", "mec": "black", "zorder": 5}
+#: the file formats `save` can write; PNG always comes first (the report shows it)
+FORMATS = ("png", "pdf")
+# what `save` writes when not told: PNG only (a quick look); `figure_formats("png", "pdf")` for a paper
+_formats: ContextVar[tuple[str, ...]] = ContextVar("attnflow_figure_formats", default=("png",))
 
 
 def check_ds(ds: Any) -> None:
@@ -128,16 +135,57 @@ def new_figure(nrows: int, ncols: int, size: tuple[float, float], **subplot_kw: 
     return fig, axes
 
 
-def save(fig: Figure, outdir: str | Path, stem: str, dpi: int) -> list[Path]:
-    """Write fig as outdir/stem.png and outdir/stem.pdf; returns both paths."""
+def check_formats(formats: Any) -> tuple[str, ...]:
+    """("png", ...) from a sequence of FORMATS names; PNG is always written, first."""
+    if isinstance(formats, str) or not isinstance(formats, Sequence):
+        raise TypeError(f"formats must be a sequence of names from {FORMATS}, got {formats!r}")
+    bad = [f for f in formats if f not in FORMATS]
+    if bad:
+        raise ValueError(f"formats: {bad} unknown; choose from {FORMATS}")
+    return tuple(f for f in FORMATS if f == "png" or f in formats)
+
+
+@contextmanager
+def figure_formats(*formats: str) -> Iterator[tuple[str, ...]]:
+    """Within the block, `save` (so every experiment's figures) writes these formats: e.g.
+    `with figure_formats("png", "pdf"): plot_run(ds, out)`. Outside, PNG only."""
+    token = _formats.set(check_formats(formats))
+    try:
+        yield _formats.get()
+    finally:
+        _formats.reset(token)
+
+
+def save(
+    fig: Figure, outdir: str | Path, stem: str, dpi: int, formats: Sequence[str] | None = None
+) -> list[Path]:
+    """Write fig as outdir/stem.png, and outdir/stem.pdf when "pdf" is in `formats` (default: those
+    of the enclosing `figure_formats`, PNG only outside one); returns the written paths.
+
+    The layout is computed once, for the PNG, and kept for the PDF (a second layout pass would cost
+    as much as drawing the figure again).
+    """
     dpi = int(check_positive(dpi, "dpi", integer=True))
+    formats = _formats.get() if formats is None else check_formats(formats)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    paths = [outdir / f"{stem}.png", outdir / f"{stem}.pdf"]
+    paths = [outdir / f"{stem}.{ext}" for ext in formats]
     fig.savefig(paths[0], dpi=dpi)
-    fig.savefig(paths[1])
+    if len(paths) > 1:
+        freeze_layout(fig)
+        for path in paths[1:]:
+            fig.savefig(path)
     fig.clear()
     return paths
+
+
+def freeze_layout(fig: Figure) -> None:
+    """Keep fig's current layout (axes, legends and colorbars where the last draw put them) for
+    every later draw: no layout engine, so no layout pass (which costs about one draw) per save."""
+    from matplotlib import rc_context
+
+    with rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+        fig.set_layout_engine(None)
 
 
 def series_styles(n: int, cmap: str = BETA_CMAP) -> list[dict[str, Any]]:
@@ -213,6 +261,22 @@ def pick(fit: Any, keys: Sequence[str]) -> float | None:
         if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
             return float(v)
     return None
+
+
+def ticks_at(axis: Any, values: Sequence[float] | np.ndarray, max_labels: int = 8) -> None:
+    """Major ticks of `axis` (ax.xaxis or ax.yaxis, log or linear) at the data's own values (the
+    step sizes, the Ns of a ladder), labelled as plain numbers, at most max_labels of them (every
+    k-th value); the minor ticks stay, without labels, so no two labels overlap."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    v = np.unique(np.asarray([x for x in values if np.isfinite(x) and x > 0], dtype=float))
+    if v.size == 0:
+        return
+    step = max(1, math.ceil(v.size / max_labels))
+    v = v[::-1][::step][::-1]  # keep the largest value
+    axis.set_major_locator(FixedLocator(v.tolist()))
+    axis.set_major_formatter(FuncFormatter(lambda x, _: format_value(float(x), 3)))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def log_axis_plain_ticks(ax: Axes) -> None:

@@ -9,18 +9,19 @@ so that clusters can be followed in greyscale.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._checks import check_positive
-from .style import DPI, beta_label, config_value, new_figure, require, run_title, save
+from .style import DPI, beta_label, config_value, freeze_layout, new_figure, require, run_title, save
 
 if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
     from mpl_toolkits.mplot3d import Axes3D
 
 #: captions of the token figures, for an experiment's `captions`
@@ -29,6 +30,8 @@ TOKEN_CAPTIONS: dict[str, tuple[str, str]] = {
     "tokens": ("Animation", "Animation of the tokens, one frame per saved time."),
 }
 ANIMATION_FILE = "tokens.gif"
+#: how to get MP4 animations when no ffmpeg is found
+FFMPEG_HINT = 'pip install "attnflow[video]" (a bundled ffmpeg), or put an ffmpeg program on the PATH'
 
 
 def _select_positions(
@@ -151,24 +154,34 @@ def _v_direction(ds: xr.Dataset, d: int) -> np.ndarray | None:
 V_STYLE: dict[str, Any] = {"ls": "", "marker": "D", "ms": 8, "mfc": "none", "mec": "0.35", "mew": 1.2}
 
 
+def _wireframe(n_lat: int = 5, n_lon: int = 4) -> list[np.ndarray]:
+    """Segments (k, 3) of a light wireframe of the unit sphere: parallels and half meridians."""
+    g = np.linspace(0, 2 * np.pi, 37)
+    h = np.linspace(-np.pi / 2, np.pi / 2, 19)
+    segs = [
+        np.column_stack([np.cos(g) * np.cos(lat), np.sin(g) * np.cos(lat), np.full_like(g, np.sin(lat))])
+        for lat in np.linspace(-60, 60, n_lat) * np.pi / 180
+    ]
+    for lon in np.linspace(0, np.pi, n_lon, endpoint=False):
+        for s in (1.0, -1.0):
+            segs.append(
+                np.column_stack([s * np.cos(h) * np.cos(lon), s * np.cos(h) * np.sin(lon), np.sin(h)])
+            )
+    return segs
+
+
 def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | None = None) -> None:
     """A 3-D axes with a light wireframe sphere and the axes +-u_k drawn through it (only A's
-    eigenvectors u_k; the principal axis w1 when there are none); +-v1 (V's top) when given."""
+    eigenvectors u_k; the principal axis w1 when there are none); +-v1 (V's top) when given.
+
+    No panes, ticks or axis labels: the sphere and the labelled eigenvector axes carry the geometry
+    (and the 3-D axis machinery cost most of the drawing time).
+    """
+    from mpl_toolkits.mplot3d.art3d import Line3DCollection
+
     n_u = max(sum(lab.startswith("u") for lab in labels), 1)
     U, labels = U[:, :n_u], labels[:n_u]
-    g = np.linspace(0, 2 * np.pi, 37)
-    for lat in np.linspace(-60, 60, 5) * np.pi / 180:
-        ax.plot(
-            np.cos(g) * np.cos(lat),
-            np.sin(g) * np.cos(lat),
-            np.full_like(g, np.sin(lat)),
-            color="0.85",
-            lw=0.6,
-        )
-    h = np.linspace(-np.pi / 2, np.pi / 2, 19)
-    for lon in np.linspace(0, np.pi, 4, endpoint=False):
-        ax.plot(np.cos(h) * np.cos(lon), np.cos(h) * np.sin(lon), np.sin(h), color="0.85", lw=0.6)
-        ax.plot(-np.cos(h) * np.cos(lon), -np.cos(h) * np.sin(lon), np.sin(h), color="0.85", lw=0.6)
+    ax.add_collection3d(Line3DCollection(_wireframe(), colors="0.82", linewidths=0.6))
     for j, (lab, ls) in enumerate(zip(labels, ("-", "--", ":"), strict=False)):
         u = 1.25 * U[:, j]
         ax.plot([-u[0], u[0]], [-u[1], u[1]], [-u[2], u[2]], color="black", lw=1.6 if j == 0 else 1.0, ls=ls)
@@ -194,14 +207,10 @@ def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | N
     ax.set_xlim(-1, 1)
     ax.set_ylim(-1, 1)
     ax.set_zlim(-1, 1)
-    ax.set_box_aspect((1, 1, 1))
-    for axis in (ax.xaxis, ax.yaxis, ax.zaxis):
-        axis.set_ticks([-1, 0, 1])
-    ax.set_xlabel("$x_1$", labelpad=-8)
-    ax.set_ylabel("$x_2$", labelpad=-8)
-    ax.zaxis.set_rotate_label(False)
-    ax.set_zlabel("$x_3$", labelpad=-8)
-    ax.tick_params(labelsize=6, pad=-2)
+    ax.set_box_aspect((1, 1, 1), zoom=1.25)
+    ax.set_axis_off()
+    for axis in (ax.xaxis, ax.yaxis, ax.zaxis):  # hidden, but the layout would still measure their labels
+        axis.set_ticks([])
     if U.shape[1]:
         ax.view_init(elev=20, azim=float(np.degrees(np.arctan2(U[1, 0], U[0, 0]))) + 40.0)
 
@@ -303,13 +312,14 @@ def animate(
     label: str = "",
 ) -> list[Path]:
     """Animation of the tokens, one frame per saved time: a GIF (PillowWriter) always, and an MP4
-    next to it (same stem) when ffmpeg is on the PATH.
+    next to it (same stem) when an ffmpeg program is found (`ffmpeg_path`).
 
     d = 3: 3-D scatter on the sphere with A's top eigenvectors; otherwise the projection onto the
     plane of the two leading directions (u1, u2 or principal axes).  Needs `x`; beta and label as
     in `plot_snapshots`.  path: the .gif file.  Returns the written paths.
     """
-    from matplotlib.animation import FFMpegWriter, PillowWriter
+    from matplotlib import rc_context
+    from matplotlib.animation import FFMpegWriter
 
     path = Path(path)
     if path.suffix.lower() != ".gif":
@@ -351,18 +361,62 @@ def animate(
         title.set_text(f"{head}\nt = {t[k]:.4g}  (frame {k + 1}/{len(t)})")
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    writers: list[tuple[Any, Path]] = [(PillowWriter(fps=fps), path)]
-    if shutil.which("ffmpeg"):
-        writers.append((FFMpegWriter(fps=fps), path.with_suffix(".mp4")))
-    written = []
-    for writer, p in writers:
-        with writer.saving(fig, str(p), dpi):
+    _write_gif(fig, path, len(t), draw, fps, dpi)
+    written = [path]
+    ffmpeg = ffmpeg_path()
+    if ffmpeg:
+        mp4 = path.with_suffix(".mp4")
+        writer = FFMpegWriter(fps=fps)
+        with rc_context({"animation.ffmpeg_path": ffmpeg}), writer.saving(fig, str(mp4), dpi):
             for k in range(len(t)):
                 draw(k)
                 writer.grab_frame()
-        written.append(p)
+        written.append(mp4)
     fig.clear()
     return written
+
+
+def _write_gif(
+    fig: Figure, path: Path, n_frames: int, draw: Callable[[int], None], fps: int, dpi: int
+) -> None:
+    """A looping GIF of the frames draw(0), ..., draw(n_frames - 1).
+
+    The first frame's layout serves them all (`freeze_layout`), and each frame gets its palette from
+    a fast octree: PIL's default median cut on antialiased RGBA frames took half the animation's time.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+
+    canvas = fig.canvas
+    assert isinstance(canvas, FigureCanvasAgg)  # new_figure's canvas
+    fig.set_dpi(dpi)
+    frames = []
+    for k in range(n_frames):
+        draw(k)
+        canvas.draw()
+        if k == 0:
+            freeze_layout(fig)
+        rgb = np.asarray(canvas.buffer_rgba())[..., :3]
+        frames.append(
+            Image.fromarray(np.ascontiguousarray(rgb)).quantize(256, method=Image.Quantize.FASTOCTREE)
+        )
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=round(1000 / fps), loop=0)
+
+
+def ffmpeg_path() -> str | None:
+    """The ffmpeg program that writes MP4: `ffmpeg` on the PATH, else the one bundled with the
+    optional package imageio-ffmpeg (`pip install "attnflow[video]"`), else None (GIF only)."""
+    found = shutil.which("ffmpeg")
+    if found:
+        return found
+    try:
+        import imageio_ffmpeg
+    except ImportError:
+        return None
+    try:
+        return str(imageio_ffmpeg.get_ffmpeg_exe())
+    except (RuntimeError, OSError):  # the package without a usable binary for this platform
+        return None
 
 
 def token_figures(
@@ -375,7 +429,8 @@ def token_figures(
     second: tuple[str, str] | None = None,
     label: str = "",
 ) -> list[Path]:
-    """Snapshots (and with animation=True the GIF, MP4 with ffmpeg) when the run kept tokens, else [].
+    """Snapshots (and with animation=True the GIF, and the MP4 where `ffmpeg_path` finds ffmpeg) when
+    the run kept tokens, else [].
 
     mark, second, label: as in `plot_snapshots`.  Captions: TOKEN_CAPTIONS.
     """

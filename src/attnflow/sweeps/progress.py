@@ -1,4 +1,5 @@
-"""Progress of a sweep over its tasks: a Rich bar, a callable (done, total), or nothing."""
+"""Progress of a sweep over its tasks: a bar (`attnflow.progress.open_bar`), a callable (done, total),
+or nothing."""
 
 from __future__ import annotations
 
@@ -9,36 +10,34 @@ __all__ = ["ProgressBar"]
 
 
 class ProgressBar:
-    """Counts finished tasks (done or failed) and shows them; `close()` stops a Rich bar."""
+    """Counts finished tasks (done or failed) and shows them; `close()` stops the bar.
 
-    def __init__(self, progress: bool | Callable[[int, int], None], total: int, name: str) -> None:
+    progress: True for a bar (tqdm's notebook bar in Jupyter, Rich on stderr elsewhere), False or
+    None for nothing, or a callable told (done, total) after each finished task.
+    """
+
+    def __init__(self, progress: bool | Callable[[int, int], None] | None, total: int, name: str) -> None:
         self.total, self.done = total, 0
         self.callback: Callable[[int, int], None] | None = progress if callable(progress) else None
-        self.rich: Any = None
+        self.bar: Any = None
+        self.name = name
         if progress and self.callback is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from ..progress import open_bar
 
-            self.rich = Progress(
-                TextColumn("[bold]sweep[/] {task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-            )
-            self.task = self.rich.add_task(name, total=total)
-            self.rich.start()
+            self.bar = open_bar(f"sweep {name}", total, unit="points")
 
     def advance(self, n: int) -> None:
         self.done += n
-        if self.rich is not None:
-            self.rich.advance(self.task, n)
+        if self.bar is not None:
+            self.bar.update(self.done)
 
     def after(self, failed: int) -> None:
         """After each finished task: the failures in the bar's label, the callback told."""
-        if self.rich is not None and failed:
-            self.rich.update(self.task, description=f"({failed} failed)")
+        if self.bar is not None and failed:
+            self.bar.describe(f"sweep {self.name} ({failed} failed)")
         if self.callback is not None:
             self.callback(self.done, self.total)
 
     def close(self) -> None:
-        if self.rich is not None:
-            self.rich.stop()
+        if self.bar is not None:
+            self.bar.close()

@@ -48,6 +48,7 @@ from .store import (
 __all__ = ["SweepResult", "sweep"]
 
 MANIFEST_EVERY_S = 0.5  # the manifest is rewritten at most this often while tasks finish
+WORKER_EXIT_S = 60.0  # time a worker of our LocalCluster gets to exit at the end of a sweep
 
 
 @dataclass
@@ -224,6 +225,23 @@ def _client_for(client: Any, workers: int) -> tuple[Any, Any, int | None, bool]:
     return client, None, None, False
 
 
+def _close_cluster(cluster: Any, graceful: bool = True) -> None:
+    """Close a LocalCluster we started. graceful: first its workers, each given WORKER_EXIT_S to
+    exit; Dask's own close gives them 4 s, then kills them with a "Worker process still alive"
+    warning, and a worker process that has loaded torch takes seconds to exit on a busy machine.
+    After an interruption the cluster is closed at once (a running task is not waited for)."""
+    import asyncio
+
+    async def close_workers() -> None:
+        await asyncio.gather(*(w.close(timeout=WORKER_EXIT_S) for w in list(cluster.workers.values())))
+
+    try:
+        if graceful:
+            cluster.sync(close_workers)
+    finally:
+        cluster.close()
+
+
 # ---------------------------------------------------------------------------------- on Dask
 
 
@@ -320,7 +338,7 @@ def sweep(
     store: str | os.PathLike = "runs/sweep",
     workers: int = 2,
     retries: int = 2,
-    progress: bool | Callable[[int, int], None] = True,
+    progress: bool | Callable[[int, int], None] | None = True,
     run_fn: RunFn | None = None,
     torch_threads: int | None = None,
 ) -> SweepResult:
@@ -333,7 +351,8 @@ def sweep(
     store: a folder or an fsspec URL. Complete points there are skipped; a larger grid over the same
         keys and base config extends the sweep.
     retries: each failing point is resubmitted up to this many times, then marked failed.
-    progress: True for a Rich progress bar, False for none, or a callable (done, total).
+    progress: True for a progress bar (tqdm's notebook bar in Jupyter, Rich on stderr elsewhere),
+        False or None for none, or a callable (done, total).
     run_fn: config -> xarray.Dataset (default: the registered experiment's `run`), a test hook.
     torch_threads: torch threads per task (default: cores // workers on a local cluster; on another
         cluster, the usable cores of the task's host // the threads of all workers on that host).
@@ -354,7 +373,7 @@ def _sweep(
     client: Any,
     workers: int,
     retries: int,
-    progress: bool | Callable[[int, int], None],
+    progress: bool | Callable[[int, int], None] | None,
     run_fn: RunFn | None,
     torch_threads: int | None,
     warnings: list[str],
@@ -370,8 +389,10 @@ def _sweep(
     bar = ProgressBar(progress, len(plan.todo), plan.store.name)
     # torch_threads None on another cluster: each task shares its host's cores
     tasks = _Tasks(plan, dask_client, run_fn, torch_threads or local_threads, retries, result, bar)
+    finished = False
     try:
         _collect(tasks)
+        finished = True
     except BaseException:  # interrupted (Ctrl-C) or a client failure: leave an honest manifest
         _stopped(tasks)
         raise
@@ -380,7 +401,7 @@ def _sweep(
         if own_client:
             dask_client.close()
         if cluster is not None:
-            cluster.close()
+            _close_cluster(cluster, graceful=finished)
     write_manifest(plan.store, plan.manifest)
     result.seconds = time.perf_counter() - t0
     return result

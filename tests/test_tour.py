@@ -1,0 +1,52 @@
+"""The tour notebook (examples/tour.ipynb): stored without outputs, and it runs from top to bottom.
+
+Running it needs the `test` extra's notebook tools (nbclient, nbformat, ipykernel), which
+`make test` installs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+TOUR = Path(__file__).resolve().parents[1] / "examples" / "tour.ipynb"
+CELL_TIMEOUT_S = 600
+
+
+def test_tour_is_stored_without_outputs():
+    nb = json.loads(TOUR.read_text(encoding="utf-8"))
+    assert nb["nbformat"] == 4 and nb["metadata"]["kernelspec"]["name"] == "python3"
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    headings = [c["source"][0] for c in nb["cells"] if c["cell_type"] == "markdown" and c["source"]]
+    assert "## 4. A converged run and the claims table\n" in headings
+
+
+@pytest.mark.slow
+def test_tour_runs(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    nb = nbformat.read(TOUR, as_version=4)
+    env = {"HF_HUB_OFFLINE": "1", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        client = nbclient.NotebookClient(
+            nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        )
+        client.execute()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "t_star" in text and "2 run, 0 already done, 0 failed" in text and "beta_eff" in text
+    assert sum(o.output_type == "display_data" and "image/png" in o.data for o in outputs) >= 4
