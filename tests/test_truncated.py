@@ -238,10 +238,12 @@ def test_auto_choices():
     X_cluster = torch.tensor(tight)[None]
     cold = af.worked_example(1e4)
     assert choose_kernel(X_uniform, cold) == "truncated"
-    assert choose_kernel(X_cluster, cold) == "sdpa"
+    assert choose_kernel(X_cluster, cold) == "cluster"  # collapsed: the series kernel
     assert choose_kernel(X_uniform, cold.with_beta(10.0)) == "sdpa"  # hot: everything kept
     assert choose_kernel(X_uniform, cold.with_beta(math.inf)) == "zero"
     assert choose_kernel(X_uniform[:, :1000], cold) == "sdpa"  # small N
     X8 = torch.tensor(af.sample_uniform(8192, 8, seed=16))[None]
     assert choose_kernel(X8, random_attention(8, 1e4)) == "sdpa"
-    assert auto.TRUNCATED_MAX_D == max(auto.PAIRS_MAX)
+    for X in (X_uniform, X_cluster):  # the choice is the cheapest prediction
+        costs = auto.predict_costs(X, cold)
+        assert choose_kernel(X, cold) == min(costs, key=lambda k: costs[k])

@@ -103,7 +103,7 @@ class _Field:
         self.used: dict[str, int] = {}
         # the Attention whose beta the automatic choice plans for
         self._plan = att if betas is None else att.with_beta(float(betas.min()))
-        self._set(resolve_kernel(kernel, self._plan, X))
+        self._set(resolve_kernel(kernel, self._plan, X, weights))
 
     def _set(self, name: str) -> None:
         self.name = name
@@ -111,7 +111,7 @@ class _Field:
 
     def maybe_redecide(self, X) -> None:
         if self.auto:
-            name = resolve_kernel("auto", self._plan, X)
+            name = resolve_kernel("auto", self._plan, X, self.weights)
             if name != self.name:
                 self._set(name)
 

@@ -17,6 +17,7 @@ Kernels may take further keyword arguments of their own after these (truncated: 
     "blocked"    explicit max-subtracted softmax over blocks of queries         (dense.py)
     "zero"       zero-temperature field P_x^perp A x / |B^T x| (weights ignored) (zero.py)
     "truncated"  low-temperature kernel, keys near the row maximum only        (truncated.py)
+    "cluster"    collapsed clusters: certified series between cells of tokens  (cluster.py, cells.py)
     "auto"       chosen per state by `auto.choose_kernel`
 
 A new kernel is one module plus one line in KERNELS.  This module imports nothing heavy: the
@@ -47,8 +48,9 @@ KERNELS: dict[str, tuple[str, str]] = {
     "blocked": ("dense", "velocity_blocked"),
     "zero": ("zero", "velocity_zero"),
     "truncated": ("truncated", "velocity_truncated"),
+    "cluster": ("cluster", "velocity_cluster"),
 }
-FINITE_KERNELS = ("sdpa", "blocked", "truncated")
+FINITE_KERNELS = ("sdpa", "blocked", "truncated", "cluster")
 DTYPES = ("float64", "float32")
 
 
@@ -83,8 +85,11 @@ def get_kernel(name: str) -> Kernel:
     return getattr(importlib.import_module(f".{module}", __name__), func)
 
 
-def resolve_kernel(kernel: str, att: Attention, X: torch.Tensor | None = None) -> str:
-    """Concrete kernel name for `kernel` on state X: "auto" asks auto.choose_kernel.
+def resolve_kernel(
+    kernel: str, att: Attention, X: torch.Tensor | None = None, weights: torch.Tensor | None = None
+) -> str:
+    """Concrete kernel name for `kernel` on state X: "auto" asks auto.choose_kernel (with the
+    quadrature weights (N,) or (M, N) of X's tokens, None: uniform).
 
     A finite-temperature kernel with beta = inf is an error.
     """
@@ -92,7 +97,7 @@ def resolve_kernel(kernel: str, att: Attention, X: torch.Tensor | None = None) -
     if kernel == "auto":
         from .auto import choose_kernel
 
-        kernel = choose_kernel(X, att)
+        kernel = choose_kernel(X, att) if weights is None else choose_kernel(X, att, weights)
     if kernel in FINITE_KERNELS and math.isinf(att.beta):
         raise ValueError(
             f"kernel {kernel!r} is a finite-temperature kernel but beta = inf: "
@@ -142,7 +147,7 @@ def velocity(
     """Velocity v_i = P_{x_i}^perp(sum_j w_ij V x_j) of every token (MATH.md, "Finite temperature").
 
     X: (N, d) or (M, N, d) unit rows (NumPy array, list or torch tensor); rows off the sphere are an
-    error unless normalize=True.  kernel: "auto", "sdpa", "blocked", "zero" or "truncated".
+    error unless normalize=True.  kernel: "auto" or a name of KERNELS.
     dtype: "float64" (default) or "float32" for the computation and the result.
     weights: (N,) or (M, N) quadrature weights w_j > 0 summing to 1 of rho = sum_j w_j delta_{x_j}
     (MATH.md, "Weighted measures"); None: uniform.  X (N, d) with weights (M, N) is one cloud under M
@@ -165,7 +170,7 @@ def velocity(
     w = unless_uniform(w)
     X3 = torch.as_tensor(per_cloud(Xn, M, 3), dtype=getattr(torch, name), device=dev)
     wt = None if w is None else torch.as_tensor(per_cloud(w, M, 2), dtype=X3.dtype, device=dev)
-    kernel = resolve_kernel(kernel, att, X3)
+    kernel = resolve_kernel(kernel, att, X3, wt)
     out = get_kernel(kernel)(X3, att, weights=wt)
     if not bool(torch.isfinite(out).all()):
         raise FloatingPointError(f"kernel {kernel!r} returned NaN or inf (beta = {att.beta:g}, dtype {name})")

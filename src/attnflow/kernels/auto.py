@@ -1,19 +1,21 @@
-"""Automatic kernel choice: the truncated kernel where few keys matter, the fused dense one elsewhere.
+"""Automatic kernel choice: the kernel with the smallest predicted cost on the state.
 
-The truncated kernel (truncated.py) evaluates, for each query, only the keys whose weight is at
-least e^{-cutoff} times the row maximum, plus the slack its cells of queries bring.  It pays off when
-few of the N^2 key-query pairs are evaluated: low temperature on a spread-out cloud.  Once the tokens
-cluster, most keys of a cluster are kept and the dense fused kernel is faster.  `choose_kernel`
-decides in two steps, both cheap next to one dense evaluation:
+Predicted CPU seconds of one evaluation on a state X of M clouds of N tokens in d dimensions:
 
-1. the kept fraction, exact on a seeded sample of queries against all keys (O(sample N d), no
-   exponentials): clustered or hot states (fraction > SKIP_FRACTION) go to "sdpa" at once;
-2. otherwise the truncated kernel's own plan (tree, nearest neighbours, cells, ball counts, no
-   exponentials) counts the pairs it would evaluate; "truncated" is chosen when that is at most
-   PAIRS_MAX[d] of N^2 (more from N = LARGE_N on), thresholds measured on this kind of machine
-   (benchmarks/scale.py, docs/benchmarks.md).
+    sdpa       M N^2 (SDPA[dtype][0] + SDPA[dtype][1] d)
+    truncated  TRUNCATED[dtype][0] M N + TRUNCATED[dtype][1] pairs       pairs: candidate_pairs
+    cluster    token M N + cell_pair (expanded + direct cell pairs)
+               + direct_pair direct_pairs + direct_cell_pair direct_cell_pairs
+               + series (C(p + d + 1, d) moment_rows + C(p + d, d) (d + 1) eval_rows)
+               + expanded_pair expanded_pairs                            the constants: CLUSTER,
+                                                                         counts: cells.plan(...)
 
-The integrator re-decides every few steps as the tokens move.
+The cluster kernel uses the same constants to choose, cell pair by cell pair, between its series
+and direct sums.  The statistics come from the kernels' own plans (trees, nearest neighbours, cells,
+ball counts), which compute no exponential: the truncated kernel's plan only where a sampled lower
+bound on its pairs (the kept fraction) leaves it a chance.  All constants were measured on this
+kind of machine (one thread, CPU time: benchmarks/cluster.py --calibrate, docs/benchmarks.md);
+re-measure them on another.  The integrator re-decides every AUTO_EVERY steps.
 """
 
 from __future__ import annotations
@@ -30,15 +32,32 @@ if TYPE_CHECKING:
 
     from ..model import Attention
 
+MIN_N = 4096  # below this the dense kernel takes milliseconds: no decision needed
 TRUNCATED_MAX_D = 6  # cells of directions stop paying off in higher dimension
-TRUNCATED_MIN_N = 4096  # below this the dense kernel takes milliseconds: no decision needed
-SKIP_FRACTION = 0.25  # a larger sampled kept fraction means "sdpa" without planning
-# largest fraction of the N^2 pairs the truncated kernel may evaluate and still be chosen, by d.
-# Measured (d = 3, benchmarks/scale.py), truncated / dense time: 0.93 at 36 % of the pairs and
-# N = 16384, 0.60 at 29 % and N = 65536, 0.04 at 0.5 %; higher d costs more per pair (ball queries)
-PAIRS_MAX = {2: 0.2, 3: 0.2, 4: 0.15, 5: 0.08, 6: 0.05}
-LARGE_N, LARGE_N_FACTOR = 32768, 1.5  # from N = LARGE_N on, the fixed overhead matters less
-SAMPLE = 256  # queries per decision (all clouds of a batch together)
+CLUSTER_MAX_D = 5  # C(p + d, d) moments per cell pair grow too fast beyond
+SAMPLE = 256  # queries of the kept-fraction sample (all clouds of a batch together)
+# above this sampled kept fraction the truncated kernel does dense work plus gathers from many small
+# blocks and runs at 0.2 to 1x the dense speed (docs/benchmarks.md): it is not planned at all
+SKIP_FRACTION = 0.25
+
+# Measured on an AMD EPYC (2 cores, AVX2, MKL), one torch thread, CPU seconds, with other jobs on the
+# machine (benchmarks/cluster.py --calibrate: uniform clouds at N = 8192 for sdpa; for the others
+# non-negative least squares, relative to each time, over uniform and clustered clouds at N = 65536;
+# docs/benchmarks.md):
+SDPA = {"float64": (6.2e-9, 0.41e-9), "float32": (2.3e-9, 0.0)}  # per pair: a + b d
+TRUNCATED = {"float64": (6.1e-6, 7.2e-9), "float32": (2.9e-6, 4.2e-9)}  # per token, per evaluated pair
+# cluster kernel: the plan per token and per cell pair; direct sums per key-query pair and per cell
+# pair; series per row, monomial and output (moments and evaluation) and per expanded cell pair
+CLUSTER = {
+    "token": 2.6e-6,
+    "cell_pair": 1.2e-6,
+    "direct_pair": 17e-9,
+    "direct_cell_pair": 0.0,
+    "series": 0.44e-9,
+    "expanded_pair": 0.0,
+}
+CANDIDATES = ("sdpa", "truncated", "cluster")
+FLOOR_MARGIN = 0.5  # the truncated kernel is planned unless half its sampled floor exceeds the best
 
 
 def kept_fraction(
@@ -72,24 +91,88 @@ def kept_fraction(
     return float(kept) / (M * per * N)
 
 
-def choose_kernel(X: torch.Tensor | None, att: Attention) -> str:
-    """Name of the kernel to use on the state X (M, N, d).
+def _dtype(X: torch.Tensor) -> str:
+    return "float32" if str(X.dtype).endswith("float32") else "float64"
 
-    "zero" when beta = inf; "truncated" when d <= TRUNCATED_MAX_D, N >= TRUNCATED_MIN_N, the
-    sampled kept fraction is <= SKIP_FRACTION and the truncated kernel would evaluate at most
-    PAIRS_MAX[d] of the N^2 pairs (LARGE_N_FACTOR times that from N = LARGE_N on); "sdpa" otherwise.
+
+def cluster_cost(counts: dict[str, int], d: int) -> float:
+    """Predicted seconds of the cluster kernel from the work counts of cells.Plan.counts()."""
+    c, p = CLUSTER, counts["order"]
+    rows = (
+        math.comb(p + 1 + d, d) * counts["moment_rows"] + math.comb(p + d, d) * (d + 1) * counts["eval_rows"]
+    )
+    return (
+        c["token"] * counts["tokens"]
+        + c["cell_pair"] * (counts["expanded_pairs"] + counts["direct_cell_pairs"])
+        + c["direct_pair"] * counts["direct_pairs"]
+        + c["direct_cell_pair"] * counts["direct_cell_pairs"]
+        + c["series"] * rows
+        + c["expanded_pair"] * counts["expanded_pairs"]
+    )
+
+
+def _numpy64(a) -> np.ndarray:
+    """A float64 NumPy copy of an array or a tensor on any device."""
+    if hasattr(a, "detach"):
+        return a.detach().to("cpu").double().numpy()
+    return np.asarray(a, float)
+
+
+def cluster_counts(X: torch.Tensor, att: Attention, weights=None) -> dict[str, int]:
+    """Work counts of the cluster kernel on X (M, N, d), summed over the clouds (largest order)."""
+    from . import cells
+    from .cluster import DEFAULT_TOL, default_order
+
+    X3 = X if X.dim() == 3 else X.unsqueeze(0)
+    M, N, d = X3.shape
+    w = np.full((M, N), 1.0 / N) if weights is None else np.broadcast_to(_numpy64(weights), (M, N))
+    w = w / w.sum(axis=-1, keepdims=True)  # as the kernel scales them
+    total: dict[str, int] = {}
+    for m in range(M):
+        Xm = X3[m].detach().to("cpu").double().numpy()
+        counts = cells.plan(
+            Xm, w[m], np.asarray(att.B, float), float(att.beta), DEFAULT_TOL, default_order(d)
+        )
+        for key, value in counts.counts().items():
+            total[key] = max(total.get(key, 0), value) if key == "order" else total.get(key, 0) + value
+    return total
+
+
+def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, float]:
+    """Predicted seconds of one evaluation of each candidate kernel on X (M, N, d) (finite beta).
+
+    "truncated" is inf where it cannot win (d > TRUNCATED_MAX_D, a sampled kept fraction above
+    SKIP_FRACTION, or FLOOR_MARGIN times its sampled lower bound above the best other prediction),
+    "cluster" where d > CLUSTER_MAX_D; neither plan is run then.
+    """
+    X3 = X if X.dim() == 3 else X.unsqueeze(0)
+    M, N, d = X3.shape
+    dt = _dtype(X3)
+    a, b = SDPA[dt]
+    costs = {"sdpa": M * N * N * (a + b * d), "truncated": math.inf, "cluster": math.inf}
+    if d <= CLUSTER_MAX_D:
+        costs["cluster"] = cluster_cost(cluster_counts(X3, att, weights), d)
+    if d <= TRUNCATED_MAX_D:
+        per_token, per_pair = TRUNCATED[dt]
+        kept = kept_fraction(X3, att)
+        floor = per_token * M * N + per_pair * kept * M * N * N
+        if kept <= SKIP_FRACTION and FLOOR_MARGIN * floor < min(costs.values()):
+            from .truncated import candidate_pairs
+
+            costs["truncated"] = per_token * M * N + per_pair * candidate_pairs(X3, att, weights=weights)
+    return costs
+
+
+def choose_kernel(X: torch.Tensor | None, att: Attention, weights=None) -> str:
+    """Name of the kernel to use on the state X (M, N, d): "zero" when beta = inf, "sdpa" for small
+    N (< MIN_N) or no state, else the candidate with the smallest `predict_costs`.
+
+    weights: optional (N,) or (M, N) quadrature weights of the tokens (the cluster kernel's cutoff
+    depends on them).
     """
     if math.isinf(att.beta):
         return "zero"
-    if X is None:
+    if X is None or X.shape[-2] < MIN_N:
         return "sdpa"
-    N, d = X.shape[-2], X.shape[-1]
-    if d > TRUNCATED_MAX_D or N < TRUNCATED_MIN_N:
-        return "sdpa"
-    if kept_fraction(X, att) > SKIP_FRACTION:
-        return "sdpa"
-    from .truncated import candidate_pairs
-
-    M = X.shape[0] if X.dim() == 3 else 1
-    limit = PAIRS_MAX[d] * (LARGE_N_FACTOR if N >= LARGE_N else 1.0)
-    return "truncated" if candidate_pairs(X, att) <= limit * M * N * N else "sdpa"
+    costs = predict_costs(X, att, weights)
+    return min(CANDIDATES, key=lambda k: costs[k])
