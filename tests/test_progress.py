@@ -206,7 +206,7 @@ def test_one_thread_policy_for_api_and_configs():
 
     assert inspect.signature(simulate).parameters["threads"].default == _threads.DEFAULT_THREADS
     with_threads = [n for n, exp in REGISTRY.items() if "threads" in exp.Config.model_fields]
-    assert {"concentration", "terminal", "resolution", "layers", "heads"} <= set(with_threads)
+    assert {"concentration", "terminal", "layers", "heads"} <= set(with_threads)
     for name in with_threads:  # (zero-temperature runs no torch)
         field = REGISTRY[name].Config.model_fields["threads"]
         assert (field.default, field.description) == (_threads.DEFAULT_THREADS, _threads.THREADS_HELP), name
