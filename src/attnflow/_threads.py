@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["DEFAULT_THREADS", "THREADS_HELP", "check_threads", "torch_threads"]
+__all__ = ["DEFAULT_THREADS", "THREADS_HELP", "check_threads", "intra_op_threads", "torch_threads"]
 
 DEFAULT_THREADS = 1
 THREADS_HELP = "torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default, all cores)"
@@ -38,6 +38,22 @@ def check_threads(threads: Any, name: str = "threads") -> int:
 
 
 @contextmanager
+def intra_op_threads(n: int) -> Iterator[None]:
+    """Run the block with n >= 1 torch intra-op threads, then restore the previous count: the kernels'
+    hot paths (no BLAS change, no checks: called per block of work)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+@contextmanager
 def torch_threads(n: int) -> Iterator[None]:
     """Run with n torch CPU threads and n BLAS threads (n = 0: leave both as they are), restored
     afterwards."""
@@ -45,15 +61,7 @@ def torch_threads(n: int) -> Iterator[None]:
     if not n:
         yield
         return
-    import torch
     from threadpoolctl import threadpool_limits
 
-    old = torch.get_num_threads()
-    if old != n:
-        torch.set_num_threads(n)
-    try:
-        with threadpool_limits(limits=n, user_api="blas"):
-            yield
-    finally:
-        if torch.get_num_threads() != old:
-            torch.set_num_threads(old)
+    with intra_op_threads(n), threadpool_limits(limits=n, user_api="blas"):
+        yield

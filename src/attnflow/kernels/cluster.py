@@ -64,9 +64,9 @@ import numpy as np
 import torch
 
 from .._checks import check_positive
+from .._threads import intra_op_threads as _threads
 from . import cells as _cells
 from .dense import _batched, _finite_beta, _weights, tangent
-from .truncated import _threads
 
 if TYPE_CHECKING:
     from ..model import Attention

@@ -44,7 +44,6 @@ the fused softmax calls, where the exponentials are, run on the tensors' device.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -52,6 +51,7 @@ import numpy as np
 import torch
 
 from .._checks import check_positive
+from .._threads import intra_op_threads as _threads
 from .dense import _batched, _finite_beta, _weights, log_weights, tangent
 
 if TYPE_CHECKING:
@@ -144,19 +144,6 @@ def _candidates(tree, centres: np.ndarray, radii: np.ndarray, n_keys: int):
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
     return flat, offsets
-
-
-@contextmanager
-def _threads(n: int):
-    """Run the block with n torch intra-op threads, then restore the previous count."""
-    before = torch.get_num_threads()
-    if n != before:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        if n != before:
-            torch.set_num_threads(before)
 
 
 def _sdpa(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask, beta: float) -> torch.Tensor:
