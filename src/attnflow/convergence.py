@@ -42,6 +42,10 @@ __all__ = [
     "richardson",
 ]
 
+# Levels whose N differ from a doubling by this fraction still double: graded quadratures halve their
+# spacing exactly but round their node counts (sphere.graded_circle_quadrature: to a multiple of 4).
+DOUBLING_RTOL = 0.01
+
 # Per-beta statuses, most trusted first.
 STATUSES = ("converged", "resolved", "under-resolved")
 
@@ -119,7 +123,8 @@ def curve_quantities(
 
 
 def richardson(Ns: Any, values: Any) -> tuple[float, float, float | None]:
-    """N -> infinity estimate of values (L,) at doubling Ns (L,): (estimate, error, order r).
+    """N -> infinity estimate of values (L,) at doubling Ns (L,): (estimate, error, order r). Ns
+    double to within DOUBLING_RTOL (a graded quadrature's rounded node counts).
 
     With three or more levels, r = log2(|q_{N} - q_{N/2}| / |q_{2N} - q_N|) from the last three; the
     estimate is q_2N + (q_2N - q_N) / (2^r - 1) when r > 0 is finite, else the last value. The error is
@@ -131,7 +136,7 @@ def richardson(Ns: Any, values: Any) -> tuple[float, float, float | None]:
         return math.nan, math.nan, None
     if q.size == 1:
         return float(q[-1]), math.nan, None
-    if not np.allclose(N[1:] / N[:-1], 2.0):
+    if not np.allclose(N[1:] / N[:-1], 2.0, rtol=DOUBLING_RTOL):
         raise ValueError(f"Richardson extrapolation needs doubling levels, got N = {N.tolist()}")
     last = float(q[-1] - q[-2])
     err = abs(last)
