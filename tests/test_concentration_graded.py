@@ -14,6 +14,7 @@ import attnflow.separatrix as separatrix
 from attnflow.experiments import ConfigError, load_config, run_experiment
 from attnflow.experiments.concentration_levels import graded_clouds
 from attnflow.io import read_dataset
+from attnflow.metrics import resolution_ratio
 from attnflow.model import worked_example
 from attnflow.sphere import graded_circle_quadrature
 
@@ -78,6 +79,12 @@ def test_graded_run_levels_weights_and_resume(tmp_path, search_calls):
         ]
         assert conv[key]["levels"] == expect and conv[key]["N"] == expect[-1]
         np.testing.assert_array_equal(ds.ladder_N.values[i], expect)
+        # the resolution ratio takes the largest gap (at most kw / 2^level, halved by each level), not
+        # the 2 pi / N of evenly spread nodes (graded nodes crowd near the separatrices)
+        ratio = ds.ladder_ratio.values[i]
+        even = [resolution_ratio(n, 2, beta, B=att.B) for n in expect]
+        assert ratio[1] == pytest.approx(ratio[0] / 2, rel=0.02) and ratio[0] <= 1.0
+        assert np.all(ratio > 3 * np.array(even))
         clouds = list(graded_clouds(config, beta, part))
         assert [c.N for c in clouds] == expect  # level 2 would pass N_max
         for c in clouds:

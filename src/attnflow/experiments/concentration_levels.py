@@ -155,11 +155,18 @@ def reduce_level(config: Any, beta: float, cloud: Cloud, times: np.ndarray, x: n
 
 
 def resolution_ratio_of(config: Any, beta: float, cloud: Cloud) -> float:
-    """spacing(N) sqrt(beta max_i |B^T x_i|) of the cloud (metrics.resolution_ratio)."""
+    """spacing(N) sqrt(beta max_i |B^T x_i|) of the cloud (metrics.resolution_ratio); init = graded:
+    with the largest gap between nodes as the spacing (2^-level kernel widths), not 2 pi / N."""
     from ..metrics import resolution_ratio
+    from ..sphere import spacing
 
     att = attention_of(config, 1.0)
-    return float(resolution_ratio(cloud.N, att.d, beta, B=att.B, X=cloud.X0))
+    ratio = float(resolution_ratio(cloud.N, att.d, beta, B=att.B, X=cloud.X0))
+    if config.init == "graded":
+        theta = np.sort(np.arctan2(cloud.X0[0, :, 1], cloud.X0[0, :, 0]))
+        gap = float(np.max(np.diff(theta, append=theta[0] + 2.0 * math.pi)))
+        ratio *= gap / spacing(cloud.N, 2)
+    return ratio
 
 
 def departure_time(times: np.ndarray, mass: np.ndarray, level: float = 0.5) -> float:
