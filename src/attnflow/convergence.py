@@ -5,7 +5,9 @@ measures"; the rules of docs/experiments.md). For one beta the ladder runs the s
 N_min, 2 N_min, ... and compares consecutive levels:
 
 - the *converged window* [0, T_k] of level k is the longest initial stretch of saved times on which
-  its W2 curve and that of level k-1 agree within `atol + rtol W2`. Beyond T_k the coarser run has
+  its W2 curve and that of level k-1 agree within `atol + rtol W2` (the first level: the window it
+  shares with the second, so that `streak` doublings compare `streak` + 1 windowed levels, as many
+  as the curves need). Beyond T_k the coarser run has
   left the mean-field solution (for N tokens the softmax loses the tokens near its maximiser after a
   time ~ log N: docs/experiments.md, "What converges in N");
 - the *quantities* of level k are read off its curve inside that window only: min W2, its argmin t*,
@@ -181,7 +183,8 @@ def judge_ladder(
     streak: int = 2,
     extra_times: dict[str, list[float]] | None = None,
 ) -> LadderDecision:
-    """Judge the levels Ns (L,) with their CurveQuantities (the first level's window is empty).
+    """Judge the levels Ns (L,) with their CurveQuantities (the first level's window: the one it
+    shares with the second, or empty while it is alone).
 
     The status is "converged" when the W2 curves of the last `streak` doublings agree over the whole
     saved span [0, t_max]: the run is then converged in N on it, and more tokens cannot change what it
