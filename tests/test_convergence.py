@@ -134,6 +134,16 @@ def test_richardson_refuses_a_non_doubling_ladder_and_handles_short_ones():
     assert order is None and est == 1.0 and err == 1.0
 
 
+def test_richardson_takes_graded_node_counts_that_double_up_to_rounding():
+    # a graded quadrature halves its spacing exactly and rounds N up to a multiple of 4
+    Ns = [600, 1196, 2388]
+    q = [1.0 + 1.0 / n for n in (1, 2, 4)]  # first order in the spacing, 2 per level
+    est, err, order = richardson(Ns, q)
+    assert order == pytest.approx(1.0) and est == pytest.approx(1.0) and err == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="doubling"):
+        richardson([600, 1250], [1.0, 2.0])  # 4 % off a doubling
+
+
 def test_curve_quantities_entry_and_deviation_times():
     w = np.exp(-0.5 * T) + 0.01
     ref = np.exp(-0.5 * T)

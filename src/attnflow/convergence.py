@@ -5,7 +5,9 @@ measures"; the rules of docs/experiments.md). For one beta the ladder runs the s
 N_min, 2 N_min, ... and compares consecutive levels:
 
 - the *converged window* [0, T_k] of level k is the longest initial stretch of saved times on which
-  its W2 curve and that of level k-1 agree within `atol + rtol W2`. Beyond T_k the coarser run has
+  its W2 curve and that of level k-1 agree within `atol + rtol W2` (the first level: the window it
+  shares with the second, so that `streak` doublings compare `streak` + 1 windowed levels, as many
+  as the curves need). Beyond T_k the coarser run has
   left the mean-field solution (for N tokens the softmax loses the tokens near its maximiser after a
   time ~ log N: docs/experiments.md, "What converges in N");
 - the *quantities* of level k are read off its curve inside that window only (the first level: its
@@ -41,6 +43,10 @@ __all__ = [
     "judge_ladder",
     "richardson",
 ]
+
+# Levels whose N differ from a doubling by this fraction still double: graded quadratures halve their
+# spacing exactly but round their node counts (sphere.graded_circle_quadrature: to a multiple of 4).
+DOUBLING_RTOL = 0.01
 
 # Per-beta statuses, most trusted first.
 STATUSES = ("converged", "resolved", "under-resolved")
@@ -119,7 +125,8 @@ def curve_quantities(
 
 
 def richardson(Ns: Any, values: Any) -> tuple[float, float, float | None]:
-    """N -> infinity estimate of values (L,) at doubling Ns (L,): (estimate, error, order r).
+    """N -> infinity estimate of values (L,) at doubling Ns (L,): (estimate, error, order r). Ns
+    double to within DOUBLING_RTOL (a graded quadrature's rounded node counts).
 
     With three or more levels, r = log2(|q_{N} - q_{N/2}| / |q_{2N} - q_N|) from the last three; the
     estimate is q_2N + (q_2N - q_N) / (2^r - 1) when r > 0 is finite, else the last value. The error is
@@ -131,7 +138,7 @@ def richardson(Ns: Any, values: Any) -> tuple[float, float, float | None]:
         return math.nan, math.nan, None
     if q.size == 1:
         return float(q[-1]), math.nan, None
-    if not np.allclose(N[1:] / N[:-1], 2.0):
+    if not np.allclose(N[1:] / N[:-1], 2.0, rtol=DOUBLING_RTOL):
         raise ValueError(f"Richardson extrapolation needs doubling levels, got N = {N.tolist()}")
     last = float(q[-1] - q[-2])
     err = abs(last)
@@ -177,7 +184,8 @@ def judge_ladder(
     extra_times: dict[str, list[float]] | None = None,
     previous: list[CurveQuantities | None] | None = None,
 ) -> LadderDecision:
-    """Judge the levels Ns (L,) with their CurveQuantities (the first level's window is empty).
+    """Judge the levels Ns (L,) with their CurveQuantities (the first level's window: the one it
+    shares with the second, or empty while it is alone).
 
     The status is "converged" when the W2 curves of the last `streak` doublings agree over the whole
     saved span [0, t_max]: the run is then converged in N on it, and more tokens cannot change what it

@@ -10,6 +10,9 @@ that integrate the flow, and the two functions that build them.
               "fibonacci"   the Fibonacci lattice on S^2 (d = 3 only), equal weights
               "quadrature"  deterministic nodes (equispaced on S^1, Fibonacci on S^2) whose weights
                             carry rho_0 (docs/math.md, "Weighted measures")
+              "graded"      d = 2, `concentration` only: nodes graded logarithmically toward the
+                            separatrices of the flow at each beta (attnflow.separatrix), weights
+                            carrying rho_0; the levels of the N ladder are the grading's levels
     density = "uniform" or "vmf" (von Mises-Fisher of concentration `kappa` around A's top
               eigenvector u_1): rho_0 itself.
 
@@ -19,9 +22,10 @@ d follows from the weights; a key that does not exist in that d is a config erro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
@@ -33,7 +37,7 @@ if TYPE_CHECKING:
 
 NAMED_WEIGHTS = {"worked-example": 3, "worked-example-2d": 2, "random": None}
 RANDOM_D = 3  # dimension of weights = "random" when `d` is not given
-INITS = ("uniform", "fibonacci", "quadrature")
+INITS = ("uniform", "fibonacci", "quadrature", "graded")
 QUADRATURE_D = (2, 3)  # dimensions with deterministic nodes (sphere.quadrature)
 
 
@@ -52,15 +56,19 @@ class ModelConfig(ExperimentConfig):
     symmetric: bool = Field(
         True, description="weights = random: A = V B^T symmetric with a gap (the theorem applies)"
     )
-    init: Literal["uniform", "fibonacci", "quadrature"] = Field(
+    init: Literal["uniform", "fibonacci", "quadrature", "graded"] = Field(
         "uniform",
-        description="rho_0 as tokens: uniform (i.i.d., seeded), fibonacci (lattice, d = 3) or "
-        "quadrature (deterministic nodes with weights, d = 2 or 3)",
+        description="rho_0 as tokens: uniform (i.i.d., seeded), fibonacci (lattice, d = 3), "
+        "quadrature (deterministic nodes with weights, d = 2 or 3) or graded (nodes graded toward "
+        "the separatrices at each beta, d = 2, concentration only)",
     )
     density: Literal["uniform", "vmf"] = Field(
         "uniform", description="rho_0: uniform, or vmf (von Mises-Fisher around u_1, concentration kappa)"
     )
     kappa: PositiveFloat = Field(2.0, description="concentration of density = vmf")
+
+    # whether the experiment builds rho_0 per beta (init = graded): set by the experiments that do
+    graded_init: ClassVar[bool] = False
 
     @model_validator(mode="after")
     def _model_keys(self):
@@ -73,6 +81,16 @@ class ModelConfig(ExperimentConfig):
             raise ValueError(
                 f"init = quadrature has nodes for d = 2 (equispaced) and d = 3 (Fibonacci) only; these "
                 f"weights have d = {d}: use init = uniform"
+            )
+        if self.init == "graded" and d != 2:
+            raise ValueError(
+                f"init = graded grades nodes toward the separatrices on S^1 (d = 2); these weights have "
+                f"d = {d}: use init = quadrature"
+            )
+        if self.init == "graded" and not self.graded_init:
+            raise ValueError(
+                f"init = graded builds rho_0 per beta, which only the concentration experiment does; "
+                f"{getattr(self, 'experiment', 'this experiment')} needs init = quadrature or uniform"
             )
         if self.init == "fibonacci" and self.density != "uniform":
             raise ValueError(
@@ -142,19 +160,29 @@ def initial_measure(
     config: ModelConfig, N: int, att: Attention, seed: int
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """rho_0 as (X0 (N, d), weights (N,) or None for equal weights)."""
-    from ..sphere import fibonacci_sphere, quadrature, sample_uniform, sample_vmf, vmf_density
+    from ..sphere import fibonacci_sphere, quadrature, sample_uniform, sample_vmf
 
     d = att.d
     u1 = att.spectrum().top.basis[:, 0]
+    if config.init == "graded":
+        raise ValueError("init = graded depends on beta: build rho_0 with separatrix.mean_field_quadrature")
     if config.init == "quadrature":
-        density = None if config.density == "uniform" else vmf_density(u1, config.kappa)
-        X, w = quadrature(N, d, density)
+        X, w = quadrature(N, d, density_of(config, att))
         return X, (None if config.density == "uniform" else w)
     if config.init == "fibonacci":
         return fibonacci_sphere(N), None
     if config.density == "vmf":
         return sample_vmf(N, u1, config.kappa, seed=seed), None
     return sample_uniform(N, d, seed=seed), None
+
+
+def density_of(config: ModelConfig, att: Attention) -> Callable[[np.ndarray], np.ndarray] | None:
+    """rho_0's density w.r.t. the uniform law, X (N, d) -> (N,), for the quadratures (None: uniform)."""
+    from ..sphere import vmf_density
+
+    if config.density == "uniform":
+        return None
+    return vmf_density(att.spectrum().top.basis[:, 0], config.kappa)
 
 
 def density_area(d: int) -> float:

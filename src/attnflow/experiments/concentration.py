@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
@@ -32,8 +32,10 @@ from .concentration_levels import (
     batch_betas,
     betas_together,
     departure_time,
+    graded_clouds,
     make_cloud,
     reduce_level,
+    separatrix_part,
     simulate_level,
     zero_temperature,
 )
@@ -46,13 +48,16 @@ class ConcentrationConfig(SimulationConfig, ModelConfig):
     """Config of the `concentration` experiment (the default of `attnflow run`)."""
 
     experiment: Literal["concentration"] = "concentration"
+    graded_init: ClassVar[bool] = True  # init = graded: rho_0 per beta, N_min..N_max its levels
     betas: list[PositiveFloat] = Field(
         [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0], description="inverse temperatures beta (finite, > 0)"
     )
     N: PositiveInt | Literal["auto"] = Field(
         600, description='number of tokens, or "auto": a doubling ladder N_min..N_max until converged'
     )
-    N_min: PositiveInt = Field(256, description="N = auto: first level of the ladder")
+    N_min: PositiveInt = Field(
+        256, description="N = auto: first level of the ladder (init = graded: level 0's node count)"
+    )
     N_max: PositiveInt = Field(16384, description="N = auto: largest level of the ladder")
     tol: PositiveFloat = Field(0.02, description="N = auto: largest relative change of a converged quantity")
     streak: PositiveInt = Field(2, description="N = auto: doublings in a row that must stay within tol")
@@ -85,6 +90,11 @@ class ConcentrationConfig(SimulationConfig, ModelConfig):
             raise ValueError(f"N_min = {self.N_min} must not exceed N_max = {self.N_max}")
         if self.seeds and self.init != "uniform":
             raise ValueError(f"seeds are random clouds: they need init = uniform, not {self.init}")
+        if self.init == "graded" and self.N != "auto":
+            raise ValueError(
+                f'init = graded sets N per beta (the node counts of its levels): use N = "auto", not '
+                f"N = {self.N}"
+            )
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct, got {self.seeds}")
         return self
@@ -112,6 +122,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "N_min": 4096,
         "N_max": 262144,
         "threads": 0,
+    },
+    # d = 2 worked example on nodes graded toward the separatrices, grading levels 0 and 1 (a beta
+    # converges when the two agree over [0, t_max]; level 2 moved min W2 by 2.5e-5 at most): four
+    # betas, so that the claims table tests the curvature of the laws; about 20 min on 2 shared cores
+    # (docs/experiments.md, "concentration-2d"), each further beta 5 to 12 min
+    "concentration-2d": {
+        "weights": "worked-example-2d",
+        "init": "graded",
+        "N": "auto",
+        "streak": 1,
+        "betas": [10.0, 20.0, 30.0, 40.0],
+        "t_max": 25.0,
+        "zero_reference": True,
     },
     # the ladder alone, d = 3 Fibonacci nodes (formerly the `resolution` experiment)
     "resolution": {
@@ -159,8 +182,9 @@ def _levels(config: ConcentrationConfig) -> list[int]:
 
 
 def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter | None = None):
-    """Run the experiment; with `out`, every finished (beta, N) level is kept in out/parts."""
-    from ..convergence import converged_window, curve_quantities, judge_ladder
+    """Run the experiment; with `out`, every finished (beta, N) level is kept in out/parts, and with
+    init = graded every beta's separatrix search."""
+    from ..convergence import CurveQuantities, converged_window, curve_quantities, judge_ladder
     from ..metrics import RESOLUTION_OK
 
     reporter = progress or Reporter()
@@ -168,11 +192,14 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     times = time_grid(config.t_max, config.dt_save)
     fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     Ns = _levels(config)
+    graded = config.init == "graded"
+    # init = graded: rho_0 depends on beta; a cloud that does not (zero temperature) uses quadrature
+    base = config.model_copy(update={"init": "quadrature"}) if graded else config
     clouds: dict[int, Cloud] = {}
 
     def cloud(N: int) -> Cloud:
         if N not in clouds:
-            clouds[N] = make_cloud(config, N)
+            clouds[N] = make_cloud(base, N)
         return clouds[N]
 
     reporter.overall(len(config.betas) + 1, f"concentration: {len(config.betas)} betas, N = {config.N}")
@@ -190,17 +217,28 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
         if not all(part_done(out, n, fp) for n in names):
             together = betas_together(config, config.betas, cloud(Ns[0]), times, reporter)
 
-    results = {}
+    results, searches, first = {}, {}, None  # first: the cloud of the first beta's last level
     for beta in config.betas:
         t0 = time.perf_counter()
-        levels, quantities, previous, decision = [], [], [], None
-        for k, N in enumerate(Ns):
+        levels, decision = [], None
+        quantities: list[CurveQuantities] = []
+        previous: list[CurveQuantities | None] = []
+        if graded:  # the levels are the grading's: their N are node counts, known once the search is done
 
-            def compute(beta=beta, N=N):
+            def search(beta: float = beta) -> Any:
+                return separatrix_part(config, beta, reporter)
+
+            searches[beta] = cached_part(out, f"{part_name(beta=beta)}_separatrix", fp, search, reporter)
+            ladder = [(c.N, lambda c=c: c) for c in graded_clouds(config, beta, searches[beta])]
+        else:
+            ladder = [(N, lambda N=N: cloud(N)) for N in Ns]
+        for k, (N, this) in enumerate(ladder):
+
+            def compute(beta=beta, this=this):
                 x, info = (
-                    together(beta) if together else simulate_level(config, beta, cloud(N), times, reporter)
+                    together(beta) if together else simulate_level(config, beta, this(), times, reporter)
                 )
-                return reduce_level(config, beta, cloud(N), times, x, info)
+                return reduce_level(config, beta, this(), times, x, info)
 
             part = cached_part(out, part_name(beta=beta, N=N), fp, compute, reporter)
             levels.append(part)
@@ -235,19 +273,33 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
             reporter.info(
                 _level_line(beta, N, quantities[-1], decision.status, float(part.attrs["resolution_ratio"]))
             )
-            if decision.done:
+            # graded levels stop at the last node count <= N_max (graded_clouds), not at 2 N > N_max
+            if decision.status == "converged" if graded else decision.done:
                 break
         assert decision is not None
         if decision.status == "under-resolved":
             reporter.warn(_under_resolved(config, beta, levels[-1]))
         results[beta] = (levels, quantities, decision)
+        first = first or ladder[len(levels) - 1][1]()
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
         reporter.advance()
+    assert first is not None
     ds = _assemble(config, times, results, zero, zero_info)
-    ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(config, times, cloud, ds))
+    ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(config, times, first, ds))
     timings["total_s"] = time.perf_counter() - start
-    _attach(ds, config, reporter, timings, results, zero_info)
+    separatrices = {f"{b:g}": _separatrix_record(s) for b, s in searches.items()}
+    _attach(ds, config, reporter, timings, results, zero_info, separatrices)
     return ds
+
+
+def _separatrix_record(search: Any) -> dict[str, Any]:
+    """What summary.json says of one beta's separatrix search (init = graded)."""
+    return {
+        "angles": [float(a) for a in search.angles.values],
+        "width": float(search.attrs["width"]),
+        "passes": len(json_attr(search, "passes", [])),
+        "search_s": float(search.attrs["wall_s"]),
+    }
 
 
 def _level_line(beta: float, N: int, q: Any, status: str, ratio: float) -> str:
@@ -273,13 +325,12 @@ def _under_resolved(config: ConcentrationConfig, beta: float, part: Any) -> str:
     )
 
 
-def _tokens_at_zero_temperature(config, times, cloud, ds) -> np.ndarray:
-    """The stored tokens of the first beta's last level under the exact zero-temperature flow (it is
-    local: the kept tokens alone give their own paths)."""
+def _tokens_at_zero_temperature(config, times, c: Cloud, ds) -> np.ndarray:
+    """The stored tokens of the first beta's last level (its cloud c) under the exact zero-temperature
+    flow (it is local: the kept tokens alone give their own paths)."""
     from ..zero_temperature import simulate_zero_temperature
     from ._model import attention_of
 
-    c = cloud(int(ds.N_used.values[0]))
     X = c.X0[0][c.keep][: ds.sizes["token"]]
     return simulate_zero_temperature(X, attention_of(config, math.inf), times).x.astype(np.float32)
 
@@ -337,7 +388,7 @@ def _per_beta_record(ds, decision) -> dict[str, Any]:
     return q
 
 
-def _attach(ds, config, reporter, timings, results, zero_info) -> None:
+def _attach(ds, config, reporter, timings, results, zero_info, separatrices) -> None:
     """Fits and the claims table over converged betas, convergence per beta, attrs, long names."""
     from ..claims import claims_table
     from ..fits import fit_theorem_bound
@@ -392,6 +443,7 @@ def _attach(ds, config, reporter, timings, results, zero_info) -> None:
         convergence=convergence,
         zero=zero_info,
         model=describe_model(config),
+        separatrices=separatrices,
     )
     long = {
         "w2": "exact W2(rho^beta_t, Pi_# rho_0), chordal cost",
@@ -433,6 +485,7 @@ def summarize(ds) -> dict[str, Any]:
         "zero_temperature": {
             k: zero.get(k) for k in ("kind", "guaranteed", "c_star", "local_rates") if k in zero
         },
+        "separatrices": json_attr(ds, "separatrices", {}),
         "warnings": json_attr(ds, "warnings", []),
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }

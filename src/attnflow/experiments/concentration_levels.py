@@ -1,14 +1,18 @@
-"""The units of work of `concentration`: one (beta, N) level, the zero-temperature reference.
+"""The units of work of `concentration`: one (beta, N) level, the zero-temperature reference, and
+(init = graded) the separatrix search of one beta.
 
 A level simulates rho_0 with N tokens (one cloud, or one per seed in one kernel call) at one beta and
 reduces the trajectory to W2(rho_t, Pi_# rho_0) and the diagnostics; every level is a part of the
-run folder, so a ladder that is interrupted, or extended to a larger N_max, resumes.
+run folder, so a ladder that is interrupted, or extended to a larger N_max, resumes. With init =
+graded the search is a part too: a resumed run grades its nodes from the stored separatrices.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +21,7 @@ import numpy as np
 from ..io import to_json
 from ..progress import Reporter
 from ._common import simulate_kwargs, token_subset, torch_threads, unit_float64
-from ._model import attention_of, initial_measure
+from ._model import attention_of, density_of, initial_measure
 
 # Up to this N a fixed-step run integrates all betas in one kernel call per stage: 1.9x faster at
 # N = 64, 1.4x at 128, no gain from N = 600 on (benchmarks/betas.py).  Adaptive runs never do: the
@@ -38,20 +42,61 @@ class Cloud:
     seeds: list[int]
 
 
-def make_cloud(config: Any, N: int) -> Cloud:
-    """The initial measure of `config` with N tokens (one cloud per seed)."""
+def make_cloud(config: Any, N: int, measure: tuple[np.ndarray, np.ndarray] | None = None) -> Cloud:
+    """The initial measure of `config` with N tokens (one cloud per seed), or the given one: measure =
+    (X (N, d), weights (N,)), as init = graded builds it."""
     from ..zero_temperature import project
 
     att = attention_of(config, 1.0)
     seeds = list(config.seeds) or [config.seed]
-    X, w = [], None
-    for s in seeds:
+    X: list[np.ndarray] = []
+    w = None if measure is None else measure[1]
+    for s in seeds if measure is None else []:
         Xs, w = initial_measure(config, N, att, s)
         X.append(Xs)
-    X0 = np.stack(X)
+    X0 = np.stack(X) if measure is None else measure[0][None]
     PiX0 = np.stack([project(x, att) for x in X0])
     keep = token_subset(N, config.n_keep, config.seed)
     return Cloud(N, X0, w, PiX0, keep, seeds)
+
+
+def separatrix_part(config: Any, beta: float, reporter: Reporter):
+    """init = graded: the separatrices of the flow at beta (separatrix.mean_field_quadrature's search
+    from its default brackets, rho_0's density, up to t_max) as a Dataset: angles (separatrix,),
+    brackets (separatrix, end) in radians; attrs width (the widest bracket), passes (JSON), wall_s."""
+    import xarray as xr
+
+    from ..separatrix import mean_field_quadrature
+
+    att = attention_of(config, beta)
+    start = time.perf_counter()
+    with torch_threads(config.threads), reporter.task(f"beta = {beta:g}: separatrix search"):
+        density = density_of(config, att)
+        res = mean_field_quadrature(att, config.t_max, 0, density=density, kernel=config.kernel)[2]
+    return xr.Dataset(
+        {"angles": (("separatrix",), res.angles), "brackets": (("separatrix", "end"), res.brackets)},
+        attrs={
+            "beta": beta,
+            "width": res.width,
+            "passes": to_json(res.passes),
+            "wall_s": time.perf_counter() - start,
+        },
+    )
+
+
+def graded_clouds(config: Any, beta: float, search: Any) -> Iterator[Cloud]:
+    """init = graded: the clouds of levels 0, 1, 2, ... at beta, graded toward the separatrices of
+    `search` (a separatrix_part); level 0 always, then each level whose node count is <= N_max."""
+    from ..separatrix import SeparatrixSearch, mean_field_quadrature
+
+    found = SeparatrixSearch(search.angles.values, search.brackets.values)
+    att = attention_of(config, beta)
+    density = density_of(config, att)
+    for level in itertools.count():
+        X, w, _ = mean_field_quadrature(att, config.t_max, level, search=found, density=density)
+        if level and len(w) > config.N_max:
+            return
+        yield make_cloud(config, len(w), (X, w))
 
 
 def _squeeze(cloud: Cloud, a: np.ndarray) -> np.ndarray:
@@ -110,11 +155,18 @@ def reduce_level(config: Any, beta: float, cloud: Cloud, times: np.ndarray, x: n
 
 
 def resolution_ratio_of(config: Any, beta: float, cloud: Cloud) -> float:
-    """spacing(N) sqrt(beta max_i |B^T x_i|) of the cloud (metrics.resolution_ratio)."""
+    """spacing(N) sqrt(beta max_i |B^T x_i|) of the cloud (metrics.resolution_ratio); init = graded:
+    with the largest gap between nodes as the spacing (2^-level kernel widths), not 2 pi / N."""
     from ..metrics import resolution_ratio
+    from ..sphere import spacing
 
     att = attention_of(config, 1.0)
-    return float(resolution_ratio(cloud.N, att.d, beta, B=att.B, X=cloud.X0))
+    ratio = float(resolution_ratio(cloud.N, att.d, beta, B=att.B, X=cloud.X0))
+    if config.init == "graded":
+        theta = np.sort(np.arctan2(cloud.X0[0, :, 1], cloud.X0[0, :, 0]))
+        gap = float(np.max(np.diff(theta, append=theta[0] + 2.0 * math.pi)))
+        ratio *= gap / spacing(cloud.N, 2)
+    return ratio
 
 
 def departure_time(times: np.ndarray, mass: np.ndarray, level: float = 0.5) -> float:
