@@ -237,7 +237,7 @@ class RichReporter(Reporter):
 
     def warn(self, message: str) -> None:
         super().warn(message)
-        self.console.print(f"warning: {message}", markup=False, highlight=False, style="bold")
+        self.console.print(f"attnflow: warning: {message}", markup=False, highlight=False, style="bold")
 
     def close(self) -> None:
         self.progress.stop()
@@ -284,7 +284,7 @@ class TqdmReporter(Reporter):
         super().warn(message)
         from tqdm.auto import tqdm
 
-        tqdm.write(f"warning: {message}")
+        tqdm.write(f"attnflow: warning: {message}")
 
     def close(self) -> None:
         if self._overall is not None:
