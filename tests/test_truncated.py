@@ -179,6 +179,19 @@ def test_candidate_pairs_match_the_kernel():
     assert stats["pairs"] < 0.2 * 2 * 1500**2
 
 
+def test_candidate_pairs_take_the_kernels_settings():
+    """Settings the kernel adjusts (leaf_min above leaf) or refuses: the count follows the kernel."""
+    att = af.worked_example(1e4)
+    X = torch.tensor(af.sample_uniform(800, 3, seed=5))
+    stats: dict = {}
+    velocity_truncated(X, att, leaf=4, leaf_min=64, stats=stats)
+    assert candidate_pairs(X, att, leaf=4, leaf_min=64) == stats["pairs"]
+    with pytest.raises(ValueError, match="cutoff"):
+        candidate_pairs(X, att, cutoff=-1.0)
+    with pytest.raises(TypeError, match="leaf"):
+        candidate_pairs(X, att, leaf=2.5)
+
+
 @settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 2**31), logbeta=st.floats(1.0, 5.0))
 def test_rotation_equivariance(seed, logbeta):

@@ -26,6 +26,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ._cli_options import AnimationOption, PdfOption, SetOption
 from ._console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, console
 from ._console import fail as _fail
 from .experiments import DEFAULT_EXPERIMENT, ConfigError
@@ -159,28 +160,13 @@ def run(
             "--out", "-o", metavar="DIR", help="output folder (default runs/NAME); rerun with it to resume"
         ),
     ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            "-s",
-            metavar="KEY=VALUE",
-            help="override a parameter: key=value, value a TOML literal; repeatable",
-        ),
-    ] = None,
+    set_: SetOption = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="no progress bars or messages (warnings stay)")
     ] = False,
     figures: Annotated[bool, typer.Option(help="draw the figures (PNG) and the report at the end")] = True,
-    pdf: Annotated[
-        bool, typer.Option("--pdf", help="also write every figure as PDF (vector, for a paper)")
-    ] = False,
-    animation: Annotated[
-        bool,
-        typer.Option(
-            "--animation/--no-animation", help="also write the token animation (GIF; MP4 with ffmpeg)"
-        ),
-    ] = False,
+    pdf: PdfOption = False,
+    animation: AnimationOption = False,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="replace a run of another experiment or config in OUT")
     ] = False,
@@ -259,15 +245,8 @@ def _kept(out: Path) -> str:
 @app.command()
 def plot(
     directory: Annotated[Path, typer.Argument(help="output folder of `attnflow run`")],
-    pdf: Annotated[
-        bool, typer.Option("--pdf", help="also write every figure as PDF (vector, for a paper)")
-    ] = False,
-    animation: Annotated[
-        bool,
-        typer.Option(
-            "--animation/--no-animation", help="also write the token animation (GIF; MP4 with ffmpeg)"
-        ),
-    ] = False,
+    pdf: PdfOption = False,
+    animation: AnimationOption = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """(Re)draw the figures (PNG; --pdf: also PDF), the animation (--animation) and the report of a

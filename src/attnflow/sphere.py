@@ -61,6 +61,18 @@ def sample_uniform(N: int, d: int, seed: SeedLike = None, M: int | None = None) 
     return normalize(G)
 
 
+def _check_vmf(mean, kappa: float) -> tuple[np.ndarray, float]:
+    """The von Mises-Fisher parameters, checked: the unit mean direction (d,) and kappa >= 0."""
+    mu = to_numpy(mean).astype(np.float64).ravel()
+    if mu.size < 2 or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
+        raise ValueError(f"mean must be a finite non-zero vector with d >= 2 entries, got {mean!r}")
+    mu = mu / np.linalg.norm(mu)
+    kappa = float(kappa)
+    if not math.isfinite(kappa) or kappa < 0:
+        raise ValueError(f"kappa must be a finite number >= 0, got {kappa!r}")
+    return mu, kappa
+
+
 def sample_vmf(N: int, mean, kappa: float, seed: SeedLike = None) -> np.ndarray:
     """N i.i.d. points from the von Mises-Fisher law on S^{d-1}: density ∝ exp(kappa <mean, x>).
 
@@ -69,13 +81,7 @@ def sample_vmf(N: int, mean, kappa: float, seed: SeedLike = None) -> np.ndarray:
     Returns (N, d) float64 with unit rows.  kappa = 0 gives the uniform law.
     """
     N = int(check_positive(N, "N", integer=True))
-    mu = to_numpy(mean).astype(np.float64).ravel()
-    if mu.size < 2 or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
-        raise ValueError(f"mean must be a finite non-zero vector with d >= 2 entries, got {mean!r}")
-    mu = mu / np.linalg.norm(mu)
-    kappa = float(kappa)
-    if not math.isfinite(kappa) or kappa < 0:
-        raise ValueError(f"kappa must be a finite number >= 0, got {kappa!r}")
+    mu, kappa = _check_vmf(mean, kappa)
     d = mu.size
     rng = rng_from(seed)
     if kappa == 0:
@@ -145,13 +151,7 @@ def vmf_density(mean, kappa: float) -> Callable[[np.ndarray], np.ndarray]:
     For `quadrature(N, d, density=vmf_density(mean, kappa))`. Written so that it never overflows; it
     underflows to 0 at the antipode of `mean` once 2 kappa > 745 (float64), which quadrature reports.
     """
-    mu = to_numpy(mean).astype(np.float64).ravel()
-    if mu.size < 2 or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
-        raise ValueError(f"mean must be a finite non-zero vector with d >= 2 entries, got {mean!r}")
-    mu = mu / np.linalg.norm(mu)
-    kappa = float(kappa)
-    if not math.isfinite(kappa) or kappa < 0:
-        raise ValueError(f"kappa must be a finite number >= 0, got {kappa!r}")
+    mu, kappa = _check_vmf(mean, kappa)
 
     def f(X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from ._cli_options import SetOption
 from ._console import fail as _fail
 from .sweeps import SweepError, is_sweep_store, parse_grid, show_sweep
 
@@ -68,15 +69,7 @@ def sweep_command(
         int, typer.Option(min=0, help="resubmissions of a failing point before it is failed")
     ] = 2,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar, no summary table")] = False,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            "-s",
-            metavar="KEY=VALUE",
-            help="override a parameter of the base config: key=value, value a TOML literal; repeatable",
-        ),
-    ] = None,
+    set_: SetOption = None,
     figures: Annotated[bool, typer.Option(help="draw the sweep figures (PNG) into OUT/figures")] = True,
     pdf: Annotated[
         bool, typer.Option("--pdf", help="also write the sweep figures as PDF (vector, for a paper)")

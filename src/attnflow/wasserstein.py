@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypedDict, Unpack, overload
 
 import numpy as np
 
@@ -252,52 +252,26 @@ def _subsample(X, Y, a, b, cost, n_sub, repeats, seed, uniform_a, uniform_b) -> 
 # ----------------------------------------------------------------------------------------- w2
 
 
-@overload
-def w2(
-    X: Any,
-    Y: Any,
-    cost: str = ...,
-    method: str = ...,
-    a: Any = ...,
-    b: Any = ...,
-    reg: float | None = ...,
-    n_sub: int | None = ...,
-    seed: SeedLike = ...,
-    log: Literal[False] = ...,
-    repeats: int = ...,
-) -> float: ...
+class _W2Settings(TypedDict, total=False):
+    """The settings of `w2` besides X, Y and log, as its overloads type them (by keyword)."""
+
+    cost: str
+    method: str
+    a: Any
+    b: Any
+    reg: float | None
+    n_sub: int | None
+    seed: SeedLike
+    repeats: int
 
 
 @overload
-def w2(
-    X: Any,
-    Y: Any,
-    cost: str = ...,
-    method: str = ...,
-    a: Any = ...,
-    b: Any = ...,
-    reg: float | None = ...,
-    n_sub: int | None = ...,
-    seed: SeedLike = ...,
-    *,
-    log: Literal[True],
-    repeats: int = ...,
-) -> tuple[float, W2Info]: ...
-
-
+def w2(X: Any, Y: Any, *, log: Literal[False] = ..., **settings: Unpack[_W2Settings]) -> float: ...
+@overload
+def w2(X: Any, Y: Any, *, log: Literal[True], **settings: Unpack[_W2Settings]) -> tuple[float, W2Info]: ...
 @overload
 def w2(
-    X: Any,
-    Y: Any,
-    cost: str = ...,
-    method: str = ...,
-    a: Any = ...,
-    b: Any = ...,
-    reg: float | None = ...,
-    n_sub: int | None = ...,
-    seed: SeedLike = ...,
-    log: bool = ...,
-    repeats: int = ...,
+    X: Any, Y: Any, *, log: bool = ..., **settings: Unpack[_W2Settings]
 ) -> float | tuple[float, W2Info]: ...
 
 

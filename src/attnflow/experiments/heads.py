@@ -37,6 +37,7 @@ from ..plot import (
     save,
     series_styles,
 )
+from ..plot.style import STAR_STYLE
 from ._common import (
     base_attrs,
     finite_or_none,
@@ -387,14 +388,10 @@ def plot_heads(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]
                 ax.plot(
                     np.asarray(ds["t_model"].values, dtype=float),
                     np.asarray(ds["w2_model_min"].values, dtype=float),
-                    ls="",
-                    marker="*",
                     ms=12,
-                    mfc="white",
-                    mec="black",
                     mew=1.2,
-                    zorder=5,
                     label="smallest over t",
+                    **STAR_STYLE,
                 )
             extra = ax.get_lines()[n_lines:]
             if extra:

@@ -21,6 +21,7 @@ keys and values from X): the velocity kernels are the case Y = X.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -189,31 +190,26 @@ def field_blocked(
     return out.squeeze(0) if squeeze else out
 
 
-def velocity_sdpa(
-    X: torch.Tensor,
-    att: Attention,
-    *,
-    betas: torch.Tensor | None = None,
-    weights: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Tangent velocity of every token, fused SDPA: (M, N, d) -> (M, N, d) (also (N, d) -> (N, d)).
+def _velocity(field: Callable[..., torch.Tensor], name: str, how: str) -> Callable[..., torch.Tensor]:
+    """The velocity kernel of a field function: the field of the cloud at its own tokens (Y = X)."""
+
+    def velocity(
+        X: torch.Tensor,
+        att: Attention,
+        *,
+        betas: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return field(X, X, att, betas=betas, weights=weights)
+
+    velocity.__name__ = velocity.__qualname__ = name
+    velocity.__doc__ = f"""Tangent velocity of every token, {how}: (M, N, d) -> (M, N, d) (also (N, d)).
 
     betas: optional (M,) inverse temperatures, one per cloud, in place of att.beta.
-    weights: optional (M, N) quadrature weights w_j > 0 of rho = sum_j w_j delta_{x_j} (None: uniform).
+    weights: optional (M, N) quadrature weights w_j > 0 of rho = sum_j w_j delta_{{x_j}} (None: uniform).
     """
-    return field_sdpa(X, X, att, betas=betas, weights=weights)
+    return velocity
 
 
-def velocity_blocked(
-    X: torch.Tensor,
-    att: Attention,
-    *,
-    betas: torch.Tensor | None = None,
-    weights: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Tangent velocity of every token, blocked explicit softmax: (M, N, d) -> (M, N, d).
-
-    betas: optional (M,) inverse temperatures, one per cloud, in place of att.beta.
-    weights: optional (M, N) quadrature weights w_j > 0 of rho = sum_j w_j delta_{x_j} (None: uniform).
-    """
-    return field_blocked(X, X, att, betas=betas, weights=weights)
+velocity_sdpa = _velocity(field_sdpa, "velocity_sdpa", "fused SDPA")
+velocity_blocked = _velocity(field_blocked, "velocity_blocked", "blocked explicit softmax")

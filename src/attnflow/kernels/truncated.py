@@ -206,6 +206,14 @@ def _numpy64(T: torch.Tensor) -> np.ndarray:
     return T.detach().to("cpu", torch.float64).numpy()
 
 
+def _settings(cutoff: float, leaf: int, leaf_min: int, ratio: float) -> tuple[float, int, int, float]:
+    """The kernel's settings, checked: cutoff > 0, leaf >= 1, leaf_min in [1, leaf], ratio > 0."""
+    cutoff = check_positive(cutoff, "cutoff")
+    leaf = int(check_positive(leaf, "leaf", integer=True))
+    leaf_min = min(leaf, int(check_positive(leaf_min, "leaf_min", integer=True)))
+    return cutoff, leaf, leaf_min, check_positive(ratio, "ratio")
+
+
 def candidate_pairs(
     X: torch.Tensor,
     att: Attention,
@@ -222,6 +230,7 @@ def candidate_pairs(
     (tree, nearest-neighbour queries, cells, ball counts) without its exponentials.  betas, weights:
     as for `velocity_truncated`.
     """
+    cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
     X3 = _batched(X, "X")
     M, N, _ = X3.shape
     cloud_betas = _cloud_betas(att, betas, M)
@@ -384,10 +393,7 @@ def velocity_truncated(
     stats: a dict to fill with counts: "cells", "pairs" (key-query pairs evaluated), "padded_pairs".
     Returns (M, N, d) (or (N, d)) like X.  Meant for small d (up to about 6) and large beta.
     """
-    cutoff = check_positive(cutoff, "cutoff")
-    leaf = int(check_positive(leaf, "leaf", integer=True))
-    leaf_min = min(leaf, int(check_positive(leaf_min, "leaf_min", integer=True)))
-    ratio = check_positive(ratio, "ratio")
+    cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
     stats = {} if stats is None else stats
     squeeze = X.dim() == 2
     X3 = _batched(X, "X")
