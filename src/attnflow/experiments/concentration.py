@@ -203,7 +203,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
                 _level_line(beta, N, quantities[-1], decision.status, float(part.attrs["resolution_ratio"]))
             )
             # graded levels stop at the last node count <= N_max (graded_clouds), not at 2 N > N_max
-            if decision.status == "converged" if graded else decision.done:
+            if (decision.status == "converged") if graded else decision.done:
                 break
         assert decision is not None
         if decision.status == "under-resolved":
