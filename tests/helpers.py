@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import torch
 
 import attnflow as af
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Small problems on a shared machine: one torch thread is faster and steadier; restored after.
+    A test module takes it for all its tests with `pytestmark = pytest.mark.usefixtures(...)`."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def random_attention(d: int, beta: float, seed: int) -> af.Attention:

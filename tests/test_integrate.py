@@ -16,16 +16,9 @@ from scipy.stats import special_ortho_group
 import attnflow as af
 from attnflow.integrate import simulate
 from attnflow.kernels import velocity
-from helpers import random_attention
+from helpers import one_torch_thread, random_attention  # noqa: F401 (one_torch_thread: a fixture)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # small problems on a shared machine: one torch thread is faster and steadier; restored after
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ref_field(X: np.ndarray, att: af.Attention) -> np.ndarray:

@@ -17,16 +17,9 @@ from attnflow.kernels import KERNELS, check_dtype, get_kernel, resolve_kernel, v
 from attnflow.kernels.auto import choose_kernel
 from attnflow.kernels.dense import field_blocked, field_sdpa, velocity_blocked, velocity_sdpa
 from attnflow.kernels.zero import velocity_zero
-from helpers import random_attention
+from helpers import one_torch_thread, random_attention  # noqa: F401 (one_torch_thread: a fixture)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # small problems on a shared machine: one torch thread is faster and steadier; restored after
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ref_field(Y: np.ndarray, X: np.ndarray, att: af.Attention) -> np.ndarray:

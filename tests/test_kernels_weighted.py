@@ -16,18 +16,12 @@ from attnflow.kernels import velocity
 from attnflow.kernels.dense import velocity_blocked, velocity_sdpa
 from attnflow.kernels.truncated import velocity_truncated
 from attnflow.kernels.zero import velocity_zero
-from helpers import random_attention
+from helpers import needs_cuda, one_torch_thread, random_attention  # noqa: F401 (one_torch_thread: a fixture)
 
 KERNELS = {"sdpa": velocity_sdpa, "blocked": velocity_blocked, "truncated": velocity_truncated}
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ref_weighted(X: np.ndarray, att: af.Attention, w: np.ndarray, beta: float | None = None) -> np.ndarray:

@@ -11,17 +11,9 @@ from scipy.integrate import solve_ivp
 import attnflow as af
 from attnflow import _checks
 from attnflow.integrate import OPTIONS, simulate
-from helpers import random_attention
+from helpers import needs_cuda, one_torch_thread, random_attention  # noqa: F401 (one_torch_thread: a fixture)
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def weighted_field(X: np.ndarray, att: af.Attention, w: np.ndarray) -> np.ndarray:
