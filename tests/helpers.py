@@ -26,3 +26,16 @@ def random_attention(d: int, beta: float, seed: int) -> af.Attention:
     rng = np.random.default_rng(seed)
     Q, K, V = rng.standard_normal((3, d, d)) / np.sqrt(d)
     return af.Attention(Q, K, V, beta)
+
+
+def assert_kernel_matches_sdpa(X0: np.ndarray, att: af.Attention, kernel: str, atol: float = 1e-12) -> None:
+    """`kernel` through velocity() and through the integrator (Heun, two steps) gives the dense
+    (`sdpa`) results within atol, and the trajectory records the kernel it ran."""
+    np.testing.assert_allclose(
+        af.velocity(X0, att, kernel=kernel), af.velocity(X0, att, kernel="sdpa"), atol=atol
+    )
+    times = [0.0, 0.1]
+    a = af.simulate(X0, att, times, method="heun", dt=0.05, kernel=kernel)
+    b = af.simulate(X0, att, times, method="heun", dt=0.05, kernel="sdpa")
+    assert a.info["kernel"] == kernel
+    np.testing.assert_allclose(a.x, b.x, rtol=0, atol=atol)

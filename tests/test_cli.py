@@ -14,18 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from typer.testing import CliRunner
 
 import attnflow.integrate as integrate
 from attnflow.cli import app
 from attnflow.io import load_matrices
-
-runner = CliRunner()
-TINY = ["concentration-tiny", "--set", "N=24", "--set", "t_max=2.0", "--set", "n_keep=6"]
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
+from cli_helpers import TINY, invoke, runner
 
 
 def assert_clean_error(result, code: int, *needles: str) -> None:
@@ -36,14 +29,6 @@ def assert_clean_error(result, code: int, *needles: str) -> None:
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), text
     for n in needles:
         assert n in text, f"{n!r} not in {text!r}"
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    out = tmp_path_factory.mktemp("run") / "tiny"
-    result = invoke("run", *TINY, "--out", str(out), "--quiet", "--no-figures")
-    assert result.exit_code == 0, result.output
-    return out
 
 
 # ---------------------------------------------------------------------------------------- help

@@ -16,7 +16,7 @@ import attnflow as af
 from attnflow.kernels import cells
 from attnflow.kernels.cluster import DEFAULT_TOL, _monomial_features, velocity_cluster
 from attnflow.kernels.dense import velocity_sdpa
-from helpers import random_attention
+from helpers import assert_kernel_matches_sdpa, random_attention
 
 EPS = np.finfo(np.float64).eps
 # costs that expand every cell pair whose series is valid
@@ -320,11 +320,4 @@ def test_registry_and_simulate():
     """kernel="cluster" through velocity() and the integrator gives the dense results."""
     att = af.worked_example(1e3)
     X0 = two_clusters(400, 3, 1e4, seed=16)
-    np.testing.assert_allclose(
-        af.velocity(X0, att, kernel="cluster"), af.velocity(X0, att, kernel="sdpa"), atol=1e-12
-    )
-    times = [0.0, 0.1]
-    a = af.simulate(X0, att, times, method="heun", dt=0.05, kernel="cluster")
-    b = af.simulate(X0, att, times, method="heun", dt=0.05, kernel="sdpa")
-    assert a.info["kernel"] == "cluster"
-    np.testing.assert_allclose(a.x, b.x, rtol=0, atol=1e-12)
+    assert_kernel_matches_sdpa(X0, att, "cluster")

@@ -21,11 +21,9 @@ import numpy as np
 import pytest
 import xarray as xr
 from pydantic import BaseModel, ConfigDict, Field
-from typer.testing import CliRunner
 
 import attnflow as af
 from attnflow._lock import LOCK_FILE, LockedError, folder_lock, lock_holder
-from attnflow.cli import app
 from attnflow.experiments import ConfigError, load_config, run_experiment
 from attnflow.io import (
     CHECKSUM_FILE,
@@ -38,14 +36,9 @@ from attnflow.io import (
 )
 from attnflow.sweeps import SweepError, open_sweep, show_sweep, sweep, sweep_info
 from attnflow.verify import verify_folder
+from cli_helpers import TINY, invoke
 
-runner = CliRunner()
-TINY = ["concentration-tiny", "--set", "N=24", "--set", "t_max=2.0", "--set", "n_keep=6"]
 DAMAGES = ["delete", "truncate", "zero"]
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 def has(text: str, needle: str) -> bool:
@@ -94,15 +87,6 @@ def _ds(scale: float = 1.0) -> xr.Dataset:
         coords={"beta": [10.0, 100.0], "time": [0.0, 0.5, 1.0]},
         attrs={"experiment": "concentration"},
     )
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A finished tiny concentration run (copied by the tests that damage it)."""
-    out = tmp_path_factory.mktemp("run") / "tiny"
-    result = invoke("run", *TINY, "--out", str(out), "--quiet", "--no-figures")
-    assert result.exit_code == 0, result.output
-    return out
 
 
 def dead_pid() -> int:

@@ -19,6 +19,7 @@ from attnflow.kernels import auto, truncated
 from attnflow.kernels.auto import choose_kernel, kept_fraction
 from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.truncated import DEFAULT_CUTOFF, candidate_pairs, kept_radius, velocity_truncated
+from helpers import assert_kernel_matches_sdpa
 
 EPS = np.finfo(np.float64).eps
 
@@ -224,14 +225,7 @@ def test_registry_and_simulate_unchanged():
     """kernel="truncated" through velocity() and the integrator gives the dense results."""
     att = af.worked_example(1e3)
     X0 = af.sample_uniform(300, 3, seed=12)
-    np.testing.assert_allclose(
-        af.velocity(X0, att, kernel="truncated"), af.velocity(X0, att, kernel="sdpa"), atol=1e-12
-    )
-    times = [0.0, 0.1]
-    a = af.simulate(X0, att, times, method="heun", dt=0.05, kernel="truncated")
-    b = af.simulate(X0, att, times, method="heun", dt=0.05, kernel="sdpa")
-    assert a.info["kernel"] == "truncated"
-    np.testing.assert_allclose(a.x, b.x, rtol=0, atol=1e-12)
+    assert_kernel_matches_sdpa(X0, att, "truncated")
 
 
 def test_kept_fraction_is_exact_on_its_sample():
