@@ -39,6 +39,7 @@ $(VENV)/.minilm: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: $(VENV)/.installed-test $(VENV)/.minilm lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q

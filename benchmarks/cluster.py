@@ -26,7 +26,7 @@ import torch
 from scale import attention, load, machine, measure, row
 
 import attnflow as af
-from attnflow.integrate import AUTO_EVERY
+from attnflow.dynamics.steppers import AUTO_EVERY
 from attnflow.kernels import auto
 from attnflow.kernels.cluster import velocity_cluster
 from attnflow.kernels.dense import velocity_sdpa

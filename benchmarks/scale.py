@@ -33,7 +33,7 @@ import torch
 from _machine import cpu_name, reset_peak, status_kib
 
 import attnflow as af
-from attnflow.integrate import AUTO_EVERY
+from attnflow.dynamics.steppers import AUTO_EVERY
 from attnflow.kernels.auto import choose_kernel, kept_fraction
 from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.truncated import velocity_truncated

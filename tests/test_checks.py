@@ -5,7 +5,6 @@ import torch
 import attnflow as af
 from attnflow import _checks
 from attnflow._checks import (
-    check_attention,
     check_device,
     check_points,
     check_rtol_for_dtype,
@@ -13,6 +12,7 @@ from attnflow._checks import (
     check_times,
     check_weights,
 )
+from attnflow.attention import check_attention
 
 
 def test_points_ok_and_batched():

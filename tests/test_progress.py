@@ -13,9 +13,9 @@ import torch
 
 import attnflow.progress as progress
 from attnflow import _threads
-from attnflow.integrate import simulate
-from attnflow.model import worked_example
-from attnflow.sphere import sample_uniform
+from attnflow.attention import worked_example
+from attnflow.dynamics.integrate import simulate
+from attnflow.measures.sphere import sample_uniform
 
 
 class FakeBar:

@@ -11,7 +11,22 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from .model import Attention
+
+SeedLike = int | np.random.Generator | None
+
+
+def rng_from(seed: SeedLike, name: str = "seed") -> np.random.Generator:
+    """A NumPy Generator from an int seed (>= 0), a Generator (used as is) or None (fresh entropy);
+    any other seed is a ValueError naming `name`."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name} must be a non-negative integer, a numpy Generator or None, got {seed!r}"
+        ) from None
+
 
 UNIT_TOL = 1e-8  # largest accepted | |x_i| - 1 | for a token
 WEIGHT_SUM_TOL = 1e-12  # largest accepted |sum_j w_j - 1| of quadrature weights
@@ -197,15 +212,6 @@ def check_weights(w: Any, shape: int | tuple[int, ...], name: str = "weights") -
             f"pass {name} / {name}.sum(axis=-1, keepdims=True)"
         )
     return W
-
-
-def check_attention(att: Any, name: str = "att") -> Attention:
-    """An attnflow.Attention (TypeError otherwise)."""
-    from .model import Attention
-
-    if not isinstance(att, Attention):
-        raise TypeError(f"{name} must be an attnflow.Attention, got {type(att).__name__}")
-    return att
 
 
 def check_device(device: Any, X: Any = None) -> torch.device:

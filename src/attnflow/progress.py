@@ -11,17 +11,24 @@ imported when a bar is made.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
+    "PIPED_WIDTH",
     "Bar",
     "Reporter",
     "RichReporter",
     "TqdmReporter",
+    "console",
     "in_notebook",
+    "is_terminal",
     "open_bar",
     "reporter_for",
     "time_bar",
@@ -39,6 +46,32 @@ def in_notebook() -> bool:
     except Exception:  # a broken or partial IPython
         return False
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+# ------------------------------------------------------------------------------------ consoles
+
+#: width of output that is not a terminal: wide enough that no table of attnflow folds
+PIPED_WIDTH = 1000
+
+def is_terminal(stderr: bool = False) -> bool:
+    """Whether stdout (stderr) is a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+def console(stderr: bool = False, **kwargs: Any) -> Console:
+    """A Rich Console on stdout (stderr): the terminal's width in a terminal, PIPED_WIDTH columns
+    when piped or redirected (unless COLUMNS is set), no colour codes in a file."""
+    from rich.console import Console
+
+    if "width" not in kwargs and not is_terminal(stderr) and not os.environ.get("COLUMNS"):
+        kwargs["width"] = PIPED_WIDTH
+    return Console(stderr=stderr, **kwargs)
+
 
 
 # ------------------------------------------------------------------------------------------ bars
@@ -62,8 +95,6 @@ class Bar:
             self._tqdm = tqdm(total=self.total, desc=description, bar_format=fmt + " [{elapsed}<{remaining}]")
         else:
             from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-
-            from ._console import console
 
             self._rich = Progress(
                 TextColumn("{task.description}"),
@@ -188,8 +219,6 @@ class RichReporter(Reporter):
             TimeElapsedColumn,
             TimeRemainingColumn,
         )
-
-        from ._console import console
 
         self.quiet = quiet
         self.console = console(stderr=True)

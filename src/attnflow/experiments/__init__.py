@@ -19,17 +19,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._lock import LockedError
+from ..io.lock import LockedError
 from ..progress import Reporter
-from . import _layout as layout
-from ._folder import RunFolderError
-from ._registry import ConfigError, Experiment
+from . import layout
+from .folder import RunFolderError
+from .registry import ConfigError, Experiment
 
 if TYPE_CHECKING:
     import xarray as xr
     from pydantic import BaseModel
 
-    from ._config import ExperimentConfig, SimulationConfig, to_toml
+    from .config import ExperimentConfig, SimulationConfig, to_toml
 
 __all__ = [
     "BUILTIN",
@@ -164,7 +164,7 @@ def __getattr__(name: str) -> Any:
     if name == "PRESETS":
         return _all_presets()
     if name in ("ExperimentConfig", "SimulationConfig", "to_toml"):
-        return getattr(importlib.import_module("._config", __name__), name)
+        return getattr(importlib.import_module(".config", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -180,7 +180,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     """
     import tomllib
 
-    from ._config import build_config, parse_override
+    from .config import build_config, parse_override
 
     target = str(name_or_path)
     values: dict[str, Any]
@@ -321,9 +321,9 @@ def run_experiment(
     out (LockedError naming the holder); a lock left by a process that died is taken over, with a
     warning.
     """
-    from .._lock import check_free, folder_lock
+    from ..io.lock import check_free, folder_lock
     from ..progress import reporter_for
-    from ._folder import plan_folder
+    from .folder import plan_folder
 
     exp = _experiment_of(config)
     if out is None:
@@ -350,8 +350,8 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
     """The run of `run_experiment`, its folder (if any) checked and locked."""
     from .._threads import torch_threads
     from ..io import atomic_write_text, clean_stale, json_attr, to_json, write_dataset
-    from . import _folder
-    from ._config import count_reused, to_toml
+    from . import folder as _folder
+    from .config import count_reused, to_toml
 
     if out is not None:
         if state == "replace":
@@ -415,8 +415,8 @@ def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None, pdf: 
 
 
 def write_report(ds: xr.Dataset, summary: Mapping[str, Any], figures: list[Path], outdir: str | Path) -> Path:
-    """`attnflow.report.write_report` with the titles and captions of ds's experiment."""
-    from ..report import write_report as write
+    """`attnflow.experiments.report.write_report` with the titles and captions of ds's experiment."""
+    from .report import write_report as write
 
     name = ds.attrs.get("experiment")
     exp = _lookup(name) if isinstance(name, str) else None

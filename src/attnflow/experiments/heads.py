@@ -38,7 +38,7 @@ from ..plot import (
     series_styles,
 )
 from ..plot.style import STAR_STYLE
-from ._common import (
+from .common import (
     base_attrs,
     finite_or_none,
     integrator_label,
@@ -47,8 +47,8 @@ from ._common import (
     torch_threads,
     unit_float64,
 )
-from ._config import Angle, Reporter, SimulationConfig, cached_part, fingerprint, part_name
-from ._registry import Experiment, doc_summary
+from .config import Angle, Reporter, SimulationConfig, cached_part, fingerprint, part_name
+from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -118,9 +118,9 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
     Y1 (N, d) the model's normalised token states after the layer (or None)."""
     import xarray as xr
 
-    from .. import metrics
-    from ..integrate import simulate
-    from ..wasserstein import w2_to_target
+    from ..dynamics.integrate import simulate
+    from ..science import metrics
+    from ..transport.wasserstein import w2_to_target
 
     label = "whole layer" if head == WHOLE_LAYER else f"head {head}"
     with torch_threads(config.threads), reporter.task(label, total=float(times[-1])) as cb:
@@ -158,7 +158,7 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
     import xarray as xr
 
     from .. import pretrained as P
-    from ..model import top_eigenspace
+    from ..attention import top_eigenspace
 
     reporter = progress or Reporter()
     start = time.perf_counter()

@@ -20,10 +20,10 @@ from .._threads import DEFAULT_THREADS, THREADS_HELP
 from ..io import json_attr
 from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save, ticks_at
 from ..progress import Reporter
-from ._common import base_attrs, torch_threads
-from ._config import KERNEL_HELP, DeviceConfig, Kernel
-from ._model import ModelConfig, attention_of, initial_measure
-from ._registry import Experiment, doc_summary
+from .common import base_attrs, torch_threads
+from .config import KERNEL_HELP, DeviceConfig, Kernel
+from .model import ModelConfig, attention_of, initial_measure
+from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -90,7 +90,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
     import xarray as xr
     from scipy.stats import linregress
 
-    from ..integrate import simulate
+    from ..dynamics.integrate import simulate
 
     reporter = progress or Reporter()
     start = time.perf_counter()

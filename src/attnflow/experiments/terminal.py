@@ -35,7 +35,7 @@ from ..plot import (
 )
 from ..plot.style import ZERO_TEMPERATURE_STYLE
 from ..progress import Reporter
-from ._common import (
+from .common import (
     base_attrs,
     finite_or_none,
     integrator_label,
@@ -45,9 +45,9 @@ from ._common import (
     torch_threads,
     unit_float64,
 )
-from ._config import Angle, SimulationConfig, cached_part, check_betas, fingerprint, part_name
-from ._model import ModelConfig, attention_of, describe_model, initial_measure
-from ._registry import Experiment, doc_summary
+from .config import Angle, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from .model import ModelConfig, attention_of, describe_model, initial_measure
+from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -94,9 +94,9 @@ PRESETS = {
 def _beta_part(config: TerminalConfig, beta: float, X0, w, times, keep, spaces, reporter: Reporter):
     import xarray as xr
 
-    from .. import metrics
-    from ..fits import terminal_time
-    from ..integrate import simulate
+    from ..dynamics.integrate import simulate
+    from ..science import metrics
+    from ..science.fits import terminal_time
 
     with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
         traj = simulate(

@@ -32,9 +32,9 @@ from ..plot import (
     token_figures,
 )
 from ..progress import Reporter
-from ._common import base_attrs, fit_or_reason, time_grid, token_subset
-from ._model import ModelConfig, attention_of, describe_model, initial_measure
-from ._registry import Experiment, doc_summary
+from .common import base_attrs, fit_or_reason, time_grid, token_subset
+from .model import ModelConfig, attention_of, describe_model, initial_measure
+from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -91,7 +91,7 @@ PRESETS = {
 def _reference(config: ZeroTemperatureConfig, att: Any, times: np.ndarray, reporter: Reporter) -> dict | None:
     """The N = infinity reference (W2, its error, local rates), or None with a message where the
     exact formula does not apply (and init = quadrature asked for it: an error)."""
-    from ..zero_temperature_reference import local_rates, reference_w2
+    from ..dynamics.reference import local_rates, reference_w2
 
     kw: dict[str, Any] = {}
     rho0 = config.density
@@ -111,10 +111,10 @@ def _reference(config: ZeroTemperatureConfig, att: Any, times: np.ndarray, repor
 
 def _cloud(config: ZeroTemperatureConfig, att: Any, times: np.ndarray, reporter: Reporter) -> dict | None:
     """The exact flow of a token cloud of N tokens (None when N = 0 or init = quadrature)."""
-    from .. import metrics
-    from ..wasserstein import w2_to_target
-    from ..zero_temperature import project, simulate_zero_temperature
-    from ..zero_temperature_reference import local_rates
+    from ..dynamics.reference import local_rates
+    from ..dynamics.zero_temperature import project, simulate_zero_temperature
+    from ..science import metrics
+    from ..transport.wasserstein import w2_to_target
 
     if config.init == "quadrature" or config.N == 0:
         return None
@@ -137,8 +137,8 @@ def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Report
     local rates per window next to the guaranteed rate and c*."""
     import xarray as xr
 
-    from ..assumptions import reference_rates
-    from ..fits import fit_decay_rate
+    from ..science.assumptions import reference_rates
+    from ..science.fits import fit_decay_rate
 
     reporter = progress or Reporter()
     start = time.perf_counter()

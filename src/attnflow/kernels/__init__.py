@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._checks import check_attention, check_device, check_points, check_weights
+from .._checks import check_device, check_points, check_weights
+from ..attention import check_attention
 
 if TYPE_CHECKING:
     import torch
 
-    from ..model import Attention
+    from ..attention import Attention
 
 Kernel = Callable[..., "torch.Tensor"]
 

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._checks import check_positive
+from .costs import CLUSTER, SDPA, TRUNCATED
 
 if TYPE_CHECKING:
     import torch
 
-    from ..model import Attention
+    from ..attention import Attention
 
 MIN_N = 4096  # below this the dense kernel takes milliseconds: no decision needed
 TRUNCATED_MAX_D = 6  # cells of directions stop paying off in higher dimension
@@ -40,22 +41,6 @@ SAMPLE = 256  # queries of the kept-fraction sample (all clouds of a batch toget
 # blocks and runs at 0.2 to 1x the dense speed (docs/benchmarks.md): it is not planned at all
 SKIP_FRACTION = 0.25
 
-# Measured on an AMD EPYC (2 cores, AVX2, MKL), one torch thread, CPU seconds, with other jobs on the
-# machine (benchmarks/cluster.py --calibrate: uniform clouds at N = 8192 for sdpa; for the others
-# non-negative least squares, relative to each time, over uniform and clustered clouds at N = 65536;
-# docs/benchmarks.md):
-SDPA = {"float64": (6.2e-9, 0.41e-9), "float32": (2.3e-9, 0.0)}  # per pair: a + b d
-TRUNCATED = {"float64": (6.1e-6, 7.2e-9), "float32": (2.9e-6, 4.2e-9)}  # per token, per evaluated pair
-# cluster kernel: the plan per token and per cell pair; direct sums per key-query pair and per cell
-# pair; series per row, monomial and output (moments and evaluation) and per expanded cell pair
-CLUSTER = {
-    "token": 2.6e-6,
-    "cell_pair": 1.2e-6,
-    "direct_pair": 17e-9,
-    "direct_cell_pair": 0.0,
-    "series": 0.44e-9,
-    "expanded_pair": 0.0,
-}
 CANDIDATES = ("sdpa", "truncated", "cluster")
 FLOOR_MARGIN = 0.5  # the truncated kernel is planned unless half its sampled floor exceeds the best
 

@@ -13,6 +13,8 @@ from itertools import chain
 
 import numpy as np
 
+from .costs import CLUSTER
+
 LEAF_MIN = 32  # cells are not cut below this many tokens
 LEAF_MAX = 4096  # nor left above it (bounds the padded batches)
 _SLACK = 1e-9  # relative widening of radii: rounding never drops a kept key
@@ -250,14 +252,12 @@ def plan(
     """Cells, row maxima and the cell pairs of the cloud X (N, d) with weights w (N,) (module
     docstring of cluster.py for the bound).  costs: seconds per "direct_pair" (key-query pair),
     "direct_cell_pair", "series" (row, monomial and output of the moments and the evaluation) and
-    "expanded_pair" (auto.CLUSTER by default): a cell pair is expanded where its series is valid and
+    "expanded_pair" (costs.CLUSTER by default): a cell pair is expanded where its series is valid and
     cheaper than its direct sums.
     """
     from scipy.spatial import cKDTree
 
     if costs is None:
-        from .auto import CLUSTER
-
         costs = CLUSTER
     d = X.shape[1]
     tol_d = TOL_SHARE * tol

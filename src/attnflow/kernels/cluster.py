@@ -21,7 +21,7 @@ interpolates e^z at the p + 1 Chebyshev points of [-rho, rho].  By the multinomi
 q(delta . dy) = sum_{|a|<=p} c_|a| |a|!/a! delta^a dy^a, so the pair (T, S) costs the moments
 sum_j w_j e^{tilt_j} dy_j^a (|a| <= p + 1, which also give the moments of x_j = c_S + dy_j) and one
 dot product per query and output: O((n_T + n_S) C(p + d, d) d) work instead of O(n_T n_S d).
-Pairs with rho_TS > rho, and pairs too small for the series to pay (auto.CLUSTER), are summed
+Pairs with rho_TS > rho, and pairs too small for the series to pay (costs.CLUSTER), are summed
 directly, by torch's fused attention on the padded keys of each query cell with a sink key that
 returns the shifted sums themselves (`_fused`).
 
@@ -66,10 +66,10 @@ import torch
 from .._checks import check_positive
 from .._threads import intra_op_threads as _threads
 from . import cells as _cells
-from .dense import _batched, _finite_beta, _weights, tangent
+from .common import batched, finite_beta, matrices_like, tangent
 
 if TYPE_CHECKING:
-    from ..model import Attention
+    from ..attention import Attention
 
 DEFAULT_TOL = 1e-10  # |v^ - v| <= tol ||V||_2 for every token (times max |x_j| off the sphere)
 ORDERS = {1: 10, 2: 8, 3: 6, 4: 5, 5: 4}  # series order p by d (measured, benchmarks/cluster.py)
@@ -407,20 +407,20 @@ def velocity_cluster(
     quadrature weights (None: uniform).  tol: |v^_i - v_i| <= tol ||V||_2 for every token (see the
     module docstring).  order: series order p (default by d, ORDERS).  leaf_min, leaf_max: cells hold
     at most leaf_max tokens and are not cut below leaf_min.  costs: the cost constants deciding which
-    valid cell pairs are expanded (`cells.plan`; default auto.CLUSTER).  stats: a dict to fill
+    valid cell pairs are expanded (`cells.plan`; default costs.CLUSTER).  stats: a dict to fill
     with the work counts of `cells.Plan.counts`, summed over the clouds (the largest series order
     for "order"), and the CPU seconds of the plan, the expansions and the direct sums ("plan_s",
     "expand_s", "direct_s").
     Returns (M, N, d) (or (N, d)) like X.
     """
-    beta0 = _finite_beta(att, "cluster", betas)
+    beta0 = finite_beta(att, "cluster", betas)
     tol = check_positive(tol, "tol")
     if tol >= 1.0:
         raise ValueError(f"tol must be < 1 (a relative error bound), got {tol}")
     leaf_min = int(check_positive(leaf_min, "leaf_min", integer=True))
     leaf_max = max(leaf_min, int(check_positive(leaf_max, "leaf_max", integer=True)))
     squeeze = X.dim() == 2
-    X3 = _batched(X, "X")
+    X3 = batched(X, "X")
     M, N, d = X3.shape
     p = default_order(d) if order is None else int(check_positive(order, "order", integer=True))
     if betas is not None:
@@ -436,7 +436,7 @@ def velocity_cluster(
     stats = {} if stats is None else stats
     for key in _cells.COUNTS:
         stats.setdefault(key, 0)
-    _, V = _weights(att, X3)
+    _, V = matrices_like(att, X3)
     out = torch.empty_like(X3)
     settings = {"tol": tol, "order": p, "leaf_min": leaf_min, "leaf_max": leaf_max, "costs": costs}
     threads = torch.get_num_threads()

@@ -52,10 +52,10 @@ import torch
 
 from .._checks import check_positive
 from .._threads import intra_op_threads as _threads
-from .dense import _batched, _finite_beta, _weights, log_weights, tangent
+from .common import batched, finite_beta, log_weights, matrices_like, tangent
 
 if TYPE_CHECKING:
-    from ..model import Attention
+    from ..attention import Attention
 
 DEFAULT_CUTOFF = 45.0  # N e^{-45} <= 1e-12 for N <= 3.4e7
 LEAF = 256  # most queries per cell
@@ -231,7 +231,7 @@ def candidate_pairs(
     as for `velocity_truncated`.
     """
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
-    X3 = _batched(X, "X")
+    X3 = batched(X, "X")
     M, N, _ = X3.shape
     cloud_betas = _cloud_betas(att, betas, M)
     logw = log_weights(weights, M, N, X3.to(torch.float64))
@@ -255,7 +255,7 @@ def candidate_pairs(
 
 def _cloud_betas(att: Attention, betas: torch.Tensor | None, M: int) -> list[float]:
     """The inverse temperature of each of the M clouds: betas (M,) when given, else att.beta (finite)."""
-    _finite_beta(att, "truncated", betas)
+    finite_beta(att, "truncated", betas)
     if betas is None:
         return [float(att.beta)] * M
     values = torch.as_tensor(betas).reshape(-1).tolist()
@@ -396,11 +396,11 @@ def velocity_truncated(
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
     stats = {} if stats is None else stats
     squeeze = X.dim() == 2
-    X3 = _batched(X, "X")
+    X3 = batched(X, "X")
     M, N, _ = X3.shape
     cloud_betas = _cloud_betas(att, betas, M)
     logw = log_weights(weights, M, N, X3)
-    B, V = _weights(att, X3)
+    B, V = matrices_like(att, X3)
     out = torch.empty_like(X3)
     threads = torch.get_num_threads()
     with _threads(1):  # small operations: see PARALLEL_PAIRS

@@ -7,12 +7,12 @@ A checkpoint is read as (Q, K, V, beta) per layer and per head, in the notation 
   checkpoint named by a path or by an installed package.
 - `heads`: each layer and head as an `Attention` at its effective beta (`Layer`, `Head`).
 - `forward`: the tokenizer and a NumPy BERT encoder, for the model's own token states.
-- `diagnostics`: the theorem's assumptions on every head, checked by `attnflow.assumptions`.
+- `diagnostics`: the theorem's assumptions on every head, checked by `attnflow.science.assumptions`.
 """
 
 from .checkpoint import Checkpoint, CheckpointError, open_checkpoint
-from .diagnostics import _spectra as _spectra  # the tests compare it with dense spectra
 from .diagnostics import diagnose, report, symmetric_part_attention, symmetric_top
+from .diagnostics import spectra as spectra  # the tests compare it with dense spectra
 from .forward import TokenStates, hidden_states, token_cloud, token_states, tokenize
 from .heads import Head, Layer, attention_output, head_attention, load_heads
 from .sources import resolve_checkpoint

@@ -1,6 +1,6 @@
 """The numbers of a checkpoint's heads beside the theorem's assumptions, and the command's report.
 
-The verdicts (does an assumption hold, and why not) come from `attnflow.assumptions.check_assumptions`
+The verdicts (does an assumption hold, and why not) come from `attnflow.science.assumptions.check_assumptions`
 alone, the same checker as `attnflow check`.  This module adds numbers of its own, never a second
 verdict: the effective beta, the spectra of A and of its symmetric part S = (A + A^T)/2 (computed
 from d_h x d_h pieces for a single head), and the cloud's moments for S's top eigenspace, the
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_points
-from ..assumptions import FAILS, check_assumptions
-from ..model import TOP_TOL, Attention, EigenSpace, attention_from_A, top_eigenspace
+from ..attention import TOP_TOL, Attention, EigenSpace, attention_from_A, top_eigenspace
+from ..science.assumptions import FAILS, check_assumptions
 from .checkpoint import check_layers, open_checkpoint
 from .forward import token_states
 from .heads import load_heads
@@ -45,7 +45,7 @@ def symmetric_part_attention(att: Attention) -> Attention:
     return attention_from_A((A + A.T) / 2, att.B, att.beta)
 
 
-def _spectra(att: Attention) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def spectra(att: Attention) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(singular values of B, eigenvalues of A, eigenvalues of S = (A + A^T)/2, basis of S's top
     eigenspace (d, m)); s and eigenvalues of S descending, those of A by descending real part.
 
@@ -123,7 +123,7 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     Dicts of plain Python values; write them with `attnflow.io.to_json`.
     """
     d = att.d
-    s, w, ws, P = _spectra(att)
+    s, w, ws, P = spectra(att)
     rank = int(np.sum(s > s[0] * d * np.finfo(float).eps)) if s[0] > 0 else 0
     radius = float(np.max(np.abs(w)))
     mu1, mu2, mult = _distinct_gap(w.real, radius)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_positive, to_numpy
-from ..model import Attention
+from ..attention import Attention
 from .checkpoint import Checkpoint, CheckpointError, check_layers, layer_weights, open_checkpoint
 from .forward import TokenStates, softmax, token_states
 

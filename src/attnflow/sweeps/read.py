@@ -233,7 +233,7 @@ def verify_sweep(store: str | os.PathLike) -> tuple[list[str], list[str]]:
     """(problems, notes) of a sweep store: its sweep.json, each committed point against its checksums
     (and its .done record), uncommitted points, leftovers of unfinished points, a live lock.
     FileNotFoundError when `store` is not a sweep store; a damaged sweep.json is the one problem."""
-    from .._lock import lock_holder
+    from ..io.lock import lock_holder
     from .grid import SweepError
     from .store import MANIFEST_FILE, WORK_DIR, check_point, done_rel, read_json
 
@@ -263,7 +263,7 @@ def verify_sweep(store: str | os.PathLike) -> tuple[list[str], list[str]]:
         except ValueError:
             notes.append(f"{st.path(MANIFEST_FILE)}: not JSON; the next sweep rebuilds it")
     if not st.url and (holder := lock_holder(st.root)) is not None:
-        from .._lock import describe
+        from ..io.lock import describe
 
         notes.append(f"a sweep is running on this store: {describe(holder)}")
     notes.append(f"{n_done} of {len(keys)} points complete and verified")

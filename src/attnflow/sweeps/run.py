@@ -162,7 +162,7 @@ def _check_location(st: Store) -> None:
 def _locked(st: Store, warnings: list[str]) -> Iterator[None]:
     """Hold the lock of a local store (a second client gets SweepError naming the holder); a lock
     taken over from a client that died adds a warning."""
-    from .._lock import LockedError, folder_lock
+    from ..io.lock import LockedError, folder_lock
 
     with ExitStack() as stack:
         if not st.url:

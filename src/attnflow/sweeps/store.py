@@ -10,7 +10,7 @@
 Every path inside the store is relative, so a store moved elsewhere still opens. A point is complete
 only with its `.done` marker and a zarr store that passes its checksums (`attnflow.io`); a zarr store
 without a marker is never trusted, and a damaged one is recomputed by the next sweep. One client at a
-time runs a sweep on a local store: it holds the store's lock (`attnflow._lock`).
+time runs a sweep on a local store: it holds the store's lock (`attnflow.io.lock`).
 
 The JSON files are standard JSON, written by `attnflow.io.to_json`: NaN and inf are null. Read back,
 a null result scalar is NaN again; grid values, which name the points, keep a non-finite float

@@ -1,0 +1,263 @@
+"""The steppers of `attnflow.dynamics.integrate.simulate`: the field they call, one renormalised step, and the
+two run loops (MATH.md, "Finite temperature").
+
+- `run_fixed`: "euler", "heun", "rk4" with step dt, the last step before each output time
+  shortened to land on it.
+- `run_adaptive`: Dormand-Prince 5(4) with error control; the states at the output times come from
+  its 4th-order continuous extension (`dense_output`).
+
+Each step is followed by renormalisation of the rows (a projection method).  `Field` is the velocity
+kernel with evaluation counting and the periodic re-decision of kernel="auto".  The state is a torch
+tensor (M, N, d); `save(X)` receives each output state, `progress(t, t_final)` is called now and then.
+`simulate` (integrate.py) checks the arguments, sets up the state and the saved array, and calls one
+run loop.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ..kernels import get_kernel, resolve_kernel
+
+if TYPE_CHECKING:
+    from ..attention import Attention
+
+AUTO_EVERY = 50  # steps between two decisions of kernel="auto"
+PROGRESS_EVERY = 100  # steps between two calls of the progress callback (also at every save time)
+
+# Dormand-Prince 5(4) tableau (Hairer, Norsett, Wanner, Solving ODEs I, Table 5.2)
+DP_C = (0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0)
+DP_A = (
+    (),
+    (1 / 5,),
+    (3 / 40, 9 / 40),
+    (44 / 45, -56 / 15, 32 / 9),
+    (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
+    (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
+    (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84),
+)
+DP_B = (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0)  # order 5 (= last row of A)
+DP_E = (  # b5 - b4, b4 the embedded 4th-order weights
+    71 / 57600,
+    0.0,
+    -71 / 16695,
+    71 / 1920,
+    -17253 / 339200,
+    22 / 525,
+    -1 / 40,
+)
+# Dormand-Prince continuous extension of order 4 (Hairer, Norsett, Wanner; the coefficients of
+# SciPy's RK45): x(t + theta h) = x + h sum_i k_i sum_j P[i][j] theta^(j+1)
+DP_P = (
+    (1.0, -8048581381 / 2820520608, 8663915743 / 2820520608, -12715105075 / 11282082432),
+    (0.0, 0.0, 0.0, 0.0),
+    (0.0, 131558114200 / 32700410799, -68118460800 / 10900136933, 87487479700 / 32700410799),
+    (0.0, -1754552775 / 470086768, 14199869525 / 1410260304, -10690763975 / 1880347072),
+    (0.0, 127303824393 / 49829197408, -318862633887 / 49829197408, 701980252875 / 199316789632),
+    (0.0, -282668133 / 205662961, 2019193451 / 616988883, -1453857185 / 822651844),
+    (0.0, 40617522 / 29380423, -110615467 / 29380423, 69997945 / 29380423),
+)
+
+
+class Field:
+    """The velocity field with evaluation counting and, for kernel="auto", periodic re-decisions.
+
+    betas: optional (M,) tensor of inverse temperatures, one per cloud, in place of att.beta (the
+    automatic choice then plans for the smallest, where the most keys matter).
+    weights: optional (M, N) tensor of quadrature weights (None: uniform).
+    """
+
+    def __init__(self, att: Attention, kernel: str, X, betas=None, weights=None):
+        self.att = att
+        self.betas = betas
+        self.weights = weights
+        self.auto = kernel == "auto"
+        self.requested = kernel
+        self.n_evals = 0
+        self.used: dict[str, int] = {}
+        # the Attention whose beta the automatic choice plans for
+        self._plan = att if betas is None else att.with_beta(float(betas.min()))
+        self._set(resolve_kernel(kernel, self._plan, X, weights))
+
+    def _set(self, name: str) -> None:
+        self.name = name
+        self.fn = get_kernel(name)
+
+    def maybe_redecide(self, X) -> None:
+        if self.auto:
+            name = resolve_kernel("auto", self._plan, X, self.weights)
+            if name != self.name:
+                self._set(name)
+
+    def __call__(self, X):
+        self.n_evals += 1
+        self.used[self.name] = self.used.get(self.name, 0) + 1
+        return self.fn(X, self.att, betas=self.betas, weights=self.weights)
+
+
+def _normalize_rows(X):
+    return X / X.norm(dim=-1, keepdim=True)
+
+
+def _check_finite(X, t: float, field: Field) -> None:
+    import torch
+
+    if not bool(torch.isfinite(X).all()):
+        raise FloatingPointError(
+            f"the state became NaN or inf at t = {t:.6g} (kernel {field.name!r}, beta = {field.att.beta:g})"
+        )
+
+
+def _step_fixed(method: str, f: Field, X, h: float):
+    """One renormalised step of size h."""
+    k1 = f(X)
+    if method == "euler":
+        Y = X + h * k1
+    elif method == "heun":
+        k2 = f(X + h * k1)
+        Y = X + (h / 2) * (k1 + k2)
+    else:  # rk4
+        k2 = f(X + (h / 2) * k1)
+        k3 = f(X + (h / 2) * k2)
+        k4 = f(X + h * k3)
+        Y = X + (h / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
+    return _normalize_rows(Y)
+
+
+def _initial_step(f: Field, X, k1, rtol: float, atol: float, span: float) -> float:
+    """Starting step size (Hairer, Norsett, Wanner, II.4) for the fastest cloud of the batch,
+    capped by the span to integrate."""
+    sc = atol + rtol * X.norm(dim=-1, keepdim=True)
+
+    def rms(T) -> float:  # largest per-cloud RMS
+        return float((T / sc).pow(2).mean(dim=(-2, -1)).sqrt().max())
+
+    d0, d1 = rms(X), rms(k1)
+    h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
+    h0 = min(h0, span)
+    k2 = f(X + h0 * k1)
+    d2 = rms(k2 - k1) / h0
+    dm = max(d1, d2)
+    h1 = max(1e-6, h0 * 1e-3) if dm <= 1e-15 else (0.01 / dm) ** (1 / 5)
+    return min(100 * h0, h1, span)
+
+
+def run_fixed(method: str, f: Field, X, t_out, dt: float, max_steps: int, save, progress) -> int:
+    """Steps of dt, the last one before each output time shortened to land on it."""
+    n_steps, t = 0, 0.0
+    t_final = float(t_out[-1])
+    for t_next in t_out:
+        t_next = float(t_next)
+        t_start, span = t, t_next - t
+        n_take = math.ceil(span / dt - 1e-9) if span > 0 else 0
+        for i in range(n_take):
+            last = i == n_take - 1
+            h = span - (n_take - 1) * dt if last else dt
+            if n_steps >= max_steps:
+                raise RuntimeError(f"max_steps = {max_steps} reached at t = {t:.6g} < {t_final:.6g}")
+            X = _step_fixed(method, f, X, h)
+            n_steps += 1
+            t = t_next if last else t_start + (i + 1) * dt
+            _check_finite(X, t, f)
+            if n_steps % AUTO_EVERY == 0:
+                f.maybe_redecide(X)
+            if progress is not None and n_steps % PROGRESS_EVERY == 0:
+                progress(t, t_final)
+        t = t_next
+        save(X)
+        if progress is not None:
+            progress(t, t_final)
+    return n_steps
+
+
+def _error_norm(err_vec, X, Xn, rtol: float, atol: float) -> float:
+    """Largest over the clouds of a batch of the RMS of err_ik / (atol + rtol max(|x_i|, |x_i new|)).
+
+    |x_i| is the norm of token i (1 on the sphere), not of its coordinate k: coordinates have no
+    scale of their own on the sphere, and a per-coordinate scale would make the tolerance depend
+    on the frame (near-zero coordinates would demand errors of atol, and the steps would change
+    under rotations).  The maximum over clouds, not the RMS over the whole batch: every cloud is
+    integrated at least as accurately as it would be alone.
+    """
+    import torch
+
+    sc = atol + rtol * torch.maximum(X.norm(dim=-1, keepdim=True), Xn.norm(dim=-1, keepdim=True))
+    err = float((err_vec / sc).pow(2).mean(dim=(-2, -1)).sqrt().max())
+    return err if math.isfinite(err) else math.inf
+
+
+def dense_output(X, ks: list, h: float, theta: float):
+    """Dormand-Prince 4th-order continuous extension at t + theta h, theta in (0, 1], renormalised."""
+    powers = [theta**p for p in range(1, 5)]
+    inc = sum(sum(P[j] * powers[j] for j in range(4)) * k for P, k in zip(DP_P, ks, strict=True) if any(P))
+    return _normalize_rows(X + h * inc)
+
+
+def run_adaptive(
+    f: Field, X, t_out, rtol: float, atol: float, max_steps: int, first_step, save, progress
+) -> tuple[int, int]:
+    """Dormand-Prince 5(4) from 0 to t_out[-1]; states at t_out from the continuous extension.
+
+    The steps do not stop at the output times (which may be much closer together than the steps a
+    slow phase needs); the output between two accepted steps comes from the 4th-order interpolant
+    of the step, renormalised.
+    """
+    t_final = float(t_out[-1])
+    j = 0  # next output time
+    while j < len(t_out) and float(t_out[j]) <= 0.0:
+        save(X)
+        j += 1
+    t, n_steps, n_rejected = 0.0, 0, 0
+    h_adapt: float | None = first_step
+    k1 = None  # first stage of the next step (FSAL)
+    while j < len(t_out):
+        span = t_final - t
+        if k1 is None:
+            k1 = f(X)
+        if h_adapt is None:
+            h_adapt = _initial_step(f, X, k1, rtol, atol, span)
+        h = h_adapt if h_adapt < span * (1 - 1e-10) else span
+        if h <= 1e-14 * max(1.0, abs(t)):
+            raise RuntimeError(
+                f"adaptive step size underflow at t = {t:.6g} (h = {h:.3g}): too stiff "
+                f"for rtol = {rtol:g}, atol = {atol:g}"
+            )
+        if n_steps + n_rejected >= max_steps:
+            raise RuntimeError(f"max_steps = {max_steps} reached at t = {t:.6g} < {t_final:.6g}")
+        ks = [k1]
+        for a_row in DP_A[1:]:
+            Y = X + h * sum(a * k for a, k in zip(a_row, ks, strict=False) if a != 0.0)
+            ks.append(f(Y))
+        Xn = Y  # last stage point is the 5th-order solution (FSAL)
+        err_vec = h * sum(e * k for e, k in zip(DP_E, ks, strict=True) if e != 0.0)
+        err = _error_norm(err_vec, X, Xn, rtol, atol)
+        fac = 0.9 * err ** (-1 / 5) if err > 0 else 5.0
+        if err > 1.0:
+            n_rejected += 1
+            h_adapt = h * min(1.0, max(0.2, fac))
+            continue
+        last = h >= span
+        t_new = t_final if last else t + h
+        X_new = _normalize_rows(Xn)
+        _check_finite(X_new, t_new, f)
+        while j < len(t_out) and (last or float(t_out[j]) < t_new):
+            t_j = float(t_out[j])
+            save(X_new if t_j >= t_new else dense_output(X, ks, h, (t_j - t) / h))
+            j += 1
+            if progress is not None:
+                progress(t_j, t_final)
+        while j < len(t_out) and float(t_out[j]) <= t_new:  # an output time on the step's end
+            save(X_new)
+            j += 1
+        X, t, k1 = X_new, t_new, ks[-1]
+        n_steps += 1
+        h_adapt = h * min(5.0, max(0.2, fac))
+        if n_steps % AUTO_EVERY == 0 and f.auto:
+            before = f.name
+            f.maybe_redecide(X)
+            if f.name != before:
+                k1 = None
+        if progress is not None and n_steps % PROGRESS_EVERY == 0:
+            progress(t, t_final)
+    return n_steps, n_rejected

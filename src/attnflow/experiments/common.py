@@ -1,0 +1,122 @@
+"""Helpers used by several experiments: initial clouds, time grids, token subsets, attrs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._threads import torch_threads
+from ..progress import Reporter
+
+__all__ = [
+    "base_attrs",
+    "finite_or_none",
+    "fit_or_reason",
+    "integrator_label",
+    "simulate_kwargs",
+    "time_grid",
+    "token_subset",
+    "torch_threads",  # the thread policy's home is attnflow._threads
+    "unit_float64",
+]
+
+
+def time_grid(t_max: float, dt_save: float) -> np.ndarray:
+    """Saved times 0, dt_save, ..., t_max (t_max included up to rounding)."""
+    n = math.floor(t_max / dt_save + 1e-9)
+    t = dt_save * np.arange(n + 1)
+    if t_max - t[-1] > 1e-9 * t_max:
+        t = np.append(t, t_max)
+    return t
+
+
+def n_saved_times(t_max: float, dt_save: float) -> int:
+    """len(time_grid(t_max, dt_save)), without making the grid."""
+    n = math.floor(t_max / dt_save + 1e-9)
+    return n + 1 + int(t_max - dt_save * n > 1e-9 * t_max)
+
+
+def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:
+    """Sorted indices of a seeded subset of min(n_keep, N) tokens, kept for snapshots."""
+    n = min(n_keep, N)
+    rng = np.random.default_rng([seed, 1])
+    return np.sort(rng.choice(N, size=n, replace=False))
+
+
+def simulate_kwargs(config: Any) -> dict[str, Any]:
+    """Integrator settings of a SimulationConfig for `attnflow.dynamics.integrate.simulate` (the tolerances go
+    in `options`, for the adaptive method only)."""
+    adaptive = config.integrator == "adaptive"
+    return {
+        "method": config.integrator,
+        "dt": config.dt,
+        "kernel": config.kernel,
+        "dtype": config.dtype,
+        "device": config.device,
+        "options": {"rtol": config.rtol, "atol": config.atol} if adaptive else None,
+        "threads": config.threads,
+    }
+
+
+def unit_float64(x: np.ndarray) -> np.ndarray:
+    """States of a trajectory as float64 unit rows (a float32 run's rows are unit to 6e-8 only)."""
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def integrator_label(config: Any) -> str:
+    if config.integrator == "adaptive":
+        return f"adaptive Dormand-Prince 5(4), rtol={config.rtol:g}, atol={config.atol:g}"
+    return f"{config.integrator}, dt={config.dt:g}"
+
+
+def base_attrs(config: Any, reporter: Reporter, timings: dict[str, float], **extra: Any) -> dict:
+    """attrs every result carries: experiment, full config, provenance, seed, timings, warnings."""
+    from ..io import provenance, to_json
+
+    attrs = {
+        "experiment": config.experiment,
+        "config": to_json(config.model_dump()),
+        "provenance": to_json(provenance(threads_in_effect(config), _devices(extra.get("solver")))),
+        "seed": int(config.seed),
+        "timings": to_json(timings),
+        "warnings": to_json(reporter.warnings),
+    }
+    for key, value in extra.items():
+        attrs[key] = to_json(value) if isinstance(value, (dict, list)) else value
+    return attrs
+
+
+def threads_in_effect(config: Any) -> int | None:
+    """The torch CPU threads a run of `config` computes with (`torch_threads(config.threads)`): the
+    config's number, or torch's own for threads = 0 (None when the config has no `threads` or torch
+    is not loaded)."""
+    import sys
+
+    n = getattr(config, "threads", None)
+    if n:
+        return int(n)
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if n == 0 and torch is not None else None
+
+
+def _devices(solver: Any) -> str:
+    """Where the run computed: the devices its solver infos name ("cpu" when none does)."""
+    infos = solver if isinstance(solver, list) else [solver] if isinstance(solver, dict) else []
+    names = sorted({str(s["device"]) for s in infos if isinstance(s, dict) and s.get("device")})
+    return ", ".join(names) or "cpu"
+
+
+def fit_or_reason(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """fn(*args).to_dict(), or {"error": why} when the fit cannot be made (too few points...)."""
+    try:
+        return fn(*args, **kwargs).to_dict()
+    except (ValueError, np.linalg.LinAlgError) as err:
+        return {"error": str(err)}
+
+
+def finite_or_none(x: Any) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None

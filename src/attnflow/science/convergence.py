@@ -1,0 +1,260 @@
+"""Convergence in N, made explicit: a doubling ladder N, 2N, 4N, ... judged on W2 curves.
+
+A number about the theorem counts only when it is converged in N (docs/math.md, "Weighted
+measures"; the rules of docs/experiments.md). For one beta the ladder runs the same experiment at
+N_min, 2 N_min, ... and compares consecutive levels:
+
+- the *converged window* [0, T_k] of level k is the longest initial stretch of saved times on which
+  its W2 curve and that of level k-1 agree within `atol + rtol W2` (the first level: the window it
+  shares with the second, so that `streak` doublings compare `streak` + 1 windowed levels, as many
+  as the curves need). Beyond T_k the coarser run has
+  left the mean-field solution (for N tokens the softmax loses the tokens near its maximiser after a
+  time ~ log N: docs/experiments.md, "What converges in N");
+- the *quantities* of level k are read off its curve inside that window only (the first level: its
+  whole curve, the reference of the second): min W2, its argmin t*,
+  and the entry time into the near-minimal band. A minimum at the window's right edge is not a
+  minimum (the curve may fall further later): it is flagged `edge` and never counts as converged;
+- a beta is *converged* when its curves agree over the whole saved span [0, t_max] for `streak`
+  doublings in a row: more tokens cannot change what the run says;
+- a quantity is *converged* when it is not at an edge and has changed by less than `tol` (relative
+  for levels, absolute in units of the saved-time step for times) over `streak` doublings;
+- the N -> infinity value is estimated by Richardson extrapolation from the last three levels,
+  q_inf ~ q_2N + (q_2N - q_N) / (2^r - 1), r fitted; its error is the last difference.
+
+Everything here works on arrays: the experiments run the levels, this module judges them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._checks import check_times
+
+__all__ = [
+    "STATUSES",
+    "CurveQuantities",
+    "LadderDecision",
+    "converged_window",
+    "curve_quantities",
+    "judge_ladder",
+    "richardson",
+]
+
+# Levels whose N differ from a doubling by this fraction still double: graded quadratures halve their
+# spacing exactly but round their node counts (sphere.graded_circle_quadrature: to a multiple of 4).
+DOUBLING_RTOL = 0.01
+
+# Per-beta statuses, most trusted first.
+STATUSES = ("converged", "resolved", "under-resolved")
+
+
+def converged_window(t: Any, fine: Any, coarse: Any, atol: float = 5e-3, rtol: float = 0.02) -> float:
+    """Largest T such that |fine - coarse| <= atol + rtol |fine| at every saved time t <= T.
+
+    t (T,) saved times; fine, coarse (T,) W2 curves of two levels. Returns t[0] when they already
+    differ at the first time, t[-1] when they agree everywhere.
+    """
+    t = check_times(t, "t")
+    f = np.asarray(fine, dtype=np.float64)
+    c = np.asarray(coarse, dtype=np.float64)
+    if f.shape != t.shape or c.shape != t.shape:
+        raise ValueError(f"fine and coarse must have the shape of t {t.shape}, got {f.shape} and {c.shape}")
+    bad = np.flatnonzero(~(np.abs(f - c) <= atol + rtol * np.abs(f)))
+    if bad.size == 0:
+        return float(t[-1])
+    return float(t[max(int(bad[0]) - 1, 0)])
+
+
+@dataclass(frozen=True)
+class CurveQuantities:
+    """What a W2 curve says inside its converged window [t[0], t_end].
+
+    t_star, min_w2: the argmin and the minimum over the window; t_entry: first time with
+    W2 <= (1 + band) min_w2 (the entry into the near-minimal band); t_dev: first time with
+    W2 > (1 + deviation) W2_ref (when the finite-beta curve leaves a reference curve, e.g. the exact
+    zero-temperature one; NaN without a reference or when it stays within the window); edge: the
+    minimum lies within `edge_steps` saved steps of the window's end, which is t_end or the last saved
+    time t_max (the curve may fall further after it), or the window is empty.
+    """
+
+    t_star: float
+    min_w2: float
+    t_entry: float
+    t_end: float
+    edge: bool
+    t_dev: float = math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def curve_quantities(
+    t: Any,
+    w2: Any,
+    t_end: float | None = None,
+    band: float = 0.05,
+    edge_steps: int = 2,
+    reference: Any = None,
+    deviation: float = 0.1,
+) -> CurveQuantities:
+    """CurveQuantities of the W2 curve w2 (T,) on saved times t (T,) restricted to t <= t_end;
+    reference: an optional (T,) curve for t_dev."""
+    t = check_times(t, "t")
+    w = np.asarray(w2, dtype=np.float64)
+    if w.shape != t.shape:
+        raise ValueError(f"w2 must have the shape of t {t.shape}, got {w.shape}")
+    t_end = float(t[-1]) if t_end is None else float(t_end)
+    inside = np.flatnonzero((t <= t_end + 1e-12) & np.isfinite(w))
+    if inside.size < 2:
+        return CurveQuantities(math.nan, math.nan, math.nan, t_end, True)
+    k = int(inside[np.argmin(w[inside])])
+    near = inside[w[inside] <= w[k] * (1.0 + band)]
+    edge = k >= int(inside[-1]) - edge_steps
+    t_dev = math.nan
+    if reference is not None:
+        ref = np.asarray(reference, dtype=np.float64)
+        if ref.shape != t.shape:
+            raise ValueError(f"reference must have the shape of t {t.shape}, got {ref.shape}")
+        off = inside[w[inside] > (1.0 + deviation) * ref[inside]]
+        t_dev = float(t[off[0]]) if off.size else math.nan
+    return CurveQuantities(float(t[k]), float(w[k]), float(t[near[0]]), t_end, bool(edge), t_dev)
+
+
+def richardson(Ns: Any, values: Any) -> tuple[float, float, float | None]:
+    """N -> infinity estimate of values (L,) at doubling Ns (L,): (estimate, error, order r). Ns
+    double to within DOUBLING_RTOL (a graded quadrature's rounded node counts).
+
+    With three or more levels, r = log2(|q_{N} - q_{N/2}| / |q_{2N} - q_N|) from the last three; the
+    estimate is q_2N + (q_2N - q_N) / (2^r - 1) when r > 0 is finite, else the last value. The error is
+    the last difference |q_2N - q_N| (a level alone: NaN).
+    """
+    N = np.asarray(Ns, dtype=np.float64)
+    q = np.asarray(values, dtype=np.float64)
+    if q.size == 0 or not math.isfinite(q[-1]):
+        return math.nan, math.nan, None
+    if q.size == 1:
+        return float(q[-1]), math.nan, None
+    if not np.allclose(N[1:] / N[:-1], 2.0, rtol=DOUBLING_RTOL):
+        raise ValueError(f"Richardson extrapolation needs doubling levels, got N = {N.tolist()}")
+    last = float(q[-1] - q[-2])
+    err = abs(last)
+    if q.size < 3 or not math.isfinite(q[-3]) or last == 0.0:
+        return float(q[-1]), err, None
+    prev = float(q[-2] - q[-3])
+    if prev == 0.0 or prev * last < 0 or abs(last) >= abs(prev):
+        return float(q[-1]), err, None  # not (yet) in the asymptotic range: no extrapolation
+    r = math.log2(abs(prev) / abs(last))
+    return float(q[-1] + last / (2.0**r - 1.0)), err, r
+
+
+@dataclass
+class LadderDecision:
+    """The ladder's verdict on one beta after its latest level.
+
+    status: "converged" (every quantity converged), "resolved" (the resolution ratio is below the
+    threshold but some quantity is not converged), "under-resolved" (ratio at or above it).
+    done: whether to stop doubling (converged, or N_max reached).
+    quantities: name -> {value, estimate, error, order, converged, reason}.
+    """
+
+    status: str
+    done: bool
+    N: int
+    quantities: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge_ladder(
+    Ns: Any,
+    levels: list[CurveQuantities],
+    dt: float,
+    t_max: float,
+    ratio: float,
+    ratio_ok: float,
+    N_max: int,
+    tol: float = 0.02,
+    streak: int = 2,
+    extra_times: dict[str, list[float]] | None = None,
+    previous: list[CurveQuantities | None] | None = None,
+) -> LadderDecision:
+    """Judge the levels Ns (L,) with their CurveQuantities (the first level's window: the one it
+    shares with the second, or empty while it is alone).
+
+    The status is "converged" when the W2 curves of the last `streak` doublings agree over the whole
+    saved span [0, t_max]: the run is then converged in N on it, and more tokens cannot change what it
+    says (a minimum beyond t_max needs a longer run, not more tokens). Each quantity carries its own
+    flag: times (t_star, t_entry, t_dev) converge when consecutive levels differ by at most
+    max(tol t, dt), min_w2 when they differ by at most tol relative, `streak` times in a row; a
+    minimum at the end of the window never converges. extra_times: further per-level times judged the
+    same way but without the window (e.g. the departure time), name -> values (L,).
+    previous (L,): for level k >= 1, the quantities of level k-1 read inside level k's window (where
+    the two curves agree), to compare with level k's; None (or a None entry): level k-1's own.
+    """
+    Ns = [int(n) for n in Ns]
+    if len(Ns) != len(levels) or not Ns:
+        raise ValueError("Ns and levels must have the same, non-zero length")
+    streak = max(int(streak), 1)
+    out: dict[str, dict[str, Any]] = {}
+    reasons: list[str] = []
+    prev = list(previous) if previous is not None else [None] * len(levels)
+    if len(prev) != len(levels):
+        raise ValueError(f"previous has {len(prev)} entries for {len(levels)} levels")
+    series: dict[str, tuple[list[float], list[bool], list[float]]] = {}
+    for name in ("t_star", "min_w2", "t_entry", "t_dev"):
+        values = [getattr(q, name) for q in levels]
+        before = [math.nan] + [
+            getattr(p if p is not None else q, name) for p, q in zip(prev[1:], levels[:-1], strict=True)
+        ]
+        edges = [q.edge for q in levels] if name != "t_dev" else [False] * len(levels)
+        series[name] = (values, edges, before)
+    for name, values in (extra_times or {}).items():
+        if len(values) != len(Ns):
+            raise ValueError(f"extra_times[{name!r}] has {len(values)} values for {len(Ns)} levels")
+        series[name] = (list(values), [False] * len(values), [math.nan, *values[:-1]])
+    whole = [q.t_end >= t_max - 1e-9 * max(1.0, t_max) for q in levels]
+    for name, (values, edges, before) in series.items():
+        estimate, error, order = richardson(Ns, values)
+        ok, why = _converged(name, values, edges, before, dt, tol, streak)
+        if not ok and edges[-1] and whole[-1]:
+            why = "the minimum lies at t_max: the curve still falls there (a longer t_max decides)"
+        if not ok:
+            reasons.append(f"{name}: {why}")
+        out[name] = {
+            "value": values[-1],
+            "estimate": estimate,
+            "error": error,
+            "order": order,
+            "converged": ok,
+            "reason": why,
+        }
+    converged = len(levels) > streak and all(whole[-streak:])
+    if not converged:
+        reasons.insert(0, f"the W2 curves of N and N/2 agree only up to t = {levels[-1].t_end:.3g} < t_max")
+    status = "converged" if converged else ("resolved" if ratio < ratio_ok else "under-resolved")
+    return LadderDecision(status, converged or Ns[-1] * 2 > N_max, Ns[-1], out, reasons)
+
+
+def _converged(
+    name: str, values: list[float], edges: list[bool], before: list[float], dt: float, tol: float, streak: int
+):
+    """Whether the last `streak` doublings each moved the quantity by at most its limit: level k's
+    value against before[k], level k-1's value read where the two curves agree."""
+    if len(values) < streak + 1:
+        return False, f"{len(values)} level(s): {streak + 1} needed"
+    if any(edges[-streak:]):
+        return False, "the minimum lies at the end of the converged window (the curve may fall further)"
+    pairs = list(zip(before[-streak:], values[-streak:], strict=True))
+    if not all(math.isfinite(v) for pair in pairs for v in pair):
+        return False, "undefined at some level (e.g. not reached within the converged window)"
+    for a, b in pairs:
+        limit = max(tol * abs(b), dt) if name.startswith("t_") else tol * abs(b)
+        if abs(b - a) > limit * (1.0 + 1e-9):  # one saved step apart is within the grid's resolution
+            return False, f"changed by {abs(b - a):.3g} between doublings (limit {limit:.3g})"
+    return True, ""
