@@ -556,7 +556,7 @@ def tiny_heads(tmp_path_factory):
     """(checkpoint folder, run folder, Dataset) of heads-tiny on a tiny random BERT checkpoint."""
     pytest.importorskip("safetensors")
     pytest.importorskip("tokenizers")
-    from test_pretrained import write_checkpoint
+    from checkpoints import write_checkpoint
 
     folder = tmp_path_factory.mktemp("bert")
     write_checkpoint(folder)  # d = 16, 4 heads, 2 layers

@@ -112,7 +112,7 @@ def test_heads_and_check_agree_on_every_head(tmp_path):
 def test_heads_and_check_agree_on_a_token_cloud(tmp_path):
     """With a text, assumption 2 on the cloud entering each layer: check --x0 on the same states."""
     from attnflow import pretrained as P
-    from test_pretrained import write_checkpoint
+    from checkpoints import write_checkpoint
 
     folder = tmp_path / "bert"
     write_checkpoint(folder, d=8, heads=2, layers=2)
@@ -143,7 +143,7 @@ def _counting(monkeypatch, module, name):
 def test_report_tokenizes_once_and_runs_the_model_once(tmp_path, monkeypatch):
     import attnflow.pretrained.forward as F
     from attnflow import pretrained as P
-    from test_pretrained import write_checkpoint
+    from checkpoints import write_checkpoint
 
     write_checkpoint(tmp_path, d=8, heads=2, layers=3)
     encodes, passes = _counting(monkeypatch, F, "_encode"), _counting(monkeypatch, F, "_embed")
@@ -155,7 +155,7 @@ def test_report_tokenizes_once_and_runs_the_model_once(tmp_path, monkeypatch):
 def test_heads_run_tokenizes_once_and_runs_the_model_once(tmp_path, monkeypatch):
     import attnflow.pretrained.forward as F
     from attnflow.experiments import load_config, run_experiment
-    from test_pretrained import write_checkpoint
+    from checkpoints import write_checkpoint
 
     write_checkpoint(tmp_path / "bert", d=8, heads=2, layers=2)
     cfg = load_config(

@@ -351,7 +351,8 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
     from .._threads import torch_threads
     from ..io import atomic_write_text, clean_stale, json_attr, to_json, write_dataset
     from . import folder as _folder
-    from .config import count_reused, to_toml
+    from .config import to_toml
+    from .parts import count_reused
 
     if out is not None:
         if state == "replace":

@@ -38,6 +38,7 @@ from ..plot import (
     series_styles,
 )
 from ..plot.style import STAR_STYLE
+from ..progress import Reporter
 from .common import (
     base_attrs,
     finite_or_none,
@@ -47,7 +48,8 @@ from .common import (
     torch_threads,
     unit_float64,
 )
-from .config import Angle, Reporter, SimulationConfig, cached_part, fingerprint, part_name
+from .config import Angle, SimulationConfig
+from .parts import cached_part, fingerprint, part_name
 from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:

@@ -45,8 +45,9 @@ from .common import (
     torch_threads,
     unit_float64,
 )
-from .config import Angle, SimulationConfig, cached_part, check_betas, fingerprint, part_name
+from .config import Angle, SimulationConfig, check_betas
 from .model import ModelConfig, attention_of, describe_model, initial_measure
+from .parts import cached_part, fingerprint, part_name
 from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:

@@ -23,8 +23,9 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_va
 from ...io import json_attr
 from ...progress import Reporter
 from ..common import base_attrs, finite_or_none, fit_or_reason, integrator_label, time_grid
-from ..config import Angle, SimulationConfig, cached_part, check_betas, fingerprint, part_done, part_name
+from ..config import Angle, SimulationConfig, check_betas
 from ..model import ModelConfig, describe_model
+from ..parts import cached_part, fingerprint, part_done, part_name
 from ..registry import Experiment, doc_summary
 from .figures import CAPTIONS, figures, sweep_figures
 from .levels import (
