@@ -274,7 +274,8 @@ def test_every_named_weights_family_builds_in_every_dimension_it_claims(name):
         assert family.label(**_keys(family)).startswith(name)
     if family.d:
         assert family.dimension(None) == family.d
-        with pytest.raises(ValueError, match=f"weights = {name} has d = {family.d}; d = 7 contradicts") as err:
+        contradicts = f"weights = {name} has d = {family.d}; d = 7 contradicts"
+        with pytest.raises(ValueError, match=contradicts) as err:
             family.dimension(7)
         assert "\n" not in str(err.value)
         np.testing.assert_array_equal(family.build(family.d).A, worked_example(1.0, d=family.d).A)
