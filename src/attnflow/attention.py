@@ -457,11 +457,12 @@ def _random_label(*, weights_seed: int, symmetric: bool) -> str:
     return f"random (seed {weights_seed}, {'symmetric A' if symmetric else 'fully random'})"
 
 
-def _named(name: str) -> Callable[..., str]:
-    def label() -> str:
-        return name
+def _worked_example_3d_label() -> str:
+    return "worked-example"
 
-    return label
+
+def _worked_example_2d_label() -> str:
+    return "worked-example-2d"
 
 
 def _families(*families: WeightsFamily) -> Mapping[str, WeightsFamily]:
@@ -472,11 +473,11 @@ def _families(*families: WeightsFamily) -> Mapping[str, WeightsFamily]:
 WEIGHTS: Mapping[str, WeightsFamily] = _families(
     WeightsFamily(
         "worked-example", "the d = 3 worked example of MATH.md", 3, (), _worked_example_3d,
-        _named("worked-example"),
+        _worked_example_3d_label,
     ),
     WeightsFamily(
         "worked-example-2d", "the d = 2 worked example of MATH.md", 2, (), _worked_example_2d,
-        _named("worked-example-2d"),
+        _worked_example_2d_label,
     ),
     WeightsFamily(
         "random", "seeded random weights; V = S B^{-T} with S symmetric unless symmetric = false", None,

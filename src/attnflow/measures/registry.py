@@ -98,7 +98,7 @@ class DensityFamily:
             raise ValueError(
                 f"density = {self.name} takes the parameters {takes}; got {', '.join(params) or 'none'}"
             )
-        return Density(self, int(d), MappingProxyType(dict(params)))
+        return Density(self, int(d), dict(params))
 
 
 @dataclass(frozen=True, eq=False)
