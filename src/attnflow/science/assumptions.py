@@ -198,7 +198,7 @@ def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> Assumptio
 
 def _density(kind: str | None) -> AssumptionResult:
     name = "positive density"
-    if kind in MEASURES:
+    if kind is not None and kind in MEASURES:
         return AssumptionResult(name, OK, {"kind": kind}, MEASURES[kind].positive)
     kinds = " or ".join(f"kind={k!r}" for k in MEASURES)
     return AssumptionResult(
