@@ -22,9 +22,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["DEFAULT_THREADS", "THREADS_HELP", "check_threads", "intra_op_threads", "torch_threads"]
+__all__ = [
+    "DEFAULT_THREADS",
+    "MAX_THREADS",
+    "THREADS_HELP",
+    "check_threads",
+    "intra_op_threads",
+    "torch_threads",
+]
 
 DEFAULT_THREADS = 1
+#: the most threads accepted (torch's count is a C int; no machine of ours has more cores)
+MAX_THREADS = 4096
 THREADS_HELP = "torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default, all cores)"
 
 
@@ -32,8 +41,10 @@ def check_threads(threads: Any, name: str = "threads") -> int:
     """threads as an int >= 0; TypeError or ValueError naming `name` otherwise."""
     if isinstance(threads, bool) or not isinstance(threads, int):
         raise TypeError(f"{name} must be an integer >= 0 (0: torch's default), got {threads!r}")
-    if threads < 0:
-        raise ValueError(f"{name} must be >= 0 (1: one thread, 0: torch's default), got {threads}")
+    if not 0 <= threads <= MAX_THREADS:
+        raise ValueError(
+            f"{name} must be between 0 and {MAX_THREADS} (1: one thread, 0: torch's default), got {threads}"
+        )
     return threads
 
 
