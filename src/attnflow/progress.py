@@ -178,19 +178,25 @@ class Reporter:
 
     The command line subclasses it with Rich progress bars. Experiments call:
     `overall(total, description)` once, `task(description, total)` as a context manager whose
-    value is a `progress(t, t_final)` callback for `simulate`, `advance()` after each unit of
-    work, `info(msg)` and `warn(msg)`.
+    value is a `progress(t, t_final)` callback for `simulate`, `advance(n)` after each piece of
+    work, `info(msg)` and `warn(msg)`. The total and the advances are in units of the work's cost
+    (e.g. N^2 per level of an N ladder, so that the ETA weighs each level by its cost), not counts.
+    `run_experiment` ends with `done(msg)`: the bars close, then the run's last line.
     """
 
     def __init__(self) -> None:
         self.messages: list[str] = []
         self.warnings: list[str] = []
 
-    def overall(self, total: int, description: str) -> None:
+    def overall(self, total: float, description: str) -> None:
         pass
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: float = 1) -> None:
         pass
+
+    def done(self, message: str) -> None:
+        """The run's last line, after its bars are closed."""
+        self.info(message)
 
     @contextmanager
     def task(self, description: str, total: float = 1.0) -> Iterator[Callable[[float, float], None]]:
@@ -231,18 +237,22 @@ class RichReporter(Reporter):
             TimeRemainingColumn(),
             console=self.console,
             disable=quiet,
-            transient=False,
+            transient=True,  # gone when the run ends: its last line says how long it took
         )
         self._overall: Any = None
         if not quiet:
             self.progress.start()
 
-    def overall(self, total: int, description: str) -> None:
+    def overall(self, total: float, description: str) -> None:
         self._overall = self.progress.add_task(description, total=total)
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: float = 1) -> None:
         if self._overall is not None and n:
             self.progress.advance(self._overall, n)
+
+    def done(self, message: str) -> None:
+        self.progress.stop()
+        self.info(message)
 
     @contextmanager
     def task(self, description: str, total: float = 1.0):
@@ -280,16 +290,20 @@ class TqdmReporter(Reporter):
         super().__init__()
         self.quiet = quiet
         self._overall: Bar | None = None
-        self._done = 0
+        self._done = 0.0
 
-    def overall(self, total: int, description: str) -> None:
+    def overall(self, total: float, description: str) -> None:
         if not self.quiet:
             self._overall = Bar(description, total, notebook=True)
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: float = 1) -> None:
         self._done += n
         if self._overall is not None and n:
             self._overall.update(self._done)
+
+    def done(self, message: str) -> None:
+        self.close()
+        self.info(message)
 
     @contextmanager
     def task(self, description: str, total: float = 1.0):

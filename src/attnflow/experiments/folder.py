@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from .registry import Experiment
 
-__all__ = ["DRAWN", "RUN_FILES", "RunFolderError", "plan_folder", "remove"]
+__all__ = ["DRAWN", "RUN_FILES", "RunFolderError", "discard_unfinished", "plan_folder", "remove"]
 
 #: every name a run writes into its folder
 RUN_FILES = (
@@ -137,3 +137,14 @@ def remove(out: Path, names: tuple[str, ...] = RUN_FILES) -> None:
             shutil.rmtree(p)
         elif p.exists():
             p.unlink()
+
+
+def discard_unfinished(out: Path, created: bool) -> None:
+    """After a new run failed: remove what it wrote unless it finished a part (kept for a resume),
+    and the folder itself when the run `created` it and it is empty now."""
+    parts = out / layout.PARTS_DIR
+    if parts.is_dir() and any(parts.glob("*.zarr")):
+        return
+    remove(out)
+    if created and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()

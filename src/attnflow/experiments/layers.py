@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from .._text import format_value
 from .._threads import DEFAULT_THREADS, THREADS_HELP
@@ -23,7 +23,7 @@ from ..measures import Nodes
 from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save, ticks_at
 from ..progress import Reporter
 from .common import base_attrs, torch_threads
-from .config import KERNEL_HELP, DeviceConfig, Kernel
+from .config import KERNEL_HELP, DeviceConfig, Kernel, Threads
 from .inputs import model_inputs
 from .model import ModelConfig
 from .registry import Experiment, doc_summary
@@ -47,7 +47,7 @@ class LayersConfig(ModelConfig, DeviceConfig):
     )
     kernel: Kernel = Field("auto", description=KERNEL_HELP)
     reference_rtol: PositiveFloat = Field(1e-11, description="rtol of the adaptive reference solution")
-    threads: NonNegativeInt = Field(DEFAULT_THREADS, description=THREADS_HELP)
+    threads: Threads = Field(DEFAULT_THREADS, description=THREADS_HELP)
 
     @field_validator("beta")
     @classmethod

@@ -19,26 +19,28 @@ that integrate the flow; their choices, descriptions and checks come from the re
               concentration `kappa` around A's top eigenvector u_1): rho_0 itself. A density's
               parameters are config keys of the same name, except its mean direction (u_1).
 
-d follows from the weights; a key that does not exist in that d is a config error naming it.
-`attnflow.experiments.inputs` turns these keys into objects, once per run.
+d follows from the weights; a key that does not exist in that d is a config error naming it. The
+weights are made (drawn, or read) when the config is made, once per distinct value of these keys
+(`weights_attention`): their entries must stay in float64's range, and they must meet what the
+experiment needs of them (its `needs`, attnflow.experiments.needs), else the config is refused in one
+line. `attnflow.experiments.inputs` turns these keys into objects, once per run.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from ..attention import WEIGHTS
+from ..attention import WEIGHTS, Attention
 from ..measures import DISCRETISATIONS, MEASURES
 from ..measures.registry import or_list
-from .config import ExperimentConfig
+from .config import ExperimentConfig, Seed
+from .needs import Need, check_needs
 
 if TYPE_CHECKING:
-    from ..attention import Attention
-
     Init = str
     DensityName = str
 else:
@@ -77,7 +79,7 @@ class ModelConfig(ExperimentConfig):
     d: PositiveInt | None = Field(
         None, description="dimension of weights = random (default 3); other weights fix d themselves"
     )
-    weights_seed: NonNegativeInt = Field(0, description="seed of weights = random")
+    weights_seed: Seed = Field(0, description="seed of weights = random")
     symmetric: bool = Field(
         True, description="weights = random: A = V B^T symmetric with a gap (the theorem applies)"
     )
@@ -87,10 +89,16 @@ class ModelConfig(ExperimentConfig):
 
     # whether the experiment builds rho_0 per beta (init = graded): set by the experiments that do
     graded_init: ClassVar[bool] = False
+    #: what the experiment needs of its weights (attnflow.experiments.needs), checked when it is made
+    needs: ClassVar[tuple[Need, ...]] = ()
+
+    def saved_cloud(self) -> tuple[int, int]:
+        return 1, model_dimension(self)
 
     @model_validator(mode="after")
     def _model_keys(self):
         check_init(self, model_dimension(self))  # loads an .npz once, with its errors
+        check_needs(self, weights_attention(self))
         return self
 
 
@@ -102,6 +110,26 @@ def model_dimension(config: ModelConfig) -> int:
     if config.d is not None:
         raise ValueError(f"d is set by the weights file {config.weights}; leave d unset")
     return weights_file(config.weights).d
+
+
+def weights_attention(config: ModelConfig) -> Attention:
+    """The Attention (beta = 1) of the config's weights keys, made once per distinct value of them;
+    ValueError naming `weights` when its B or A leaves float64's range."""
+    family = WEIGHTS.get(config.weights)
+    keys = tuple((k, getattr(config, k)) for k in family.keys) if family is not None else ()
+    return cached_attention(config.weights, model_dimension(config), keys)
+
+
+@lru_cache(maxsize=8)
+def cached_attention(weights: str, d: int, keys: tuple[tuple[str, Any], ...]) -> Attention:
+    """The Attention of weights (a WEIGHTS name or a path) in d with the family's keys, made once."""
+    family = WEIGHTS.get(weights)
+    att = weights_file(weights) if family is None else family.build(d, **dict(keys))
+    try:
+        att.B, att.A  # noqa: B018 - computed (and cached) here: their range is checked once
+    except ValueError as err:
+        raise ValueError(f"weights = {weights}: {err}") from None
+    return att
 
 
 @lru_cache(maxsize=8)

@@ -38,9 +38,10 @@ from ...science.convergence import (
 )
 from ...science.metrics import RESOLUTION_OK
 from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid
-from ..config import Angle, SimulationConfig, check_betas
+from ..config import Angle, Seed, SimulationConfig, check_betas
 from ..inputs import integration, model_inputs
 from ..model import ModelConfig
+from ..needs import INVERTIBLE_B, LIMIT, Need
 from ..parts import cached_part, fingerprint, part_done, part_name
 from ..registry import Experiment, doc_summary
 from .figures import CAPTIONS, figures, sweep_figures
@@ -68,6 +69,8 @@ class ConcentrationConfig(SimulationConfig, ModelConfig):
 
     experiment: Literal["concentration"] = "concentration"
     graded_init: ClassVar[bool] = True  # init = graded: rho_0 per beta, N_min..N_max its levels
+    # W2 to Pi_# rho_0, and the zero-temperature curve beside the finite betas
+    needs: ClassVar[tuple[Need, ...]] = (INVERTIBLE_B, LIMIT)
     betas: list[PositiveFloat] = Field(
         [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0], description="inverse temperatures beta (finite, > 0)"
     )
@@ -82,7 +85,7 @@ class ConcentrationConfig(SimulationConfig, ModelConfig):
     streak: PositiveInt = Field(2, description="N = auto: doublings in a row that must stay within tol")
     curve_atol: PositiveFloat = Field(5e-3, description="two levels' W2 curves agree within atol + rtol W2")
     curve_rtol: PositiveFloat = Field(0.02, description="see curve_atol")
-    seeds: list[NonNegativeInt] = Field(
+    seeds: list[Seed] = Field(
         [], description="several random clouds in one kernel call (init = uniform); empty: one, `seed`"
     )
     t_max: PositiveFloat = Field(12.0, description="final time (t* grows like log beta; late phase after it)")
@@ -102,6 +105,9 @@ class ConcentrationConfig(SimulationConfig, ModelConfig):
     @classmethod
     def _betas(cls, v: list[float]) -> list[float]:
         return check_betas(v)
+
+    def saved_cloud(self) -> tuple[int, int]:
+        return max(1, len(self.seeds)), super().saved_cloud()[1]
 
     @model_validator(mode="after")
     def _ladder(self):
@@ -180,7 +186,8 @@ class Ladder:
 @dataclass(frozen=True, eq=False)
 class _Run:
     """What the ladders of one run share: its inputs, run folder and fingerprint, reporter, the
-    beta-free clouds, the simulations, and the zero-temperature reference curve (or None)."""
+    beta-free clouds, the simulations, the zero-temperature reference curve (or None), and the cost
+    of each level of a ladder in the units of the overall bar (`level_costs`)."""
 
     inputs: ConcentrationInputs
     out: Path | None
@@ -189,6 +196,7 @@ class _Run:
     clouds: CloudCache
     simulations: Simulations
     w2_zero: np.ndarray | None
+    costs: tuple[float, ...]
 
     def part(self, name: str, compute: Callable[[], Any]) -> Any:
         return cached_part(self.out, name, self.fp, compute, self.reporter)
@@ -196,6 +204,12 @@ class _Run:
 
 def _zero_part(inputs: ConcentrationInputs, clouds: CloudCache) -> Any:
     return zero_temperature(inputs, clouds[inputs.Ns[0]])
+
+
+def level_costs(inputs: ConcentrationInputs) -> tuple[float, ...]:
+    """The cost of each planned level of a ladder, N^2 (the attention's pairs: what a level's time
+    grows like): the overall bar advances by it, so that its ETA weighs the slow last levels."""
+    return tuple(float(N) ** 2 for N in inputs.Ns)
 
 
 def _batched(inputs: ConcentrationInputs, out: Path | None, fp: str) -> bool:
@@ -215,22 +229,24 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     inputs = concentration_inputs(config)
     fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     clouds = CloudCache(inputs)
-    reporter.overall(len(inputs.betas) + 1, f"concentration: {len(inputs.betas)} betas, N = {config.N}")
+    costs = level_costs(inputs)  # the zero-temperature part counts as one first level
+    reporter.overall(
+        costs[0] + len(inputs.betas) * sum(costs), f"concentration: {len(inputs.betas)} betas, N = {config.N}"
+    )
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     zero = cached_part(out, "zero", fp, partial(_zero_part, inputs, clouds), reporter)
     zero_info = json_attr(zero, "zero", {})
     w2_zero = zero.w2_zero.values if zero_info.get("kind", "").startswith("N = infinity") else None
     timings["zero_temperature_s"] = time.perf_counter() - t0
-    reporter.advance()
+    reporter.advance(costs[0])
     simulations = Simulations(inputs, reporter, batched=_batched(inputs, out, fp))
-    shared = _Run(inputs, out, fp, reporter, clouds, simulations, w2_zero)
+    shared = _Run(inputs, out, fp, reporter, clouds, simulations, w2_zero, costs)
     ladders = []
     for beta in inputs.betas:
         t0 = time.perf_counter()
         ladders.append(_ladder(shared, beta))
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
-        reporter.advance()
     ds = _assemble(inputs, ladders, zero)
     ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
     timings["total_s"] = time.perf_counter() - start
@@ -278,13 +294,16 @@ def _ladder(shared: _Run, beta: float) -> Ladder:
         clouds, Ns = graded, tuple(graded)
     parts: list[Any] = []
     readings: list[LevelReading] = []
+    costs = shared.costs
     for N in Ns:
         parts.append(shared.part(part_name(beta=beta, N=N), partial(_level, shared, clouds, beta, N)))
         readings.append(_reading(inputs, parts, shared.w2_zero))
         decision = judge_ladder(readings, inputs.rules)
         reporter.info(_level_line(beta, N, readings[-1], decision.status))
+        reporter.advance(costs[len(parts) - 1] if len(parts) <= len(costs) else 0.0)
         if (decision.status == "converged") if inputs.graded else decision.done:
             break
+    reporter.advance(sum(costs[len(parts) :]))  # the levels a converged ladder skips
     if decision.status == "under-resolved":
         reporter.warn(_under_resolved(inputs, beta, parts[-1]))
     return Ladder(beta, tuple(parts), tuple(r.quantities for r in readings), decision, clouds, search)
@@ -432,10 +451,17 @@ def _theorem_bound(inputs: ConcentrationInputs, ds, per_beta: dict[float, dict[s
 def _attrs(inputs: ConcentrationInputs, ds, ladders: list[Ladder], zero_info: dict) -> dict[str, Any]:
     """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
     per beta, the solver infos, the model, the separatrix searches."""
-    from ...science.claims import claims_table
+    from ...science.claims import claims_table, not_applicable
 
     per_beta, convergence = _per_beta(ds, ladders)
     claims = claims_table(per_beta, inputs.rules.dt, zero_info if zero_info.get("local_rates") else None)
+    spectrum = inputs.model.spectrum
+    if not spectrum.symmetric:  # (symmetric = false: Pi is the spectral projector's limit)
+        claims = not_applicable(
+            claims,
+            f"A = V B^T is not symmetric (relative asymmetry {spectrum.asymmetry:.3g}): assumption 1 of the "
+            "theorem fails, so it says nothing here; W2 is measured to the limit of the spectral projector",
+        )
     fits: dict[str, Any] = {"claims_betas": {c["claim"]: c["betas"] for c in claims}}
     fits["theorem_bound"] = _theorem_bound(inputs, ds, per_beta)
     solver = [json_attr(lad.parts[-1], "solver", {}) for lad in ladders]

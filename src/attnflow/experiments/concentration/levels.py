@@ -100,7 +100,7 @@ def make_cloud(inputs: ConcentrationInputs, N: int, nodes: Nodes | None = None) 
     else:
         X0, w = nodes.X[None], nodes.weights
     att = inputs.model.attention
-    PiX0 = np.stack([project(x, att) for x in X0])
+    PiX0 = np.stack([project(x, att, spectral=True) for x in X0])  # (the orthogonal one for symmetric A)
     keep = token_subset(N, inputs.n_keep, inputs.seed)
     return Cloud(N, X0, w, PiX0, keep, seeds)
 
