@@ -11,7 +11,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_DEPTH", "check_depth", "format_value", "parse_literal"]
+__all__ = ["MAX_DEPTH", "check_depth", "format_value", "parse_literal", "shown"]
+
+#: the longest text of a value that a message quotes (`shown`)
+SHOWN = 60
+
+
+def shown(v: Any, limit: int = SHOWN) -> str:
+    """repr(v) for a message, cut to `limit` characters with "..." (a value may be any length)."""
+    text = repr(v)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 #: the deepest nesting of lists and tables in a value read from text (a config value is at most a
 #: list of lists)

@@ -14,7 +14,7 @@ import attnflow.dynamics.integrate as integrate
 from attnflow.attention import WEIGHTS
 from attnflow.experiments import ConfigError, load_config, run_experiment
 from attnflow.experiments.inputs import integration, model_inputs
-from attnflow.experiments.model import ModelConfig, cached_attention
+from attnflow.experiments.model import ModelConfig, drawn_attention
 from attnflow.measures import DISCRETISATIONS, MEASURES
 
 # (weights overrides, d) for every WEIGHTS family: the fixed-d ones, random in d = 2, 3, 4
@@ -144,7 +144,7 @@ def test_random_weights_are_drawn_once_per_run(name, overrides, monkeypatch):
 
     monkeypatch.setattr(attention, "random_attention", draw)
     monkeypatch.setattr(integrate, "simulate", simulate)
-    cached_attention.cache_clear()  # (other tests drew these weights already)
+    drawn_attention.cache_clear()  # (other tests drew these weights already)
     config = load_config(name, [*overrides, "weights=random", "weights_seed=5"])
     assert len(draws) == 1
     ds = run_experiment(config, None)

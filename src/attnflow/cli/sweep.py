@@ -77,14 +77,19 @@ def sweep_command(
     pdf: PdfOption = False,
 ) -> None:
     """Run an experiment over a parameter grid on Dask; rerun the same command to resume."""
+    import warnings
+
     from ..experiments import load_config
+    from ..experiments.config import ConfigWarning
     from ..sweeps import sweep
 
     with exits([Failure((ValueError, TypeError, FileNotFoundError), EXIT_USAGE, sweep_usage)]):
         axes = parse_grid(grid or [])
         if not axes:
             raise _fail("give at least one --grid key=values", EXIT_USAGE)
-        cfg = load_config(config, list(set_ or []))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConfigWarning)  # the sweep's result says those of its points
+            cfg = load_config(config, list(set_ or []))
     with exits(sweep_failures(out)):
         result = sweep(
             cfg, axes, client=scheduler, store=out, workers=workers, retries=retries, progress=not quiet

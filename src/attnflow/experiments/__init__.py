@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import xarray as xr
     from pydantic import BaseModel
 
-    from .config import ExperimentConfig, SimulationConfig, to_toml
+    from .config import ExperimentConfig, SimulationConfig, config_warnings, to_toml
 
 __all__ = [
     "BUILTIN",
@@ -43,6 +43,7 @@ __all__ = [
     "Reporter",
     "RunFolderError",
     "SimulationConfig",
+    "config_warnings",
     "get_experiment",
     "load_config",
     "plot_run",
@@ -163,7 +164,7 @@ def __getattr__(name: str) -> Any:
         return _all()
     if name == "PRESETS":
         return _all_presets()
-    if name in ("ExperimentConfig", "SimulationConfig", "to_toml"):
+    if name in ("ExperimentConfig", "SimulationConfig", "config_warnings", "to_toml"):
         return getattr(importlib.import_module(".config", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

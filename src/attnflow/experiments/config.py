@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from .._checks import check_rtol_for_dtype
+from .._text import shown
 from .._threads import DEFAULT_THREADS, MAX_THREADS, THREADS_HELP
 from ..dynamics.integrate import METHODS
 from ..kernels import FINITE_KERNELS
@@ -238,15 +239,6 @@ def check_betas(v: list[float]) -> list[float]:
 # ----------------------------------------------------------------------------------------- errors
 
 
-#: the longest text of a value that an error message quotes
-SHOWN_VALUE = 60
-
-
-def _shown(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= SHOWN_VALUE else text[: SHOWN_VALUE - 3] + "..."
-
-
 def format_validation_error(err: ValidationError, source: str = "config") -> str:
     """One line per problem, naming the key: `betas[2]: Input should be greater than 0 (got -1.0)`
     (a whole-config check's message names its keys itself)."""
@@ -261,7 +253,7 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
         elif e["type"] == "finite_number":
             msg = "must be a finite number (not inf or nan)"
         elif "input" in e and e["type"] != "missing" and key and repr(e["input"]) not in msg:
-            msg += f" (got {_shown(e['input'])})"
+            msg += f" (got {shown(e['input'])})"
         lines.append(f"{source}: {key}: {msg}" if key else f"{source}: {msg}")
     return "\n".join(lines)
 

@@ -113,23 +113,26 @@ def model_dimension(config: ModelConfig) -> int:
 
 
 def weights_attention(config: ModelConfig) -> Attention:
-    """The Attention (beta = 1) of the config's weights keys, made once per distinct value of them;
-    ValueError naming `weights` when its B or A leaves float64's range."""
+    """The Attention (beta = 1) of the config's weights keys: a file's as `weights_file` reads it, a
+    family's made once per distinct value of its keys (`drawn_attention`); ValueError naming `weights`
+    when its B or A leaves float64's range."""
     family = WEIGHTS.get(config.weights)
-    keys = tuple((k, getattr(config, k)) for k in family.keys) if family is not None else ()
-    return cached_attention(config.weights, model_dimension(config), keys)
+    if family is None:
+        att = weights_file(config.weights)
+    else:
+        keys = tuple((k, getattr(config, k)) for k in family.keys)
+        att = drawn_attention(config.weights, model_dimension(config), keys)
+    try:
+        att.B, att.A  # noqa: B018 - computed (and cached on att) here: their range is checked
+    except ValueError as err:
+        raise ValueError(f"weights = {config.weights}: {err}") from None
+    return att
 
 
 @lru_cache(maxsize=8)
-def cached_attention(weights: str, d: int, keys: tuple[tuple[str, Any], ...]) -> Attention:
-    """The Attention of weights (a WEIGHTS name or a path) in d with the family's keys, made once."""
-    family = WEIGHTS.get(weights)
-    att = weights_file(weights) if family is None else family.build(d, **dict(keys))
-    try:
-        att.B, att.A  # noqa: B018 - computed (and cached) here: their range is checked once
-    except ValueError as err:
-        raise ValueError(f"weights = {weights}: {err}") from None
-    return att
+def drawn_attention(name: str, d: int, keys: tuple[tuple[str, Any], ...]) -> Attention:
+    """The Attention of the WEIGHTS family `name` in d with its keys, made once."""
+    return WEIGHTS[name].build(d, **dict(keys))
 
 
 @lru_cache(maxsize=8)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import base_config, experiment_name, field_for, point_config, resolve_config
+from .config import base_config, experiment_name, field_for, point_config, point_warnings, resolve_config
 from .grid import SweepError, check_grid, expand_grid, point_keys
 from .point import RunFn, cpus, run_point
 from .progress import ProgressBar
@@ -386,7 +386,7 @@ def _sweep(
     """The sweep on its checked, locked store."""
     plan = _plan(st, config, grid)
     result = SweepResult(store=plan.store.name, keys=plan.keys, skipped=plan.skipped)
-    result.warnings = [*warnings, *plan.damaged]
+    result.warnings = [*warnings, *plan.damaged, *point_warnings(plan.configs[k] for k in plan.todo)]
     if not plan.todo:
         return result
     t0 = time.perf_counter()
