@@ -83,15 +83,16 @@ def _main(
 
 def _warnings_as_messages() -> None:
     """Show every warning as one `attnflow: warning: ...` line on stderr, never Python's file, line
-    and source: a ConfigWarning (a config that runs but may mislead, e.g. t_max too short for the
-    betas) as its message, any other (a library's, NumPy's) with its category. `--debug` leaves
-    Python's display."""
+    and source: one of attnflow's (a ConfigWarning: a config that runs but may mislead, e.g. t_max
+    too short for the betas; a FigureWarning: a figure left out) as its message, any other (a
+    library's, NumPy's) with its category. `--debug` leaves Python's display."""
     shown = warnings.showwarning
     if getattr(shown, "attnflow", False):
         return
 
     def show(message, category, filename, lineno, file=None, line=None):
-        kind = "" if category.__name__ == "ConfigWarning" else f" ({category.__name__})"
+        ours = category.__module__.split(".")[0] == "attnflow"
+        kind = "" if ours else f" ({category.__name__})"
         typer.echo(f"attnflow: warning: {message}{kind}", err=True)
 
     show.attnflow = True  # type: ignore[attr-defined]

@@ -183,7 +183,7 @@ SWEEP_OPTIONS = {"grid": "--grid", "store": "--out"}
 def sweep_usage(err: BaseException) -> str:
     """A sweep's error in the command's words: the argument it names becomes the option that set it."""
     if isinstance(err, SweepError) and err.argument in SWEEP_OPTIONS:
-        return f"{SWEEP_OPTIONS[err.argument]} {shown(err.value)}: {err.problem}"
+        return f"{SWEEP_OPTIONS[err.argument]} {shown(err.value, 300)}: {err.problem}"
     return str(err)
 
 

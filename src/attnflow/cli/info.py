@@ -300,7 +300,7 @@ def show_command(
         raise _fail("--json and --csv: choose one", EXIT_USAGE)
     if is_sweep_store(directory):
         with exits([Failure((ValueError,), EXIT_USAGE, str)]):  # a damaged sweep.json
-            _show_sweep(directory, json_out, csv_out)
+            _show_sweep(directory, json_out, csv_out, wide)
         return
     if csv_out:
         raise _fail(f"--csv is for a sweep store; {directory} is a run (use --json)", EXIT_USAGE)
@@ -411,9 +411,9 @@ def _run_info(directory: Path) -> dict[str, Any]:
     return info
 
 
-def _show_sweep(store: Path, json_out: bool, csv_out: bool) -> None:
+def _show_sweep(store: Path, json_out: bool, csv_out: bool, wide: bool = False) -> None:
     """`show` of a sweep store: the text summary, or its manifest as JSON, or its table as CSV."""
-    from ..sweeps import show_sweep, summary_table, sweep_info
+    from ..sweeps import summary_table, sweep_info
 
     if json_out:
         from ..io import to_json
@@ -427,6 +427,6 @@ def _show_sweep(store: Path, json_out: bool, csv_out: bool) -> None:
         writer.writerow(header)
         writer.writerows(rows)
     else:
-        from .console import console
+        from ..sweeps import sweep_document
 
-        typer.echo(show_sweep(store, width=console().width), nl=False)
+        print_document(sweep_document(store), wide=wide)

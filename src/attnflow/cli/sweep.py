@@ -107,7 +107,8 @@ def _report(result, out: str, quiet: bool) -> None:
         for w in result.warnings:
             typer.echo(f"attnflow sweep: warning: {w}", err=True)
         return
-    from .console import console
+    from ..sweeps import sweep_document
+    from .console import print_document
 
     typer.echo(str(result))  # with its warnings (damaged points recomputed, a lock taken over)
-    typer.echo(show_sweep(out, width=console().width), nl=False)
+    print_document(sweep_document(out))

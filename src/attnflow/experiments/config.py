@@ -191,8 +191,9 @@ def n_saved_times(t_max: float, dt_save: float) -> int:
 
 # the dimension of the built-in experiments' tokens (a lower bound for `heads`, whose d is the model's)
 SAVED_D = 3
-#: more saved times than this is refused when a config is made (t_max / dt_save)
-MAX_SAVED_TIMES = 1e9
+#: more saved times than this is refused when a config is made (t_max / dt_save), before the memory
+#: check (which refuses far fewer): the number of bytes then stays within a float
+MAX_SAVED_TIMES = 1e200
 
 
 def check_saved_arrays(config: ExperimentConfig) -> None:

@@ -539,4 +539,6 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     sweep_figures=sweep_figures,
     part_keys=tuple(sorted(LADDER_KEYS)),
+    # a point's verdict on N before its numbers: an under-resolved t* is not a result
+    sweep_columns=("status", "N_used", "resolution_ratio", "t_star", "min_w2"),
 )
