@@ -46,6 +46,8 @@ INTEGRATOR_HELP = f"time integrator: {', '.join(INTEGRATOR_CHOICES[:-1])} or {IN
 
 # an angle in radians defining 'near' a subspace
 Angle = Annotated[float, Field(gt=0.0, le=math.pi / 2)]
+#: more steps of a fixed-step integrator than this (t_max / dt) is refused when a config is made
+MAX_STEPS = 1e9
 #: torch CPU threads of a run (0: torch's default)
 Threads = Annotated[NonNegativeInt, Field(le=MAX_THREADS)]
 
@@ -167,6 +169,21 @@ class SimulationConfig(DeviceConfig):
         check_rtol_for_dtype(self.rtol, self.dtype, self.integrator)  # the library's own rule
         return self
 
+    @model_validator(mode="after")
+    def _fixed_steps(self):
+        t_max = getattr(self, "t_max", None)
+        if (
+            self.integrator != "adaptive"
+            and isinstance(t_max, int | float)
+            and not t_max / self.dt <= MAX_STEPS
+        ):
+            raise ValueError(
+                f"dt = {self.dt:g} makes {t_max / self.dt:.3g} steps of {self.integrator} up to t_max = "
+                f"{t_max:g}, more than {MAX_STEPS:.0e} (days of computing): raise dt to "
+                f"{t_max / MAX_STEPS:.3g} or more, or use integrator = adaptive"
+            )
+        return self
+
 
 def time_grid(t_max: float, dt_save: float) -> np.ndarray:
     """Saved times 0, dt_save, ..., t_max (t_max included up to rounding)."""
@@ -240,22 +257,54 @@ def check_betas(v: list[float]) -> list[float]:
 # ----------------------------------------------------------------------------------------- errors
 
 
+def _key(loc: tuple) -> str:
+    """The key of an error's location: the field, then its indices (`betas[2]`); the names pydantic
+    gives the branches of a union (`constrained-int`, `literal['auto']`) are left out."""
+    key = str(loc[0]) if loc else ""
+    return key + "".join(f"[{part}]" for part in loc[1:] if isinstance(part, int))
+
+
+def _message(e: Any) -> str:
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "extra_forbidden":
+        return "unknown key (see `attnflow list` for the keys this experiment takes)"
+    if e["type"] == "finite_number":
+        return "must be a finite number (not inf or nan)"
+    return msg
+
+
+def _problem(errors: list[Any], key: str) -> str:
+    """The message of the errors at one key (the branches of a union in one message), with the
+    value given."""
+    msgs = list(dict.fromkeys(_message(e) for e in errors))
+    msg = msgs[0] + "".join(f" or {m.removeprefix('Input should be ')}" for m in msgs[1:])
+    e = errors[0]
+    if (
+        "input" in e
+        and e["type"] not in ("missing", "extra_forbidden")
+        and key
+        and repr(e["input"]) not in msg
+    ):
+        msg += f" (got {shown(e['input'])})"
+    return msg
+
+
 def format_validation_error(err: ValidationError, source: str = "config") -> str:
-    """One line per problem, naming the key: `betas[2]: Input should be greater than 0 (got -1.0)`
-    (a whole-config check's message names its keys itself)."""
-    lines = []
+    """One line per key of the config, naming it: `betas[2]: Input should be greater than 0 (got
+    -1.0)`; the branches of a union in one message (`N: Input should be a valid integer or 'auto'
+    (got inf)`), the items of one list with the same problem together (`Ls[0], Ls[1]: ...`); a
+    whole-config check's message names its keys itself."""
+    by_key: dict[str, list[Any]] = {}
     for e in err.errors():
-        key = ""
-        for part in e["loc"]:
-            key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key (see `attnflow list` for the keys this experiment takes)"
-        elif e["type"] == "finite_number":
-            msg = "must be a finite number (not inf or nan)"
-        elif "input" in e and e["type"] != "missing" and key and repr(e["input"]) not in msg:
-            msg += f" (got {shown(e['input'])})"
-        lines.append(f"{source}: {key}: {msg}" if key else f"{source}: {msg}")
+        by_key.setdefault(_key(e["loc"]), []).append(e)
+    by_field: dict[str, dict[str, list[str]]] = {}  # field -> problem -> its keys
+    for key, errors in by_key.items():
+        field = key.split("[", 1)[0]
+        by_field.setdefault(field, {}).setdefault(_problem(errors, key), []).append(key)
+    lines = []
+    for field, problems in by_field.items():
+        parts = [f"{', '.join(keys)}: {problem}" if field else problem for problem, keys in problems.items()]
+        lines.append(f"{source}: {'; '.join(parts)}")
     return "\n".join(lines)
 
 
