@@ -181,6 +181,11 @@ def test_values_nested_too_deeply_are_refused(tmp_path):
     one_line_error(str(path), [], f"config file {path}", "more than 16 deep")
 
 
+def test_a_fixed_step_run_of_more_than_a_billion_steps_is_refused():
+    one_line_error("concentration-tiny", ["dt=1e-300"], "dt = 1e-300 makes 5e+300 steps of rk4")
+    assert load_config("concentration-tiny", ["dt=1e-300", "integrator=adaptive"]).dt == 1e-300  # unused
+
+
 def test_random_weights_have_a_largest_d_and_threads_a_largest_count():
     one_line_error("terminal-tiny", ["weights=random", "d=100000"], "d <= 512, got d = 100000")
     one_line_error("terminal-tiny", ["threads=99999999999"], "threads:")
