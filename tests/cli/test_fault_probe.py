@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+
 from cli_helpers import invoke
 
 
@@ -141,7 +142,8 @@ def test_plot_of_an_under_resolved_run_draws_what_it_can_and_the_report(tmp_path
 
 def test_one_wall_time_in_summary_provenance_and_the_last_line(tmp_path):
     out = tmp_path / "run"
-    result = invoke("run", "concentration-tiny", "-o", str(out), "--no-figures", "-s", "N=8", "-s", "n_keep=2")
+    args = ["-o", str(out), "--no-figures", "-s", "N=8", "-s", "n_keep=2"]
+    result = invoke("run", "concentration-tiny", *args)
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     import xarray as xr

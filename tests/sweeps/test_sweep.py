@@ -825,12 +825,11 @@ def test_the_sweep_table_shows_the_experiment_s_columns_first():
         "keys": ["beta=10", "beta=30"],
         "entries": {
             "beta=10": {**entry, "scalars": {**scalars, "status": "under-resolved"}},
-            "beta=30": {**entry, "point": {"beta": 30.0}, "status": "pending", "attempts": 0, "seconds": None},
+            "beta=30": {**entry, "point": {"beta": 30.0}, "status": "pending", "attempts": 0, "seconds": 0.0},
         },
     }
     header, rows = _table(info, 6)
-    assert header == [
-        "beta", "run", "attempts", "seconds", "status", "N_used", "resolution_ratio", "t_star", "min_w2", "t_entry",
-    ]  # fmt: skip
+    first = ["status", "N_used", "resolution_ratio", "t_star", "min_w2"]
+    assert header == ["beta", "run", "attempts", "seconds", *first, "t_entry"]
     assert rows[0][4:7] == ["under-resolved", "48", "2.8"] and rows[1][1] == "pending"
     assert _table({**info, "experiment": "toy"}, 2)[0][4:] == ["t_star", "min_w2"]  # (no columns first)
