@@ -152,3 +152,12 @@ def test_one_wall_time_in_summary_provenance_and_the_last_line(tmp_path):
     assert summary["wall_time_s"] == prov["wall_time_s"]["this_run"]
     done = [line for line in result.stderr.splitlines() if "done in" in line]
     assert done == [f"concentration: done in {summary['wall_time_s']:.1f} s"]
+
+
+def test_list_says_what_each_experiment_needs_of_its_weights():
+    doc = json.loads(invoke("list", "--json").output)["experiments"]
+    assert doc["concentration"]["needs"] == ["invertible-B", "limit"]
+    assert doc["zero-temperature"]["needs"] == ["invertible-B", "limit", "reference"]
+    assert doc["terminal"]["needs"] == doc["layers"]["needs"] == []
+    text = " ".join(invoke("list", "concentration").output.split())
+    assert "needs of the weights, checked when a config is made: an invertible B = Q^T K" in text

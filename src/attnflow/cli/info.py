@@ -151,6 +151,7 @@ def _experiment_section(name: str, once: bool, shared: list[str]) -> Section:
     """One experiment in `attnflow list`: its description, parameters (without the shared ones when
     once), which shared parameters it takes, its presets."""
     from ..experiments import REGISTRY
+    from ..experiments.needs import needs_of
     from ..experiments.tables import Prose, Section, Table
 
     exp = REGISTRY[name]
@@ -160,6 +161,10 @@ def _experiment_section(name: str, once: bool, shared: list[str]) -> Section:
     ]
     if once and shared:
         blocks.append(Prose((f"shared parameters: {', '.join(shared)}",)))
+    needs = needs_of(exp.Config)
+    if needs:
+        listed = "; ".join(f"{n.what} ({n.why})" for n in needs)
+        blocks.append(Prose((f"needs of the weights, checked when a config is made: {listed}",)))
     if exp.presets:
         rows = tuple(
             (p, ", ".join(f"{k}={v}" for k, v in values.items())) for p, values in exp.presets.items()
@@ -183,6 +188,7 @@ def list_document(names: list[str], once: bool) -> Document:
 
 def _list_json(names: list[str], once: bool) -> None:
     from ..experiments import REGISTRY, SimulationConfig
+    from ..experiments.needs import needs_of
     from ..io import to_json
 
     doc: dict[str, Any] = {"shared_parameters": _describe(SimulationConfig)} if once else {}
@@ -193,6 +199,7 @@ def _list_json(names: list[str], once: bool) -> None:
             "description": REGISTRY[n].description,
             "parameters": _describe(REGISTRY[n].Config, set(shared) if once else set()),
             "shared_parameters": shared,
+            "needs": [need.name for need in needs_of(REGISTRY[n].Config)],
             "presets": REGISTRY[n].presets,
         }
     typer.echo(to_json(doc, indent=2))
