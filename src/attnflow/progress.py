@@ -53,6 +53,7 @@ def in_notebook() -> bool:
 #: width of output that is not a terminal: wide enough that no table of attnflow folds
 PIPED_WIDTH = 1000
 
+
 def is_terminal(stderr: bool = False) -> bool:
     """Whether stdout (stderr) is a terminal."""
     stream = sys.stderr if stderr else sys.stdout
@@ -71,7 +72,6 @@ def console(stderr: bool = False, **kwargs: Any) -> Console:
     if "width" not in kwargs and not is_terminal(stderr) and not os.environ.get("COLUMNS"):
         kwargs["width"] = PIPED_WIDTH
     return Console(stderr=stderr, **kwargs)
-
 
 
 # ------------------------------------------------------------------------------------------ bars
@@ -179,7 +179,9 @@ class Reporter:
     The command line subclasses it with Rich progress bars. Experiments call:
     `overall(total, description)` once, `task(description, total)` as a context manager whose
     value is a `progress(t, t_final)` callback for `simulate`, `advance()` after each unit of
-    work, `info(msg)` and `warn(msg)`.
+    work, `info(msg)` and `warn(msg)`. `warnings` are about the result (they are stored with it);
+    `notice(msg)` is about the run's circumstances (a lock taken over from a process that died): shown
+    like a warning, even when quiet, and kept in `messages` only.
     """
 
     def __init__(self) -> None:
@@ -201,6 +203,9 @@ class Reporter:
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
+
+    def notice(self, message: str) -> None:
+        self.messages.append(message)
 
     def close(self) -> None:
         pass
@@ -268,6 +273,10 @@ class RichReporter(Reporter):
         super().warn(message)
         self.console.print(f"attnflow: warning: {message}", markup=False, highlight=False, style="bold")
 
+    def notice(self, message: str) -> None:
+        super().notice(message)
+        self.console.print(f"attnflow: {message}", markup=False, highlight=False)
+
     def close(self) -> None:
         self.progress.stop()
 
@@ -314,6 +323,12 @@ class TqdmReporter(Reporter):
         from tqdm.auto import tqdm
 
         tqdm.write(f"attnflow: warning: {message}")
+
+    def notice(self, message: str) -> None:
+        super().notice(message)
+        from tqdm.auto import tqdm
+
+        tqdm.write(f"attnflow: {message}")
 
     def close(self) -> None:
         if self._overall is not None:

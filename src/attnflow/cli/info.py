@@ -238,13 +238,14 @@ def show_command(
 
         typer.echo(to_json(info, indent=2))
         return
+    text = _checked_text(summary, directory)
     out = console()
     if out.is_terminal:
         from rich.markdown import Markdown
 
-        out.print(Markdown(summary.read_text()))
+        out.print(Markdown(text))
     else:
-        out.print(summary.read_text(), markup=False, highlight=False)
+        out.print(text, markup=False, highlight=False)
     if "dataset" in info:
         ds, prov = info["dataset"], info["provenance"]
         out.print(f"dataset {ds['path']}: " + ", ".join(f"{k}={v}" for k, v in ds["sizes"].items()))
@@ -268,12 +269,24 @@ def show_command(
         out.print(f"report: {info['report']}")
 
 
+def _checked_text(path: Path, directory: Path) -> str:
+    """The text of a summary file of the run `directory` as it was written (its checksum), else the
+    one-line refusal naming it (`damaged`)."""
+    from ..io import StoreError, read_checked_text
+
+    try:
+        return read_checked_text(path)
+    except StoreError as err:
+        raise damaged(err, directory) from None
+
+
 def _run_info(directory: Path) -> dict[str, Any]:
     """What `show` prints of a finished run: summary, dataset layout, provenance, figures, report."""
     info: dict[str, Any] = {"run": str(directory)}
     summary_json = directory / SUMMARY_JSON
     try:
-        info["summary"] = json.loads(summary_json.read_text()) if summary_json.exists() else None
+        text = _checked_text(summary_json, directory) if summary_json.exists() else None
+        info["summary"] = json.loads(text) if text is not None else None
     except ValueError as err:
         raise damaged(ValueError(f"{summary_json}: not JSON ({err})"), directory) from None
     store = directory / RESULT_STORE

@@ -116,15 +116,23 @@ def model_dimension(config: ModelConfig) -> int:
     return _loaded(name).d
 
 
-@lru_cache(maxsize=8)
 def _loaded(path: str) -> Attention:
-    from ..attention import load_attention
+    """The weights of the file `path`, as it holds them now (the cache is keyed by its content, the
+    digest the parts' fingerprint covers: an edited file is read again)."""
+    from ..io import content_digest
 
     if not Path(path).is_file():
         raise ValueError(
             f"weights = {path!r}: no such file; use worked-example, worked-example-2d, random or a path "
             "to an .npz holding Q, K, V"
         )
+    return _load(path, content_digest(path))
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, digest: str) -> Attention:
+    from ..attention import load_attention
+
     return load_attention(path)
 
 

@@ -44,6 +44,7 @@ from .common import (
     token_subset,
     torch_threads,
     unit_float64,
+    warn_assumptions,
 )
 from .config import Angle, SimulationConfig, check_betas
 from .model import ModelConfig, attention_of, describe_model, initial_measure
@@ -126,6 +127,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
     reporter = progress or Reporter()
     start = time.perf_counter()
     att = attention_of(config, 1.0)
+    warn_assumptions(att, reporter)
     sp = att.spectrum()
     X0, w = initial_measure(config, config.N, att, config.seed)
     times = time_grid(config.t_max, config.dt_save)

@@ -32,7 +32,7 @@ from ..plot import (
     token_figures,
 )
 from ..progress import Reporter
-from .common import base_attrs, fit_or_reason, time_grid, token_subset
+from .common import base_attrs, fit_or_reason, time_grid, token_subset, warn_assumptions
 from .model import ModelConfig, attention_of, describe_model, initial_measure
 from .registry import Experiment, doc_summary
 
@@ -143,6 +143,7 @@ def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Report
     reporter = progress or Reporter()
     start = time.perf_counter()
     att = attention_of(config, math.inf)
+    warn_assumptions(att, reporter)
     sp = att.spectrum()
     times = time_grid(config.t_max, config.dt_save)
     reporter.overall(2, "zero-temperature")

@@ -164,3 +164,20 @@ def from_path(path: Path) -> tuple[dict[str, Any], dict[str, Any], Path | None]:
         tensors = load_file(weights)
     tok = folder / "tokenizer.json"
     return tensors, read_config(folder), tok if tok.is_file() else None
+
+
+def checkpoint_files(path: Path) -> list[Path]:
+    """The files a checkpoint is read from (`from_path`), sorted: its weights file (and the shards a
+    shard index names), config.json and tokenizer.json where they are. The content of these decides
+    what a run computes from the checkpoint (the fingerprint of its parts)."""
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist (give {EXPECTED})")
+    folder, weights = (path, weights_in(path)) if path.is_dir() else (path.parent, path)
+    files = [weights]
+    if weights.name.endswith(".index.json"):
+        data = read_json(weights, "shard index")
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if isinstance(weight_map, dict):
+            files += [shard_path(weights, s) for s in set(weight_map.values())]
+    files += [f for f in (folder / "config.json", folder / "tokenizer.json") if f.is_file()]
+    return sorted({f for f in files if f.is_file()})

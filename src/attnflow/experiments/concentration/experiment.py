@@ -22,9 +22,16 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_va
 
 from ...io import json_attr
 from ...progress import Reporter
-from ..common import base_attrs, finite_or_none, fit_or_reason, integrator_label, time_grid
+from ..common import (
+    base_attrs,
+    finite_or_none,
+    fit_or_reason,
+    integrator_label,
+    time_grid,
+    warn_assumptions,
+)
 from ..config import Angle, SimulationConfig, check_betas
-from ..model import ModelConfig, describe_model
+from ..model import ModelConfig, attention_of, describe_model
 from ..parts import cached_part, fingerprint, part_done, part_name
 from ..registry import Experiment, doc_summary
 from .figures import CAPTIONS, figures, sweep_figures
@@ -119,6 +126,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
 
     reporter = progress or Reporter()
     start = time.perf_counter()
+    warn_assumptions(attention_of(config, 1.0), reporter)
     times = time_grid(config.t_max, config.dt_save)
     fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     Ns = _levels(config)
