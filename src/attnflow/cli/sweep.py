@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from ..sweeps import SweepError, is_sweep_store, parse_grid, show_sweep
+from ..sweeps.grid import CONFIRM_POINTS, check_grid, check_grid_size
 from .console import fail as _fail
 from .options import SetOption
 
@@ -74,14 +75,22 @@ def sweep_command(
     pdf: Annotated[
         bool, typer.Option("--pdf", help="also write the sweep figures as PDF (vector, for a paper)")
     ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help=f"run a grid of more than {CONFIRM_POINTS:,} points")
+    ] = False,
 ) -> None:
-    """Run an experiment over a parameter grid on Dask; rerun the same command to resume."""
+    """Run an experiment over a parameter grid on Dask; rerun the same command to resume.
+
+    A large grid needs --yes, and one too large for a store is refused: the message gives its count
+    of points and its estimated store size.
+    """
     from ..sweeps import sweep
 
     try:
         axes = parse_grid(grid or [])
         if not axes:
             raise ValueError("give at least one --grid key=values")
+        check_grid_size(check_grid(axes), yes)  # before the config: nothing heavy is loaded for a refusal
         from ..experiments import load_config
 
         cfg = load_config(config, list(set_ or []))
@@ -89,7 +98,14 @@ def sweep_command(
         raise _fail(_usage(err), 2) from None
     try:
         result = sweep(
-            cfg, axes, client=scheduler, store=out, workers=workers, retries=retries, progress=not quiet
+            cfg,
+            axes,
+            client=scheduler,
+            store=out,
+            workers=workers,
+            retries=retries,
+            progress=not quiet,
+            yes=yes,
         )
     except KeyboardInterrupt:
         raise _fail(
