@@ -85,7 +85,7 @@ def test_betas_list():
         ([1.0, -1.0], {}, ValueError, r"^betas must be finite and > 0, got \[1.0, -1.0\]$"),
         ([1.0, np.nan], {"finite": False}, ValueError, r"^betas must be in \(0, inf\], got \[1.0, nan\]$"),
         ([1.0, np.inf], {}, ValueError, r"^betas must be finite and > 0 \(beta = inf, the zero-temperature"),
-        ([2.0, 1.0, 2.0], {"distinct": True}, ValueError, r"^my betas must be distinct, got \[2.0, 1.0, 2.0\]$"),
+        ([2.0, 1.0, 2.0], {"distinct": True}, ValueError, r"^my betas must be distinct, got \[2.0, 1.0"),
     ],
 )
 def test_betas_bad(betas, kw, error, match):

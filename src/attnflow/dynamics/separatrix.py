@@ -37,8 +37,8 @@ SAVES_PER_UNIT = 20  # saved states per unit time, where the fates are read
 WINDOW = 0.3  # half-width (radians) of the window around a centre where fates are read
 
 __all__ = [
-    "SeparatrixSettings",
     "SeparatrixSearch",
+    "SeparatrixSettings",
     "default_brackets",
     "locate_separatrices",
     "mean_field_quadrature",
