@@ -71,7 +71,8 @@ def check_betas(
     try:
         arr = to_numpy(betas).astype(np.float64)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a sequence of numbers, got {betas!r}") from None
+        shown = betas.tolist() if isinstance(betas, np.ndarray) else betas
+        raise TypeError(f"{name} must be a sequence of numbers, got {shown!r}") from None
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{name} must be a non-empty 1-D sequence of numbers, got shape {arr.shape}")
     bad = np.isnan(arr) | (arr <= 0) | (np.isinf(arr) if finite else False)
