@@ -840,7 +840,8 @@ def test_own_cluster_closes_without_killing_its_workers(tmp_path):
     import sys
 
     script = tmp_path / "run.py"
-    script.write_text(QUIET_SCRIPT.format(tests=str(Path(__file__).parent), store=str(tmp_path / "s")))
+    tests, tests_root = str(Path(__file__).parent), str(Path(__file__).parents[1])
+    script.write_text(QUIET_SCRIPT.format(tests=tests, tests_root=tests_root, store=str(tmp_path / "s")))
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "4 run" in res.stdout
