@@ -10,7 +10,7 @@ TORCH ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 OUT ?= runs/concentration-demo
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint bench tour clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "attnflow needs Python 3.11+"'
@@ -49,6 +49,12 @@ test-fast: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/kernel.py
+
+# The tour notebook run headless (no browser): the executed copy, outputs and all, goes to
+# runs/tour.ipynb; examples/tour.ipynb itself stays stored without outputs.
+tour: $(VENV)/.installed-test
+	@mkdir -p runs
+	HF_HUB_OFFLINE=1 $(BIN)/jupyter execute --timeout=1800 --output=../runs/tour examples/tour.ipynb
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
