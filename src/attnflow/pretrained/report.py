@@ -149,9 +149,8 @@ def _model_summary(layers: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _header(ck: Checkpoint, run: TokenStates | None, recs: list[Layer]) -> dict[str, Any]:
-    rope = recs[0].rope if recs else None
-    norm = recs[0].input_norm if recs else None
+def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | None) -> dict[str, Any]:
+    rope, norm = first if first is not None else (None, None)
     return {
         "checkpoint": ck.source,
         "format": ck.fmt,
@@ -199,9 +198,12 @@ def report(
         ck = open_checkpoint(checkpoint, num_heads)
         idx = check_layers(None if layer is None else [layer], ck.num_layers)
         run = token_states(ck, text, tokenizer, ids=ids) if text is not None or ids is not None else None
-        recs = load_heads(ck, layers=idx, states=run)
-        layers = [_layer_entry(ck, rec, run, heads, offsets) for rec in recs]
-    out = _header(ck, run, recs)
+        layers, first = [], None
+        for i in idx:  # one layer at a time: a layer's Attention objects are large (d x d each)
+            (rec,) = load_heads(ck, layers=[i], states=run)
+            layers.append(_layer_entry(ck, rec, run, heads, offsets))
+            first = first or (rec.rope, rec.input_norm)
+    out = _header(ck, run, first)
     if heads:
         out["summary"] = _model_summary(layers)
     out["layers"] = layers

@@ -132,7 +132,10 @@ def _tokenizer(reader: Any) -> Any:
         return None
     tokens = list(_field(reader, "tokenizer.ggml.tokens"))
     merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges", [])]
-    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+    try:
+        tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+    except Exception:  # vocabulary and merges that do not agree: no tokenizer (token ids still work)
+        return None
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     steps = (
         [pre_tokenizers.Digits(individual_digits=True), byte_level] if PRE_TOKENIZERS[pre] else [byte_level]
