@@ -189,6 +189,12 @@ def heads_inputs(config: HeadsConfig) -> HeadsInputs:
         raise ValueError(f"layer = {config.layer} but the checkpoint has {ck.num_layers} layers")
     run_text = P.token_states(ck, config.text)  # tokenized once, the model run once
     (layer,) = P.load_heads(ck, states=run_text, layers=[config.layer])
+    if layer.causal or layer.rope is not None:
+        raise ValueError(
+            f"checkpoint {config.checkpoint!r} is a causal model with rotary positions ({ck.layout}): the "
+            "heads experiment simulates each head as the attention of MATH.md (all pairs, no positions), "
+            "which is not this model's; read its heads with `attnflow heads` instead"
+        )
     Y1 = run_text.cloud(config.layer + 1) if config.compare_model else None
     times = time_grid(config.t_max, config.dt_save)
     selected = _selected(config, len(layer.heads))
