@@ -53,6 +53,7 @@ def in_notebook() -> bool:
 #: width of output that is not a terminal: wide enough that no table of attnflow folds
 PIPED_WIDTH = 1000
 
+
 def is_terminal(stderr: bool = False) -> bool:
     """Whether stdout (stderr) is a terminal."""
     stream = sys.stderr if stderr else sys.stdout
@@ -71,7 +72,6 @@ def console(stderr: bool = False, **kwargs: Any) -> Console:
     if "width" not in kwargs and not is_terminal(stderr) and not os.environ.get("COLUMNS"):
         kwargs["width"] = PIPED_WIDTH
     return Console(stderr=stderr, **kwargs)
-
 
 
 # ------------------------------------------------------------------------------------------ bars
