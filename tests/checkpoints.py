@@ -256,11 +256,13 @@ def write_gguf(path, **kw):
 # ------------------------------------------------------------------------------------------- ONNX
 
 
-def write_onnx(path, sd, config):
+def write_onnx(path, sd, config, gemm=False):
     """A BERT state dict (`bert_state`, no prefix, with biases) as an ONNX graph shaped like
     PyTorch's export: MatMul + Add projections, Reshape/Transpose to heads, scores divided by
     sqrt(d_head) plus a mask from attention_mask, Softmax, LayerNormalization, GELU through Erf.
-    Every initializer and intermediate name is generated, so nothing can be found by name."""
+    Every initializer and intermediate name is generated, so nothing can be found by name.
+    gemm=True: the attention's four projections as Gemm on the squeezed (N, d) tokens instead, the
+    weights stored (out, in) with transB = 1 and alpha = 0.5 (the weights doubled to match)."""
     from onnx import TensorProto, checker, helper, numpy_helper
 
     names = iter(range(100, 10**6))
@@ -282,6 +284,12 @@ def write_onnx(path, sd, config):
     def linear(x, key):
         return op("Add", const(g[key + ".bias"]), op("MatMul", x, const(g[key + ".weight"].T)))
 
+    def projection(x2, x, key):
+        if not gemm:
+            return linear(x, key)
+        W, b = 2.0 * g[key + ".weight"], g[key + ".bias"]
+        return op("Gemm", x2, const(W), const(b), transB=1, alpha=0.5)
+
     def norm(x, key):
         return op(
             "LayerNormalization", x, const(g[key + ".weight"]), const(g[key + ".bias"]), axis=-1, epsilon=eps
@@ -300,21 +308,21 @@ def write_onnx(path, sd, config):
     keep = op("Cast", op("Unsqueeze", "attention_mask", const([1, 2], np.int64)), to=TensorProto.FLOAT)
     mask = op("Mul", op("Sub", const(1.0), keep), const(-1e4))
     heads_shape = const([1, -1, H, dh], np.int64)
+
+    def heads_of(x2, x, key, perm):
+        return op("Transpose", op("Reshape", projection(x2, x, key), heads_shape), perm=perm)
+
     for i in range(config["num_hidden_layers"]):
         p = f"encoder.layer.{i}."
-        q = op(
-            "Transpose", op("Reshape", linear(x, p + "attention.self.query"), heads_shape), perm=[0, 2, 1, 3]
-        )
-        k = op(
-            "Transpose", op("Reshape", linear(x, p + "attention.self.key"), heads_shape), perm=[0, 2, 3, 1]
-        )
-        v = op(
-            "Transpose", op("Reshape", linear(x, p + "attention.self.value"), heads_shape), perm=[0, 2, 1, 3]
-        )
+        x2 = op("Squeeze", x, const([0], np.int64)) if gemm else None
+        q = heads_of(x2, x, p + "attention.self.query", [0, 2, 1, 3])
+        k = heads_of(x2, x, p + "attention.self.key", [0, 2, 3, 1])
+        v = heads_of(x2, x, p + "attention.self.value", [0, 2, 1, 3])
         scores = op("Add", op("Div", op("MatMul", q, k), const(math.sqrt(dh))), mask)
         ctx = op("Transpose", op("MatMul", op("Softmax", scores, axis=-1), v), perm=[0, 2, 1, 3])
-        ctx = op("Reshape", ctx, const([1, -1, d], np.int64))
-        x1 = norm(op("Add", linear(ctx, p + "attention.output.dense"), x), p + "attention.output.LayerNorm")
+        ctx = op("Reshape", ctx, const([-1, d] if gemm else [1, -1, d], np.int64))
+        out = projection(ctx, ctx, p + "attention.output.dense")
+        x1 = norm(op("Add", out, x), p + "attention.output.LayerNorm")
         h = linear(x1, p + "intermediate.dense")
         gelu = op(
             "Mul",

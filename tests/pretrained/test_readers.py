@@ -230,6 +230,23 @@ def test_onnx_reader_finds_the_weights_through_the_graph(tiny_onnx):
     assert any("Softmax" in n for n in ck.notes)
 
 
+def test_onnx_reader_reads_gemm_projections_with_their_scale(tmp_path):
+    pytest.importorskip("onnx")
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    sd, config = bert_state(d=16, heads=4, layers=2, seed=8)
+    write_onnx(tmp_path / "gemm.onnx", sd, config, gemm=True)
+    ck = P.open_checkpoint(tmp_path / "gemm.onnx")
+    for key, value in sd.items():  # 0.5 * (2 W) x + b: the reader folds alpha back
+        np.testing.assert_allclose(ck.array(key), value.numpy(), rtol=1e-7, atol=0, err_msg=key)
+    ids = np.array([[2, 5, 8, 3]])
+    (out,) = ReferenceEvaluator(onnx.load(str(tmp_path / "gemm.onnx"))).run(
+        None, {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    )
+    np.testing.assert_allclose(P.token_states(ck, ids=ids[0]).states[-1], out[0], atol=1e-5)
+
+
 def test_onnx_forward_agrees_with_the_graph_run_by_onnx(tiny_onnx):
     import onnx
     from onnx.reference import ReferenceEvaluator

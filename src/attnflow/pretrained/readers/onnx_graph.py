@@ -114,6 +114,13 @@ def _projection(g: _Graph, name: str, path: Path) -> dict[str, Any]:
     raise _error(path, f"cannot follow {name!r} back to a MatMul or Gemm with constant weights")
 
 
+def _source(g: _Graph, name: str) -> str:
+    """The tensor `name` comes from, back through reshapes (a Gemm reads the tokens squeezed)."""
+    while (node := g.producer.get(name)) is not None and node.op_type in PASS_THROUGH:
+        name = node.input[0]
+    return name
+
+
 def _scores(g: _Graph, name: str, depth: int = 0) -> tuple[Any, float] | None:
     """The MatMul of two activations (q k^T) feeding `name`, and the constant scale on the way."""
     node = g.producer.get(name)
@@ -157,6 +164,24 @@ def _heads(g: _Graph, q_name: str, d: int, scale: float) -> int:
     raise CheckpointError(f"cannot tell the number of heads (no constant reshape; score scale {scale:g})")
 
 
+def _scaled(proj: dict[str, Any], factor: float = 1.0) -> tuple[np.ndarray, np.ndarray | None]:
+    """(W, b) of a projection with its scale (and `factor`) folded in: activation = W x + b."""
+    c = proj["scale"] * factor
+    return c * proj["W"], None if proj["b"] is None else c * proj["b"]
+
+
+def _output(g: _Graph, apply: Any, softmax: Any, path: Path) -> tuple[dict[str, Any], str]:
+    """The output projection after the attention's value MatMul, and the tensor it ends in."""
+    out = g.only_consumer(apply.output[0], PASS_THROUGH)
+    if out is None or out.op_type not in ("MatMul", "Gemm") or out.input[1] not in g.const:
+        raise _error(path, f"no output projection after Softmax {softmax.name!r}")
+    after = out.output[0]
+    bias = g.only_consumer(after, set())
+    if bias is not None and bias.op_type == "Add" and any(c.ndim == 1 for c in g.split(bias)[0]):
+        after = bias.output[0]
+    return _projection(g, after, path), after
+
+
 def _attention(g: _Graph, softmax: Any, path: Path) -> dict[str, Any]:
     """W_Q, b_Q, ..., W_O, b_O (torch layout), the heads and the input x of one attention."""
     found = _scores(g, softmax.input[0])
@@ -168,30 +193,17 @@ def _attention(g: _Graph, softmax: Any, path: Path) -> dict[str, Any]:
     if apply is None or apply.op_type != "MatMul":
         raise _error(path, f"the output of Softmax {softmax.name!r} is not applied to values by a MatMul")
     v = _projection(g, apply.input[1], path)
-    if not q["x"] == k["x"] == v["x"]:
+    if not _source(g, q["x"]) == _source(g, k["x"]) == _source(g, v["x"]):
         raise _error(path, "queries, keys and values come from different tensors (not self-attention)")
-    out = g.only_consumer(apply.output[0], PASS_THROUGH)
-    if out is None or out.op_type not in ("MatMul", "Gemm") or out.input[1] not in g.const:
-        raise _error(path, f"no output projection after Softmax {softmax.name!r}")
-    W_O = g.const[out.input[1]].astype(np.float64).T
-    bias = g.only_consumer(out.output[0], set())
-    b_O = None
-    if bias is not None and bias.op_type == "Add":
-        consts, _ = g.split(bias)
-        b_O = consts[0].astype(np.float64) if consts and consts[0].ndim == 1 else None
-    after = bias.output[0] if b_O is not None else out.output[0]
+    o, after = _output(g, apply, softmax, path)
     d = q["W"].shape[1]
-    total = scale * q["scale"] * k["scale"]
-    heads = _heads(g, mm.input[0], d, total)
-    fold = total * math.sqrt(d // heads)  # logits = fold * (W_Q x + b_Q)(W_K x + b_K) / sqrt(d_head)
-    fold = 1.0 if math.isclose(fold, 1.0, rel_tol=1e-6) else fold  # a float32 sqrt(d_head) is exact enough
-    w = {
-        "W_Q": fold * q["W"], "b_Q": None if q["b"] is None else fold * q["b"],
-        "W_K": k["W"], "b_K": k["b"],
-        "W_V": v["scale"] * v["W"], "b_V": None if v["b"] is None else v["scale"] * v["b"],
-        "W_O": W_O, "b_O": b_O,
-    }  # fmt: skip
-    return {"w": w, "heads": heads, "x": q["x"], "after": after, "folded": fold != 1.0}
+    heads = _heads(g, mm.input[0], d, scale * q["scale"] * k["scale"])
+    ratio = scale * math.sqrt(d // heads)  # logits = ratio * (W_Q x + b_Q)(W_K x + b_K) / sqrt(d_head)
+    ratio = 1.0 if math.isclose(ratio, 1.0, rel_tol=1e-6) else ratio  # a float32 sqrt(d_head) is exact enough
+    w = dict(zip(("W_Q", "b_Q"), _scaled(q, ratio), strict=True))
+    for name, proj in (("K", k), ("V", v), ("O", o)):
+        w["W_" + name], w["b_" + name] = _scaled(proj)
+    return {"w": w, "heads": heads, "x": _source(g, q["x"]), "after": after, "folded": ratio != 1.0}
 
 
 def _layer_norm(g: _Graph, node: Any, path: Path) -> tuple[np.ndarray, np.ndarray | None, float]:
