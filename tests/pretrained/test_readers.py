@@ -11,6 +11,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from attnflow import pretrained as P
@@ -319,3 +321,30 @@ def test_tables_fit_100_columns_summary_first_and_json_has_every_head(tiny_gguf)
     assert bad.exit_code == 2 and "--ids" in bad.stderr
     out_of_range = runner.invoke(app, ["heads", str(path), "--ids", "5,999"])
     assert out_of_range.exit_code == 2 and "ids must be token ids" in out_of_range.stderr
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    kv=st.sampled_from([1, 2, 3]),
+    group=st.sampled_from([1, 2, 3]),
+    half=st.integers(1, 4),
+    n=st.integers(1, 7),
+    seed=st.integers(0, 10_000),
+)
+def test_grouped_rotary_heads_reproduce_torch_for_any_shape(kv, group, half, n, seed):
+    """H = kv * group query heads of width 2 * half on kv key/value heads, any sequence length."""
+    import tempfile
+    from pathlib import Path
+
+    H, dh = kv * group, 2 * half
+    with tempfile.TemporaryDirectory() as tmp:
+        sd, config = write_llama_safetensors(
+            Path(tmp), d=H * dh, heads=H, kv_heads=kv, layers=1, ffn=8, vocab=11, seed=seed
+        )
+        ck = P.open_checkpoint(tmp)
+        (L,) = P.load_heads(ck)
+        assert [h.kv_head for h in L.heads] == [h // group for h in range(H)]
+        H_in = head_inputs(ck, 0, np.random.default_rng(seed).standard_normal((n, H * dh)))
+        np.testing.assert_allclose(
+            P.attention_output(L, H_in), torch_llama_attention(sd, config, 0, H_in), atol=1e-9
+        )

@@ -90,8 +90,17 @@ class _Encoding:
     tokens: list[str]
 
 
+def _vocab_size(ck: Checkpoint) -> int:
+    """Rows of the word embedding, without reading it when the vocabulary or config says."""
+    if ck.token_names is not None:
+        return len(ck.token_names)
+    if isinstance(ck.config.get("vocab_size"), int):
+        return int(ck.config["vocab_size"])
+    return int(ck.global_array("word", cache=False).shape[0])
+
+
 def _check_ids(ck: Checkpoint, ids: Any) -> list[int]:
-    vocab = ck.global_array("word").shape[0]
+    vocab = _vocab_size(ck)
     try:
         out = [int(i) for i in np.asarray(ids).ravel()]
     except (TypeError, ValueError):
