@@ -348,3 +348,18 @@ def test_grouped_rotary_heads_reproduce_torch_for_any_shape(kv, group, half, n, 
         np.testing.assert_allclose(
             P.attention_output(L, H_in), torch_llama_attention(sd, config, 0, H_in), atol=1e-9
         )
+
+
+def test_rotary_heads_with_biases_say_what_is_not_represented(tmp_path):
+    """Qwen2-style query/key biases with rotary positions: the report names the missing terms."""
+    from safetensors.numpy import save_file
+
+    sd, config = llama_state(d=16, heads=2, kv_heads=1, layers=1, ffn=8, vocab=11)
+    sd["model.layers.0.self_attn.q_proj.bias"] = np.ones(16, dtype=np.float32)
+    sd["model.layers.0.self_attn.k_proj.bias"] = np.ones(8, dtype=np.float32)
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    rep = P.report(tmp_path, offsets=())
+    assert any("biases with rotary positions" in n for n in rep["notes"])
+    write_llama_safetensors(tmp_path / "plain", d=16, heads=2, kv_heads=1, layers=1, ffn=8, vocab=11)
+    assert not P.report(tmp_path / "plain", offsets=())["notes"]

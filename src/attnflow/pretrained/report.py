@@ -151,11 +151,18 @@ def _model_summary(layers: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | None) -> dict[str, Any]:
     rope, norm = first if first is not None else (None, None)
+    notes = list(ck.notes)
+    biased = any(ck.layer_array(0, b, required=False) is not None for b in ("b_Q", "b_K"))
+    if rope is not None and biased:
+        notes.append(
+            "query/key biases with rotary positions: their logit terms depend on the offset and are "
+            "not represented in B_h (beta_fit sees them as noise)"
+        )
     return {
         "checkpoint": ck.source,
         "format": ck.fmt,
         "layout": ck.layout,
-        "notes": list(ck.notes),
+        "notes": notes,
         "num_layers": ck.num_layers,
         "d": ck.d,
         "d_head": ck.d_head,
