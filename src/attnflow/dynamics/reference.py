@@ -35,6 +35,8 @@ import numpy as np
 
 from .._checks import check_positive, check_times, to_numpy
 from ..attention import Attention, check_attention
+from ..measures import MEASURES
+from ..measures.geometry import sphere_area
 from .cubature import CubatureResult, grid_cells, refine
 from .zero_temperature import ExactFlow, check_invertible_B, solve_clocks
 
@@ -69,10 +71,6 @@ class ReferenceW2:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def _area(d: int) -> float:
-    return 2.0 * math.pi ** (d / 2.0) / math.gamma(d / 2.0)
-
-
 def _spectral_data(att: Attention) -> tuple[np.ndarray, np.ndarray]:
     """Eigenvalues of A, descending, and orthonormal eigenvectors (columns); checks what is supported."""
     d = att.d
@@ -98,7 +96,8 @@ def _spectral_data(att: Attention) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _density(rho0: Any, d: int, mean: Any, kappa: Any) -> tuple[Density, float | None, str]:
-    """The density f of rho0 = "uniform", "vmf" or a callable (w.r.t. the uniform probability).
+    """The density f of rho0 = a name of MEASURES ("uniform", "vmf") or a callable (w.r.t. the uniform
+    probability).
 
     Returns (f, sup of f(x) + f(-x) or None when unknown, a label).
     """
@@ -114,28 +113,21 @@ def _density(rho0: Any, d: int, mean: Any, kappa: Any) -> tuple[Density, float |
             return v
 
         return f_user, None, getattr(rho0, "__name__", "density")
-    if rho0 == "uniform":
-        return (lambda X: np.ones(X.shape[0])), 2.0, "uniform"
-    if rho0 != "vmf":
-        raise ValueError(f"rho0 must be 'uniform', 'vmf' or a callable density f(X), got {rho0!r}")
-    if mean is None or kappa is None:
-        raise ValueError("rho0='vmf' needs mean (a (d,) vector) and kappa (>= 0)")
-    m = to_numpy(mean).astype(np.float64).ravel()
-    if m.size != d or not np.all(np.isfinite(m)) or np.linalg.norm(m) == 0:
-        raise ValueError(f"mean must be a finite non-zero vector with d = {d} entries, got {mean!r}")
-    m = m / np.linalg.norm(m)
-    k = float(kappa)
-    if not math.isfinite(k) or k < 0:
-        raise ValueError(f"kappa must be a finite number >= 0, got {kappa!r}")
-    # f = exp(kappa (<m, x> - 1)) / Z, Z the scaled normalisation (w.r.t. the uniform probability)
-    if d == 2:
-        from scipy.special import i0e
-
-        Z = float(i0e(k))
-    else:
-        Z = 1.0 if k == 0 else -math.expm1(-2.0 * k) / (2.0 * k)
-    sup = (1.0 + math.exp(-2.0 * k)) / Z  # f(x) + f(-x) is largest at x = +-mean
-    return (lambda X: np.exp(k * (X @ m - 1.0)) / Z), sup, f"vmf(kappa={k:g})"
+    if rho0 not in MEASURES:
+        names = ", ".join(repr(n) for n in MEASURES)
+        raise ValueError(f"rho0 must be one of {names} or a callable density f(X), got {rho0!r}")
+    family = MEASURES[rho0]
+    given = {"mean": mean, "kappa": kappa}
+    params = {p: given[p] for p in family.parameters}
+    if any(v is None for v in params.values()):
+        raise ValueError(f"rho0={rho0!r} needs mean (a (d,) vector) and kappa (>= 0)")
+    if "mean" in params:
+        m = to_numpy(mean).astype(np.float64).ravel()
+        if m.size != d or not np.all(np.isfinite(m)) or np.linalg.norm(m) == 0:
+            raise ValueError(f"mean must be a finite non-zero vector with d = {d} entries, got {mean!r}")
+    rho = family.bind(d, **params)
+    label = ", ".join(f"{p}={float(v):g}" for p, v in params.items() if p != "mean")
+    return rho.normalised(), rho.pair_sup(), f"{rho0}({label})" if label else rho0
 
 
 def _integrand(
@@ -146,7 +138,7 @@ def _integrand(
     d = att.d
     B = np.asarray(att.B)
     branches = np.array(list(itertools.product((1.0, -1.0), repeat=d - 1)))
-    area = _area(d)
+    area = sphere_area(d)
 
     def g(v: np.ndarray) -> np.ndarray:
         P = v.shape[0]
@@ -181,7 +173,7 @@ def _integrand(
 def _tail_coefficient(d: int, sup: float) -> float:
     """K with truncation error <= K arctan(e^{-L}) <= K e^{-L}: 2 sup(f(x) + f(-x)) times the
     measure outside the v-box, 2 (d - 1) arctan(e^{-L}) per branch, over all 2^{d-1} branches."""
-    return 2.0 * sup * 2 ** (d - 1) * 2 * (d - 1) / _area(d)
+    return 2.0 * sup * 2 ** (d - 1) * 2 * (d - 1) / sphere_area(d)
 
 
 def _box_for(d: int, sup: float, bound: float) -> float:

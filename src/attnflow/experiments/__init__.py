@@ -226,7 +226,7 @@ def _names() -> str:
     return ", ".join([*_all(), *_all_presets()])
 
 
-def _experiment_of(config: Any) -> Experiment:
+def _experiment_of(config: object) -> Experiment:
     name = getattr(config, "experiment", None)
     exp = _lookup(name) if isinstance(name, str) else None
     if exp is None or not isinstance(config, exp.Config):

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from . import layout
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from .registry import Experiment
 
 __all__ = ["DRAWN", "RUN_FILES", "RunFolderError", "plan_folder", "remove"]
@@ -66,7 +68,7 @@ def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
 
-def _toml_values(config: Any) -> dict[str, Any]:
+def _toml_values(config: BaseModel) -> dict[str, Any]:
     """The config as its config.toml reads back (the form the folder's file is compared in)."""
     from .config import to_toml
 
@@ -78,7 +80,7 @@ def _show(v: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def plan_folder(out: Path, config: Any, exp: Experiment, overwrite: bool = False) -> str:
+def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool = False) -> str:
     """How a run of `config` uses the folder `out`: "new", "resume", "extend" or "replace" (module
     docstring); RunFolderError naming what is there when it cannot. Reads only."""
     if out.exists() and not out.is_dir():

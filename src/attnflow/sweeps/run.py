@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import base_config, experiment_name, field_for, point_config, resolve_config
 from .grid import SweepError, check_grid, expand_grid, point_keys
@@ -44,6 +44,11 @@ from .store import (
     write_meta,
     zarr_rel,
 )
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from .config import ConfigLike
 
 __all__ = ["SweepResult", "sweep"]
 
@@ -113,7 +118,7 @@ class _Tasks:
 # ---------------------------------------------------------------------------------- before Dask
 
 
-def _validate(config: Any, grid: Any, retries: int) -> tuple[Any, dict[str, list], int]:
+def _validate(config: ConfigLike, grid: Any, retries: int) -> tuple[BaseModel, dict[str, list], int]:
     """(config object, normalised grid, retries), or an error naming the bad argument; the config of
     every point of the grid is checked too."""
     config = resolve_config(config)
@@ -174,7 +179,7 @@ def _locked(st: Store, warnings: list[str]) -> Iterator[None]:
         yield
 
 
-def _plan(st: Store, config: Any, grid: dict[str, list]) -> _Plan:
+def _plan(st: Store, config: BaseModel, grid: dict[str, list]) -> _Plan:
     """Check the store against the sweep, extend its grid, and mark each point done or pending.
 
     Every point's config is validated before anything is written to the store.
@@ -332,7 +337,7 @@ def _stopped(tasks: _Tasks) -> None:
 
 
 def sweep(
-    config: Any,
+    config: ConfigLike,
     grid: dict[str, list],
     client: Any = None,
     store: str | os.PathLike = "runs/sweep",
@@ -368,7 +373,7 @@ def sweep(
 
 def _sweep(
     st: Store,
-    config: Any,
+    config: BaseModel,
     grid: dict[str, list],
     client: Any,
     workers: int,
