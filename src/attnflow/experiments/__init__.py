@@ -226,7 +226,7 @@ def _names() -> str:
     return ", ".join([*_all(), *_all_presets()])
 
 
-def _experiment_of(config: Any) -> Experiment:
+def _experiment_of(config: object) -> Experiment:
     name = getattr(config, "experiment", None)
     exp = _lookup(name) if isinstance(name, str) else None
     if exp is None or not isinstance(config, exp.Config):
@@ -249,56 +249,14 @@ def _experiment_of_dataset(ds: Any) -> Experiment:
 # -------------------------------------------------------------------------------------------- run
 
 
-def summary_markdown(summary: dict[str, Any], title: str = "") -> str:
-    """The headline numbers as Markdown: one table per nested section (a list of records, such as
-    the claims table, is a table with one row per record)."""
-    lines = [f"# {title or summary.get('experiment', 'attnflow run')}", ""]
-    flat = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
-    if flat:
-        lines += ["| quantity | value |", "|---|---|"]
-        lines += [f"| {k} | {_cell(v)} |" for k, v in flat.items()]
-        lines.append("")
-    for key, value in summary.items():
-        rows: dict[str, Any] | None = None
-        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
-            rows = value
-        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            rows = {str(i + 1): v for i, v in enumerate(value)}
-        if rows is not None:
-            cols = list(dict.fromkeys(c for row in rows.values() for c in row if c not in _HIDDEN))
-            lines += [f"## {key}", "", "| | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-            lines += [
-                f"| {r} | " + " | ".join(_cell(row.get(c)) for c in cols) + " |" for r, row in rows.items()
-            ]
-            lines.append("")
-        elif isinstance(value, dict) and value:
-            lines += [f"## {key}", "", "| | value |", "|---|---|"]
-            lines += [f"| {k} | {_cell(v)} |" for k, v in value.items()]
-            lines.append("")
-        elif isinstance(value, list) and value:
-            lines += [f"## {key}", ""] + [f"- {_cell(v)}" for v in value] + [""]
-    return "\n".join(lines)
+def summary_markdown(summary: Mapping[str, Any], title: str = "") -> str:
+    """The headline numbers as Markdown (summary.md): the table model of `tables.summary_document`
+    (a table of the scalars, one table per nested section, the warnings as a list) rendered by
+    `render.to_markdown`, as `attnflow show` and the report show them."""
+    from .render import to_markdown
+    from .tables import summary_document
 
-
-_HIDDEN = {"reason", "estimate", "left_out"}  # long or derived fields: in summary.json, not in the tables
-
-
-def _cell(v: Any) -> str:
-    """A table cell: a measured quantity {value, error, converged} as "v ± e ✓"; other dicts as
-    "k = v; ..."; pipes escaped."""
-    from .._text import format_value
-
-    if isinstance(v, dict) and "value" in v:
-        text = format_value(v.get("value"))
-        if v.get("error") is not None:
-            text += f" ± {format_value(v['error'])}"
-        if "converged" in v:
-            text += " ✓" if v["converged"] else " (not converged)"
-    elif isinstance(v, dict):
-        text = "; ".join(f"{k} = {_cell(x)}" for k, x in v.items() if k not in _HIDDEN)
-    else:
-        text = format_value(v)
-    return text.replace("|", "\\|").replace("\n", " ")
+    return to_markdown(summary_document(summary, title))
 
 
 def run_experiment(
@@ -381,7 +339,7 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
     if out is not None:
         if state == "extend":
             _folder.remove(out, _folder.DRAWN)  # figures and report of the previous result
-        md = summary_markdown(summary, f"attnflow run: {exp.name}") + "\n"
+        md = summary_markdown(summary, f"attnflow run: {exp.name}")
         _folder.write_result(out, ds, to_json(summary, indent=2) + "\n", md)
         if state == "extend":
             _folder.write_config(out, config)

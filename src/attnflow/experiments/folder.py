@@ -27,6 +27,8 @@ from ..io.paths import link_out
 from . import layout
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from .registry import Experiment
 
 __all__ = [
@@ -83,7 +85,7 @@ def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
 
-def _toml_values(config: Any) -> dict[str, Any]:
+def _toml_values(config: BaseModel) -> dict[str, Any]:
     """The config as its config.toml reads back (the form the folder's file is compared in)."""
     from .config import to_toml
 
@@ -119,7 +121,7 @@ def _check_entries(out: Path) -> None:
             )
 
 
-def plan_folder(out: Path, config: Any, exp: Experiment, overwrite: bool = False) -> str:
+def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool = False) -> str:
     """How a run of `config` uses the folder `out`: "new", "resume", "extend" or "replace" (module
     docstring); RunFolderError naming what is there when it cannot. Reads only."""
     if out.exists() and not out.is_dir():

@@ -61,7 +61,7 @@ def _input_files(key: str, value: Any) -> list[Path]:
     if not isinstance(value, str) or not value:
         return []
     if key == "checkpoint":
-        from ..pretrained.files import CheckpointError, checkpoint_files
+        from ..pretrained.readers import CheckpointError, checkpoint_files
         from ..pretrained.sources import resolve_checkpoint
 
         try:

@@ -16,7 +16,7 @@ import uuid
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import experiment_name
 from .store import (
@@ -33,9 +33,14 @@ from .store import (
     zarr_rel,
 )
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from ..experiments import Experiment
+
 __all__ = ["RunFn", "cpus", "run_point", "set_threads", "threads_on_host", "worker_device"]
 
-RunFn = Callable[[Any], Any]  # config -> xarray.Dataset
+RunFn = Callable[[Any], Any]  # config (a pydantic model) -> xarray.Dataset
 
 
 # --------------------------------------------------------------------------------------- threads
@@ -75,7 +80,7 @@ def set_threads(torch_threads: int | None) -> int:
     return n
 
 
-def worker_device(config: Any) -> Any:
+def worker_device(config: BaseModel) -> BaseModel:
     """One GPU per Dask worker: a config asking for device "cuda" runs on cuda:k, k the worker's
     number (its name on a LocalCluster, else a hash of its address) modulo the GPUs of its host.
     Other configs, and hosts with one GPU or none, are returned unchanged."""
@@ -99,14 +104,14 @@ def worker_device(config: Any) -> Any:
 # ------------------------------------------------------------------------------------ the result
 
 
-def _experiment(config: Any) -> Any:
+def _experiment(config: BaseModel) -> Experiment | None:
     """The registered experiment of the config (`REGISTRY[config.experiment]`), None if none."""
     from ..experiments import REGISTRY
 
     return REGISTRY.get(experiment_name(config))
 
 
-def _default_run(config: Any, workdir: Path | None) -> Any:
+def _default_run(config: BaseModel, workdir: Path | None) -> Any:
     """The registered experiment's run; its finished parts are kept in `workdir` for a retry.
 
     Not `run_experiment`: it would also write the result, its summary and config into `workdir`
@@ -127,7 +132,7 @@ def _scalars(ds: Any) -> dict[str, Any]:
     return out
 
 
-def _summarize(config: Any, ds: Any) -> dict[str, Any] | None:
+def _summarize(config: BaseModel, ds: Any) -> dict[str, Any] | None:
     """The experiment's own `summarize` (JSON-able), None for an unregistered experiment."""
     exp = _experiment(config)
     if exp is None or not hasattr(exp, "summarize"):
@@ -185,7 +190,7 @@ def _reused(st: Store, key: str, workdir: Path | None) -> dict[str, Any]:
 # -------------------------------------------------------------------------------------- the task
 
 
-def _compute(config: Any, key: str, run_fn: RunFn | None, workdir: Path | None) -> Any:
+def _compute(config: BaseModel, key: str, run_fn: RunFn | None, workdir: Path | None) -> Any:
     """The point's Dataset, run by `run_fn` or the registered experiment."""
     import xarray as xr
 
@@ -195,7 +200,7 @@ def _compute(config: Any, key: str, run_fn: RunFn | None, workdir: Path | None) 
     return ds
 
 
-def _label(ds: Any, config: Any, key: str, point: dict[str, Any]) -> Any:
+def _label(ds: Any, config: BaseModel, key: str, point: dict[str, Any]) -> Any:
     """The Dataset with the point it belongs to in its attrs."""
     from ..io import to_json
 
@@ -207,7 +212,7 @@ def _label(ds: Any, config: Any, key: str, point: dict[str, Any]) -> Any:
 
 
 def run_point(
-    config: Any,
+    config: BaseModel,
     point: dict[str, Any],
     key: str,
     store: str,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import base_config, experiment_name, field_for, point_config, resolve_config
 from .grid import SweepError, check_grid, check_grid_size, iter_grid, point_keys
@@ -48,6 +48,11 @@ from .store import (
     write_meta,
     zarr_rel,
 )
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from .config import ConfigLike
 
 __all__ = ["SweepResult", "sweep"]
 
@@ -119,7 +124,9 @@ class _Tasks:
 # ---------------------------------------------------------------------------------- before Dask
 
 
-def _validate(config: Any, grid: Any, retries: int, yes: bool) -> tuple[Any, dict[str, Any], int]:
+def _validate(
+    config: ConfigLike, grid: Any, retries: int, yes: bool
+) -> tuple[BaseModel, dict[str, Any], int]:
     """(config object, normalised grid, retries), or an error naming the bad argument; a grid above
     the size a sweep takes (without `yes`, above CONFIRM_POINTS) is refused before any point is made,
     then the config of every point is checked, one point at a time."""
@@ -178,7 +185,7 @@ def _locked(st: Store, warnings: list[str]) -> Iterator[None]:
         yield
 
 
-def _plan(st: Store, config: Any, grid: dict[str, Any], yes: bool) -> _Plan:
+def _plan(st: Store, config: BaseModel, grid: dict[str, Any], yes: bool) -> _Plan:
     """Check the store against the sweep, extend its grid, and mark each point done or pending.
 
     The extended grid is sized (`check_grid_size`) and every point's config validated before
@@ -354,7 +361,7 @@ def _stopped(tasks: _Tasks) -> None:
 
 
 def sweep(
-    config: Any,
+    config: ConfigLike,
     grid: dict[str, Any],
     client: Any = None,
     store: str | os.PathLike = "runs/sweep",
