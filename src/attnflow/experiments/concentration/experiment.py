@@ -37,7 +37,7 @@ from ...science.convergence import (
     judge_ladder,
 )
 from ...science.metrics import RESOLUTION_OK
-from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid
+from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid, warn_assumptions
 from ..config import Angle, Seed, SimulationConfig, check_betas
 from ..inputs import integration, model_inputs
 from ..model import ModelConfig
@@ -227,6 +227,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     reporter = progress or Reporter()
     start = time.perf_counter()
     inputs = concentration_inputs(config)
+    warn_assumptions(inputs.model.attention, reporter)
     fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     clouds = CloudCache(inputs)
     costs = level_costs(inputs)  # the zero-temperature part counts as one first level
@@ -451,16 +452,15 @@ def _theorem_bound(inputs: ConcentrationInputs, ds, per_beta: dict[float, dict[s
 def _attrs(inputs: ConcentrationInputs, ds, ladders: list[Ladder], zero_info: dict) -> dict[str, Any]:
     """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
     per beta, the solver infos, the model, the separatrix searches."""
+    from ...science.assumptions import FAILS, check_assumptions
     from ...science.claims import claims_table, not_applicable
 
     per_beta, convergence = _per_beta(ds, ladders)
     claims = claims_table(per_beta, inputs.rules.dt, zero_info if zero_info.get("local_rates") else None)
-    spectrum = inputs.model.spectrum
-    if not spectrum.symmetric:  # (symmetric = false: Pi is the spectral projector's limit)
+    first = check_assumptions(inputs.model.attention)[0]
+    if first.status == FAILS:  # e.g. symmetric = false: W2 is measured to the spectral projector's limit
         claims = not_applicable(
-            claims,
-            f"A = V B^T is not symmetric (relative asymmetry {spectrum.asymmetry:.3g}): assumption 1 of the "
-            "theorem fails, so it says nothing here; W2 is measured to the limit of the spectral projector",
+            claims, f"assumption 1 of the theorem fails: {first.reason} It says nothing here."
         )
     fits: dict[str, Any] = {"claims_betas": {c["claim"]: c["betas"] for c in claims}}
     fits["theorem_bound"] = _theorem_bound(inputs, ds, per_beta)
