@@ -340,3 +340,23 @@ def test_any_value_of_any_key_makes_a_config_or_a_one_line_error_naming_the_key(
             return
     assert isinstance(config, Config)
     assert all(math.isfinite(x) for x in _numbers(config.model_dump()))
+
+
+def test_windows_and_depths_that_cannot_run_are_refused():
+    """A rate window must end on saved times (it failed after the run, in local_rates); the layers'
+    depth must leave the Euler error above round-off (T = 1e-50 failed in the reference's first step)."""
+    one_line_error("zero-temperature-tiny", ["rate_window=0.3"], "rate_window = 0.3 must be a multiple")
+    one_line_error("zero-temperature-tiny", ["rate_window=1e-300"], "e.g. rate_window = 0.25")
+    one_line_error("zero-temperature-tiny", ["rate_window=100"], "e.g. rate_window = 10")
+    assert load_config("zero-temperature-tiny", ["rate_window=0.5"]).rate_window == 0.5
+    one_line_error("layers-tiny", ["T=1e-50"], "T: Input should be greater than or equal to 0.001")
+
+
+def test_the_reference_s_local_rates_fit_any_time_grid():
+    """concentration with the N = infinity reference and dt_save = 0.3 (4 is no multiple of it): its
+    windows are 3.9 wide, on the saved times."""
+    config = load_config(
+        "concentration-tiny", ["zero_reference=true", "dt_save=0.3", "N=8", "n_keep=2", "betas=[10.0]"]
+    )
+    rates = json.loads(run_experiment(config).attrs["zero"])["local_rates"]
+    assert rates and all(abs((w["window"][1] - w["window"][0]) - 3.9) < 1e-9 for w in rates)

@@ -34,13 +34,24 @@ if TYPE_CHECKING:
     from ..attention import Attention
 
 
+#: the smallest depth T: the Euler error h T (about T^2 / L) must stand above float64's round-off for
+#: an order to be fitted (T = 1e-12 fitted order -1, the round-off's), and the adaptive reference's
+#: first step underflows at T = 1e-50
+MIN_DEPTH = 1e-3
+
+
 class LayersConfig(ModelConfig, DeviceConfig):
     """Config of the `layers` experiment."""
 
     experiment: Literal["layers"] = "layers"
     beta: PositiveFloat = Field(10.0, description="inverse temperature (finite)")
     N: PositiveInt = Field(128, description="number of tokens")
-    T: PositiveFloat = Field(2.0, description="depth in time units: L layers of step h = T/L")
+    T: float = Field(
+        2.0,
+        ge=MIN_DEPTH,
+        description=f"depth in time units: L layers of step h = T/L (at least {MIN_DEPTH:g}: below, the "
+        "layers' error is round-off)",
+    )
     Ls: list[PositiveInt] = Field([4, 8, 16, 32, 64, 128, 256, 512], description="numbers of layers L")
     fit_min_L: PositiveInt = Field(
         16, description="the order is fitted on L >= fit_min_L (asymptotic regime)"

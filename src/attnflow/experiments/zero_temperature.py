@@ -87,6 +87,14 @@ class ZeroTemperatureConfig(ModelConfig):
     def _window_in_span(self):
         if self.fit_window[1] > self.t_max:
             raise ValueError(f"fit_window {self.fit_window} ends after t_max = {self.t_max}")
+        k = self.rate_window / self.dt_save
+        if round(k) < 1 or abs(k - round(k)) > 1e-9 * k or self.rate_window > self.t_max:
+            near = self.dt_save * max(1, min(round(k), math.floor(self.t_max / self.dt_save + 1e-9)))
+            raise ValueError(
+                f"rate_window = {self.rate_window:g} must be a multiple of dt_save = {self.dt_save:g}, at "
+                f"most t_max = {self.t_max:g} (the windows' ends are saved times): e.g. rate_window = "
+                f"{near:g}"
+            )
         return self
 
 
