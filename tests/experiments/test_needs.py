@@ -360,3 +360,18 @@ def test_the_reference_s_local_rates_fit_any_time_grid():
     )
     rates = json.loads(run_experiment(config).attrs["zero"])["local_rates"]
     assert rates and all(abs((w["window"][1] - w["window"][0]) - 3.9) < 1e-9 for w in rates)
+
+
+def test_inverse_temperatures_whose_scores_leave_the_arithmetic_are_refused():
+    """beta ||B|| must be a number in the run's dtype (beta = 1e308 made the state NaN at once)."""
+    one_line_error("concentration-tiny", ["betas=[10.0, 1e308]"], "betas: beta = 1e+308 with ||B|| = 3")
+    one_line_error("layers-tiny", ["beta=1e308"], "beta: beta = 1e+308", "use beta <= 3.33e+299")
+    float32 = ["dtype=float32", "betas=[1e40]"]
+    one_line_error("terminal-tiny", float32, "beyond what float32 computes with (1e+36)")
+    ds = run_experiment(load_config("concentration-tiny", ["betas=[1e299]", "N=8", "n_keep=2"]))
+    assert np.all(np.isfinite(ds.w2.values))
+
+
+def test_a_concentration_run_that_keeps_no_token():
+    ds = run_experiment(load_config("concentration-tiny", ["N=8", "n_keep=0", "betas=[10.0]"]))
+    assert ds.sizes["token"] == 0 and ds.x_zero.shape == (ds.sizes["time"], 0, 3)

@@ -98,8 +98,31 @@ class ModelConfig(ExperimentConfig):
     @model_validator(mode="after")
     def _model_keys(self):
         check_init(self, model_dimension(self))  # loads an .npz once, with its errors
-        check_needs(self, weights_attention(self))
+        att = weights_attention(self)
+        check_needs(self, att)
+        check_scores(self, att)
         return self
+
+
+#: the largest attention score beta ||B|| a run computes with, by arithmetic: the softmax subtracts
+#: each row's maximum, but the scores themselves must be numbers (beta = 1e308 made NaN at once)
+MAX_SCORE = {"float64": 1e300, "float32": 1e36}
+
+
+def check_scores(config: ModelConfig, att: Attention) -> None:
+    """The config's inverse temperatures (`betas` or `beta`) keep beta ||B|| within MAX_SCORE of its
+    dtype: else ValueError naming the key and the largest beta that fits."""
+    key = "betas" if hasattr(config, "betas") else "beta"
+    value = getattr(config, key, None)
+    betas = [b for b in (value if isinstance(value, list) else [value]) if isinstance(b, int | float)]
+    dtype = getattr(config, "dtype", "float64")
+    limit = MAX_SCORE.get(dtype, MAX_SCORE["float64"])
+    if betas and max(betas) * att.norm_B > limit:
+        raise ValueError(
+            f"{key}: beta = {max(betas):g} with ||B|| = {att.norm_B:.3g} makes attention scores of "
+            f"{max(betas) * att.norm_B:.3g}, beyond what {dtype} computes with ({limit:.0e}): use beta <= "
+            f"{limit / att.norm_B:.3g}"
+        )
 
 
 def model_dimension(config: ModelConfig) -> int:

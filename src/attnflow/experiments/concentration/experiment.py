@@ -350,6 +350,8 @@ def _tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np
     from ...dynamics.zero_temperature import simulate_zero_temperature
 
     X = c.X0[0][c.keep][: ds.sizes["token"]]
+    if not len(X):  # n_keep = 0: no token is stored
+        return np.zeros((len(inputs.times), 0, inputs.model.d), dtype=np.float32)
     return simulate_zero_temperature(X, inputs.model.at(math.inf), inputs.times).x.astype(np.float32)
 
 
