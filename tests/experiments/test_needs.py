@@ -187,7 +187,7 @@ def test_a_fixed_step_run_of_more_than_a_billion_steps_is_refused():
 
 
 def test_random_weights_have_a_largest_d_and_threads_a_largest_count():
-    one_line_error("terminal-tiny", ["weights=random", "d=100000"], "d <= 512, got d = 100000")
+    one_line_error("terminal-tiny", ["weights=random", "d=100000"], "d <= 256, got d = 100000")
     one_line_error("terminal-tiny", ["threads=99999999999"], "threads:")
 
 
@@ -196,10 +196,10 @@ def test_the_memory_check_counts_the_run_s_d_and_clouds():
     if memory is None:
         pytest.skip("this machine does not say its memory")
     times = 101  # t_max = 10, dt_save = 0.1
-    N = int(memory / (times * 8 * 100))  # d = 3: 3 % of the memory; d = 500: 5 times the memory
+    N = int(memory / (times * 8 * 100))  # d = 3: 3 % of the memory; d = 250: 2.5 times the memory
     grid = ["t_max=10.0", "dt_save=0.1"]
     assert load_config("terminal", [*grid, "weights=random", "d=3", f"N={N}"])
-    one_line_error("terminal", [*grid, "weights=random", "d=500", f"N={N}"], f"N = {N} tokens x d = 500")
+    one_line_error("terminal", [*grid, "weights=random", "d=250", f"N={N}"], f"N = {N} tokens x d = 250")
     seeds = ", ".join(map(str, range(200)))
     assert load_config("concentration", [*grid, f"N={N}"])
     one_line_error("concentration", [*grid, f"N={N}", f"seeds=[{seeds}]"], "200 clouds x", "seeds")
