@@ -417,9 +417,9 @@ def load_attention(path: str | os.PathLike[str], beta: float = 1.0) -> Attention
 # ------------------------------------------------------------------------------------- WEIGHTS
 
 
-#: the largest d of drawn weights (WeightsFamily.max_d), whose spectra a config check computes: 1.2 s
-#: for a non-symmetric A at d = 256, 6.4 s at d = 512 (two shared cores, load 3.4)
-MAX_DRAWN_D = 256
+#: the largest d of drawn weights (WeightsFamily.max_d), whose spectra a config check computes on one
+#: BLAS thread: 1.3 s for a non-symmetric A at d = 512 (two shared cores, load 5)
+MAX_DRAWN_D = 512
 
 
 @dataclass(frozen=True)

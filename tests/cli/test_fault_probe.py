@@ -64,7 +64,7 @@ def test_an_infinite_value_is_refused(preset, key, tmp_path):
         (["density=vmf", "kappa=inf"], "kappa: must be a finite number"),
         (["seed=99999999999999999999999"], "seed: a seed is stored as a 64-bit integer"),
         (["weights=random", "d=1"], "weights = random needs d >= 2"),
-        (["weights=random", "d=100000"], "d <= 256"),
+        (["weights=random", "d=100000"], "d <= 512"),
         (["weights=random", "symmetric=false", "weights_seed=1"], "are not real"),
         (["threads=99999999999"], "threads:"),
         (["betas=" + "[" * 3000 + "]" * 3000], "--set betas=...: the value nests"),

@@ -187,7 +187,7 @@ def test_a_fixed_step_run_of_more_than_a_billion_steps_is_refused():
 
 
 def test_random_weights_have_a_largest_d_and_threads_a_largest_count():
-    one_line_error("terminal-tiny", ["weights=random", "d=100000"], "d <= 256, got d = 100000")
+    one_line_error("terminal-tiny", ["weights=random", "d=100000"], "d <= 512, got d = 100000")
     one_line_error("terminal-tiny", ["threads=99999999999"], "threads:")
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from .._threads import blas_threads
 from ..attention import WEIGHTS, Attention
 from ..measures import DISCRETISATIONS, MEASURES
 from ..measures.registry import or_list
@@ -98,9 +99,10 @@ class ModelConfig(ExperimentConfig):
     @model_validator(mode="after")
     def _model_keys(self):
         check_init(self, model_dimension(self))  # loads an .npz once, with its errors
-        att = weights_attention(self)
-        check_needs(self, att)
-        check_scores(self, att)
+        with blas_threads(1):  # d x d linear algebra: fastest on one thread, and on a busy machine
+            att = weights_attention(self)
+            check_needs(self, att)
+            check_scores(self, att)
         return self
 
 
