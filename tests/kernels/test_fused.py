@@ -142,8 +142,8 @@ def test_compiled_core_exponential_is_exact_to_rounding():
     rows[:, d] = s  # scores through the log-weight column alone (q = 0)
     rows[:, d + 1] = rng.normal(size=s.size)
     q = np.zeros((d, n))
-    out = np.empty((d + 1, n))
-    c.sums(d, n, n, q.ctypes.data, s.size, rows.ctypes.data, out.ctypes.data)
+    out = np.empty((d + 2, n))
+    c.sums(q, rows, out)
     e = np.exp2(s - np.round(s.max()))
     e[s < -1000.0] = 0.0
     assert abs(out[0, 0] / e.sum() - 1) < 1e-15

@@ -66,7 +66,9 @@ import torch
 from .._checks import check_positive
 from .._threads import intra_op_threads as _threads
 from . import cells as _cells
+from . import compiled
 from .common import batched, finite_beta, matrices_like, tangent
+from .fused import LOG2E, MAX_D
 
 if TYPE_CHECKING:
     from ..attention import Attention
@@ -268,24 +270,43 @@ def _evaluate(cl: _Cloud, t0: int, t1: int, moments: torch.Tensor, tilt_max: tor
             cl.acc.index_add_(0, tok[tmask], out[tmask])
 
 
-def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp: torch.Tensor) -> None:
-    """Add the directly evaluated cell pairs to cl.acc, in Xp's dtype (the tokens of cl.Xp, float32
-    or float64): the keys of each query cell's direct key cells, padded, through `_fused`."""
-    plan, dev = cl.plan, Xp.device
-    d, sizes = Xp.shape[1], cl.sizes
+def _direct_keys(plan: _cells.Plan, sizes: np.ndarray):
+    """The query cells with direct pairs and their keys: (query_cells, K, keys_of) with K the number
+    of keys of every cell and keys_of(cells) the token positions of those cells' direct key cells,
+    concatenated cell after cell."""
     K = np.zeros(plan.n_cells, dtype=np.int64)
     np.add.at(K, plan.dir_T, sizes[plan.dir_S])  # keys of each query cell
     query_cells = np.flatnonzero(K > 0)
+
+    def keys_of(cells: np.ndarray) -> np.ndarray:
+        pr = _cells.ranges(plan.dir_by_T[cells], plan.dir_by_T[cells + 1] - plan.dir_by_T[cells])
+        S = plan.dir_S[pr]
+        return _cells.ranges(plan.starts[S], sizes[S])
+
+    return query_cells, K, keys_of
+
+
+def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp: torch.Tensor) -> None:
+    """Add the directly evaluated cell pairs to cl.acc, in Xp's dtype (the tokens of cl.Xp, float32
+    or float64): the keys of each query cell's direct key cells, through the fused kernel's compiled
+    core (in float64) where there is one, else padded through `_fused`."""
+    plan, dev = cl.plan, Xp.device
+    d, sizes = Xp.shape[1], cl.sizes
+    query_cells, K, keys_of = _direct_keys(plan, sizes)
     n_T, K_T = sizes[query_cells], K[query_cells]
     cl.count("direct_pairs", int(np.dot(n_T, K_T)))
+    if not query_cells.size:
+        return
+    core = compiled.core() if dev.type == "cpu" and d <= MAX_D else None
+    if core is not None:
+        _direct_compiled(core, cl, query_cells, K_T, keys_of(query_cells))
+        return
     logw = torch.log(wp)
     for g in _groups(n_T, K_T, lambda s, c: s * c + 2 * c * (d + 2), BLOCK_ELEMENTS):
         cells = query_cells[g]
         n, Kmax = int(n_T[g].max()), int(K_T[g].max())
         # the keys of each query cell: the token ranges of its direct key cells, one padded row each
-        pr = _cells.ranges(plan.dir_by_T[cells], plan.dir_by_T[cells + 1] - plan.dir_by_T[cells])
-        S = plan.dir_S[pr]
-        flat = _cells.ranges(plan.starts[S], sizes[S])
+        flat = keys_of(cells)
         row = np.repeat(np.arange(len(cells)), K[cells])
         col = np.arange(flat.size) - np.repeat(np.cumsum(K[cells]) - K[cells], K[cells])
         keys_np = np.zeros((len(cells), Kmax), dtype=np.int64)
@@ -296,6 +317,35 @@ def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp
             tok, tmask = cl.tokens(cells, n)
             out = _fused(bp[tok], mp[tok], Xp[keys], logw[keys].masked_fill_(~kmask, -1e5), cl.beta)
             cl.acc.index_add_(0, tok[tmask], out[tmask].to(cl.acc.dtype))
+
+
+def _direct_compiled(core, cl: _Cloud, query_cells: np.ndarray, K_T: np.ndarray, keys: np.ndarray) -> None:
+    """The direct pairs by the compiled core (fused.c, `fused_cells`): every query cell against its
+    direct keys, in float64 and base 2, its sums brought from the core's shift to m_i and added to
+    cl.acc."""
+    f64, d = torch.float64, cl.Xp.shape[1]
+    starts, sizes = cl.plan.starts, cl.sizes
+    qs = np.zeros(len(query_cells) + 1, dtype=np.int64)
+    np.cumsum(sizes[query_cells], out=qs[1:])
+    ks = np.zeros(len(query_cells) + 1, dtype=np.int64)
+    np.cumsum(K_T, out=ks[1:])
+    qidx = np.ascontiguousarray(_cells.ranges(starts[query_cells], sizes[query_cells]), dtype=np.int64)
+    rows = torch.cat([cl.Xp, (LOG2E * torch.log(cl.wp))[:, None], cl.Xp], dim=1).contiguous()
+    out = torch.zeros((cl.Xp.shape[0], d + 2), dtype=f64)
+    core.cells(
+        (LOG2E * cl.beta) * cl.bp,
+        qidx,
+        qs,
+        rows,
+        np.ascontiguousarray(keys, dtype=np.int64),
+        ks,
+        out,
+        cl.threads,
+    )
+    tok = torch.as_tensor(qidx)
+    # sum_j w_j e^{s_ij - m_i} = 2^{shift_i - log2(e) m_i} Z_i (<= 2^(1/2): the subset's maximum is <= m_i)
+    scale = torch.exp2(out[tok, d + 1] - LOG2E * cl.mp[tok])
+    cl.acc.index_add_(0, tok, out[tok, : d + 1] * scale[:, None])
 
 
 def _fused(b: torch.Tensor, m: torch.Tensor, x: torch.Tensor, logw: torch.Tensor, beta: float):
@@ -362,7 +412,7 @@ def _average_one(
     out[perm] = (cl.acc[:, 1:] / cl.acc[:, :1]).to(X.dtype)
     c3 = time.process_time()
     counts = plan.counts()
-    for key in ("tokens", "cells", "expanded_pairs", "direct_cell_pairs"):  # others: as they are done
+    for key in ("tokens", "cells", "expanded_pairs", "direct_cell_pairs", "direct_keys", "kept_pairs"):
         cl.count(key, counts[key])
     stats["order"] = max(stats["order"], counts["order"])
     for key, value in (("plan_s", c1 - c0), ("expand_s", c2 - c1), ("direct_s", c3 - c2)):

@@ -15,9 +15,13 @@
  * largest, change no sum in float64) so that 2^k stays a normal number.
  *
  * Layouts (float64): q (D, ldq), query-major within each coordinate, n queries from q (n a multiple
- * of W * QV); rows (nk, 2 D + 1): k_j (D), l_j, v_j (D); out (D + 1, ldq): Z_i, N_i.
+ * of W * QV); rows (nk, 2 D + 1): k_j (D), l_j, v_j (D); out (D + 2, ldq): Z_i, N_i (D), m_i.
+ * `fused_cells` runs the same sums on cells: each a list of queries against its own list of keys
+ * (the truncated kernel's cells with their candidate keys, the cluster kernel's direct pairs).
  */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define W 8
 #define MAX_D 8
@@ -93,8 +97,10 @@ static inline __attribute__((always_inline)) void sums(
                 for (int l = 0; l < D; l++) acc[g][l + 1] += e * vset(row[D + 1 + l]);
             }
         }
-        for (int g = 0; g < QV; g++)
+        for (int g = 0; g < QV; g++) {
             for (int l = 0; l <= D; l++) *(vd *)(out + l * ldq + i0 + g * W) = acc[g][l];
+            *(vd *)(out + (D + 1) * ldq + i0 + g * W) = vset(SHIFTER) - c[g];
+        }
     }
 }
 
@@ -117,14 +123,49 @@ SUMS(8)
 /* queries per group for dimension d (n must be a multiple of it); 0 for an unsupported d */
 int64_t fused_group(int d) { return d >= 2 && d <= MAX_D ? (int64_t)W * GROUP(d) : 0; }
 
+typedef void (*sums_fn)(int64_t, int64_t, const double *, int64_t, const double *, double *);
+static const sums_fn TABLE[MAX_D + 1] = {0, 0, sums_2, sums_3, sums_4, sums_5, sums_6, sums_7, sums_8};
+
 /* the sums above for dimension d; returns 0, or -1 for an unsupported d or a bad n */
 int fused_sums(int d, int64_t n, int64_t ldq, const double *q, int64_t nk, const double *rows,
                double *out)
 {
-    static void (*const table[MAX_D + 1])(int64_t, int64_t, const double *, int64_t, const double *,
-                                         double *) = {0, 0, sums_2, sums_3, sums_4,
-                                                      sums_5, sums_6, sums_7, sums_8};
     if (fused_group(d) == 0 || n % fused_group(d) != 0 || nk < 1) return -1;
-    table[d](n, ldq, q, nk, rows, out);
+    TABLE[d](n, ldq, q, nk, rows, out);
+    return 0;
+}
+
+/* The sums for the cells c0 .. c1 - 1: cell c's queries are the rows qidx[qs[c] .. qs[c + 1]) of q
+ * (nq, d), its keys the rows kidx[ks[c] .. ks[c + 1]) of `rows` (as above); each query's results go
+ * to its row of out (nq, d + 2): Z_i, N_i (d), m_i.  A query in several cells gets the last one's.
+ * Returns 0, -1 for an unsupported d or a cell without keys, -2 when scratch memory runs out. */
+int fused_cells(int d, int64_t c0, int64_t c1, const double *q, const int64_t *qidx, const int64_t *qs,
+                const double *rows, const int64_t *kidx, const int64_t *ks, double *out)
+{
+    const int64_t G = fused_group(d), R = 2 * d + 1;
+    int64_t lmax = 0, kmax = 0;
+    if (G == 0) return -1;
+    for (int64_t c = c0; c < c1; c++) {
+        if (ks[c + 1] <= ks[c]) return -1;
+        lmax = qs[c + 1] - qs[c] > lmax ? qs[c + 1] - qs[c] : lmax;
+        kmax = ks[c + 1] - ks[c] > kmax ? ks[c + 1] - ks[c] : kmax;
+    }
+    lmax = (lmax + G - 1) / G * G;
+    double *keys = malloc(sizeof(double) * (size_t)(kmax * R + (2 * d + 2) * lmax + 1));
+    if (keys == NULL) return -2;
+    double *qt = keys + kmax * R, *res = qt + d * lmax;
+    for (int64_t c = c0; c < c1; c++) {
+        const int64_t nq = qs[c + 1] - qs[c], nk = ks[c + 1] - ks[c], n = (nq + G - 1) / G * G;
+        if (nq == 0) continue;
+        for (int64_t j = 0; j < nk; j++) memcpy(keys + R * j, rows + R * kidx[ks[c] + j], sizeof(double) * R);
+        for (int64_t i = 0; i < n; i++) { /* padding: the cell's first query again */
+            const double *qi = q + d * qidx[qs[c] + (i < nq ? i : 0)];
+            for (int l = 0; l < d; l++) qt[l * n + i] = qi[l];
+        }
+        TABLE[d](n, n, qt, nk, keys, res);
+        for (int64_t i = 0; i < nq; i++)
+            for (int l = 0; l < d + 2; l++) out[(d + 2) * qidx[qs[c] + i] + l] = res[l * n + i];
+    }
+    free(keys);
     return 0;
 }

@@ -30,7 +30,7 @@ import torch
 
 from .._threads import intra_op_threads as _threads
 from . import compiled
-from .common import batched, betas_per_cloud, finite_beta, log_weights, matrices_like, tangent
+from .common import batched, betas_per_cloud, finite_beta, log_weights, matrices_like, run_parallel, tangent
 from .dense import field_sdpa
 
 if TYPE_CHECKING:
@@ -71,18 +71,6 @@ def _chunks(n: int, group: int, parts: int) -> list[tuple[int, int]]:
     return [(s, min(n, s + step)) for s in range(0, n, step)]
 
 
-def _run(chunks: list[tuple[int, int]], fn: Callable[[int, int], None], threads: int) -> None:
-    """fn(start, stop) for every chunk, on `threads` threads (torch and ctypes release the GIL)."""
-    if threads <= 1 or len(chunks) <= 1:
-        for c in chunks:
-            fn(*c)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        list(pool.map(lambda c: fn(*c), chunks))
-
-
 def sums_compiled(
     q: torch.Tensor, x: torch.Tensor, lw: torch.Tensor, vx: torch.Tensor, threads: int
 ) -> torch.Tensor:
@@ -91,19 +79,15 @@ def sums_compiled(
     core = compiled.core()
     if core is None:
         raise ValueError(f"the fused kernel's compiled core is not available ({compiled.status()})")
-    (Nq, d), N = q.shape, x.shape[0]
+    Nq, d = q.shape
     group = core.group(d)
     n = -(-Nq // group) * group  # padded queries (zeros) fill the last group
     qT = torch.zeros((d, n), dtype=torch.float64)
     qT[:, :Nq] = (LOG2E * q).T
     rows = torch.cat([x, (LOG2E * lw)[:, None], vx], dim=1).contiguous()
-    out = torch.empty((d + 1, n), dtype=torch.float64)
-
-    def run(i0: int, i1: int) -> None:
-        core.sums(d, i1 - i0, n, qT.data_ptr() + 8 * i0, N, rows.data_ptr(), out.data_ptr() + 8 * i0)
-
-    _run(_chunks(n, group, CHUNKS_PER_THREAD * threads), run, threads)
-    return out[:, :Nq].T
+    out = torch.empty((d + 2, n), dtype=torch.float64)  # Z_i, N_i, the shift (not needed here)
+    core.sums(qT, rows, out, threads)
+    return out[: d + 1, :Nq].T
 
 
 def sums_torch(
@@ -128,7 +112,7 @@ def sums_torch(
             torch.mm(Sb, vals, out=out[s : s + block])
 
     with _threads(1):
-        _run(_chunks(Nq, block, CHUNKS_PER_THREAD * threads), run, threads)
+        run_parallel(_chunks(Nq, block, CHUNKS_PER_THREAD * threads), run, threads)
     return out
 
 

@@ -52,7 +52,10 @@ import torch
 
 from .._checks import check_positive
 from .._threads import intra_op_threads as _threads
+from . import compiled
+from .cells import ranges
 from .common import batched, finite_beta, log_weights, matrices_like, tangent
+from .fused import LOG2E, MAX_D
 
 if TYPE_CHECKING:
     from ..attention import Attention
@@ -264,25 +267,12 @@ def _cloud_betas(att: Attention, betas: torch.Tensor | None, M: int) -> list[flo
     return [float(b) for b in values]
 
 
-def _average_one(X, Bq, VX, logw, beta, cutoff, leaf, leaf_min, ratio, stats: dict, threads: int):
-    """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d);
-    logw: (N,) log-weights of the keys, or None (uniform)."""
-    N, d = X.shape
-    lw = None if logw is None else _numpy64(logw)
-    tree, perm, starts, centres, radii = _geometry(
-        _numpy64(X), _numpy64(Bq), beta, cutoff, leaf, leaf_min, ratio, lw
-    )
-    n_cells = radii.size
-    if logw is not None:  # one extra coordinate: (b_i, 1) . (x_j, log(w_j) / beta)
-        Bq = torch.cat([Bq, torch.ones_like(Bq[:, :1])], dim=1)
-        X = torch.cat([X, (logw / beta).unsqueeze(1)], dim=1)
-        # and a zero one in the values: the fused kernel needs equal head dimensions (dense.py)
-        VX = torch.nn.functional.pad(VX, (0, 1))
+def _chunks_of_cells(tree, centres: np.ndarray, radii: np.ndarray, N: int, d: int):
+    """The cells in chunks with their candidate keys: yields (chunk, flat, offsets) (`_candidates`).
 
-    out = torch.empty_like(VX)
-    perm_t = torch.from_numpy(perm).to(X.device)
-    # ball queries in chunks of cells, so the Python index lists stay bounded: key counts are
-    # estimated for a uniform cloud, then corrected by the counts seen so far (clusters hold more)
+    Ball queries in chunks of cells, so the Python index lists stay bounded: key counts are estimated
+    for a uniform cloud, then corrected by the counts seen so far (clusters hold more)."""
+    n_cells = radii.size
     order = np.argsort(radii, kind="stable")
     est = N * np.minimum(1.0, (radii**2 / 4.0) ** ((d - 1) / 2.0)) + 1.0
     factor, start = 1.0, 0
@@ -294,10 +284,57 @@ def _average_one(X, Bq, VX, logw, beta, cutoff, leaf, leaf_min, ratio, stats: di
         chunk = order[start:stop]
         flat, offsets = _candidates(tree, centres[chunk], radii[chunk], N)
         factor = max(factor, flat.size / est[chunk].sum())
-        _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats, threads)
+        yield chunk, flat, offsets
         start = stop
-    stats["cells"] = stats.get("cells", 0) + n_cells
+
+
+def _average_one(X, Bq, VX, logw, beta, cutoff, leaf, leaf_min, ratio, stats: dict, threads: int):
+    """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d);
+    logw: (N,) log-weights of the keys, or None (uniform).  The cells run through the fused kernel's
+    compiled core where there is one (CPU, d <= 8), else through torch's fused attention."""
+    N, d = X.shape
+    lw = None if logw is None else _numpy64(logw)
+    tree, perm, starts, centres, radii = _geometry(
+        _numpy64(X), _numpy64(Bq), beta, cutoff, leaf, leaf_min, ratio, lw
+    )
+    stats["cells"] = stats.get("cells", 0) + radii.size
+    chunks = _chunks_of_cells(tree, centres, radii, N, d)
+    core = compiled.core() if X.device.type == "cpu" and d <= MAX_D else None
+    if core is not None:
+        return _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats, threads)
+    if logw is not None:  # one extra coordinate: (b_i, 1) . (x_j, log(w_j) / beta)
+        Bq = torch.cat([Bq, torch.ones_like(Bq[:, :1])], dim=1)
+        X = torch.cat([X, (logw / beta).unsqueeze(1)], dim=1)
+        # and a zero one in the values: the fused kernel needs equal head dimensions (dense.py)
+        VX = torch.nn.functional.pad(VX, (0, 1))
+    out = torch.empty_like(VX)
+    perm_t = torch.from_numpy(perm).to(X.device)
+    for chunk, flat, offsets in chunks:
+        _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats, threads)
     return out[:, :d]  # without the weights' zero column
+
+
+def _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats: dict, threads: int):
+    """`_average_one` through the compiled core: each cell's queries against its candidate keys, in
+    float64 (scores in base 2, fused.c), whatever X's dtype."""
+    f64 = torch.float64
+    N, d = X.shape
+    q = (LOG2E * beta) * Bq.to(f64)
+    lw = torch.zeros(N, dtype=f64) if logw is None else LOG2E * logw.to(f64)
+    rows = torch.cat([X.to(f64), lw[:, None], VX.to(f64)], dim=1).contiguous()
+    out = torch.empty((N, d + 2), dtype=f64)
+    group = core.group(d)
+    for chunk, flat, offsets in chunks:
+        sizes = starts[chunk + 1] - starts[chunk]
+        qs = np.zeros(len(chunk) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=qs[1:])
+        qidx = np.ascontiguousarray(perm[ranges(starts[chunk], sizes)], dtype=np.int64)
+        core.cells(q, qidx, qs, rows, np.ascontiguousarray(flat, dtype=np.int64), offsets, out, threads)
+        keys = np.diff(offsets)
+        stats["pairs"] = stats.get("pairs", 0) + int(np.dot(keys, sizes))
+        padded = -(-sizes // group) * group
+        stats["padded_pairs"] = stats.get("padded_pairs", 0) + int(np.dot(keys, padded))
+    return (out[:, 1 : d + 1] / out[:, :1]).to(X.dtype)
 
 
 def _pad(flat: torch.Tensor, offsets: np.ndarray, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
