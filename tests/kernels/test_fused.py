@@ -208,3 +208,42 @@ def test_a_damaged_library_is_rebuilt(monkeypatch, tmp_path):
         assert c is not None and c.path == path and compiled.self_check(c) < 1e-14
     finally:
         compiled._core.cache_clear()
+
+
+def test_compiled_cells_match_numpy_and_refuse_bad_indices():
+    """fused_cells: each cell's queries against its own keys (a query in no cell is left alone),
+    against NumPy; out-of-range indices and cells without keys are errors, not crashes."""
+    c = compiled.core()
+    if c is None:
+        pytest.skip(compiled.status())
+    rng = np.random.default_rng(21)
+    d, nq, nk = 3, 60, 80
+    q = rng.uniform(-5, 5, (nq, d))
+    rows = np.hstack([rng.uniform(-1, 1, (nk, d)), rng.uniform(-2, 0, (nk, 1)), rng.normal(size=(nk, d))])
+    perm = rng.permutation(nq)
+    cells_q = [perm[:1], perm[1:8], perm[8:33]]  # disjoint
+    cells_k = [rng.choice(nk, size=n, replace=True) for n in (3, 80, 1)]  # repeated keys count twice
+    qidx, kidx = np.concatenate(cells_q).astype(np.int64), np.concatenate(cells_k).astype(np.int64)
+    qs = np.cumsum([0] + [len(x) for x in cells_q]).astype(np.int64)
+    ks = np.cumsum([0] + [len(x) for x in cells_k]).astype(np.int64)
+    out = np.full((nq, d + 2), 7.0)
+    c.cells(q, qidx, qs, rows, kidx, ks, out, threads=2)
+    for qi, kj in zip(cells_q, cells_k, strict=True):
+        s = q[qi] @ rows[kj, :d].T + rows[kj, d]
+        shift = np.round(s.max(axis=1))
+        e = np.exp2(s - shift[:, None])
+        np.testing.assert_allclose(out[qi, 0], e.sum(1), rtol=1e-14)
+        np.testing.assert_allclose(out[qi, 1 : d + 1], e @ rows[kj, d + 1 :], rtol=1e-13, atol=1e-14)
+        np.testing.assert_array_equal(out[qi, d + 1], shift)
+    untouched = np.setdiff1d(np.arange(nq), qidx)
+    assert (out[untouched] == 7.0).all()
+    for bad in (
+        dict(kidx=np.r_[kidx[:-1], nk]),  # a key out of range
+        dict(qidx=np.r_[-1, qidx[1:]]),  # a query out of range
+        dict(ks=np.r_[ks[:-1], ks[-2]]),  # a cell without keys
+        dict(q=q.astype(np.float32)),  # the wrong dtype
+        dict(out=out[:, :d]),  # the wrong shape
+    ):
+        args = dict(q=q, qidx=qidx, qs=qs, rows=rows, kidx=kidx, ks=ks, out=out) | bad
+        with pytest.raises(ValueError):
+            c.cells(**args)

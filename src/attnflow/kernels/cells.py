@@ -13,7 +13,7 @@ from itertools import chain
 
 import numpy as np
 
-from .costs import CLUSTER
+from .costs import DEFAULTS
 
 LEAF_MIN = 32  # cells are not cut below this many tokens
 LEAF_MAX = 4096  # nor left above it (bounds the padded batches)
@@ -309,8 +309,14 @@ def _cell_geometry(X: np.ndarray, rows: _Rows, perm: np.ndarray, starts: np.ndar
     return _Cells(sizes, centres, hx, bcentres, hb, acentres, r, ucentres, reach)
 
 
+RADIUS_CLASSES = 4  # key cells are searched in this many classes of radius (powers of 4 apart)
+
+
 def _cell_pairs(c: _Cells, R2: float, threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """(T, S): the cell pairs with a key of S possibly kept for a query of T, |u~_T - c~_S| <= R_T + r~_S."""
+    """(T, S): the cell pairs with a key of S possibly kept for a query of T, |u~_T - c~_S| <= R_T + r~_S.
+
+    Key cells are searched by classes of radius r~_S (each class in its own tree, with its largest
+    radius), so that a few wide cells do not widen every query cell's search."""
     from scipy.spatial import cKDTree
 
     n_cells = len(c.sizes)
@@ -319,13 +325,17 @@ def _cell_pairs(c: _Cells, R2: float, threads: int) -> tuple[np.ndarray, np.ndar
     Ts = [np.repeat(np.flatnonzero(everything), n_cells)]
     Ss = [np.tile(np.arange(n_cells), int(everything.sum()))]
     todo = np.flatnonzero(~everything)
-    if todo.size:
-        found = cKDTree(c.acentres).query_ball_point(
-            c.ucentres[todo], c.reach[todo] + rmax, workers=threads, return_sorted=False
+    level = np.minimum(
+        np.floor(np.log(np.maximum(rmax / np.maximum(c.r, 1e-300), 1.0)) / np.log(4.0)), RADIUS_CLASSES - 1
+    )
+    for cls in np.unique(level) if todo.size else []:
+        members = np.flatnonzero(level == cls)
+        found = cKDTree(c.acentres[members]).query_ball_point(
+            c.ucentres[todo], c.reach[todo] + float(c.r[members].max()), workers=threads, return_sorted=False
         )
         lens = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
         Ts.append(np.repeat(todo, lens))
-        Ss.append(np.fromiter(chain.from_iterable(found), dtype=np.int64, count=int(lens.sum())))
+        Ss.append(members[np.fromiter(chain.from_iterable(found), dtype=np.int64, count=int(lens.sum()))])
     T, S = np.concatenate(Ts), np.concatenate(Ss)
     ok = np.linalg.norm(c.ucentres[T] - c.acentres[S], axis=1) <= c.reach[T] + c.r[S]
     return T[ok], S[ok]
@@ -367,12 +377,12 @@ def plan(
     """Cells, row maxima and the cell pairs of the cloud X (N, d) with weights w (N,) (module
     docstring of cluster.py for the bound).  costs: seconds per "direct_pair" (key-query pair),
     "direct_key" (key gathered per query cell), "direct_cell_pair", "series" (row, monomial and
-    output of the moments and the evaluation) and "expanded_pair" (the cluster kernel's constants
-    of costs.py by default): a cell pair is expanded where its series is valid and cheaper than its
-    direct sums.
+    output of the moments and the evaluation) and "expanded_pair" (default: the compiled cluster
+    kernel's constants in costs.DEFAULTS): a cell pair is expanded where its series is valid and
+    cheaper than its direct sums.
     """
     if costs is None:
-        costs = CLUSTER
+        costs = DEFAULTS["cluster"]["compiled"]
     tol_e = TOL_SHARE * tol
     rows = _rows(X, w, B, beta, TOL_SHARE * tol, threads)
     perm, starts = split_cells(rows.tree, X, rows.b, beta, series(order, tol_e)[0], leaf_min, leaf_max)

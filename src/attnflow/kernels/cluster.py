@@ -21,7 +21,7 @@ interpolates e^z at the p + 1 Chebyshev points of [-rho, rho].  By the multinomi
 q(delta . dy) = sum_{|a|<=p} c_|a| |a|!/a! delta^a dy^a, so the pair (T, S) costs the moments
 sum_j w_j e^{tilt_j} dy_j^a (|a| <= p + 1, which also give the moments of x_j = c_S + dy_j) and one
 dot product per query and output: O((n_T + n_S) C(p + d, d) d) work instead of O(n_T n_S d).
-Pairs with rho_TS > rho, and pairs too small for the series to pay (costs.CLUSTER), are summed
+Pairs with rho_TS > rho, and pairs too small for the series to pay (costs.py), are summed
 directly, by torch's fused attention on the padded keys of each query cell with a sink key that
 returns the shifted sums themselves (`_fused`).
 
@@ -66,9 +66,10 @@ import torch
 from .._checks import check_positive
 from .._threads import intra_op_threads as _threads
 from . import cells as _cells
-from . import compiled
+from . import compiled, reuse
+from . import costs as _costs
 from .common import batched, finite_beta, matrices_like, tangent
-from .fused import LOG2E, MAX_D
+from .fused import LOG2E, MAX_D, variant
 
 if TYPE_CHECKING:
     from ..attention import Attention
@@ -375,17 +376,15 @@ def _fused(b: torch.Tensor, m: torch.Tensor, x: torch.Tensor, logw: torch.Tensor
 
 
 def _average_one(
-    X, w, att: Attention, beta: float, settings: dict, threads: int, stats: dict
+    X, w, att: Attention, beta: float, plan: _cells.Plan, threads: int, stats: dict
 ) -> torch.Tensor:
-    """Softmax average sum_j w_ij x_j of one cloud X (N, d) with weights w (N,): (N, d), X's dtype.
+    """Softmax average sum_j w_ij x_j of one cloud X (N, d) with weights w (N,) and its plan: (N, d),
+    X's dtype.
 
-    Adds to stats the work counts and the CPU seconds of the plan, the moments, the series
-    evaluation and the direct sums ("plan_s", "expand_s", "direct_s")."""
+    Adds to stats the work counts and the CPU seconds of the moments and series evaluation and of
+    the direct sums ("expand_s", "direct_s")."""
     f64, dev = torch.float64, X.device
     c0 = time.process_time()
-    Xn = X.detach().to("cpu", f64).numpy()
-    wn = w.detach().to("cpu", f64).numpy()
-    plan = _cells.plan(Xn, wn, np.asarray(att.B, dtype=float), beta, threads=threads, **settings)
     perm = torch.as_tensor(plan.perm, device=dev)
     B = torch.tensor(att.B, dtype=f64, device=dev)
     Xp = X[perm].to(f64)
@@ -400,9 +399,8 @@ def _average_one(
         threads=threads,
         stats=stats,
     )
-    c1 = time.process_time()
     _expand(cl)
-    c2 = time.process_time()
+    c1 = time.process_time()
     if X.dtype == f64:
         _direct(cl, cl.Xp, cl.bp, cl.wp, cl.mp)
     else:
@@ -410,12 +408,12 @@ def _average_one(
         _direct(cl, X32, X32 @ B.to(X.dtype), cl.wp.to(X.dtype), cl.mp.to(X.dtype))
     out = torch.empty_like(X)
     out[perm] = (cl.acc[:, 1:] / cl.acc[:, :1]).to(X.dtype)
-    c3 = time.process_time()
+    c2 = time.process_time()
     counts = plan.counts()
     for key in ("tokens", "cells", "expanded_pairs", "direct_cell_pairs", "direct_keys", "kept_pairs"):
         cl.count(key, counts[key])
     stats["order"] = max(stats["order"], counts["order"])
-    for key, value in (("plan_s", c1 - c0), ("expand_s", c2 - c1), ("direct_s", c3 - c2)):
+    for key, value in (("expand_s", c1 - c0), ("direct_s", c2 - c1)):
         stats[key] = stats.get(key, 0.0) + value
     return out
 
@@ -435,6 +433,74 @@ def _cloud_weights(weights, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
             "weights must be finite and > 0 (a quadrature measure); got a zero, negative or NaN entry"
         )
     return w / w.sum(-1, keepdim=True)
+
+
+def _cloud_betas(att: Attention, betas, M: int) -> list[float]:
+    """The inverse temperature of each of the M clouds: betas (M,) (finite, > 0) or att.beta."""
+    beta0 = finite_beta(att, "cluster", betas)
+    if betas is None:
+        return [beta0] * M
+    bt = torch.as_tensor(betas, dtype=torch.float64).reshape(-1)
+    if bt.numel() != M:
+        raise ValueError(f"betas has {bt.numel()} entries for a batch of {M} clouds")
+    if not bool((bt > 0).all()):
+        raise ValueError(f"every beta in betas must be > 0, got {bt.tolist()}")
+    return bt.tolist()
+
+
+def settings(
+    d: int, device, tol: float, order: int | None, leaf_min: int, leaf_max: int, costs: dict | None
+) -> dict:
+    """The plan's settings, checked: tol in (0, 1), order (default by d), leaf sizes, and the cost
+    constants (default: the active constants of costs.py for the backend that runs on `device`)."""
+    tol = check_positive(tol, "tol")
+    if tol >= 1.0:
+        raise ValueError(f"tol must be < 1 (a relative error bound), got {tol}")
+    leaf_min = int(check_positive(leaf_min, "leaf_min", integer=True))
+    leaf_max = max(leaf_min, int(check_positive(leaf_max, "leaf_max", integer=True)))
+    p = default_order(d) if order is None else int(check_positive(order, "order", integer=True))
+    if costs is None:
+        costs = _costs.active()["cluster"][variant(d, device)]
+    return {"tol": tol, "order": p, "leaf_min": leaf_min, "leaf_max": leaf_max, "costs": dict(costs)}
+
+
+def cloud_plans(
+    X: torch.Tensor,
+    att: Attention,
+    *,
+    betas: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    tol: float = DEFAULT_TOL,
+    order: int | None = None,
+    leaf_min: int = _cells.LEAF_MIN,
+    leaf_max: int = _cells.LEAF_MAX,
+    costs: dict[str, float] | None = None,
+) -> list[_cells.Plan]:
+    """The plan (`cells.plan`) of every cloud of X (M, N, d) (or (N, d)), as `velocity_cluster` makes
+    them; kept for the next call on the same, unmodified tensors (reuse.py): `kernel="auto"` prices
+    the kernel by these plans and the kernel then takes them."""
+    X3 = batched(X, "X")
+    M, N, d = X3.shape
+    beta_list = _cloud_betas(att, betas, M)
+    s = settings(d, X3.device, tol, order, leaf_min, leaf_max, costs)
+    tensors = tuple(t if isinstance(t, torch.Tensor) else None for t in (X, weights, betas))
+    settings_key = tuple((k, v) for k, v in s.items() if k != "costs")
+    key = ("cluster", att.B.tobytes(), tuple(beta_list), tuple(sorted(s["costs"].items())), settings_key)
+    cacheable = all(t is None or isinstance(t, torch.Tensor) for t in (weights, betas))
+    plans = reuse.get(tensors, key) if cacheable else None
+    if plans is None:
+        w = _cloud_weights(weights, M, N, X3).to("cpu").numpy()
+        B = np.asarray(att.B, dtype=float)
+        threads = torch.get_num_threads()
+        plans = [
+            _cells.plan(
+                X3[m].detach().to("cpu", torch.float64).numpy(), w[m], B, beta_list[m], threads=threads, **s
+            )
+            for m in range(M)
+        ]
+        if cacheable:
+            reuse.put(tensors, key, plans)
+    return plans
 
 
 def velocity_cluster(
@@ -457,42 +523,40 @@ def velocity_cluster(
     quadrature weights (None: uniform).  tol: |v^_i - v_i| <= tol ||V||_2 for every token (see the
     module docstring).  order: series order p (default by d, ORDERS).  leaf_min, leaf_max: cells hold
     at most leaf_max tokens and are not cut below leaf_min.  costs: the cost constants deciding which
-    valid cell pairs are expanded (`cells.plan`; default costs.CLUSTER).  stats: a dict to fill
-    with the work counts of `cells.Plan.counts`, summed over the clouds (the largest series order
-    for "order"), and the CPU seconds of the plan, the expansions and the direct sums ("plan_s",
-    "expand_s", "direct_s").
+    valid cell pairs are expanded (`cells.plan`; default: the active constants of costs.py).
+    stats: a dict to fill with the work counts of `cells.Plan.counts`, summed over the clouds (the
+    largest series order for "order"), and the CPU seconds of the plans (0 where a plan made for
+    `kernel="auto"` was reused), the expansions and the direct sums ("plan_s", "expand_s",
+    "direct_s").
     Returns (M, N, d) (or (N, d)) like X.
     """
-    beta0 = finite_beta(att, "cluster", betas)
-    tol = check_positive(tol, "tol")
-    if tol >= 1.0:
-        raise ValueError(f"tol must be < 1 (a relative error bound), got {tol}")
-    leaf_min = int(check_positive(leaf_min, "leaf_min", integer=True))
-    leaf_max = max(leaf_min, int(check_positive(leaf_max, "leaf_max", integer=True)))
     squeeze = X.dim() == 2
     X3 = batched(X, "X")
-    M, N, d = X3.shape
-    p = default_order(d) if order is None else int(check_positive(order, "order", integer=True))
-    if betas is not None:
-        bt = torch.as_tensor(betas, dtype=torch.float64).reshape(-1)
-        if bt.numel() != M:
-            raise ValueError(f"betas has {bt.numel()} entries for a batch of {M} clouds")
-        if not bool((bt > 0).all()):
-            raise ValueError(f"every beta in betas must be > 0, got {bt.tolist()}")
-        beta_list = bt.tolist()
-    else:
-        beta_list = [beta0] * M
+    M, N, _ = X3.shape
+    c0 = time.process_time()
+    plans = cloud_plans(
+        X,
+        att,
+        betas=betas,
+        weights=weights,
+        tol=tol,
+        order=order,
+        leaf_min=leaf_min,
+        leaf_max=leaf_max,
+        costs=costs,
+    )
+    beta_list = _cloud_betas(att, betas, M)
     w = _cloud_weights(weights, M, N, X3)
     stats = {} if stats is None else stats
     for key in _cells.COUNTS:
         stats.setdefault(key, 0)
+    stats["plan_s"] = stats.get("plan_s", 0.0) + time.process_time() - c0
     _, V = matrices_like(att, X3)
     out = torch.empty_like(X3)
-    settings = {"tol": tol, "order": p, "leaf_min": leaf_min, "leaf_max": leaf_max, "costs": costs}
     threads = torch.get_num_threads()
     with _threads(1):  # small operations run on one thread; large batches take all (PARALLEL_WORK)
         for m in range(M):
-            y = _average_one(X3[m].contiguous(), w[m], att, beta_list[m], settings, threads, stats)
+            y = _average_one(X3[m].contiguous(), w[m], att, beta_list[m], plans[m], threads, stats)
             out[m] = y @ V.T
     out = tangent(X3, out)
     return out.squeeze(0) if squeeze else out

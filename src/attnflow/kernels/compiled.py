@@ -20,6 +20,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
@@ -235,11 +238,28 @@ def _core() -> tuple[Core | None, str]:
     return c, f"compiled: {path}"
 
 
+_disabled = threading.Event()
+
+
 def core() -> Core | None:
-    """The compiled core, built and checked on first use; None where there is none (`status()`)."""
-    return _core()[0]
+    """The compiled core, built and checked on first use; None where there is none (`status()`) or
+    inside `disabled()`."""
+    return None if _disabled.is_set() else _core()[0]
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """Run the block as if there were no compiled core (the kernels' torch paths): for calibrating
+    and testing those paths on a machine that has one.  Process-wide, not thread-local."""
+    was = _disabled.is_set()
+    _disabled.set()
+    try:
+        yield
+    finally:
+        if not was:
+            _disabled.clear()
 
 
 def status() -> str:
     """How the fused kernel runs here: "compiled: PATH" or "not compiled: REASON"."""
-    return _core()[1]
+    return "not compiled: switched off (compiled.disabled())" if _disabled.is_set() else _core()[1]

@@ -65,6 +65,12 @@ def backend_for(d: int, device: torch.device | str = "cpu", backend: str = "auto
     return "compiled" if ok else "torch"
 
 
+def variant(d: int, device: torch.device | str = "cpu") -> str:
+    """The cost model's variant of the kernels that can run the compiled core (truncated, cluster,
+    fused): "compiled" where it runs in dimension d on `device`, else "torch" (costs.py)."""
+    return "compiled" if backend_for(d, device) == "compiled" else "torch"
+
+
 def _chunks(n: int, group: int, parts: int) -> list[tuple[int, int]]:
     """(start, stop) ranges covering 0 .. n in about `parts` pieces, each a multiple of `group`."""
     step = max(group, -(-n // (parts * group)) * group)

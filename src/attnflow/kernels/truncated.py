@@ -44,15 +44,16 @@ the fused softmax calls, where the exponentials are, run on the tensors' device.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from .._checks import check_positive
 from .._threads import intra_op_threads as _threads
-from . import compiled
+from . import compiled, reuse
 from .cells import ranges
 from .common import batched, finite_beta, log_weights, matrices_like, tangent
 from .fused import LOG2E, MAX_D
@@ -217,7 +218,19 @@ def _settings(cutoff: float, leaf: int, leaf_min: int, ratio: float) -> tuple[fl
     return cutoff, leaf, leaf_min, check_positive(ratio, "ratio")
 
 
-def candidate_pairs(
+@dataclass(frozen=True)
+class Geometry:
+    """One cloud's cells of queries (`_geometry`): cell k holds the queries perm[starts[k]:starts[k + 1]]
+    and needs every key within radii[k] of centres[k]; tree: the cKDTree on the keys."""
+
+    tree: Any
+    perm: np.ndarray
+    starts: np.ndarray
+    centres: np.ndarray
+    radii: np.ndarray
+
+
+def cloud_geometry(
     X: torch.Tensor,
     att: Attention,
     *,
@@ -227,33 +240,57 @@ def candidate_pairs(
     leaf: int = LEAF,
     leaf_min: int = LEAF_MIN,
     ratio: float = CELL_RATIO,
-) -> int:
-    """Number of key-query pairs `velocity_truncated` would evaluate on X (M, N, d), summed over the
-    M clouds (before padding); M N^2 is what a dense kernel evaluates.  Costs the kernel's geometry
-    (tree, nearest-neighbour queries, cells, ball counts) without its exponentials.  betas, weights:
-    as for `velocity_truncated`.
-    """
+) -> list[Geometry]:
+    """The geometry of every cloud of X (M, N, d) (or (N, d)), as `velocity_truncated` makes it (in
+    float64 whatever X's dtype); kept for the next call on the same, unmodified tensors (reuse.py):
+    `kernel="auto"` prices the kernel by it and the kernel then takes it."""
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
     X3 = batched(X, "X")
     M, N, _ = X3.shape
     cloud_betas = _cloud_betas(att, betas, M)
+    tensors = tuple(t if isinstance(t, torch.Tensor) else None for t in (X, weights, betas))
+    key = ("truncated", att.B.tobytes(), tuple(cloud_betas), cutoff, leaf, leaf_min, ratio)
+    cacheable = all(t is None or isinstance(t, torch.Tensor) for t in (weights, betas))
+    found = reuse.get(tensors, key) if cacheable else None
+    if found is not None:
+        return found
     logw = log_weights(weights, M, N, X3.to(torch.float64))
-    B = np.asarray(att.B)
-    total = 0
+    B = np.asarray(att.B, dtype=float)
+    out = []
     for m in range(M):
         Xn = _numpy64(X3[m])
         lw = None if logw is None else _numpy64(logw[m])
-        tree, _, starts, centres, radii = _geometry(
-            Xn, Xn @ B, cloud_betas[m], cutoff, leaf, leaf_min, ratio, lw
-        )
-        counts = np.full(radii.size, Xn.shape[0], dtype=np.int64)
-        small = radii < 2.0
+        out.append(Geometry(*_geometry(Xn, Xn @ B, cloud_betas[m], cutoff, leaf, leaf_min, ratio, lw)))
+    if cacheable:
+        reuse.put(tensors, key, out)
+    return out
+
+
+def candidate_counts(X: torch.Tensor, att: Attention, **kwargs) -> dict[str, int]:
+    """What `velocity_truncated` would do on X (M, N, d), summed over the clouds: "pairs" (key-query
+    pairs, before padding; M N^2 for a dense kernel), "keys" (candidate keys gathered, once per
+    cell), "cells".  Costs the kernel's geometry (tree, nearest neighbours, cells; kept for the kernel,
+    `cloud_geometry`) and the ball counts, without an exponential.  kwargs: betas, weights and the
+    settings of `velocity_truncated`."""
+    pairs = keys = cells = 0
+    for g in cloud_geometry(X, att, **kwargs):
+        N = len(g.perm)
+        counts = np.full(g.radii.size, N, dtype=np.int64)
+        small = g.radii < 2.0
         if small.any():
-            counts[small] = tree.query_ball_point(
-                centres[small], radii[small], workers=-1, return_length=True
+            counts[small] = g.tree.query_ball_point(
+                g.centres[small], g.radii[small], workers=-1, return_length=True
             )
-        total += int(np.dot(counts, np.diff(starts)))
-    return total
+        pairs += int(np.dot(counts, np.diff(g.starts)))
+        keys += int(counts.sum())
+        cells += g.radii.size
+    return {"pairs": pairs, "keys": keys, "cells": cells}
+
+
+def candidate_pairs(X: torch.Tensor, att: Attention, **kwargs) -> int:
+    """Number of key-query pairs `velocity_truncated` would evaluate on X (M, N, d), summed over the
+    M clouds (before padding): `candidate_counts(X, att, **kwargs)["pairs"]`."""
+    return candidate_counts(X, att, **kwargs)["pairs"]
 
 
 def _cloud_betas(att: Attention, betas: torch.Tensor | None, M: int) -> list[float]:
@@ -288,14 +325,18 @@ def _chunks_of_cells(tree, centres: np.ndarray, radii: np.ndarray, N: int, d: in
         start = stop
 
 
-def _average_one(X, Bq, VX, logw, beta, cutoff, leaf, leaf_min, ratio, stats: dict, threads: int):
+def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads: int):
     """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d);
-    logw: (N,) log-weights of the keys, or None (uniform).  The cells run through the fused kernel's
-    compiled core where there is one (CPU, d <= 8), else through torch's fused attention."""
+    logw: (N,) log-weights of the keys, or None (uniform); geometry: its cells (`cloud_geometry`).
+    The cells run through the fused kernel's compiled core where there is one (CPU, d <= 8), else
+    through torch's fused attention."""
     N, d = X.shape
-    lw = None if logw is None else _numpy64(logw)
-    tree, perm, starts, centres, radii = _geometry(
-        _numpy64(X), _numpy64(Bq), beta, cutoff, leaf, leaf_min, ratio, lw
+    tree, perm, starts, centres, radii = (
+        geometry.tree,
+        geometry.perm,
+        geometry.starts,
+        geometry.centres,
+        geometry.radii,
     )
     stats["cells"] = stats.get("cells", 0) + radii.size
     chunks = _chunks_of_cells(tree, centres, radii, N, d)
@@ -332,6 +373,7 @@ def _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats: 
         core.cells(q, qidx, qs, rows, np.ascontiguousarray(flat, dtype=np.int64), offsets, out, threads)
         keys = np.diff(offsets)
         stats["pairs"] = stats.get("pairs", 0) + int(np.dot(keys, sizes))
+        stats["keys"] = stats.get("keys", 0) + int(keys.sum())
         padded = -(-sizes // group) * group
         stats["padded_pairs"] = stats.get("padded_pairs", 0) + int(np.dot(keys, padded))
     return (out[:, 1 : d + 1] / out[:, :1]).to(X.dtype)
@@ -359,6 +401,7 @@ def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, 
     lens = np.diff(offsets)
     nq = starts[chunk + 1] - starts[chunk]
     stats["pairs"] = stats.get("pairs", 0) + int(np.dot(lens, nq))
+    stats["keys"] = stats.get("keys", 0) + int(lens.sum())
     order = np.lexsort((lens, nq))  # by query count, then key count: little padding
     flat_t = torch.from_numpy(flat).to(X.device)
     groups = []
@@ -427,7 +470,8 @@ def velocity_truncated(
     cutoff: the relative error of each row sum is <= N e^{-cutoff} (default 45: <= 1e-12 for
     N <= 3.4e7).  leaf, leaf_min, ratio: cells hold at most `leaf` queries, and are cut down to
     `leaf_min` while wider than `ratio` times r_i.
-    stats: a dict to fill with counts: "cells", "pairs" (key-query pairs evaluated), "padded_pairs".
+    stats: a dict to fill with counts: "cells", "pairs" (key-query pairs evaluated), "keys" (keys
+    gathered, once per cell), "padded_pairs".
     Returns (M, N, d) (or (N, d)) like X.  Meant for small d (up to about 6) and large beta.
     """
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
@@ -437,6 +481,9 @@ def velocity_truncated(
     M, N, _ = X3.shape
     cloud_betas = _cloud_betas(att, betas, M)
     logw = log_weights(weights, M, N, X3)
+    geometries = cloud_geometry(
+        X, att, betas=betas, weights=weights, cutoff=cutoff, leaf=leaf, leaf_min=leaf_min, ratio=ratio
+    )
     B, V = matrices_like(att, X3)
     out = torch.empty_like(X3)
     threads = torch.get_num_threads()
@@ -444,8 +491,6 @@ def velocity_truncated(
         for m in range(M):
             Xm = X3[m].contiguous()
             lw = None if logw is None else logw[m]
-            out[m] = _average_one(
-                Xm, Xm @ B, Xm @ V.T, lw, cloud_betas[m], cutoff, leaf, leaf_min, ratio, stats, threads
-            )
+            out[m] = _average_one(Xm, Xm @ B, Xm @ V.T, lw, cloud_betas[m], geometries[m], stats, threads)
     out = tangent(X3, out)
     return out.squeeze(0) if squeeze else out
