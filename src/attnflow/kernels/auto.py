@@ -10,10 +10,13 @@ machine by `python -m attnflow.kernels.calibrate`):
 
 How a decision stays cheap:
 
-1. Bounds before plans.  truncated >= call + token M N + pair f M N^2, with f the kept fraction
-   measured exactly on SAMPLE queries (`kept_fraction`); cluster >= call + token M N.  Candidates
-   are planned in increasing order of their bound, and one whose bound exceeds the best prediction
-   so far is not planned at all.
+1. Bounds before plans.  SAMPLE queries, each against every token, give the kept fraction f and
+   the tokens' neighbours within the cluster kernel's series scale (`sample_state`).  Then
+   truncated >= call + token M N + pair f M N^2 and cluster >= call + token M N + cell (number of
+   cells: N / (2 LEAF_MIN) where tokens are sparse); a hot state (f > HOT) of sparse tokens (fewer
+   than DENSE neighbours) does not plan the cluster kernel at all.  Candidates are planned in
+   increasing order of their bound, and one whose bound exceeds the best prediction so far is not
+   planned.
 2. Plans are kept for the kernel (reuse.py): they are the kernels' own first stage, so the kernel
    picked takes its plan instead of computing it again; only the losers' planning is extra.
 3. Decisions are kept per cloud (`decide`): a state of the same shape, dtype, device, attention and
@@ -37,6 +40,7 @@ import numpy as np
 
 from .._checks import check_positive
 from . import costs as _costs
+from .cells import LEAF_MIN
 
 if TYPE_CHECKING:
     import torch
@@ -184,7 +188,10 @@ def _bounds(X: torch.Tensor, att: Attention) -> dict[str, float]:
     out["truncated"] = M * c["call"] + c["token"] * M * N + c["pair"] * sampled.kept * M * N * N
     if d <= CLUSTER_MAX_D and not (sampled.kept > HOT and sampled.neighbours < DENSE):
         c = _costs.active()["cluster"][v]
-        out["cluster"] = M * (c["call"] + c["cell"]) + c["token"] * M * N
+        # sparse tokens (fewer than 2 LEAF_MIN neighbours within the series' scale) are cut into
+        # cells of at most about LEAF_MIN tokens, each a cost of the plan
+        cells = N / (2 * LEAF_MIN) if sampled.neighbours < 2 * LEAF_MIN else 1.0
+        out["cluster"] = M * (c["call"] + c["cell"] * cells) + c["token"] * M * N
     return out
 
 
