@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
             for b in args.betas
         ]
         sts += calibrate.states(())  # the dense kernels' dimension and per-call terms
-        samples = calibrate.measure(sts, args.repeats)
+        samples = calibrate.measure(sts, args.repeats, max_seconds=6.0)
         fitted = calibrate.fit(samples, kcosts.active())
         for s in samples:
             ratio = calibrate.predict(s, fitted) / s.seconds

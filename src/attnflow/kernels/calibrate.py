@@ -4,6 +4,7 @@
     python -m attnflow.kernels.calibrate --full       # also N = 65536 (longer)
     python -m attnflow.kernels.calibrate --dry-run    # measure and print, store nothing
     python -m attnflow.kernels.calibrate --N 2048     # other sizes
+    python -m attnflow.kernels.calibrate --torch      # the torch paths, as on a machine without a compiler
 
 Times every kernel that runs here (the fused kernel's compiled core or its torch path, sdpa in both
 dtypes, truncated, cluster; CPU seconds, one torch thread, the best of REPEATS calls, the kernels
@@ -20,6 +21,7 @@ time exceeds --max-seconds on a state is not timed there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -251,11 +253,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=REPEATS, help="calls per kernel and state (best kept)")
     ap.add_argument("--max-seconds", type=float, default=MAX_SECONDS, help="skip longer predicted calls")
     ap.add_argument("--dry-run", action="store_true", help="print the constants, store nothing")
+    ap.add_argument("--torch", action="store_true", help="the torch paths (as without a C compiler)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(f"calibrating on {compiled.status()}; constants now from {_costs.source()}")
     Ns = tuple(args.N) if args.N else (4096, 16384, 65536) if args.full else (4096, 16384)
-    samples = measure(states(Ns), args.repeats, args.max_seconds)
+    with compiled.disabled() if args.torch else contextlib.nullcontext():
+        samples = measure(states(Ns), args.repeats, args.max_seconds)
     c = fit(samples, _costs.active())
     print("\npredicted / measured:")
     for s in samples:

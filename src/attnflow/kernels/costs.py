@@ -2,11 +2,12 @@
 `auto.choose_kernel` to predict each kernel's time on a state and by the cluster kernel to choose,
 cell pair by cell pair, between its series and its direct sums (`cells.plan`).
 
-    sdpa       call M + M N^2 (pair + pair_d d)                                     variant: dtype
-    fused      call M + M N^2 (pair + pair_d d)                                     variant: backend
-    truncated  call M + token M N + pair pairs + key keys                           variant: backend
-    cluster    call M + token M N + cell cells + cell_pair (expanded + direct       variant: backend
-               cell pairs)
+    kernel     predicted seconds                                              variant
+    sdpa       call M + M N^2 (pair + pair_d d)                               dtype
+    fused      call M + M N^2 (pair + pair_d d)                               backend
+    truncated  call M + token M N + pair pairs + key keys                     backend
+    cluster    call M + token M N + cell cells                                backend
+               + cell_pair (expanded_pairs + direct_cell_pairs)
                + direct_pair direct_pairs + direct_key direct_keys
                + direct_cell_pair direct_cell_pairs + expanded_pair expanded_pairs
                + series (C(p + d + 1, d) moment_rows + C(p + d, d) (d + 1) eval_rows)
@@ -60,46 +61,47 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "cluster": ("compiled", "torch"),
 }
 
-# Fitted on an Intel Xeon (Sapphire Rapids class, AVX-512, 2 logical cores, shared with other jobs),
-# torch 2.13.0+cpu, one torch thread: `python -m attnflow.kernels.calibrate` over uniform,
-# metastable (two von Mises-Fisher clusters, kappa = 100), collapsed (kappa = 1e4) and
-# terminal-phase clouds, N = 4096 to 65536, beta = 30 and 1000, the d = 3 worked example, and
-# uniform clouds in d = 6 for the dimension terms (docs/benchmarks.md, "Choosing the kernel").
+# Fitted on an Intel Xeon (Sapphire Rapids class, AVX-512, 2 logical cores, shared with other jobs:
+# load 4 to 7), torch 2.13.0+cpu, one torch thread, by `benchmarks/auto.py --fit` (the calibration
+# command's fit on the 24 cases of docs/benchmarks.md, "Choosing the kernel": uniform, metastable,
+# collapsed and terminal-phase clouds of the d = 3 worked example, N = 4096 to 65536, beta = 30 and
+# 1000, plus uniform clouds at N = 1024 and at d = 6); the "torch" variants by
+# `python -m attnflow.kernels.calibrate --torch` on the same machine.
 DEFAULTS: Costs = {
     "sdpa": {
-        "float64": {"call": 1.0e-4, "pair": 3.0e-9, "pair_d": 0.07e-9},
-        "float32": {"call": 1.0e-4, "pair": 1.2e-9, "pair_d": 0.03e-9},
+        "float64": {"call": 2.93e-4, "pair": 1.84e-9, "pair_d": 3.41e-11},
+        "float32": {"call": 6.09e-4, "pair": 7.70e-10, "pair_d": 2.51e-11},
     },
     "fused": {
-        "compiled": {"call": 2.0e-4, "pair": 0.55e-9, "pair_d": 0.05e-9},
-        "torch": {"call": 2.0e-4, "pair": 1.6e-9, "pair_d": 0.05e-9},
+        "compiled": {"call": 4.70e-4, "pair": 1.94e-10, "pair_d": 1.65e-10},
+        "torch": {"call": 4.48e-4, "pair": 1.60e-9, "pair_d": 3.75e-11},
     },
     "truncated": {
-        "compiled": {"call": 2.0e-3, "token": 1.5e-6, "pair": 0.9e-9, "key": 5e-9},
-        "torch": {"call": 2.0e-3, "token": 1.5e-6, "pair": 2.5e-9, "key": 5e-9},
+        "compiled": {"call": 1.16e-3, "token": 1.12e-6, "pair": 5.65e-10, "key": 9.04e-8},
+        "torch": {"call": 2.02e-3, "token": 1.46e-6, "pair": 1.52e-9, "key": 1.41e-7},
     },
     "cluster": {
         "compiled": {
-            "call": 3.0e-3,
-            "token": 1.5e-6,
-            "cell": 1.0e-5,
-            "cell_pair": 1.0e-6,
-            "direct_pair": 1.0e-9,
-            "direct_key": 5e-9,
-            "direct_cell_pair": 0.0,
-            "series": 0.5e-9,
-            "expanded_pair": 0.0,
+            "call": 4.03e-3,
+            "token": 9.83e-7,
+            "cell": 6.92e-6,
+            "cell_pair": 2.58e-7,
+            "direct_pair": 6.84e-10,
+            "direct_key": 2.92e-8,
+            "direct_cell_pair": 5.03e-8,
+            "series": 1.31e-10,
+            "expanded_pair": 2.60e-5,
         },
         "torch": {
-            "call": 3.0e-3,
-            "token": 1.5e-6,
-            "cell": 1.0e-5,
-            "cell_pair": 1.0e-6,
-            "direct_pair": 6.0e-9,
-            "direct_key": 5e-9,
+            "call": 8.56e-3,
+            "token": 8.71e-7,
+            "cell": 7.42e-6,
+            "cell_pair": 2.60e-7,
+            "direct_pair": 0.0,
+            "direct_key": 1.50e-7,
             "direct_cell_pair": 0.0,
-            "series": 0.5e-9,
-            "expanded_pair": 0.0,
+            "series": 1.43e-10,
+            "expanded_pair": 1.51e-5,
         },
     },
 }
