@@ -11,12 +11,15 @@ machine by `python -m attnflow.kernels.calibrate`):
 How a decision stays cheap:
 
 1. Bounds before plans.  SAMPLE queries, each against every token, give the kept fraction f and
-   the tokens' neighbours within the cluster kernel's series scale (`sample_state`).  Then
-   truncated >= call + token M N + pair f M N^2 and cluster >= call + token M N + cell (number of
-   cells: N / (2 LEAF_MIN) where tokens are sparse); a hot state (f > HOT) of sparse tokens (fewer
-   than DENSE neighbours) does not plan the cluster kernel at all.  Candidates are planned in
-   increasing order of their bound, and one whose bound exceeds the best prediction so far is not
-   planned.
+   the median number of tokens within the cluster kernel's series scale of a token, its
+   neighbours (`sample_state`).  Then truncated >= call + token M N + pair f M N^2 and cluster >=
+   call + token M N.  Candidates are planned in increasing order of their bound, and one whose
+   bound exceeds the best prediction so far is not planned.  The cluster kernel is not planned
+   where tokens have fewer than SPARSE neighbours, or fewer than DENSE in a hot state (f > HOT):
+   there its cells stay as small as the truncated kernel's, it sums nearly every kept pair directly
+   after a heavier plan, and it was measured at 0.85 to 1.5 times the truncated kernel's time where
+   those are few pairs and far slower than the fused kernel where they are many
+   (docs/benchmarks.md, "Choosing the kernel").
 2. Plans are kept for the kernel (reuse.py): they are the kernels' own first stage, so the kernel
    picked takes its plan instead of computing it again; only the losers' planning is extra.
 3. Decisions are kept per cloud (`decide`): a state of the same shape, dtype, device, attention and
@@ -40,7 +43,6 @@ import numpy as np
 
 from .._checks import check_positive
 from . import costs as _costs
-from .cells import LEAF_MIN
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +55,7 @@ CLUSTER_MAX_D = 5  # C(p + d, d) moments per cell pair grow too fast beyond
 SAMPLE = 32  # queries of the kept-fraction sample (all clouds of a batch together)
 HOT = 0.1  # above this sampled kept fraction a state is hot ...
 DENSE = 256  # ... and the cluster kernel is not planned unless tokens have this many neighbours
+SPARSE = 64  # nor, in any state, unless they have this many (2 LEAF_MIN: its cells stay small)
 CANDIDATES = ("fused", "sdpa", "truncated", "cluster")
 SAMPLE_ROWS = 64  # rows compared to tell whether a state has moved since its decision
 MOVE_TOL = 0.05  # largest move of a sampled row (chordal) that keeps a decision
@@ -174,10 +177,8 @@ def cluster_counts(X: torch.Tensor, att: Attention, weights=None) -> dict[str, i
 
 
 def _bounds(X: torch.Tensor, att: Attention) -> dict[str, float]:
-    """Lower bounds on the truncated and cluster kernels' seconds (inf where they do not apply, or
-    where the cluster kernel cannot pay: a hot state, more than HOT of the pairs kept, whose tokens
-    have fewer than DENSE neighbours within the series' scale, so that its cells stay small and it
-    sums nearly every kept pair directly after a plan over many cell pairs)."""
+    """Lower bounds on the truncated and cluster kernels' seconds: inf where they do not apply, and
+    for the cluster kernel where its cells cannot grow (module docstring, 1.)."""
     M, N, d = X.shape
     v = _variant(X)
     out = {"truncated": math.inf, "cluster": math.inf}
@@ -186,12 +187,10 @@ def _bounds(X: torch.Tensor, att: Attention) -> dict[str, float]:
     sampled = sample_state(X, att)
     c = _costs.active()["truncated"][v]
     out["truncated"] = M * c["call"] + c["token"] * M * N + c["pair"] * sampled.kept * M * N * N
-    if d <= CLUSTER_MAX_D and not (sampled.kept > HOT and sampled.neighbours < DENSE):
+    sparse = sampled.neighbours < SPARSE or (sampled.kept > HOT and sampled.neighbours < DENSE)
+    if d <= CLUSTER_MAX_D and not sparse:
         c = _costs.active()["cluster"][v]
-        # sparse tokens (fewer than 2 LEAF_MIN neighbours within the series' scale) are cut into
-        # cells of at most about LEAF_MIN tokens, each a cost of the plan
-        cells = N / (2 * LEAF_MIN) if sampled.neighbours < 2 * LEAF_MIN else 1.0
-        out["cluster"] = M * (c["call"] + c["cell"] * cells) + c["token"] * M * N
+        out["cluster"] = M * (c["call"] + c["cell"]) + c["token"] * M * N
     return out
 
 
