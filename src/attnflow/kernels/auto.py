@@ -17,7 +17,7 @@ How a decision stays cheap:
    bound exceeds the best prediction so far is not planned.  The cluster kernel is not planned
    where tokens have fewer than SPARSE neighbours, or fewer than DENSE in a hot state (f > HOT):
    there its cells stay as small as the truncated kernel's, it sums nearly every kept pair directly
-   after a heavier plan, and it was measured at 0.85 to 1.5 times the truncated kernel's time where
+   after a heavier plan, and it was measured at 0.9 to 1.5 times the truncated kernel's time where
    those are few pairs and far slower than the fused kernel where they are many
    (docs/benchmarks.md, "Choosing the kernel").
 2. Plans are kept for the kernel (reuse.py): they are the kernels' own first stage, so the kernel

@@ -66,11 +66,3 @@ def machine_key(*extra: str) -> str:
     """A short hex key of `machine()` and any further strings (a source text, compiler flags)."""
     text = json.dumps([machine(), *extra], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same directory, renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

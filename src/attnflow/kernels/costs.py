@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .cache import cache_dir, machine, machine_key, write_atomic
+from .cache import cache_dir, machine, machine_key
 
 Costs = dict[str, dict[str, dict[str, float]]]  # kernel -> variant -> term -> CPU seconds
 
@@ -155,8 +155,9 @@ def write(costs: Costs, fit: dict | None = None, path: Path | None = None) -> Pa
         "costs": check(costs),
         "fit": fit or {},
     }
-    write_atomic(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
-    return path
+    from ..io import atomic_write_text
+
+    return atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 _loaded: dict[tuple[str, int, int], Costs] = {}
