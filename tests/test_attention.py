@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnflow.attention import (
+    WEIGHTS,
     Attention,
     attention_from_A,
     load_attention,
@@ -246,7 +247,49 @@ def test_load_attention_round_trip_and_errors(tmp_path):
     with pytest.raises(ValueError, match=r"one\.npy: a single array"):
         load_attention(tmp_path / "one.npy")
     (tmp_path / "text.npz").write_text("Q K V")
-    with pytest.raises(ValueError, match=r"text\.npz: not a readable \.npz"):
+    with pytest.raises(ValueError, match=r"text\.npz: not a NumPy array file"):
         load_attention(tmp_path / "text.npz")
     with pytest.raises(FileNotFoundError, match=r"nowhere\.npz: no such file"):
         load_attention(tmp_path / "nowhere.npz")
+
+
+def _keys(family, seed=4, symmetric=True):
+    given = {"weights_seed": seed, "symmetric": symmetric}
+    return {k: given[k] for k in family.keys}
+
+
+@pytest.mark.parametrize("name", list(WEIGHTS))
+def test_every_named_weights_family_builds_in_every_dimension_it_claims(name):
+    """A fixed-d family builds its d (and only it); a family whose d the `d` key chooses builds any
+    d >= 2, the same weights for the same keys, and refuses d < 2 naming d."""
+    family = WEIGHTS[name]
+    dims = [family.d] if family.d else [2, 3, 5, 8]
+    for d in dims:
+        assert family.dimension(d) == d
+        att = family.build(d, **_keys(family))
+        assert isinstance(att, Attention) and att.d == d and att.beta == 1.0
+        again = family.build(d, **_keys(family))
+        for M, N in ((att.Q, again.Q), (att.K, again.K), (att.V, again.V)):
+            np.testing.assert_array_equal(M, N)
+        assert family.label(**_keys(family)).startswith(name)
+    if family.d:
+        assert family.dimension(None) == family.d
+        contradicts = f"weights = {name} has d = {family.d}; d = 7 contradicts"
+        with pytest.raises(ValueError, match=contradicts) as err:
+            family.dimension(7)
+        assert "\n" not in str(err.value)
+        np.testing.assert_array_equal(family.build(family.d).A, worked_example(1.0, d=family.d).A)
+    else:
+        assert family.dimension(None) == family.default_d
+        with pytest.raises(ValueError, match=f"weights = {name} needs d >= 2"):
+            family.dimension(1)
+
+
+def test_random_weights_family_is_random_attention_with_its_keys():
+    family = WEIGHTS["random"]
+    for symmetric in (True, False):
+        att = family.build(4, **_keys(family, seed=9, symmetric=symmetric))
+        ref = random_attention(4, 9, symmetric=symmetric)
+        np.testing.assert_array_equal(att.V, ref.V)
+        assert att.spectrum().symmetric == symmetric
+    assert family.label(weights_seed=9, symmetric=False) == "random (seed 9, fully random)"

@@ -1,12 +1,14 @@
 """Single-head attention weights on the sphere: B = Q^T K, A = V B^T and their spectra (MATH.md);
-the worked examples, seeded random weights and weights from a file."""
+the worked examples, seeded random weights and weights from a file; WEIGHTS, the named ones."""
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any, cast
 
 import numpy as np
@@ -368,27 +370,20 @@ def load_attention(path: str | os.PathLike[str], beta: float = 1.0) -> Attention
     missing file or key, a shape, NaN or inf, and a singular B at beta = inf (the zero-temperature
     field divides by |B^T x|; at finite beta `check_assumptions` reports B's condition number).
     """
-    import zipfile
+    from .io.arrays import load_arrays
 
     name = os.fspath(path)
     beta = check_beta(beta)
     if not os.path.isfile(name):
         raise FileNotFoundError(f"{name}: no such file (attention weights: an .npz holding Q, K, V)")
-    try:
-        archive = np.load(name, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise ValueError(f"{name}: not a readable .npz archive of Q, K, V ({err})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
+    archive = load_arrays(name)  # never unpickles: a pickle or an object array is refused, naming the file
+    if not isinstance(archive, dict):
         raise ValueError(f"{name}: a single array, not an .npz archive; {_SAVE_HINT}")
-    with archive:
-        missing = [k for k in ("Q", "K", "V") if k not in archive.files]
-        if missing:
-            found = ", ".join(archive.files) or "nothing"
-            raise ValueError(f"{name}: missing {', '.join(missing)} (found {found}); {_SAVE_HINT}")
-        try:
-            arrays = {k: archive[k] for k in ("Q", "K", "V")}
-        except ValueError as err:  # object arrays need pickle, which is never allowed here
-            raise ValueError(f"{name}: {err}") from None
+    missing = [k for k in ("Q", "K", "V") if k not in archive]
+    if missing:
+        found = ", ".join(archive) or "nothing"
+        raise ValueError(f"{name}: missing {', '.join(missing)} (found {found}); {_SAVE_HINT}")
+    arrays = {k: archive[k] for k in ("Q", "K", "V")}
     for k, M in arrays.items():
         if M.dtype.kind not in "biuf":
             raise ValueError(f"{name}: {k} must be a real matrix, got dtype {M.dtype}")
@@ -402,6 +397,86 @@ def load_attention(path: str | os.PathLike[str], beta: float = 1.0) -> Attention
             "so the zero-temperature field at beta = inf is undefined; use a finite beta"
         )
     return att
+
+
+# ------------------------------------------------------------------------------------- WEIGHTS
+
+
+@dataclass(frozen=True)
+class WeightsFamily:
+    """A named family of weights Q, K, V: an entry of WEIGHTS (the experiments' `weights` key).
+
+    summary: what it is, in a few words; d: the dimension it fixes, or None when the experiments' `d`
+    key chooses it (default `default_d`); keys: the config keys it reads besides d, passed to `build`
+    and `label` as keywords. build(d, **keys) -> Attention at beta = 1; label(**keys) -> its name with
+    those keys, for titles. Adding a family is its build function and one line of WEIGHTS.
+    """
+
+    name: str
+    summary: str
+    d: int | None
+    keys: tuple[str, ...]
+    build: Callable[..., Attention]
+    label: Callable[..., str]
+    default_d: int = 3
+
+    def dimension(self, d: int | None) -> int:
+        """The d these weights have, given the `d` key (None: unset); ValueError naming `d`."""
+        if self.d is None:
+            d = self.default_d if d is None else d
+            if d < 2:
+                raise ValueError(f"weights = {self.name} needs d >= 2 (tokens on S^(d-1)), got d = {d}")
+            return d
+        if d is not None and d != self.d:
+            raise ValueError(
+                f"weights = {self.name} has d = {self.d}; d = {d} contradicts it (leave d unset)"
+            )
+        return self.d
+
+
+def _worked_example_3d(d: int) -> Attention:
+    return worked_example(1.0, d=3)
+
+
+def _worked_example_2d(d: int) -> Attention:
+    return worked_example(1.0, d=2)
+
+
+def _random(d: int, *, weights_seed: int, symmetric: bool) -> Attention:
+    return random_attention(d, weights_seed, symmetric=symmetric)
+
+
+def _random_label(*, weights_seed: int, symmetric: bool) -> str:
+    return f"random (seed {weights_seed}, {'symmetric A' if symmetric else 'fully random'})"
+
+
+def _worked_example_3d_label() -> str:
+    return "worked-example"
+
+
+def _worked_example_2d_label() -> str:
+    return "worked-example-2d"
+
+
+def _families(*families: WeightsFamily) -> Mapping[str, WeightsFamily]:
+    return MappingProxyType({f.name: f for f in families})
+
+
+#: the named weights (the experiments' `weights` key; any other value is a path to an .npz of Q, K, V)
+WEIGHTS: Mapping[str, WeightsFamily] = _families(
+    WeightsFamily(
+        "worked-example", "the d = 3 worked example of MATH.md", 3, (), _worked_example_3d,
+        _worked_example_3d_label,
+    ),
+    WeightsFamily(
+        "worked-example-2d", "the d = 2 worked example of MATH.md", 2, (), _worked_example_2d,
+        _worked_example_2d_label,
+    ),
+    WeightsFamily(
+        "random", "seeded random weights; V = S B^{-T} with S symmetric unless symmetric = false", None,
+        ("weights_seed", "symmetric"), _random, _random_label,
+    ),
+)  # fmt: skip
 
 
 def check_attention(att: Any, name: str = "att") -> Attention:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import attnflow.dynamics.integrate as integrate
 from attnflow.cli import app
 from attnflow.io import load_matrices
 from cli_helpers import TINY, invoke, runner
+from events import HANG_S, gated_cli, wait_for
 
 
 def assert_clean_error(result, code: int, *needles: str) -> None:
@@ -122,6 +122,98 @@ def test_run_failure_exits_1_and_interrupt_exits_130(tmp_path, monkeypatch):
     assert_clean_error(invoke("run", *TINY, "--out", str(tmp_path), "-q"), 130, "interrupted", "rerun")
 
 
+def test_run_exit_codes_of_every_failure(tmp_path, monkeypatch):
+    """One map from what went wrong to the exit code: the output folder and the config 2, a failed
+    run 1 (a permission error named), --debug shows the traceback instead."""
+    from attnflow.experiments import ConfigError
+    from attnflow.io.lock import folder_lock
+
+    out = tmp_path / "run"
+    out.mkdir()
+    with folder_lock(out):  # another writer holds the folder
+        assert_clean_error(invoke("run", *TINY, "--out", str(out), "-q"), 2, "--out", "in use by another")
+    calls = []
+
+    def raising(err):
+        def fn(*args, **kwargs):
+            calls.append(err)
+            raise err
+
+        return fn
+
+    monkeypatch.setattr(integrate, "simulate", raising(ConfigError("weights: B is singular; use another K")))
+    assert_clean_error(invoke("run", *TINY, "--out", str(out), "-q"), 2, "weights: B is singular")
+    denied = PermissionError(13, "Permission denied", str(tmp_path / "ro"))
+    monkeypatch.setattr(integrate, "simulate", raising(denied))
+    assert_clean_error(invoke("run", *TINY, "--out", str(out), "-q"), 1, "cannot write", "permission denied")
+    monkeypatch.setattr(integrate, "simulate", raising(ValueError("a bad value")))
+    assert_clean_error(invoke("run", *TINY, "--out", str(out), "-q"), 1, "run failed: a bad value")
+    monkeypatch.setattr(integrate, "simulate", raising(RuntimeError("injected")))
+    debug = invoke("--debug", "run", *TINY, "--out", str(out), "-q")
+    assert debug.exit_code == 1 and isinstance(debug.exception, RuntimeError)  # the traceback, for --debug
+    assert len(calls) == 4
+
+
+def test_exits_maps_the_first_matching_failure(capsys):
+    import typer
+
+    from attnflow.cli.console import EXIT_INTERRUPTED, Failure, exits
+
+    failures = [
+        Failure((KeyboardInterrupt,), EXIT_INTERRUPTED, lambda e: "interrupted"),
+        Failure((KeyError,), 2, lambda e: f"key {e}"),
+        Failure((LookupError,), 1, lambda e: "lookup"),
+    ]
+    for err, code, message in [(KeyError("k"), 2, "key 'k'"), (IndexError(), 1, "lookup")]:
+        with pytest.raises(typer.Exit) as info, exits(failures):
+            raise err
+        assert info.value.exit_code == code and capsys.readouterr().err == f"attnflow: {message}\n"
+    with pytest.raises(ZeroDivisionError), exits(failures):  # not in the map: through
+        raise ZeroDivisionError
+    with pytest.raises(KeyError), exits(failures, debug=True):  # --debug: the exception itself
+        raise KeyError("k")
+    with pytest.raises(typer.Exit) as info, exits(failures, debug=True):  # but Ctrl-C still exits 130
+        raise KeyboardInterrupt
+    assert info.value.exit_code == EXIT_INTERRUPTED
+    with pytest.raises(typer.Exit) as info, exits(failures):  # an exit of the block goes through
+        raise typer.Exit(7)
+    assert info.value.exit_code == 7
+
+
+def _commands():
+    import typer.main
+
+    group = typer.main.get_command(app)
+    return [(name, group.commands[name]) for name in sorted(group.commands)]
+
+
+@pytest.mark.parametrize(("name", "command"), _commands())
+def test_every_option_has_help_and_a_plain_metavar(name, command):
+    from attnflow.cli.command import Command
+
+    assert isinstance(command, Command)
+    for param in command.params:
+        assert getattr(param, "help", None), f"attnflow {name}: {param.name} has no help"
+    text = invoke(name, "--help").output
+    usage = text.splitlines()[0]
+    assert usage.startswith(f"Usage: attnflow {name} [OPTIONS]")
+    for python in ("{", "<", "list[", "Optional", "Union", "Path]", "str>", "int>", "float>"):
+        assert python not in text, (name, python, text)
+    if name in ("show", "plot", "verify"):
+        assert usage.endswith(" DIR") and "\n  DIR  " in text
+
+
+def test_help_names_the_values():
+    assert "Usage: attnflow check [OPTIONS] FILE..." in invoke("check", "--help").output
+    assert "--beta NUMBER" in invoke("check", "--help").output
+    assert "Usage: attnflow run [OPTIONS] [NAME]" in invoke("run", "--help").output
+    assert "-w, --workers INTEGER" in invoke("sweep", "--help").output
+    assert "-g, --grid KEY=VALUES" in invoke("sweep", "--help").output
+    assert (
+        "-q, --quiet" in invoke("plot", "--help").output and "no progress" in invoke("plot", "--help").output
+    )
+
+
 def test_run_from_toml_file(tmp_path):
     listed = invoke("list", "concentration-tiny", "--toml")
     assert listed.exit_code == 0
@@ -154,32 +246,105 @@ def test_list_unknown_exits_2():
     assert_clean_error(invoke("list", "nope"), 2, "nope")
 
 
-def test_piped_tables_are_not_folded():
-    """Not a terminal (CliRunner, a pipe, a file): every table row on one line, not folded at 80
-    columns; an explicit COLUMNS still sets the width."""
-    from attnflow.experiments import SimulationConfig
+def test_piped_list_fits_120_columns():
+    """Not a terminal (CliRunner, a pipe, a file): Markdown with no line over 120 characters (or
+    COLUMNS); a table too wide for that is a list of its rows; --wide keeps each row on one line."""
+    from attnflow.experiments import REGISTRY, SimulationConfig
 
     longest = SimulationConfig.model_fields["dtype"].description
     assert len(longest) > 100
     piped = runner.invoke(app, ["list"], env={"COLUMNS": None})
     assert piped.exit_code == 0, piped.output
-    assert any(longest in line and line.startswith("│ dtype") for line in piped.output.splitlines())
+    assert max(map(len, piped.output.splitlines())) <= 120
+    assert "- **dtype** — type: float64 or float32;" in piped.output
+    assert longest in " ".join(piped.output.split())  # folded between words, never cut
+    for name, exp in REGISTRY.items():
+        assert f"## {name}\n" in piped.output
+        for field in exp.Config.model_fields:
+            assert field == "experiment" or f"- **{field}** — " in piped.output
     narrow = runner.invoke(app, ["list"], env={"COLUMNS": "80"})
     assert max(map(len, narrow.output.splitlines())) <= 80
-    assert not any(longest in line for line in narrow.output.splitlines())
+    wide = runner.invoke(app, ["list", "--wide"], env={"COLUMNS": None})
+    assert any(longest in line and line.startswith("| dtype |") for line in wide.output.splitlines())
 
 
-def test_list_shows_the_shared_parameters_once():
-    out = runner.invoke(app, ["list"], env={"COLUMNS": None}).output
-    assert [line for line in out.splitlines() if line.startswith("│ rtol ")] == [
-        line for line in out.splitlines() if line.startswith("│ rtol ")
-    ][:1]
-    shared = "shared parameters: seed, device, kernel, integrator, rtol, atol, dt, dtype, threads"
-    assert out.count(shared) == 3  # concentration, terminal, heads
-    assert "shared parameters: seed, device, kernel, threads" in out  # layers
-    assert len(out.splitlines()) < 150  # it was 356 lines, each experiment repeating the 8
-    one = runner.invoke(app, ["list", "terminal"], env={"COLUMNS": None}).output
-    assert "│ rtol " in one and "│ N " in one  # one experiment: all of its parameters
+def _in_a_terminal(columns: int, *args: str) -> str:
+    """What `attnflow ARGS` prints in a terminal (a pseudo-terminal) of `columns` columns."""
+    pty = pytest.importorskip("pty")
+    import fcntl
+    import re
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = dict(os.environ, COLUMNS=str(columns), TERM="xterm", NO_COLOR="1")
+    cmd = [sys.executable, "-m", "attnflow.cli", *args]
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait() == 0, out
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode().replace("\r\n", "\n"))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_list_reads_at_80_columns():
+    """`attnflow list concentration` in a terminal of 80 columns: no line over 80, one record per
+    parameter whose meaning fills the lines (not a word or two per line)."""
+    from attnflow.experiments import REGISTRY
+
+    text = _in_a_terminal(80, "list", "concentration")
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80, text
+    fields = [f for f in REGISTRY["concentration"].Config.model_fields if f != "experiment"]
+    starts = [i for i, line in enumerate(lines) if line.split(" — ")[0] in fields]
+    assert [lines[i].split(" — ")[0] for i in starts] == fields  # each parameter once, in order
+    dtype = REGISTRY["concentration"].Config.model_fields["dtype"].description
+    i = fields.index("dtype")
+    record = lines[starts[i] : starts[i + 1]]
+    assert dtype in " ".join(" ".join(record).split())
+    assert len(record) <= 1 + len(dtype) // 60  # full lines, about 75 characters each
+    wide = _in_a_terminal(80, "list", "concentration", "--wide")
+    assert any(line.startswith("│ dtype ") and dtype in line for line in wide.splitlines())
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_show_in_a_terminal(finished):
+    """`attnflow show` in a terminal: the rows of summary.md, at most 80 columns."""
+    text = _in_a_terminal(80, "show", str(finished))
+    assert max(map(len, text.splitlines())) <= 80, text
+    assert "attnflow run: concentration" in text and "per_beta" in text and "1 — claim: " in text
+    flat = " ".join(text.split())
+    for line in (finished / "summary.md").read_text().splitlines():
+        if line.startswith("| 100 |"):  # a per_beta row: every cell shown
+            for cell in line.strip("| ").split(" | "):
+                assert cell.strip() in flat
+
+
+def test_list_types_are_in_user_words():
+    doc = json.loads(invoke("list", "--json").output)
+    types = {r["parameter"]: r["type"] for r in doc["experiments"]["concentration"]["parameters"]}
+    shared = {r["parameter"]: r["type"] for r in doc["shared_parameters"]}
+    assert types["d"] == "integer > 0 or none"
+    assert types["N"] == "integer > 0 or auto"
+    assert types["betas"] == "list of numbers > 0"
+    assert types["seeds"] == "list of integers >= 0"
+    assert types["kappa"] == "number > 0"
+    assert types["symmetric"] == "true or false"
+    assert types["init"] == "uniform, fibonacci, quadrature or graded"
+    assert shared["seed"] == "integer >= 0" and shared["dtype"] == "float64 or float32"
+    text = invoke("list").output
+    for python in ("Optional", "Union", "typing", "Literal", "Annotated", "NoneType", "list["):
+        assert python not in text
 
 
 def test_list_as_json_and_csv():
@@ -358,25 +523,26 @@ def test_check_worked_example(tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_mid_run_then_resume(tmp_path):
-    """A run killed by SIGTERM after its first beta exits 130; the rerun reuses that beta."""
+    """A run killed by SIGTERM after its first beta exits 130; the rerun reuses that beta. The second
+    beta's simulation waits at a gate, so the run is certainly unfinished when it is killed."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "attnflow.cli", "run", "concentration-tiny", "--out", str(out), "-q"]
-    cmd += ["--no-figures", "--set", "betas=[10, 30, 100, 300]", "--set", "N=200", "--set", "t_max=3.0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ["run", "concentration-tiny", "--out", str(out), "-q"]
+    args += ["--no-figures", "--set", "betas=[10, 30, 100, 300]", "--set", "N=200", "--set", "t_max=3.0"]
+    gated, _ = gated_cli(tmp_path, free=1)
+    proc = subprocess.Popen([*gated, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = out / "parts" / "beta=10_N=200.zarr"
-    deadline = time.time() + 120
-    while not first.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert first.exists(), proc.communicate()
+    wait_for(first.exists, "the first beta's part on disk", proc)
     os.kill(proc.pid, signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert not (out / "result.zarr").exists()
     assert not [p for p in (out / "parts").iterdir() if p.name.startswith(".")]  # nothing half-written
     done = {p.name for p in (out / "parts").iterdir()}
+    assert first.name in done and not [p for p in done if p.startswith(("beta=30", "beta=100", "beta=300"))]
+    cmd = [sys.executable, "-m", "attnflow.cli", *args]
     mtimes = {p: (out / "parts" / p).stat().st_mtime_ns for p in done}
-    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S)
     assert rerun.returncode == 0, rerun.stderr
     for p, m in mtimes.items():
         assert (out / "parts" / p).stat().st_mtime_ns == m  # finished parts were not recomputed

@@ -13,6 +13,7 @@ import pytest
 import attnflow.dynamics.separatrix as separatrix
 from attnflow.attention import worked_example
 from attnflow.experiments import ConfigError, load_config, run_experiment
+from attnflow.experiments.concentration import concentration_inputs
 from attnflow.experiments.concentration.levels import graded_clouds
 from attnflow.io import read_dataset
 from attnflow.measures.sphere import graded_circle_quadrature
@@ -85,7 +86,7 @@ def test_graded_run_levels_weights_and_resume(tmp_path, search_calls):
         even = [resolution_ratio(n, 2, beta, B=att.B) for n in expect]
         assert ratio[1] == pytest.approx(ratio[0] / 2, rel=0.02) and ratio[0] <= 1.0
         assert np.all(ratio > 3 * np.array(even))
-        clouds = list(graded_clouds(config, beta, part))
+        clouds = list(graded_clouds(concentration_inputs(config), beta, part))
         assert [c.N for c in clouds] == expect  # level 2 would pass N_max
         for c in clouds:
             assert c.weights is not None and abs(c.weights.sum() - 1.0) < 1e-12 and np.all(c.weights > 0)
@@ -114,10 +115,10 @@ def test_graded_levels_stop_at_N_max_and_level_0_always_runs():
     counts = [
         len(graded_circle_quadrature(angles, kw / 2**lv, min(2 * kw, 0.2) / 2**lv)[1]) for lv in range(5)
     ]
-    config = load_config("concentration", [*GRADED, f"N_max={counts[0] - 1}"])
-    assert [c.N for c in graded_clouds(config, 10.0, part)] == counts[:1]  # level 0 even above N_max
-    config = load_config("concentration", [*GRADED, f"N_max={counts[3]}"])
-    assert [c.N for c in graded_clouds(config, 10.0, part)] == counts[:4]
+    inputs = concentration_inputs(load_config("concentration", [*GRADED, f"N_max={counts[0] - 1}"]))
+    assert [c.N for c in graded_clouds(inputs, 10.0, part)] == counts[:1]  # level 0 even above N_max
+    inputs = concentration_inputs(load_config("concentration", [*GRADED, f"N_max={counts[3]}"]))
+    assert [c.N for c in graded_clouds(inputs, 10.0, part)] == counts[:4]
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from attnflow.science.convergence import (
+    QUANTITIES,
+    CurveQuantities,
+    LadderRules,
+    LevelReading,
     converged_window,
     curve_quantities,
     judge_ladder,
@@ -26,6 +30,17 @@ def curve(N: int, depart_slope: float = 1.0) -> np.ndarray:
     base = np.exp(-0.3 * T) + 0.05 + 1.0 / N
     t_dep = 8.0 + depart_slope * math.log2(N / 64)
     return np.where(T < t_dep, base, 0.3)
+
+
+def judge(Ns, qs, ratio=0.1, extra_times=None, **rules):
+    """judge_ladder on levels Ns with quantities qs, every level at resolution ratio `ratio`, the
+    saved step dt = 0.1 over [0, 20] and ratio_ok = 0.5; extra_times: name -> one value per level."""
+    extra = extra_times or {}
+    readings = [
+        LevelReading(N, q, ratio, times={k: v[i] for k, v in extra.items()})
+        for i, (N, q) in enumerate(zip(Ns, qs, strict=True))
+    ]
+    return judge_ladder(readings, LadderRules(dt=0.1, t_max=20.0, ratio_ok=0.5, **rules))
 
 
 def levels(Ns, **kw):
@@ -50,7 +65,7 @@ def test_minimum_at_the_window_edge_is_flagged_and_never_converges():
     Ns = [64, 128, 256, 512, 1024]
     qs = levels(Ns)
     assert all(q.edge for q in qs)
-    d = judge_ladder(Ns, qs, dt=0.1, t_max=20.0, ratio=0.1, ratio_ok=0.5, N_max=1024)
+    d = judge(Ns, qs, N_max=1024)
     assert d.status == "resolved" and d.done  # N_max reached, not converged
     assert not d.quantities["min_w2"]["converged"]
     assert "end of the converged window" in d.quantities["min_w2"]["reason"]
@@ -66,7 +81,7 @@ def test_a_curve_converged_on_its_span_with_its_minimum_at_t_max():
         w = np.exp(-0.3 * T) + 1.0 / N
         t_end = converged_window(T, w, np.exp(-0.3 * T) + 2.0 / N) if k else -math.inf
         qs.append(curve_quantities(T, w, t_end))
-    d = judge_ladder(Ns, qs, dt=0.1, t_max=20.0, ratio=0.1, ratio_ok=0.5, N_max=10**6)
+    d = judge(Ns, qs, N_max=10**6)
     assert d.status == "converged" and d.done
     assert not d.quantities["t_star"]["converged"]
     assert "t_max" in d.quantities["t_star"]["reason"]
@@ -82,9 +97,9 @@ def test_a_true_minimum_inside_the_window_converges_with_richardson():
     for k, N in enumerate(Ns):
         t_end = converged_window(T, bowl(N), bowl(Ns[k - 1])) if k else -math.inf
         qs.append(curve_quantities(T, bowl(N), t_end))
-    d = judge_ladder(Ns[:2], qs[:2], dt=0.1, t_max=20.0, ratio=0.1, ratio_ok=0.5, N_max=4096, streak=2)
+    d = judge(Ns[:2], qs[:2], N_max=4096, streak=2)
     assert d.status == "resolved" and not d.done  # two levels: one comparison, two needed
-    d = judge_ladder(Ns, qs, dt=0.1, t_max=20.0, ratio=0.1, ratio_ok=0.5, N_max=4096, streak=2)
+    d = judge(Ns, qs, N_max=4096, streak=2)
     assert d.status == "converged" and d.done
     assert d.quantities["t_star"]["value"] == pytest.approx(5.0)
     # min W2 = 0.1 + 1/N: Richardson removes the 1/N error (order 1)
@@ -97,16 +112,14 @@ def test_departure_growing_with_log_n_is_not_converged():
     Ns = [64, 128, 256, 512]
     qs = levels(Ns)
     dep = [8.0 + math.log2(N / 64) for N in Ns]
-    d = judge_ladder(
-        Ns, qs, dt=0.1, t_max=20.0, ratio=0.1, ratio_ok=0.5, N_max=512, extra_times={"t_depart": dep}
-    )
+    d = judge(Ns, qs, N_max=512, extra_times={"t_depart": dep})
     assert not d.quantities["t_depart"]["converged"]
     assert "changed by 1" in d.quantities["t_depart"]["reason"]
 
 
 def test_status_under_resolved_when_the_ratio_is_too_large():
     qs = levels([64, 128])
-    d = judge_ladder([64, 128], qs, dt=0.1, t_max=20.0, ratio=0.9, ratio_ok=0.5, N_max=10_000)
+    d = judge([64, 128], qs, ratio=0.9, N_max=10_000)
     assert d.status == "under-resolved" and not d.done
 
 
@@ -154,3 +167,26 @@ def test_curve_quantities_entry_and_deviation_times():
     assert q.t_dev == T[np.flatnonzero(w > 1.1 * ref)[0]]
     with pytest.raises(ValueError, match="shape of t"):
         curve_quantities(T, w[:-1])
+
+
+def test_quantities_registry_names_every_judged_quantity_and_its_kind():
+    """Every windowed quantity is read off CurveQuantities; times and distances are judged by their
+    kind, not their spelling: a time may move by one saved step, a distance only by tol relative."""
+    from dataclasses import fields
+
+    names = {f.name for f in fields(CurveQuantities)}
+    assert all(q.name in names for q in QUANTITIES.values() if q.windowed)
+    assert {q.kind for q in QUANTITIES.values()} == {"time", "distance"}
+    assert QUANTITIES["min_w2"].kind == "distance" and QUANTITIES["t_depart"].kind == "time"
+    qs = levels([64, 128, 256])
+    # a per-level time moving by exactly dt = 0.1 per doubling converges (within the grid's step) ...
+    d = judge([64, 128, 256], qs, N_max=256, extra_times={"t_depart": [5.0, 5.1, 5.2]})
+    assert d.quantities["t_depart"]["converged"], d.quantities["t_depart"]["reason"]
+    # ... one moving by 0.2 does not
+    d = judge([64, 128, 256], qs, N_max=256, extra_times={"t_depart": [5.0, 5.2, 5.4]})
+    assert not d.quantities["t_depart"]["converged"]
+    assert list(d.quantities) == ["t_star", "min_w2", "t_entry", "t_dev", "t_depart"]
+    with pytest.raises(ValueError, match="not a per-level quantity"):
+        judge([64], qs[:1], N_max=256, extra_times={"t_star": [1.0]})
+    with pytest.raises(ValueError, match="not a per-level quantity"):
+        judge([64], qs[:1], N_max=256, extra_times={"t_foo": [1.0]})

@@ -26,19 +26,27 @@ from typing import Annotated, Any
 
 import typer
 
-from ..experiments import DEFAULT_EXPERIMENT, ConfigError
-from ..experiments.layout import (
-    FIGURES_DIR,
-    PARTS_DIR,
-    RESULT_STORE,
-    SUMMARY_JSON,
-    SUMMARY_MD,
-)
+from ..experiments import DEFAULT_EXPERIMENT
+from ..experiments.layout import FIGURES_DIR, RESULT_STORE, SUMMARY_JSON
 from ..progress import RichReporter
-from .console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, console
+from .command import Command
+from .console import (
+    BAD_CONFIG,
+    BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliOptions,
+    Failure,
+    console,
+    exits,
+    options_of,
+    run_failures,
+)
 from .console import fail as _fail
 from .info import damaged as _damaged
-from .info import list_command, show_command
+from .info import list_command, print_summary, show_command
 from .options import AnimationOption, PdfOption, SetOption
 from .pretrained import heads
 from .sweep import sweep_command
@@ -62,14 +70,13 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-_state = {"debug": False}
-
 
 @app.callback()
 def _main(
+    ctx: typer.Context,
     debug: Annotated[bool, typer.Option("--debug", help="show Python tracebacks of failures")] = False,
 ) -> None:
-    _state["debug"] = debug
+    ctx.obj = CliOptions(debug=debug)
     _config_warnings_as_messages()
 
 
@@ -117,12 +124,13 @@ def _default_out(target: str) -> Path:
 
 
 def _figures(
-    ds: Any, summary: dict, out: Path, animation: bool, quiet: bool, pdf: bool = False
+    ds: Any, summary: dict, out: Path, animation: bool, quiet: bool, pdf: bool = False, debug: bool = False
 ) -> list[Path]:
     """The experiment's figures (PDF, animation) in OUT/figures and the report; a failure only warns."""
     from contextlib import nullcontext
 
     from ..experiments import plot_run, write_report
+    from ..io import inside
 
     paths: list[Path] = []
     what = (
@@ -131,7 +139,7 @@ def _figures(
     status = nullcontext() if quiet else console(stderr=True).status(f"drawing {what}")
     try:
         with status:
-            paths = plot_run(ds, out / FIGURES_DIR, animation=animation, pdf=pdf)
+            paths = plot_run(ds, inside(out, FIGURES_DIR), animation=animation, pdf=pdf)
             paths.append(write_report(ds, summary, paths, out))
         suffixes = {p.suffix for p in paths}
         if not quiet and ".gif" in suffixes and ".mp4" not in suffixes:  # animate found no ffmpeg
@@ -139,7 +147,7 @@ def _figures(
 
             typer.echo(f"attnflow: no MP4 (no ffmpeg found): {FFMPEG_HINT}", err=True)
     except Exception as err:  # figures never fail a finished run
-        if _state["debug"]:
+        if debug:
             raise
         typer.echo(f"attnflow: figures incomplete ({type(err).__name__}: {err})", err=True)
     if not quiet:
@@ -148,11 +156,14 @@ def _figures(
     return paths
 
 
-@app.command()
+@app.command(cls=Command)
 def run(
+    ctx: typer.Context,
     target: Annotated[
         str,
-        typer.Argument(help="experiment or preset name (see `attnflow list`) or a TOML config file"),
+        typer.Argument(
+            metavar="NAME", help="experiment or preset name (see `attnflow list`) or a TOML config file"
+        ),
     ] = DEFAULT_RUN,
     out: Annotated[
         Path | None,
@@ -183,75 +194,43 @@ def run(
     """
     from ..experiments import load_config, run_experiment
 
-    try:
+    debug = options_of(ctx).debug
+    with exits([BAD_CONFIG]):
         cfg = load_config(target, list(set_ or []))
-    except ConfigError as err:
-        raise _fail(str(err), EXIT_USAGE) from None
     out = out or _default_out(target)
-    from ..experiments.folder import RunFolderError
-    from ..io.lock import LockedError
+    with exits(run_failures(out), debug):
+        reporter = RichReporter(quiet=quiet)
+        try:
+            with _sigterm_as_interrupt():
+                ds = run_experiment(cfg, out, progress=reporter, overwrite=overwrite)
+        finally:
+            reporter.close()
+    from ..io import read_checked_text
 
-    reporter = RichReporter(quiet=quiet)
-    try:
-        with _sigterm_as_interrupt():
-            ds = run_experiment(cfg, out, progress=reporter, overwrite=overwrite)
-    except KeyboardInterrupt:
-        reporter.close()
-        raise _fail(f"interrupted; {_kept(out)}rerun the same command to resume", EXIT_INTERRUPTED) from None
-    except (RunFolderError, LockedError) as err:  # the output folder: nothing was written
-        reporter.close()
-        if _state["debug"]:
-            raise
-        message = err.message("--out", "--overwrite") if isinstance(err, RunFolderError) else f"--out {err}"
-        raise _fail(message, EXIT_USAGE) from None
-    except (ConfigError, ValueError, TypeError) as err:
-        reporter.close()
-        if _state["debug"]:
-            raise
-        raise _fail(f"run failed: {err}", EXIT_FAILED) from None
-    except PermissionError as err:
-        reporter.close()
-        if _state["debug"]:
-            raise
-        where = err.filename or out
-        raise _fail(f"run failed: cannot write {where} (permission denied)", EXIT_FAILED) from None
-    except Exception as err:
-        reporter.close()
-        if _state["debug"]:
-            raise
-        raise _fail(
-            f"run failed: {type(err).__name__}: {err} ({_kept(out)}"
-            "`attnflow --debug run ...` shows the traceback)",
-            EXIT_FAILED,
-        ) from None
-    reporter.close()
-    summary = json.loads((out / SUMMARY_JSON).read_text())
+    summary = json.loads(read_checked_text(out / SUMMARY_JSON))
     if figures:
-        _figures(ds, summary, out, animation, quiet, pdf)
+        _figures(ds, summary, out, animation, quiet, pdf, debug)
     if not quiet:
-        typer.echo((out / SUMMARY_MD).read_text())
+        print_summary(summary, f"attnflow run: {getattr(cfg, 'experiment', target)}")
         typer.echo(f"results in {out}/ ({RESULT_STORE} opens with xarray.open_zarr)")
-
-
-def _kept(out: Path) -> str:
-    """'finished parts are kept in OUT/parts; ' when there are some, else ''."""
-    parts = out / PARTS_DIR
-    return f"finished parts are kept in {parts}; " if parts.is_dir() and any(parts.glob("*.zarr")) else ""
 
 
 # ----------------------------------------------------------------------------------------- plot
 
 
-@app.command()
+@app.command(cls=Command)
 def plot(
-    directory: Annotated[Path, typer.Argument(help="output folder of `attnflow run`")],
+    ctx: typer.Context,
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="output folder of `attnflow run`")],
     pdf: PdfOption = False,
     animation: AnimationOption = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="no progress message and no list of the files written")
+    ] = False,
 ) -> None:
     """(Re)draw the figures (PNG; --pdf: also PDF), the animation (--animation) and the report of a
-    finished run into DIRECTORY/figures."""
-    from ..io import StoreError, read_dataset
+    finished run into DIR/figures."""
+    from ..io import StoreError, read_checked_text, read_dataset
 
     store = directory / RESULT_STORE
     if not store.exists():
@@ -264,10 +243,12 @@ def plot(
         raise _damaged(err, directory) from None
     summary_path = directory / SUMMARY_JSON
     try:
-        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+        summary = json.loads(read_checked_text(summary_path)) if summary_path.exists() else {}
+    except StoreError as err:  # altered since it was written
+        raise _damaged(err, directory) from None
     except ValueError as err:
         raise _damaged(ValueError(f"{summary_path}: not JSON ({err})"), directory) from None
-    paths = _figures(ds, summary, directory, animation, quiet, pdf)
+    paths = _figures(ds, summary, directory, animation, quiet, pdf, options_of(ctx).debug)
     if not paths:
         raise typer.Exit(EXIT_FAILED)
 
@@ -275,18 +256,27 @@ def plot(
 # ---------------------------------------------------------------------------------------- check
 
 
-@app.command()
+@app.command(cls=Command)
 def check(
     files: Annotated[
-        list[Path], typer.Argument(help="Q K V as three .npy/.npz/.txt files, or one .npz with Q, K, V")
+        list[Path],
+        typer.Argument(
+            metavar="FILE...", help="Q K V as three .npy/.npz/.txt files, or one .npz with Q, K, V"
+        ),
     ],
-    beta: Annotated[float, typer.Option(help="inverse temperature (for the report; inf allowed)")] = 1.0,
+    beta: Annotated[
+        float, typer.Option(metavar="NUMBER", help="inverse temperature (for the report; inf allowed)")
+    ] = 1.0,
     x0: Annotated[
-        Path | None, typer.Option("--x0", help="initial tokens (N, d) as .npy/.txt, for assumption 2")
+        Path | None,
+        typer.Option("--x0", metavar="FILE", help="initial tokens (N, d) as .npy/.txt, for assumption 2"),
     ] = None,
     kind: Annotated[
         str | None,
-        typer.Option(help="how X0 was drawn: uniform, vmf or points (assumption 3 needs a density)"),
+        typer.Option(
+            metavar="uniform|vmf|points",
+            help="how X0 was drawn (assumption 3 needs a density)",
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
@@ -298,25 +288,18 @@ def check(
     from ..attention import Attention
     from ..io import load_matrices, read_array
 
-    try:
+    with exits([BAD_INPUT]):
         mats = load_matrices(list(files))
-        b = check_beta(beta, "--beta")
-        att = Attention(mats["Q"], mats["K"], mats["V"], beta=b)
-        X0 = None
-        if x0 is not None:
-            raw = read_array(x0, "X0")
-            try:
-                X0 = check_points(raw, "X0", d=att.d, normalize=True, allow_batch=False)
-            except (ValueError, TypeError) as err:
-                raise ValueError(f"{x0}: {err}") from None
-    except (ValueError, TypeError) as err:
-        raise _fail(str(err), EXIT_USAGE) from None
+        att = Attention(mats["Q"], mats["K"], mats["V"], beta=check_beta(beta, "--beta"))
+    X0 = None
+    if x0 is not None:
+        with exits([Failure((ValueError, TypeError), EXIT_USAGE, lambda e: f"{x0}: {e}")]):
+            X0 = check_points(read_array(x0, "X0"), "X0", d=att.d, normalize=True, allow_batch=False)
     from ..science.assumptions import check_assumptions
 
-    try:
+    kind_error = Failure((ValueError,), EXIT_USAGE, lambda e: f"--kind: {e}" if "kind" in str(e) else str(e))
+    with exits([kind_error]):
         report = check_assumptions(att, X0=X0, kind=kind)
-    except ValueError as err:
-        raise _fail(f"--kind: {err}" if "kind" in str(err) else str(err), EXIT_USAGE) from None
     if json_out:
         from ..io import to_json
 
@@ -329,11 +312,11 @@ def check(
 # ------------------------------------------------------------------ commands of other modules
 
 # These modules are light (Typer signatures); each command imports what it needs when it runs.
-app.command("list")(list_command)
-app.command("show")(show_command)
-app.command("heads")(heads)
-app.command("sweep")(sweep_command)
-app.command("verify")(verify_command)
+app.command("list", cls=Command)(list_command)
+app.command("show", cls=Command)(show_command)
+app.command("heads", cls=Command)(heads)
+app.command("sweep", cls=Command)(sweep_command)
+app.command("verify", cls=Command)(verify_command)
 
 
 def main() -> None:

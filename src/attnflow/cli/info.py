@@ -2,21 +2,24 @@
 
 `list_command` and `show_command` are Typer-annotated functions; the CLI registers them with
 `app.command("list")` and `app.command("show")`. Light: each imports what it needs when it runs.
-Output goes through `_console.console` (full width when piped); `--json` (and `--csv` where the
-output is a table) for programs.
+Both build a `Document` of the table model (`attnflow.experiments.tables`) and print it
+(`console.print_document`): Rich tables sized to the terminal, Markdown when piped, `--wide` for
+whole tables; `--json` (and `--csv` where the output is a table) for programs.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import types
+import typing
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..experiments import DEFAULT_EXPERIMENT, ConfigError
+from ..experiments import DEFAULT_EXPERIMENT
 from ..experiments.layout import (
     CONFIG_FILE,
     FIGURES_DIR,
@@ -26,13 +29,17 @@ from ..experiments.layout import (
     SUMMARY_JSON,
     SUMMARY_MD,
 )
-from .console import EXIT_FAILED, EXIT_USAGE, console
+from .console import BAD_CONFIG, EXIT_FAILED, EXIT_USAGE, Failure, exits, print_document
 from .console import fail as _fail
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-__all__ = ["damaged", "list_command", "show_command"]
+    from ..experiments.tables import Document, Section, Table
+
+__all__ = ["PARAM_COLUMNS", "damaged", "list_command", "print_summary", "show_command", "type_words"]
+
+WideOption = Annotated[bool, typer.Option("--wide", help="every table whole, one line per row, however wide")]
 
 
 def damaged(err: Exception, directory: Path) -> typer.Exit:
@@ -41,41 +48,82 @@ def damaged(err: Exception, directory: Path) -> typer.Exit:
     return _fail(f"{err}; {fix}", EXIT_FAILED)
 
 
-# ----------------------------------------------------------------------------------------- list
+# ---------------------------------------------------------------------------------- types
+
+#: the words for Python's types in `attnflow list`
+_WORDS: dict[Any, str] = {
+    int: "integer",
+    float: "number",
+    bool: "true or false",
+    str: "text",
+    Path: "path",
+    type(None): "none",
+    dict: "table",
+}
+_PLURALS = {"integer": "integers", "number": "numbers", "text": "texts", "path": "paths"}
+_BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
 
 
-def _type_name(ann: Any) -> str:
-    import typing
+def _bounds(metadata: typing.Iterable[Any]) -> str:
+    """Constraints of an annotated type in words: " > 0", " >= 1", " > 0 and <= 1.571"."""
+    from .._text import format_value
 
+    found = [
+        f"{sign} {format_value(getattr(m, name))}"
+        for m in metadata
+        for name, sign in _BOUNDS
+        if getattr(m, name, None) is not None
+    ]
+    return " " + " and ".join(found) if found else ""
+
+
+def _default_text(value: Any) -> str:
+    """A default as its TOML/JSON literal ("float64", [10.0, 30.0], 0.1); None as none."""
+    return "none" if value is None else json.dumps(value)
+
+
+def _either(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def type_words(ann: Any, metadata: typing.Iterable[Any] = ()) -> str:
+    """A config field's type in words: "integer", "number > 0 or none", "list of numbers",
+    "uniform, vmf or graded"; metadata: pydantic's constraints of the field (Gt(0), ...)."""
     origin, args = typing.get_origin(ann), typing.get_args(ann)
-    if origin is typing.Literal:
-        return " | ".join(str(a) for a in args)
     if origin is typing.Annotated:
-        return _type_name(args[0])
-    if origin in (list, tuple):
-        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
-    return getattr(ann, "__name__", str(ann))
+        return type_words(args[0], [*args[1:], *metadata])
+    if origin is typing.Literal:
+        return _either([str(a) for a in args])
+    if origin in (typing.Union, types.UnionType):
+        parts = [type_words(a) for a in args if a is not type(None)]
+        return _either(parts + (["none"] if type(None) in args else []))
+    if origin in (list, tuple, set, frozenset):
+        inner = type_words(args[0]) if args else "value"
+        head, _, rest = inner.partition(" ")
+        return f"list of {_PLURALS[head]} {rest}".rstrip() if head in _PLURALS else f"list, each {inner}"
+    if origin is dict:
+        return "table"
+    return _WORDS.get(ann, getattr(ann, "__name__", str(ann))) + _bounds(metadata)
 
+
+# ----------------------------------------------------------------------------------------- list
 
 PARAM_COLUMNS = ("parameter", "type", "default", "meaning")
 
 
 def _describe(Config: type[BaseModel], skip: set[str] | frozenset[str] = frozenset()) -> list[dict[str, str]]:
     """One row (PARAM_COLUMNS) per field of Config, `experiment` and the names in skip left out."""
-    rows = []
-    for name, f in Config.model_fields.items():
-        if name == "experiment" or name in skip:
-            continue
-        rows.append(
-            dict(
-                zip(
-                    PARAM_COLUMNS,
-                    (name, _type_name(f.annotation), json.dumps(f.default), f.description or ""),
-                    strict=True,
-                )
+    return [
+        dict(
+            zip(
+                PARAM_COLUMNS,
+                (name, type_words(f.annotation, f.metadata), _default_text(f.default), f.description or ""),
+                strict=True,
             )
         )
-    return rows
+        for name, f in Config.model_fields.items()
+        if name != "experiment" and name not in skip
+    ]
 
 
 def _shared(Config: type[BaseModel]) -> list[str]:
@@ -93,20 +141,103 @@ def _shared(Config: type[BaseModel]) -> list[str]:
     ]
 
 
-def _table(rows: list[dict[str, str]]):
-    from rich.markup import escape
-    from rich.table import Table
+def _param_table(rows: list[dict[str, str]]) -> Table:
+    from ..experiments.tables import Table
 
-    table = Table(expand=False)
-    for col in PARAM_COLUMNS:
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(*(escape(row[c]) for c in PARAM_COLUMNS))
-    return table
+    return Table(PARAM_COLUMNS, tuple(tuple(r[c] for c in PARAM_COLUMNS) for r in rows))
+
+
+def _experiment_section(name: str, once: bool, shared: list[str]) -> Section:
+    """One experiment in `attnflow list`: its description, parameters (without the shared ones when
+    once), which shared parameters it takes, its presets."""
+    from ..experiments import REGISTRY
+    from ..experiments.tables import Prose, Section, Table
+
+    exp = REGISTRY[name]
+    blocks: list[Any] = [
+        Prose((exp.description,)),
+        _param_table(_describe(exp.Config, set(shared) if once else set())),
+    ]
+    if once and shared:
+        blocks.append(Prose((f"shared parameters: {', '.join(shared)}",)))
+    if exp.presets:
+        rows = tuple(
+            (p, ", ".join(f"{k}={v}" for k, v in values.items())) for p, values in exp.presets.items()
+        )
+        blocks.append(Table(("preset", "values"), rows))
+    return Section(name, tuple(blocks))
+
+
+def list_document(names: list[str], once: bool) -> Document:
+    """`attnflow list` as a Document: the shared parameters once (when once), then each experiment."""
+    from ..experiments import REGISTRY, SimulationConfig
+    from ..experiments.tables import Document, Prose, Section
+
+    sections = []
+    if once:
+        note = Prose(("Each experiment below says which of these it takes.",))
+        sections.append(Section("Shared parameters", (note, _param_table(_describe(SimulationConfig)))))
+    sections += [_experiment_section(n, once, _shared(REGISTRY[n].Config)) for n in names]
+    return Document("", tuple(sections))
+
+
+def _list_json(names: list[str], once: bool) -> None:
+    from ..experiments import REGISTRY, SimulationConfig
+    from ..io import to_json
+
+    doc: dict[str, Any] = {"shared_parameters": _describe(SimulationConfig)} if once else {}
+    doc["experiments"] = {}
+    for n in names:
+        shared = _shared(REGISTRY[n].Config)
+        doc["experiments"][n] = {
+            "description": REGISTRY[n].description,
+            "parameters": _describe(REGISTRY[n].Config, set(shared) if once else set()),
+            "shared_parameters": shared,
+            "presets": REGISTRY[n].presets,
+        }
+    typer.echo(to_json(doc, indent=2))
+
+
+def _list_csv(names: list[str]) -> None:
+    import csv
+
+    from ..experiments import REGISTRY
+
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(("experiment", *PARAM_COLUMNS))
+    for name in names:
+        for row in _describe(REGISTRY[name].Config):
+            writer.writerow((name, *row.values()))
+
+
+def _list_toml(name: str | None) -> None:
+    from ..experiments import load_config, to_toml
+
+    if name is None:
+        raise _fail(
+            f"--toml needs an experiment or preset name, e.g. `attnflow list {DEFAULT_EXPERIMENT} --toml`",
+            EXIT_USAGE,
+        )
+    with exits([BAD_CONFIG]), warnings.catch_warnings():  # a template is not a run: no ConfigWarning
+        warnings.simplefilter("ignore", UserWarning)
+        typer.echo(to_toml(load_config(name)), nl=False)
+
+
+def _experiment_names(name: str | None) -> list[str]:
+    """The experiments `attnflow list NAME` shows: NAME's (a preset's experiment), or all."""
+    from ..experiments import PRESETS, REGISTRY
+
+    if name is None:
+        return list(REGISTRY)
+    if name in PRESETS:
+        return [PRESETS[name][0]]
+    if name in REGISTRY:
+        return [name]
+    raise _fail(f"unknown experiment {name!r}; known: {', '.join([*REGISTRY, *PRESETS])}", EXIT_USAGE)
 
 
 def list_command(
-    name: Annotated[str | None, typer.Argument(help="only this experiment or preset")] = None,
+    name: Annotated[str | None, typer.Argument(metavar="NAME", help="only this experiment or preset")] = None,
     toml: Annotated[
         bool, typer.Option("--toml", help="print NAME's config as TOML (a template file)")
     ] = False,
@@ -116,156 +247,151 @@ def list_command(
     csv_out: Annotated[
         bool, typer.Option("--csv", help="print one CSV row per experiment and parameter")
     ] = False,
+    wide: WideOption = False,
 ) -> None:
     """List experiments, presets and every parameter with its default.
 
     The parameters shared by the experiments (seed, kernel, integrator, tolerances, dtype, threads)
     are shown once, first; each experiment then shows its own. `attnflow list NAME` shows all of
     NAME's. `attnflow list concentration --toml > my.toml` writes a config file to edit and run.
+    In a terminal the tables fit its width; piped, they are Markdown of at most 120 columns.
     """
-    from rich.markup import escape
-
-    from ..experiments import PRESETS, REGISTRY, SimulationConfig, load_config, to_toml
-
     if toml:
-        if name is None:
-            raise _fail(
-                "--toml needs an experiment or preset name, "
-                f"e.g. `attnflow list {DEFAULT_EXPERIMENT} --toml`",
-                EXIT_USAGE,
-            )
-        try:
-            with warnings.catch_warnings():  # a template is not a run: no ConfigWarning about it
-                warnings.simplefilter("ignore", UserWarning)
-                typer.echo(to_toml(load_config(name)), nl=False)
-        except ConfigError as err:
-            raise _fail(str(err), EXIT_USAGE) from None
-        return
+        return _list_toml(name)
     if json_out and csv_out:
         raise _fail("--json and --csv: choose one", EXIT_USAGE)
-    if name is not None and name not in REGISTRY and name not in PRESETS:
-        raise _fail(f"unknown experiment {name!r}; known: {', '.join([*REGISTRY, *PRESETS])}", EXIT_USAGE)
-    names = [PRESETS[name][0] if name in PRESETS else name] if name else list(REGISTRY)
-    shared = {n: _shared(REGISTRY[n].Config) for n in names}
-    once = name is None  # all experiments: the shared parameters once, then each one's own
+    names = _experiment_names(name)
     if csv_out:
-        import csv
-
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(("experiment", *PARAM_COLUMNS))
-        for exp_name in names:
-            for row in _describe(REGISTRY[exp_name].Config):
-                writer.writerow((exp_name, *row.values()))
-        return
+        return _list_csv(names)
     if json_out:
-        from ..io import to_json
-
-        doc: dict[str, Any] = {}
-        if once:
-            doc["shared_parameters"] = _describe(SimulationConfig)
-        doc["experiments"] = {
-            n: {
-                "description": REGISTRY[n].description,
-                "parameters": _describe(REGISTRY[n].Config, set(shared[n]) if once else set()),
-                "shared_parameters": shared[n],
-                "presets": REGISTRY[n].presets,
-            }
-            for n in names
-        }
-        typer.echo(to_json(doc, indent=2))
-        return
-    out = console()
-    if once:
-        out.print("Shared parameters (each experiment below says which it takes)", highlight=False)
-        out.print(_table(_describe(SimulationConfig)))
-        out.print()
-    for exp_name in names:
-        exp = REGISTRY[exp_name]
-        rows = _describe(exp.Config, set(shared[exp_name]) if once else set())
-        out.print(f"{exp_name}: {escape(exp.description)}", highlight=False)
-        out.print(_table(rows))
-        if once and shared[exp_name]:
-            out.print(f"  shared parameters: {escape(', '.join(shared[exp_name]))}")
-        for preset, values in exp.presets.items():
-            out.print(
-                f"  preset [bold]{preset}[/bold]: " + escape(", ".join(f"{k}={v}" for k, v in values.items()))
-            )
-        out.print()
+        return _list_json(names, once=name is None)
+    print_document(list_document(names, once=name is None), wide=wide, fit_piped=True)
+    return None
 
 
 # ----------------------------------------------------------------------------------------- show
 
 
+def print_summary(summary: dict[str, Any], title: str, wide: bool = False) -> None:
+    """A run's summary as `attnflow show` prints it (the rows of summary.md)."""
+    from ..experiments.tables import summary_document
+
+    print_document(summary_document(summary, title), wide=wide)
+
+
 def show_command(
-    directory: Annotated[Path, typer.Argument(help="output folder of `attnflow run` (or a sweep store)")],
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="output folder of `attnflow run` (or a sweep store)")
+    ],
     json_out: Annotated[
         bool, typer.Option("--json", help="print the summary, dataset layout and provenance as JSON")
     ] = False,
     csv_out: Annotated[bool, typer.Option("--csv", help="a sweep store: its table of points as CSV")] = False,
+    wide: WideOption = False,
 ) -> None:
     """Summary of a finished run: headline numbers, dataset layout and provenance.
 
-    In a terminal the summary is rendered; piped or redirected it is printed as Markdown.
+    In a terminal the tables fit its width (--wide: whole); piped or redirected they are printed as
+    Markdown, the rows of summary.md.
     """
     from .sweep import is_sweep_store
 
     if json_out and csv_out:
         raise _fail("--json and --csv: choose one", EXIT_USAGE)
     if is_sweep_store(directory):
-        try:
+        with exits([Failure((ValueError,), EXIT_USAGE, str)]):  # a damaged sweep.json
             _show_sweep(directory, json_out, csv_out)
-        except ValueError as err:  # a damaged sweep.json
-            raise _fail(str(err), EXIT_USAGE) from None
         return
     if csv_out:
         raise _fail(f"--csv is for a sweep store; {directory} is a run (use --json)", EXIT_USAGE)
-    if not directory.is_dir():
-        raise _fail(f"{directory}: no such folder", EXIT_USAGE)
-    summary = directory / SUMMARY_MD
-    if not summary.exists():
-        parts_dir = directory / PARTS_DIR
-        parts = sorted(p.stem for p in parts_dir.glob("*.zarr")) if parts_dir.is_dir() else []
-        if parts:
-            raise _fail(
-                f"{directory}: unfinished run ({len(parts)} part(s) done: {', '.join(parts)}); "
-                "rerun the same `attnflow run` command to complete it",
-                EXIT_FAILED,
-            )
-        raise _fail(f"{directory}: not an attnflow run (no {SUMMARY_MD})", EXIT_USAGE)
+    _check_finished(directory)
     info = _run_info(directory)
     if json_out:
         from ..io import to_json
 
         typer.echo(to_json(info, indent=2))
-        return
-    out = console()
-    if out.is_terminal:
-        from rich.markdown import Markdown
-
-        out.print(Markdown(summary.read_text()))
     else:
-        out.print(summary.read_text(), markup=False, highlight=False)
+        print_document(show_document(info, directory), wide=wide)
+
+
+def _check_finished(directory: Path) -> None:
+    """Exit with a message unless `directory` holds a finished run (2: not a run; 1: unfinished)."""
+    if not directory.is_dir():
+        raise _fail(f"{directory}: no such folder", EXIT_USAGE)
+    if (directory / SUMMARY_MD).exists():
+        _checked_text(directory / SUMMARY_MD, directory)  # a summary altered since it was written: refused
+        return
+    parts_dir = directory / PARTS_DIR
+    parts = sorted(p.stem for p in parts_dir.glob("*.zarr")) if parts_dir.is_dir() else []
+    if parts:
+        raise _fail(
+            f"{directory}: unfinished run ({len(parts)} part(s) done: {', '.join(parts)}); "
+            "rerun the same `attnflow run` command to complete it",
+            EXIT_FAILED,
+        )
+    raise _fail(f"{directory}: not an attnflow run (no {SUMMARY_MD})", EXIT_USAGE)
+
+
+def show_document(info: dict[str, Any], directory: Path) -> Document:
+    """`attnflow show` of a run as a Document: its summary (the rows of summary.md; summary.md as
+    written where there is no summary.json), then where its result lies and how it was made."""
+    from ..experiments.tables import Document, Prose, Section, summary_document
+
+    summary = info.get("summary")
+    if isinstance(summary, dict):
+        name = summary.get("experiment") or "run"
+        doc = summary_document(summary, f"attnflow run: {name}")
+    else:
+        doc = Document("", (Section("", (Prose((_checked_text(directory / SUMMARY_MD, directory),)),)),))
+    return Document(doc.title, (*doc.sections, _result_section(info)))
+
+
+def _result_section(info: dict[str, Any]) -> Section:
+    """Where the result lies (dataset, figures, report) and how it was made (provenance)."""
+    from ..experiments.tables import Section, Table
+
+    rows: list[tuple[str, str]] = []
     if "dataset" in info:
         ds, prov = info["dataset"], info["provenance"]
-        out.print(f"dataset {ds['path']}: " + ", ".join(f"{k}={v}" for k, v in ds["sizes"].items()))
-        out.print("variables: " + ", ".join(ds["variables"]))
         versions = ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items() if v)
-        out.print(
-            f"computed {prov.get('time_utc')} on {prov.get('host')} "
-            f"({prov.get('cpu_count')} CPUs): {versions}"
-        )
-        out.print(f"kernel: {info.get('kernel')}; integrator: {info.get('integrator')}")
-        wall = prov.get("wall_time_s")
-        if isinstance(wall, dict) and wall.get("total") is not None:
-            reused = wall.get("n_reused_parts", 0)
-            out.print(
-                f"wall time {wall['total']:.1f} s over the runs that made it ({reused} part(s) reused); "
-                f"torch threads {prov.get('torch_threads', '?')}; device {prov.get('device', '?')}"
-            )
+        rows += [
+            ("dataset", ds["path"]),
+            ("sizes", ", ".join(f"{k}={v}" for k, v in ds["sizes"].items())),
+            ("variables", ", ".join(ds["variables"])),
+            ("computed", f"{prov.get('time_utc')} on {prov.get('host')} ({prov.get('cpu_count')} CPUs)"),
+            ("versions", versions),
+            ("kernel", str(info.get("kernel"))),
+            ("integrator", str(info.get("integrator"))),
+            *_wall_rows(prov),
+        ]
     if info["figures"]:
-        out.print("figures: " + ", ".join(info["figures"]))
+        rows.append(("figures", ", ".join(info["figures"])))
     if info.get("report"):
-        out.print(f"report: {info['report']}")
+        rows.append(("report", info["report"]))
+    return Section("Result", (Table(("quantity", "value"), tuple(rows)),) if rows else ())
+
+
+def _wall_rows(prov: dict[str, Any]) -> list[tuple[str, str]]:
+    wall = prov.get("wall_time_s")
+    if not (isinstance(wall, dict) and wall.get("total") is not None):
+        return []
+    reused = wall.get("n_reused_parts", 0)
+    return [
+        ("wall time", f"{wall['total']:.1f} s over the runs that made it ({reused} part(s) reused)"),
+        ("torch threads", str(prov.get("torch_threads", "?"))),
+        ("device", str(prov.get("device", "?"))),
+    ]
+
+
+def _checked_text(path: Path, directory: Path) -> str:
+    """The text of a summary file of the run `directory` as it was written (its checksum), else the
+    one-line refusal naming it (`damaged`)."""
+    from ..io import StoreError, read_checked_text
+
+    try:
+        return read_checked_text(path)
+    except StoreError as err:
+        raise damaged(err, directory) from None
 
 
 def _run_info(directory: Path) -> dict[str, Any]:
@@ -273,7 +399,8 @@ def _run_info(directory: Path) -> dict[str, Any]:
     info: dict[str, Any] = {"run": str(directory)}
     summary_json = directory / SUMMARY_JSON
     try:
-        info["summary"] = json.loads(summary_json.read_text()) if summary_json.exists() else None
+        text = _checked_text(summary_json, directory) if summary_json.exists() else None
+        info["summary"] = json.loads(text) if text is not None else None
     except ValueError as err:
         raise damaged(ValueError(f"{summary_json}: not JSON ({err})"), directory) from None
     store = directory / RESULT_STORE
@@ -313,5 +440,6 @@ def _show_sweep(store: Path, json_out: bool, csv_out: bool) -> None:
         writer.writerow(header)
         writer.writerows(rows)
     else:
-        out = console()
-        typer.echo(show_sweep(store, width=out.width), nl=False)
+        from .console import console
+
+        typer.echo(show_sweep(store, width=console().width), nl=False)

@@ -12,21 +12,13 @@ from typing import Annotated
 
 import typer
 
-from ..sweeps import SweepError, is_sweep_store, parse_grid, show_sweep
+from ..sweeps import is_sweep_store, parse_grid, show_sweep
+from ..sweeps.grid import CONFIRM_POINTS, check_grid, check_grid_size
+from .console import EXIT_FAILED, EXIT_USAGE, Failure, exits, sweep_failures, sweep_usage
 from .console import fail as _fail
-from .options import SetOption
+from .options import PdfOption, SetOption
 
 __all__ = ["is_sweep_store", "show_sweep", "sweep_command"]
-
-# the library's arguments that this command sets under another name
-_OPTIONS = {"grid": "--grid", "store": "--out"}
-
-
-def _usage(err: Exception) -> str:
-    """A library error in this command's words: the argument it names becomes the option that set it."""
-    if isinstance(err, SweepError) and err.argument in _OPTIONS:
-        return f"{_OPTIONS[err.argument]} {err.value!r}: {err.problem}"
-    return str(err)
 
 
 def _figures(store: str, quiet: bool, pdf: bool = False) -> None:
@@ -48,66 +40,85 @@ def _figures(store: str, quiet: bool, pdf: bool = False) -> None:
 
 
 def sweep_command(
-    config: Annotated[str, typer.Argument(help="experiment name (e.g. concentration) or a TOML config file")],
+    config: Annotated[
+        str,
+        typer.Argument(
+            metavar="NAME", help="experiment or preset name (e.g. concentration) or a TOML config file"
+        ),
+    ],
     grid: Annotated[
         list[str],
         typer.Option(
             "--grid",
             "-g",
+            metavar="KEY=VALUES",
             help="a grid axis: key=v1,v2,... or key=a:b[:step] (integers a..b-1); repeat for more axes",
         ),
     ],
     scheduler: Annotated[
         str | None,
-        typer.Option(help="address of a running Dask scheduler (tcp://host:8786); default: a local cluster"),
+        typer.Option(
+            metavar="ADDRESS",
+            help="address of a running Dask scheduler (tcp://host:8786); default: a local cluster",
+        ),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="workers of the local cluster")] = 2,
+    workers: Annotated[
+        int, typer.Option("--workers", "-w", min=1, metavar="INTEGER", help="workers of the local cluster")
+    ] = 2,
     out: Annotated[
-        str, typer.Option("--out", "-o", help="sweep store: a folder or an fsspec URL")
+        str, typer.Option("--out", "-o", metavar="STORE", help="sweep store: a folder or an fsspec URL")
     ] = "runs/sweep",
     retries: Annotated[
-        int, typer.Option(min=0, help="resubmissions of a failing point before it is failed")
+        int,
+        typer.Option(min=0, metavar="INTEGER", help="resubmissions of a failing point before it is failed"),
     ] = 2,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar, no summary table")] = False,
     set_: SetOption = None,
     figures: Annotated[bool, typer.Option(help="draw the sweep figures (PNG) into OUT/figures")] = True,
-    pdf: Annotated[
-        bool, typer.Option("--pdf", help="also write the sweep figures as PDF (vector, for a paper)")
+    pdf: PdfOption = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help=f"run a grid of more than {CONFIRM_POINTS:,} points")
     ] = False,
 ) -> None:
-    """Run an experiment over a parameter grid on Dask; rerun the same command to resume."""
+    """Run an experiment over a parameter grid on Dask; rerun the same command to resume.
+
+    A large grid needs --yes, and one too large for a store is refused: the message gives its count
+    of points and its estimated store size.
+    """
+    from ..experiments import load_config
     from ..sweeps import sweep
 
-    try:
+    with exits([Failure((ValueError, TypeError, FileNotFoundError), EXIT_USAGE, sweep_usage)]):
         axes = parse_grid(grid or [])
         if not axes:
-            raise ValueError("give at least one --grid key=values")
-        from ..experiments import load_config
-
+            raise _fail("give at least one --grid key=values", EXIT_USAGE)
+        check_grid_size(check_grid(axes), yes)  # before the config: a refusal loads nothing heavy
         cfg = load_config(config, list(set_ or []))
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        raise _fail(_usage(err), 2) from None
-    try:
+    with exits(sweep_failures(out)):
         result = sweep(
-            cfg, axes, client=scheduler, store=out, workers=workers, retries=retries, progress=not quiet
+            cfg,
+            axes,
+            client=scheduler,
+            store=out,
+            workers=workers,
+            retries=retries,
+            progress=not quiet,
+            yes=yes,
         )
-    except KeyboardInterrupt:
-        raise _fail(
-            f"interrupted; finished points are kept in {out}: rerun the same command to resume", 130
-        ) from None
-    except (ValueError, TypeError) as err:
-        raise _fail(_usage(err), 2) from None
-    except (OSError, TimeoutError) as err:
-        raise _fail(f"could not run on the cluster: {type(err).__name__}: {err}", 1) from None
-    if not quiet:
-        from .console import console
-
-        typer.echo(str(result))  # with its warnings (damaged points recomputed, a lock taken over)
-        typer.echo(show_sweep(out, width=console().width), nl=False)
-    else:
-        for w in result.warnings:
-            typer.echo(f"attnflow sweep: warning: {w}", err=True)
+    _report(result, out, quiet)
     if figures:
         _figures(out, quiet, pdf)
     if not result.ok:
-        raise _fail(f"{len(result.failed)} point(s) failed; see `attnflow show {out}`", 1)
+        raise _fail(f"{len(result.failed)} point(s) failed; see `attnflow show {out}`", EXIT_FAILED)
+
+
+def _report(result, out: str, quiet: bool) -> None:
+    """The sweep's result and table (quiet: only its warnings, on stderr)."""
+    if quiet:
+        for w in result.warnings:
+            typer.echo(f"attnflow sweep: warning: {w}", err=True)
+        return
+    from .console import console
+
+    typer.echo(str(result))  # with its warnings (damaged points recomputed, a lock taken over)
+    typer.echo(show_sweep(out, width=console().width), nl=False)

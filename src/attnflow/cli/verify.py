@@ -16,13 +16,15 @@ __all__ = ["verify_command"]
 
 
 def verify_command(
-    directory: Annotated[Path, typer.Argument(help="output folder of `attnflow run`, or a sweep store")],
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="output folder of `attnflow run`, or a sweep store")
+    ],
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print the problems only")] = False,
 ) -> None:
     """Check a run folder or a sweep store: every stored dataset against the checksums written with
     it (a missing, truncated or altered file is named), the config, summary and sweep files.
 
-    Exit code 0 when nothing is wrong, 1 when a problem is found, 2 when DIRECTORY is neither.
+    Exit code 0 when nothing is wrong, 1 when a problem is found, 2 when DIR is neither.
     """
     from ..sweeps.verify import verify_folder
 

@@ -1,41 +1,35 @@
-"""Helpers used by several experiments: initial clouds, time grids, token subsets, attrs."""
+"""Helpers used by several experiments: time grids, token subsets, attrs, fits that may fail.
+
+The integrator settings of a config are `attnflow.experiments.inputs.integration` (`simulate_kwargs`
+and `integrator_label` here are its short forms for the experiments that take the config)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._threads import torch_threads
 from ..progress import Reporter
+from .config import n_saved_times, time_grid
+
+if TYPE_CHECKING:
+    from .config import ExperimentConfig, SimulationConfig
 
 __all__ = [
     "base_attrs",
     "finite_or_none",
     "fit_or_reason",
     "integrator_label",
+    "n_saved_times",
     "simulate_kwargs",
     "time_grid",
     "token_subset",
     "torch_threads",  # the thread policy's home is attnflow._threads
     "unit_float64",
+    "warn_assumptions",
 ]
-
-
-def time_grid(t_max: float, dt_save: float) -> np.ndarray:
-    """Saved times 0, dt_save, ..., t_max (t_max included up to rounding)."""
-    n = math.floor(t_max / dt_save + 1e-9)
-    t = dt_save * np.arange(n + 1)
-    if t_max - t[-1] > 1e-9 * t_max:
-        t = np.append(t, t_max)
-    return t
-
-
-def n_saved_times(t_max: float, dt_save: float) -> int:
-    """len(time_grid(t_max, dt_save)), without making the grid."""
-    n = math.floor(t_max / dt_save + 1e-9)
-    return n + 1 + int(t_max - dt_save * n > 1e-9 * t_max)
 
 
 def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:
@@ -45,19 +39,11 @@ def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(N, size=n, replace=False))
 
 
-def simulate_kwargs(config: Any) -> dict[str, Any]:
-    """Integrator settings of a SimulationConfig for `attnflow.dynamics.integrate.simulate` (the tolerances go
-    in `options`, for the adaptive method only)."""
-    adaptive = config.integrator == "adaptive"
-    return {
-        "method": config.integrator,
-        "dt": config.dt,
-        "kernel": config.kernel,
-        "dtype": config.dtype,
-        "device": config.device,
-        "options": {"rtol": config.rtol, "atol": config.atol} if adaptive else None,
-        "threads": config.threads,
-    }
+def simulate_kwargs(config: SimulationConfig) -> dict[str, Any]:
+    """`integration(config).kwargs()`: the keywords of `simulate` (attnflow.experiments.inputs)."""
+    from .inputs import integration
+
+    return integration(config).kwargs()
 
 
 def unit_float64(x: np.ndarray) -> np.ndarray:
@@ -66,19 +52,21 @@ def unit_float64(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def integrator_label(config: Any) -> str:
-    if config.integrator == "adaptive":
-        return f"adaptive Dormand-Prince 5(4), rtol={config.rtol:g}, atol={config.atol:g}"
-    return f"{config.integrator}, dt={config.dt:g}"
+def integrator_label(config: SimulationConfig) -> str:
+    """`integration(config).label`: the integrator in words (attnflow.experiments.inputs)."""
+    from .inputs import integration
+
+    return integration(config).label
 
 
-def base_attrs(config: Any, reporter: Reporter, timings: dict[str, float], **extra: Any) -> dict:
+def base_attrs(config: ExperimentConfig, reporter: Reporter, timings: dict[str, float], **extra: Any) -> dict:
     """attrs every result carries: experiment, full config, provenance, seed, timings, warnings."""
     from ..io import provenance, to_json
 
+    dump = config.model_dump()
     attrs = {
-        "experiment": config.experiment,
-        "config": to_json(config.model_dump()),
+        "experiment": dump["experiment"],
+        "config": to_json(dump),
         "provenance": to_json(provenance(threads_in_effect(config), _devices(extra.get("solver")))),
         "seed": int(config.seed),
         "timings": to_json(timings),
@@ -89,7 +77,7 @@ def base_attrs(config: Any, reporter: Reporter, timings: dict[str, float], **ext
     return attrs
 
 
-def threads_in_effect(config: Any) -> int | None:
+def threads_in_effect(config: ExperimentConfig) -> int | None:
     """The torch CPU threads a run of `config` computes with (`torch_threads(config.threads)`): the
     config's number, or torch's own for threads = 0 (None when the config has no `threads` or torch
     is not loaded)."""
@@ -120,3 +108,22 @@ def fit_or_reason(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
 def finite_or_none(x: Any) -> float | None:
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+def warn_assumptions(att: Any, reporter: Reporter) -> None:
+    """A warning of the run when the weights fail the theorem's first assumption (B invertible, A
+    symmetric, a spectral gap; docs/math.md "Assumptions of the theorem"), with its numbers: the run
+    goes on, and its result says that the theorem does not apply to it."""
+    from ..science.assumptions import FAILS, check_assumptions
+
+    first = check_assumptions(att)[0]
+    if first.status != FAILS:
+        return
+    sp = att.spectrum()
+    message = f"the weights fail assumption 1 of the theorem ({first.name}): {first.reason}"
+    if sp.mu2 is None and sp.multiplicity == att.d:
+        message += (
+            " The top eigenspace of A is all of R^d, so Pi is the identity and W2(rho_t, Pi_# rho_0) is "
+            "W2(rho_t, rho_0): t* = 0 and min W2 = 0 say nothing about concentration."
+        )
+    reporter.warn(message + " The theorem says nothing about this run.")

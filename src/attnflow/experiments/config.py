@@ -1,4 +1,4 @@
-"""Pieces shared by the experiments: config base class, TOML, errors, resume from finished parts."""
+"""Pieces shared by the experiments: config base classes, the time grid of saved times, TOML, errors."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import re
 import warnings
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -19,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from .. import _checks
 from .._checks import check_rtol_for_dtype
 from .._threads import DEFAULT_THREADS, THREADS_HELP
 from ..dynamics.integrate import METHODS
@@ -135,6 +137,21 @@ class SimulationConfig(DeviceConfig):
         return self
 
 
+def time_grid(t_max: float, dt_save: float) -> np.ndarray:
+    """Saved times 0, dt_save, ..., t_max (t_max included up to rounding)."""
+    n = math.floor(t_max / dt_save + 1e-9)
+    t = dt_save * np.arange(n + 1)
+    if t_max - t[-1] > 1e-9 * t_max:
+        t = np.append(t, t_max)
+    return t
+
+
+def n_saved_times(t_max: float, dt_save: float) -> int:
+    """len(time_grid(t_max, dt_save)), without making the grid."""
+    n = math.floor(t_max / dt_save + 1e-9)
+    return n + 1 + int(t_max - dt_save * n > 1e-9 * t_max)
+
+
 # the dimension of the built-in experiments' tokens (a lower bound for `heads`, whose d is the model's)
 SAVED_D = 3
 
@@ -145,7 +162,6 @@ def check_saved_arrays(config: BaseModel) -> None:
     when the config is made, rather than a MemoryError when the run allocates it. N: the config's N
     (N_max for a ladder), else 1. (`simulate` checks again against the memory available when it runs.)"""
     from .._checks import check_saved_memory
-    from .common import n_saved_times
 
     t_max, dt_save = getattr(config, "t_max", None), getattr(config, "dt_save", None)
     if not isinstance(t_max, (int, float)) or not isinstance(dt_save, (int, float)):
@@ -163,14 +179,8 @@ def check_saved_arrays(config: BaseModel) -> None:
 
 
 def check_betas(v: list[float]) -> list[float]:
-    """betas: finite, > 0, no duplicates; returned sorted."""
-    if not v:
-        raise ValueError("at least one beta is needed")
-    if any(not math.isfinite(b) for b in v):
-        raise ValueError("every beta must be finite (the zero-temperature curve is computed separately)")
-    if len(set(v)) != len(v):
-        raise ValueError(f"betas must be distinct, got {v}")
-    return sorted(float(b) for b in v)
+    """betas: finite, > 0, no duplicates (`_checks.check_betas`); returned sorted."""
+    return sorted(_checks.check_betas(v, distinct=True).tolist())
 
 
 # ----------------------------------------------------------------------------------------- errors

@@ -1,297 +1,36 @@
-"""Points of the unit sphere S^{d-1}: sampling, quadrature nodes and weights, normalisation, tangent
-projection, distances."""
+"""Points of the unit sphere S^{d-1}: every name of `attnflow.measures` in one module (sampling,
+quadrature nodes and weights, densities, geometry), where the docs and attnflow 0.1's
+`attnflow.sphere` find them. Each lives in its own module of `attnflow.measures`."""
 
-from __future__ import annotations
+from .densities import check_vmf, uniform_density, vmf_density, vmf_normaliser
+from .geometry import chordal_distance, geodesic_distance, normalize, spacing, sphere_area, tangent_project
+from .quadrature import (
+    CIRCLE_OFFSET,
+    QUADRATURE_DIMS,
+    circle_nodes,
+    fibonacci_sphere,
+    graded_circle_quadrature,
+    quadrature,
+)
+from .sampling import sample_uniform, sample_vmf
 
-import itertools
-import math
-from collections.abc import Callable
-
-import numpy as np
-
-from .._checks import SeedLike, check_positive, rng_from, to_numpy
-
-
-def normalize(X: np.ndarray) -> np.ndarray:
-    """Rows divided by their Euclidean norm, (..., d) -> (..., d)."""
-    X = np.asarray(X, dtype=np.float64)
-    return X / np.linalg.norm(X, axis=-1, keepdims=True)
-
-
-def tangent_project(X: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """P_x^perp w = w - <x, w> x, row by row; X unit rows (..., d), W (..., d)."""
-    return W - np.sum(X * W, axis=-1, keepdims=True) * X
-
-
-def chordal_distance(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """|x - y| row by row, (..., d) x (..., d) -> (...)."""
-    return np.linalg.norm(np.asarray(X) - np.asarray(Y), axis=-1)
-
-
-def geodesic_distance(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """Great-circle angle arccos <x, y> in [0, pi], computed as 2 atan2(|x - y|, |x + y|) (accurate
-    for nearby and antipodal points alike)."""
-    X, Y = np.asarray(X), np.asarray(Y)
-    return 2.0 * np.arctan2(np.linalg.norm(X - Y, axis=-1), np.linalg.norm(X + Y, axis=-1))
-
-
-def sample_uniform(N: int, d: int, seed: SeedLike = None, M: int | None = None) -> np.ndarray:
-    """N i.i.d. points uniform on S^{d-1}: (N, d) float64, or (M, N, d) with a batch size M."""
-    N = int(check_positive(N, "N", integer=True))
-    d = int(check_positive(d, "d", integer=True))
-    if d < 2:
-        raise ValueError(f"d must be >= 2 (points of S^(d-1)), got {d}")
-    shape = (N, d) if M is None else (int(check_positive(M, "M", integer=True)), N, d)
-    G = rng_from(seed).standard_normal(shape)
-    return normalize(G)
-
-
-def _check_vmf(mean, kappa: float) -> tuple[np.ndarray, float]:
-    """The von Mises-Fisher parameters, checked: the unit mean direction (d,) and kappa >= 0."""
-    mu = to_numpy(mean).astype(np.float64).ravel()
-    if mu.size < 2 or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
-        raise ValueError(f"mean must be a finite non-zero vector with d >= 2 entries, got {mean!r}")
-    mu = mu / np.linalg.norm(mu)
-    kappa = float(kappa)
-    if not math.isfinite(kappa) or kappa < 0:
-        raise ValueError(f"kappa must be a finite number >= 0, got {kappa!r}")
-    return mu, kappa
-
-
-def sample_vmf(N: int, mean, kappa: float, seed: SeedLike = None) -> np.ndarray:
-    """N i.i.d. points from the von Mises-Fisher law on S^{d-1}: density ∝ exp(kappa <mean, x>).
-
-    Wood's (1994) rejection sampler for w = <mean, x>, written so that kappa up to 1e6 and beyond
-    neither overflows nor loses the tangent component: 1 - w is computed directly.
-    Returns (N, d) float64 with unit rows.  kappa = 0 gives the uniform law.
-    """
-    N = int(check_positive(N, "N", integer=True))
-    mu, kappa = _check_vmf(mean, kappa)
-    d = mu.size
-    rng = rng_from(seed)
-    if kappa == 0:
-        return sample_uniform(N, d, rng)
-    m = d - 1.0
-    b = m / (2.0 * kappa + math.sqrt(4.0 * kappa**2 + m**2))  # stable form of Wood's b
-    x0 = (1.0 - b) / (1.0 + b)
-    c = kappa * x0 + m * math.log1p(-x0 * x0) if x0 < 1 else kappa * x0
-    w = np.empty(N)
-    one_minus_w = np.empty(N)
-    filled = 0
-    while filled < N:
-        n = N - filled
-        z = rng.beta(m / 2.0, m / 2.0, size=n)
-        u = rng.uniform(size=n)
-        den = 1.0 - (1.0 - b) * z
-        wt = (1.0 - (1.0 + b) * z) / den
-        omw = 2.0 * b * z / den  # 1 - w without cancellation
-        # 1 - x0 w = (1 - x0) + x0 (1 - w), again without cancellation
-        one_minus_x0w = 2.0 * b / (1.0 + b) + x0 * omw
-        with np.errstate(divide="ignore"):
-            ok = kappa * wt + m * np.log(one_minus_x0w) - c >= np.log(u)
-        k = int(ok.sum())
-        w[filled : filled + k] = wt[ok]
-        one_minus_w[filled : filled + k] = omw[ok]
-        filled += k
-    # uniform directions orthogonal to mu
-    G = rng.standard_normal((N, d))
-    G -= np.outer(G @ mu, mu)
-    G /= np.linalg.norm(G, axis=1, keepdims=True)
-    s = np.sqrt(np.clip(one_minus_w * (2.0 - one_minus_w), 0.0, None))  # sqrt(1 - w^2)
-    X = w[:, None] * mu[None, :] + s[:, None] * G
-    return normalize(X)
-
-
-def fibonacci_sphere(N: int) -> np.ndarray:
-    """N quasi-uniform points on S^2 (Fibonacci lattice): (N, 3), even spacing about sqrt(4 pi / N)."""
-    N = int(check_positive(N, "N", integer=True))
-    k = np.arange(N, dtype=np.float64) + 0.5
-    z = 1.0 - 2.0 * k / N
-    r = np.sqrt(np.clip(1.0 - z * z, 0.0, None))
-    phi = k * math.pi * (3.0 - math.sqrt(5.0))  # golden angle
-    return normalize(np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1))
-
-
-#: Offset of the equispaced nodes on S^1, in units of their spacing: the golden ratio's fractional
-#: part. The trapezoidal rule is exact for trigonometric polynomials of degree < N at any offset; an
-#: irrational one puts no node on a direction at a rational multiple of pi (the axes, u_1 = (1, 1)/sqrt 2
-#: of the d = 2 worked example and its equator P_1 x = 0, where Pi is undefined) for any N. The
-#: midpoint offset 1/2 would put a node on that equator whenever N = 4 mod 8 (N = 100, 200, ...).
-CIRCLE_OFFSET = (math.sqrt(5.0) - 1.0) / 2.0
-
-
-def circle_nodes(N: int) -> np.ndarray:
-    """N equispaced points on S^1 at angles 2 pi (k + CIRCLE_OFFSET) / N, k = 0..N-1: (N, 2).
-
-    With equal weights 1/N they are the trapezoidal rule: spectrally accurate for smooth integrands.
-    """
-    N = int(check_positive(N, "N", integer=True))
-    theta = 2.0 * math.pi * (np.arange(N, dtype=np.float64) + CIRCLE_OFFSET) / N
-    return np.stack([np.cos(theta), np.sin(theta)], axis=1)
-
-
-def vmf_density(mean, kappa: float) -> Callable[[np.ndarray], np.ndarray]:
-    """The von Mises-Fisher density up to its constant, f(x) = exp(kappa (<mean, x> - 1)) in (0, 1].
-
-    For `quadrature(N, d, density=vmf_density(mean, kappa))`. Written so that it never overflows; it
-    underflows to 0 at the antipode of `mean` once 2 kappa > 745 (float64), which quadrature reports.
-    """
-    mu, kappa = _check_vmf(mean, kappa)
-
-    def f(X: np.ndarray) -> np.ndarray:
-        X = np.asarray(X, dtype=np.float64)
-        if X.shape[-1] != mu.size:
-            raise ValueError(f"vmf_density: points have d = {X.shape[-1]} but mean has d = {mu.size}")
-        return np.exp(kappa * (X @ mu - 1.0))
-
-    return f
-
-
-def quadrature(
-    N: int, d: int, density: Callable[[np.ndarray], np.ndarray] | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic quadrature of rho_0 on S^{d-1}: nodes X (N, d) and weights w (N,), w > 0, sum 1.
-
-    Nodes: on S^1 (d = 2) N equispaced angles (`circle_nodes`); on S^2 (d = 3) the Fibonacci lattice.
-    Weights: equal (the uniform rho_0), or, for a rho_0 with density f (a callable X (N, d) -> (N,),
-    values >= 0, known up to a constant, e.g. `vmf_density(mean, kappa)`), w_i = f(x_i) / sum_j f(x_j).
-    Then sum_i w_i g(x_i) approximates integral g drho_0 (MATH.md, "Weighted measures").
-    Raises where no node set exists (d >= 4) or where a weight would be 0 (the weighted kernel needs
-    log w_i).
-    """
-    N = int(check_positive(N, "N", integer=True))
-    d = int(check_positive(d, "d", integer=True))
-    if d == 2:
-        X = circle_nodes(N)
-    elif d == 3:
-        X = fibonacci_sphere(N)
-    else:
-        raise ValueError(
-            f"no deterministic quadrature nodes for S^{d - 1} (d = {d}): equispaced angles exist on S^1 "
-            "only (d = 2), the Fibonacci lattice on S^2 only (d = 3). For d >= 4 use a Monte Carlo "
-            "cloud: X = sample_uniform(N, d, seed) with equal weights, or sample_vmf(N, mean, kappa, seed)"
-        )
-    if density is None:
-        return X, np.full(N, 1.0 / N)
-    if not callable(density):
-        raise TypeError(f"density must be a callable X (N, d) -> (N,), got {type(density).__name__}")
-    f = np.asarray(to_numpy(density(X)), dtype=np.float64)
-    if f.shape != (N,):
-        raise ValueError(f"density(X) must return shape ({N},) for X of shape {X.shape}, got {f.shape}")
-    if not np.all(np.isfinite(f)) or np.any(f < 0):
-        raise ValueError("density(X) must be finite and >= 0 at every node")
-    total = float(f.sum())
-    w = f / total if total > 0 else f
-    zero = int(np.sum(w <= 0))
-    if zero:
-        raise ValueError(
-            f"density is 0 (or underflows) at {zero} of the {N} nodes: quadrature weights must be > 0 "
-            "(the weighted softmax uses log w_i). Use a density positive on the whole sphere (as "
-            "Assumption 3 asks; for vmf_density, kappa <= 370), or a Monte Carlo cloud from it"
-        )
-    return X, w
-
-
-def spacing(N: int, d: int) -> float:
-    """Typical spacing of N evenly spread points on S^{d-1}: (|S^{d-1}| / N)^{1/(d-1)}."""
-    area = 2.0 * math.pi ** (d / 2.0) / math.gamma(d / 2.0)
-    return (area / N) ** (1.0 / (d - 1))
-
-
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
-
-
-def _graded_density(
-    x: np.ndarray, j: int, centres: np.ndarray, h: float, du: float, eps: float
-) -> np.ndarray:
-    """Nodes per radian n at the angles centres[j] + x, x (...) given as offsets from centre j (so that
-    its own term, 1 / (du sqrt(eps^2 + 4 sin^2(x / 2))), keeps its accuracy for x ~ eps)."""
-    n = np.full(np.shape(x), 1.0 / h)
-    for i, ci in enumerate(centres):
-        r = x if i == j else x + (centres[j] - ci)
-        n += 1.0 / (du * np.sqrt(eps * eps + 4.0 * np.sin(r / 2.0) ** 2))
-    return n
-
-
-def graded_circle_quadrature(
-    centres,
-    h: float,
-    du: float,
-    eps: float = 1e-11,
-    density: Callable[[np.ndarray], np.ndarray] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Quadrature of rho_0 on S^1 with nodes graded logarithmically toward the angles `centres`.
-
-    Node density (nodes per radian) n(theta) = 1/h + sum_j 1 / (du sqrt(eps^2 + 4 sin^2((theta - c_j) / 2))):
-    spacing about h far from every centre, about du r at a distance eps << r << h/du from c_j (equal
-    steps du in log r), about eps du within eps of it.  The nodes are equispaced in u(theta) = integral
-    of n (Gauss-Legendre on geometric pieces, in offsets from the nearest centre; inverted by Newton to
-    rounding), N = u(2 pi) rounded up to a multiple of 4; the weights are w_i ∝ f(x_i) / n(theta_i), f
-    the density (callable X (N, 2) -> (N,), w.r.t. the uniform law; None: uniform), summing to 1.  This
-    is the trapezoidal rule in the periodic variable u: spectrally accurate for integrands smooth in u,
-    and a Lagrangian quadrature of the mean-field equation whose nodes leave a hyperbolic point at c_j
-    one by one at times about du / (its expansion rate) apart (MATH.md, "Weighted measures").
-    centres: distinct angles in radians (k,), k >= 0; h, du > 0, 0 < eps < 1.  Returns X (N, 2), unit
-    rows in increasing angle from the midpoint before the first centre, and w (N,).  Two antipodal
-    centres and the uniform density give a set symmetric under x -> -x, each centre midway between two
-    nodes.
-    """
-    c = np.asarray(to_numpy(centres), dtype=np.float64).reshape(-1)
-    if not np.all(np.isfinite(c)):
-        raise ValueError(f"centres must be finite angles in radians, got {centres!r}")
-    h = check_positive(h, "h")
-    du = check_positive(du, "du")
-    eps = check_positive(eps, "eps")
-    if eps >= 1.0:
-        raise ValueError(f"eps must be < 1 (the smallest graded scale, radians), got {eps!r}")
-    cs = np.sort(np.mod(c, 2.0 * math.pi))  # the centres in angle order; the arcs they own, in order
-    if cs.size == 0:
-        origins, arcs = np.zeros(1), [(0, 0.0, 2.0 * math.pi)]
-    else:
-        gaps = np.diff(np.concatenate([cs, [cs[0] + 2.0 * math.pi]]))
-        if np.min(gaps) <= 2.0 * eps:
-            raise ValueError(f"centres must be more than 2 eps = {2 * eps:.3g} rad apart, got {centres!r}")
-        back = np.roll(gaps, 1)
-        origins, arcs = cs, [(i, -back[i] / 2.0, gaps[i] / 2.0) for i in range(cs.size)]
-    steps = eps * 2.0 ** np.arange(math.ceil(math.log2(2.0 * math.pi / eps)))
-    pieces = []  # (owner, lo, hi): offsets from the owner's origin, in increasing angle
-    for i, a, b in arcs:
-        cuts = np.linspace(a, b, math.ceil((b - a) / 0.05) + 1)
-        if cs.size:
-            cuts = np.concatenate([cuts, [0.0], -steps[steps < -a], steps[steps < b]])
-        cuts = np.unique(cuts)
-        pieces += [(i, lo, hi) for lo, hi in itertools.pairwise(cuts)]
-    p_own, p_lo, p_hi = (np.array([p[k] for p in pieces]) for k in range(3))
-
-    def n_of(x: np.ndarray, own: np.ndarray) -> np.ndarray:
-        """n at offsets x (M, ...) from the origins own (M,), own non-decreasing."""
-        out = np.empty(np.shape(x))
-        edges = np.searchsorted(own, np.arange(origins.size + 1))
-        for i in range(origins.size):
-            out[edges[i] : edges[i + 1]] = _graded_density(x[edges[i] : edges[i + 1]], i, cs, h, du, eps)
-        return out
-
-    def integral(lo: np.ndarray, hi: np.ndarray, own: np.ndarray) -> np.ndarray:
-        mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
-        return half * (n_of(mid[:, None] + half[:, None] * _GL_X, own) @ _GL_W)
-
-    cum = np.concatenate([[0.0], np.cumsum(integral(p_lo, p_hi, p_own))])
-    U = float(cum[-1])
-    N = 4 * math.ceil(U / 4.0)
-    target = U * (np.arange(N) + 0.5) / N
-    k = np.clip(np.searchsorted(cum, target, side="right") - 1, 0, len(pieces) - 1)
-    lo, hi, own = p_lo[k], p_hi[k], p_own[k]
-    x = lo + (hi - lo) * (target - cum[k]) / (cum[k + 1] - cum[k])
-    for _ in range(50):  # Newton on u(x) = target inside the piece (u increasing), to rounding in u
-        resid = cum[k] + integral(lo, x, own) - target
-        x = np.clip(x - resid / n_of(x, own), lo, hi)
-        if np.all(np.abs(resid) <= 1e-13 * (1.0 + U)):
-            break
-    base = origins[own]  # angle = base + x, with the rotation written out (x ~ eps keeps its digits)
-    cb, sb, cx, sx = np.cos(base), np.sin(base), np.cos(x), np.sin(x)
-    X = np.stack([cb * cx - sb * sx, sb * cx + cb * sx], axis=1)
-    f = np.ones(N) if density is None else np.asarray(to_numpy(density(X)), dtype=np.float64)
-    if f.shape != (N,) or not np.all(np.isfinite(f)) or np.any(f <= 0):
-        raise ValueError(f"density(X) must return ({N},) finite values > 0 at every node (weights are > 0)")
-    w = f / n_of(x, own)
-    return X, w / w.sum()
+__all__ = [
+    "CIRCLE_OFFSET",
+    "QUADRATURE_DIMS",
+    "check_vmf",
+    "chordal_distance",
+    "circle_nodes",
+    "fibonacci_sphere",
+    "geodesic_distance",
+    "graded_circle_quadrature",
+    "normalize",
+    "quadrature",
+    "sample_uniform",
+    "sample_vmf",
+    "spacing",
+    "sphere_area",
+    "tangent_project",
+    "uniform_density",
+    "vmf_density",
+    "vmf_normaliser",
+]

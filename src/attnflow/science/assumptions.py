@@ -15,8 +15,10 @@ import numpy as np
 from .._checks import check_points, check_positive, to_numpy
 from .._text import format_value
 from ..attention import COND_B_MAX, SYMMETRY_TOL, Attention, check_attention
+from ..measures import MEASURES
 
-KINDS = (None, "points", "uniform", "vmf")
+# how X0 was drawn: a bare cloud (None, "points") or from a density of MEASURES
+KINDS = (None, "points", *MEASURES)
 OK, FAILS, NOT_CHECKABLE = "ok", "fails", "not checkable"
 
 __all__ = ["AssumptionReport", "AssumptionResult", "check_assumptions", "reference_rates", "subspace_angle"]
@@ -134,7 +136,7 @@ MOMENT = "|P_1^perp x| / |P_1 x|"
 
 
 def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> AssumptionResult:
-    """Assumption 2 on the cloud X0, or on the density it was drawn from (kind "uniform", "vmf").
+    """Assumption 2 on the cloud X0, or on the density it was drawn from (kind a name of MEASURES).
 
     The theorem needs rho_0(P_1 x = 0) = 0 and a finite moment of |P_1^perp x| / |P_1 x|.
     M_p = mean (|P_1^perp x| / |P_1 x|)^p over the tokens.  A cloud taken as rho_0 has finite M_p
@@ -159,7 +161,7 @@ def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> Assumptio
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(top > 0, perp / top, math.inf)
     m = sp.multiplicity
-    density = kind in ("uniform", "vmf")
+    density = kind in MEASURES
     finite = {p: (p < m or m == att.d) if density else bool(top[i] > tol) for p in (1, 2)}
     numbers: dict[str, Any] = {
         "min_abs_P1x": float(top[i]),
@@ -196,20 +198,14 @@ def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> Assumptio
 
 def _density(kind: str | None) -> AssumptionResult:
     name = "positive density"
-    if kind == "uniform":
-        return AssumptionResult(name, OK, {"kind": kind}, "Uniform rho_0 has a constant positive density.")
-    if kind == "vmf":
-        return AssumptionResult(
-            name,
-            OK,
-            {"kind": kind},
-            "von Mises-Fisher rho_0 has a positive smooth density exp(kappa <m, x>).",
-        )
+    if kind is not None and kind in MEASURES:
+        return AssumptionResult(name, OK, {"kind": kind}, MEASURES[kind].positive)
+    kinds = " or ".join(f"kind={k!r}" for k in MEASURES)
     return AssumptionResult(
         name,
         NOT_CHECKABLE,
         {"kind": kind or "points"},
-        "A bare point cloud has no density; pass kind='uniform' or 'vmf' when it was sampled from one.",
+        f"A bare point cloud has no density; pass {kinds} when it was sampled from one.",
         "a bare cloud",
     )
 

@@ -27,17 +27,23 @@ Everything here works on arrays: the experiments run the levels, this module jud
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from .._checks import check_times
+from .metrics import RESOLUTION_OK
 
 __all__ = [
+    "QUANTITIES",
     "STATUSES",
     "CurveQuantities",
     "LadderDecision",
+    "LadderRules",
+    "LevelReading",
+    "Quantity",
     "converged_window",
     "curve_quantities",
     "judge_ladder",
@@ -50,6 +56,50 @@ DOUBLING_RTOL = 0.01
 
 # Per-beta statuses, most trusted first.
 STATUSES = ("converged", "resolved", "under-resolved")
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A per-beta quantity the ladder judges (an entry of QUANTITIES).
+
+    kind: "time" (converged when consecutive levels differ by at most max(tol t, dt)) or "distance"
+    (by at most tol relative); windowed: read off the W2 curve inside the converged window (a field of
+    CurveQuantities), else measured on each level's whole run (LevelReading.times); at_minimum: read
+    at the curve's minimum, so that a minimum at the window's end voids it; headline: in the per-beta
+    table of the experiment's summary.
+    """
+
+    name: str
+    kind: Literal["time", "distance"]
+    meaning: str
+    windowed: bool = True
+    at_minimum: bool = True
+    headline: bool = True
+
+
+#: the quantities of a beta, in the order results list them
+QUANTITIES: dict[str, Quantity] = {
+    q.name: q
+    for q in (
+        Quantity("t_star", "time", "argmin of W2 over the converged window"),
+        Quantity("min_w2", "distance", "minimum of W2 over the converged window"),
+        Quantity("t_entry", "time", "entry time into the near-minimal band W2 <= (1 + band) min W2"),
+        Quantity(
+            "t_depart",
+            "time",
+            "departure: the mass near A's top eigenspace falls back below 1/2",
+            windowed=False,
+            at_minimum=False,
+        ),
+        Quantity(
+            "t_dev",
+            "time",
+            "when W2 leaves the zero-temperature curve by more than 10 %",
+            at_minimum=False,
+            headline=False,
+        ),
+    )
+}
 
 
 def converged_window(t: Any, fine: Any, coarse: Any, atol: float = 5e-3, rtol: float = 0.02) -> float:
@@ -171,57 +221,78 @@ class LadderDecision:
         return asdict(self)
 
 
-def judge_ladder(
-    Ns: Any,
-    levels: list[CurveQuantities],
-    dt: float,
-    t_max: float,
-    ratio: float,
-    ratio_ok: float,
-    N_max: int,
-    tol: float = 0.02,
-    streak: int = 2,
-    extra_times: dict[str, list[float]] | None = None,
-    previous: list[CurveQuantities | None] | None = None,
-) -> LadderDecision:
-    """Judge the levels Ns (L,) with their CurveQuantities (the first level's window: the one it
-    shares with the second, or empty while it is alone).
+@dataclass(frozen=True)
+class LadderRules:
+    """When a ladder stops and what it calls converged: dt the saved-time step (the resolution of the
+    times), t_max the saved span's end, N_max the largest N, tol and streak (doublings in a row), and
+    ratio_ok the resolution ratio below which an unconverged beta is "resolved"."""
+
+    dt: float
+    t_max: float
+    N_max: int
+    tol: float = 0.02
+    streak: int = 2
+    ratio_ok: float = RESOLUTION_OK
+
+
+@dataclass(frozen=True)
+class LevelReading:
+    """What one level of the ladder says: its N, its curve's quantities (the first level: over the
+    window it shares with the second, or its whole curve while alone), its resolution ratio,
+    `previous` (level >= 1: the coarser level's curve read inside this level's window, where the two
+    agree; None: the coarser level's own), and further per-level times judged without a window (name ->
+    value, names of QUANTITIES that are not windowed, e.g. t_depart)."""
+
+    N: int
+    quantities: CurveQuantities
+    ratio: float
+    previous: CurveQuantities | None = None
+    times: Mapping[str, float] = field(default_factory=dict)
+
+
+def _series(readings: Sequence[LevelReading]) -> dict[str, tuple[list[float], list[bool], list[float]]]:
+    """name -> (value per level, edge flag per level, the value it is compared with per level)."""
+    series: dict[str, tuple[list[float], list[bool], list[float]]] = {}
+    for q in QUANTITIES.values():
+        if q.windowed:
+            values = [getattr(r.quantities, q.name) for r in readings]
+            before = [math.nan] + [
+                getattr(r.previous if r.previous is not None else p.quantities, q.name)
+                for r, p in zip(readings[1:], readings[:-1], strict=True)
+            ]
+            edges = [r.quantities.edge and q.at_minimum for r in readings]
+            series[q.name] = (values, edges, before)
+    for name in readings[-1].times:
+        if name not in QUANTITIES or QUANTITIES[name].windowed:
+            raise ValueError(f"times[{name!r}]: not a per-level quantity of QUANTITIES")
+        if any(name not in r.times for r in readings):
+            raise ValueError(f"times[{name!r}] is missing at some level: every level needs it")
+        values = [float(r.times[name]) for r in readings]
+        series[name] = (values, [False] * len(values), [math.nan, *values[:-1]])
+    return series
+
+
+def judge_ladder(readings: Sequence[LevelReading], rules: LadderRules) -> LadderDecision:
+    """Judge the levels of one beta's ladder, coarsest first.
 
     The status is "converged" when the W2 curves of the last `streak` doublings agree over the whole
     saved span [0, t_max]: the run is then converged in N on it, and more tokens cannot change what it
     says (a minimum beyond t_max needs a longer run, not more tokens). Each quantity carries its own
-    flag: times (t_star, t_entry, t_dev) converge when consecutive levels differ by at most
-    max(tol t, dt), min_w2 when they differ by at most tol relative, `streak` times in a row; a
-    minimum at the end of the window never converges. extra_times: further per-level times judged the
-    same way but without the window (e.g. the departure time), name -> values (L,).
-    previous (L,): for level k >= 1, the quantities of level k-1 read inside level k's window (where
-    the two curves agree), to compare with level k's; None (or a None entry): level k-1's own.
+    flag: times (kind "time") converge when consecutive levels differ by at most max(tol t, dt),
+    distances when they differ by at most tol relative, `streak` times in a row; a minimum at the end
+    of the window never converges. Otherwise "resolved" when the last level's ratio is below
+    ratio_ok, else "under-resolved".
     """
-    Ns = [int(n) for n in Ns]
-    if len(Ns) != len(levels) or not Ns:
-        raise ValueError("Ns and levels must have the same, non-zero length")
-    streak = max(int(streak), 1)
+    if not readings:
+        raise ValueError("readings must hold at least one level")
+    Ns = [int(r.N) for r in readings]
+    streak = max(int(rules.streak), 1)
     out: dict[str, dict[str, Any]] = {}
     reasons: list[str] = []
-    prev = list(previous) if previous is not None else [None] * len(levels)
-    if len(prev) != len(levels):
-        raise ValueError(f"previous has {len(prev)} entries for {len(levels)} levels")
-    series: dict[str, tuple[list[float], list[bool], list[float]]] = {}
-    for name in ("t_star", "min_w2", "t_entry", "t_dev"):
-        values = [getattr(q, name) for q in levels]
-        before = [math.nan] + [
-            getattr(p if p is not None else q, name) for p, q in zip(prev[1:], levels[:-1], strict=True)
-        ]
-        edges = [q.edge for q in levels] if name != "t_dev" else [False] * len(levels)
-        series[name] = (values, edges, before)
-    for name, values in (extra_times or {}).items():
-        if len(values) != len(Ns):
-            raise ValueError(f"extra_times[{name!r}] has {len(values)} values for {len(Ns)} levels")
-        series[name] = (list(values), [False] * len(values), [math.nan, *values[:-1]])
-    whole = [q.t_end >= t_max - 1e-9 * max(1.0, t_max) for q in levels]
-    for name, (values, edges, before) in series.items():
+    whole = [r.quantities.t_end >= rules.t_max - 1e-9 * max(1.0, rules.t_max) for r in readings]
+    for name, (values, edges, before) in _series(readings).items():
         estimate, error, order = richardson(Ns, values)
-        ok, why = _converged(name, values, edges, before, dt, tol, streak)
+        ok, why = _converged(QUANTITIES[name].kind, values, edges, before, rules.dt, rules.tol, streak)
         if not ok and edges[-1] and whole[-1]:
             why = "the minimum lies at t_max: the curve still falls there (a longer t_max decides)"
         if not ok:
@@ -234,18 +305,20 @@ def judge_ladder(
             "converged": ok,
             "reason": why,
         }
-    converged = len(levels) > streak and all(whole[-streak:])
+    converged = len(readings) > streak and all(whole[-streak:])
     if not converged:
-        reasons.insert(0, f"the W2 curves of N and N/2 agree only up to t = {levels[-1].t_end:.3g} < t_max")
-    status = "converged" if converged else ("resolved" if ratio < ratio_ok else "under-resolved")
-    return LadderDecision(status, converged or Ns[-1] * 2 > N_max, Ns[-1], out, reasons)
+        t_end = readings[-1].quantities.t_end
+        reasons.insert(0, f"the W2 curves of N and N/2 agree only up to t = {t_end:.3g} < t_max")
+    ratio = readings[-1].ratio
+    status = "converged" if converged else ("resolved" if ratio < rules.ratio_ok else "under-resolved")
+    return LadderDecision(status, converged or Ns[-1] * 2 > rules.N_max, Ns[-1], out, reasons)
 
 
 def _converged(
-    name: str, values: list[float], edges: list[bool], before: list[float], dt: float, tol: float, streak: int
+    kind: str, values: list[float], edges: list[bool], before: list[float], dt: float, tol: float, streak: int
 ):
-    """Whether the last `streak` doublings each moved the quantity by at most its limit: level k's
-    value against before[k], level k-1's value read where the two curves agree."""
+    """Whether the last `streak` doublings each moved the quantity (of this kind) by at most its limit:
+    level k's value against before[k], level k-1's value read where the two curves agree."""
     if len(values) < streak + 1:
         return False, f"{len(values)} level(s): {streak + 1} needed"
     if any(edges[-streak:]):
@@ -254,7 +327,7 @@ def _converged(
     if not all(math.isfinite(v) for pair in pairs for v in pair):
         return False, "undefined at some level (e.g. not reached within the converged window)"
     for a, b in pairs:
-        limit = max(tol * abs(b), dt) if name.startswith("t_") else tol * abs(b)
+        limit = max(tol * abs(b), dt) if kind == "time" else tol * abs(b)
         if abs(b - a) > limit * (1.0 + 1e-9):  # one saved step apart is within the grid's resolution
             return False, f"changed by {abs(b - a):.3g} between doublings (limit {limit:.3g})"
     return True, ""

@@ -24,7 +24,7 @@ from .._checks import (
     check_weights,
     to_numpy,
 )
-from ..measures.sphere import spacing
+from ..measures.geometry import spacing, sphere_area
 from ..transport.solvers import COSTS, pointwise_cost
 
 __all__ = [
@@ -189,8 +189,7 @@ def resolution_ratio(N: int, d: int, beta: float, B: Any = None, X: Any = None) 
 def tokens_for_ratio(d: int, beta: float, s: float, ratio: float = RESOLUTION_OK) -> int:
     """Smallest N whose resolution ratio spacing(N, d) sqrt(beta s) is at most `ratio`:
     N = |S^{d-1}| (beta s / ratio^2)^((d-1)/2), s = max_i |B^T x_i| (or ||B||)."""
-    area = 2.0 * math.pi ** (d / 2.0) / math.gamma(d / 2.0)
-    return math.ceil(area * (beta * s / ratio**2) ** ((d - 1) / 2.0))
+    return math.ceil(sphere_area(d) * (beta * s / ratio**2) ** ((d - 1) / 2.0))
 
 
 _MOVED_TO_WASSERSTEIN = ("W2Info", "W2Series", "find_atoms", "w2", "w2_to_target")

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -22,22 +25,36 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_va
 
 from ...io import json_attr
 from ...progress import Reporter
-from ..common import base_attrs, finite_or_none, fit_or_reason, integrator_label, time_grid
+from ...science.convergence import (
+    QUANTITIES,
+    STATUSES,
+    CurveQuantities,
+    LadderDecision,
+    LadderRules,
+    LevelReading,
+    converged_window,
+    curve_quantities,
+    judge_ladder,
+)
+from ...science.metrics import RESOLUTION_OK
+from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid, warn_assumptions
 from ..config import Angle, SimulationConfig, check_betas
-from ..model import ModelConfig, describe_model
+from ..inputs import integration, model_inputs
+from ..model import ModelConfig
 from ..parts import cached_part, fingerprint, part_done, part_name
 from ..registry import Experiment, doc_summary
 from .figures import CAPTIONS, figures, sweep_figures
 from .levels import (
+    CURVES,
     Cloud,
+    CloudCache,
+    ConcentrationInputs,
+    Simulations,
     batch_betas,
-    betas_together,
     departure_time,
     graded_clouds,
-    make_cloud,
     reduce_level,
     separatrix_part,
-    simulate_level,
     zero_temperature,
 )
 from .presets import PRESETS
@@ -102,124 +119,176 @@ class ConcentrationConfig(SimulationConfig, ModelConfig):
         return self
 
 
-def _levels(config: ConcentrationConfig) -> list[int]:
+def _levels(config: ConcentrationConfig) -> tuple[int, ...]:
     if config.N != "auto":
-        return [int(config.N)]
+        return (int(config.N),)
     Ns = [config.N_min]
     while Ns[-1] * 2 <= config.N_max:
         Ns.append(Ns[-1] * 2)
-    return Ns
+    return tuple(Ns)
+
+
+def concentration_inputs(config: ConcentrationConfig) -> ConcentrationInputs:
+    """The run's inputs, made from its config once."""
+    times = time_grid(config.t_max, config.dt_save)
+    rules = LadderRules(
+        dt=config.dt_save,
+        t_max=float(times[-1]),
+        N_max=config.N_max if config.N == "auto" else int(config.N),
+        tol=config.tol,
+        streak=config.streak,
+        ratio_ok=RESOLUTION_OK,
+    )
+    return ConcentrationInputs(
+        model=model_inputs(config),
+        solver=integration(config),
+        times=times,
+        betas=tuple(config.betas),
+        Ns=_levels(config),
+        auto=config.N == "auto",
+        seeds=tuple(config.seeds),
+        seed=config.seed,
+        n_keep=config.n_keep,
+        eps=config.eps,
+        t_max=config.t_max,
+        rules=rules,
+        curve_atol=config.curve_atol,
+        curve_rtol=config.curve_rtol,
+        band=config.t_star_rel_tol,
+        zero_reference=config.zero_reference,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Ladder:
+    """One beta's N ladder: the parts of its levels (coarsest first), what each level's curve says,
+    the verdict, the clouds by N (init = graded: its own), and its separatrix search (or None)."""
+
+    beta: float
+    parts: tuple[Any, ...]
+    quantities: tuple[CurveQuantities, ...]
+    decision: LadderDecision
+    clouds: Mapping[int, Cloud]
+    search: Any = None
+
+    @property
+    def cloud(self) -> Cloud:
+        """The cloud of the last level."""
+        return self.clouds[int(self.parts[-1].attrs["N"])]
+
+
+@dataclass(frozen=True, eq=False)
+class _Run:
+    """What the ladders of one run share: its inputs, run folder and fingerprint, reporter, the
+    beta-free clouds, the simulations, and the zero-temperature reference curve (or None)."""
+
+    inputs: ConcentrationInputs
+    out: Path | None
+    fp: str
+    reporter: Reporter
+    clouds: CloudCache
+    simulations: Simulations
+    w2_zero: np.ndarray | None
+
+    def part(self, name: str, compute: Callable[[], Any]) -> Any:
+        return cached_part(self.out, name, self.fp, compute, self.reporter)
+
+
+def _zero_part(inputs: ConcentrationInputs, clouds: CloudCache) -> Any:
+    return zero_temperature(inputs, clouds[inputs.Ns[0]])
+
+
+def _batched(inputs: ConcentrationInputs, out: Path | None, fp: str) -> bool:
+    """Whether the betas run together: a small fixed-N, fixed-step run (batch_betas) with a level
+    left to compute."""
+    if inputs.auto or not batch_betas(inputs, inputs.Ns[0]):
+        return False
+    names = [part_name(beta=b, N=inputs.Ns[0]) for b in inputs.betas]
+    return not all(part_done(out, n, fp) for n in names)
 
 
 def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter | None = None):
     """Run the experiment; with `out`, every finished (beta, N) level is kept in out/parts, and with
     init = graded every beta's separatrix search."""
-    from ...science.convergence import CurveQuantities, converged_window, curve_quantities, judge_ladder
-    from ...science.metrics import RESOLUTION_OK
-
     reporter = progress or Reporter()
     start = time.perf_counter()
-    times = time_grid(config.t_max, config.dt_save)
+    inputs = concentration_inputs(config)
+    warn_assumptions(inputs.model.attention, reporter)
     fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
-    Ns = _levels(config)
-    graded = config.init == "graded"
-    # init = graded: rho_0 depends on beta; a cloud that does not (zero temperature) uses quadrature
-    base = config.model_copy(update={"init": "quadrature"}) if graded else config
-    clouds: dict[int, Cloud] = {}
-
-    def cloud(N: int) -> Cloud:
-        if N not in clouds:
-            clouds[N] = make_cloud(base, N)
-        return clouds[N]
-
-    reporter.overall(len(config.betas) + 1, f"concentration: {len(config.betas)} betas, N = {config.N}")
+    clouds = CloudCache(inputs)
+    reporter.overall(len(inputs.betas) + 1, f"concentration: {len(inputs.betas)} betas, N = {config.N}")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    zero = cached_part(out, "zero", fp, lambda: zero_temperature(config, times, cloud(Ns[0]))[0], reporter)
+    zero = cached_part(out, "zero", fp, partial(_zero_part, inputs, clouds), reporter)
     zero_info = json_attr(zero, "zero", {})
     w2_zero = zero.w2_zero.values if zero_info.get("kind", "").startswith("N = infinity") else None
     timings["zero_temperature_s"] = time.perf_counter() - t0
     reporter.advance()
-
-    together = None
-    if config.N != "auto" and batch_betas(config, Ns[0], config.betas):
-        names = [part_name(beta=b, N=Ns[0]) for b in config.betas]
-        if not all(part_done(out, n, fp) for n in names):
-            together = betas_together(config, config.betas, cloud(Ns[0]), times, reporter)
-
-    results, searches, first = {}, {}, None  # first: the cloud of the first beta's last level
-    for beta in config.betas:
+    simulations = Simulations(inputs, reporter, batched=_batched(inputs, out, fp))
+    shared = _Run(inputs, out, fp, reporter, clouds, simulations, w2_zero)
+    ladders = []
+    for beta in inputs.betas:
         t0 = time.perf_counter()
-        levels, decision = [], None
-        quantities: list[CurveQuantities] = []
-        previous: list[CurveQuantities | None] = []
-        if graded:  # the levels are the grading's: their N are node counts, known once the search is done
-
-            def search(beta: float = beta) -> Any:
-                return separatrix_part(config, beta, reporter)
-
-            searches[beta] = cached_part(out, f"{part_name(beta=beta)}_separatrix", fp, search, reporter)
-            ladder = [(c.N, lambda c=c: c) for c in graded_clouds(config, beta, searches[beta])]
-        else:
-            ladder = [(N, lambda N=N: cloud(N)) for N in Ns]
-        for k, (N, this) in enumerate(ladder):
-
-            def compute(beta=beta, this=this):
-                x, info = (
-                    together(beta) if together else simulate_level(config, beta, this(), times, reporter)
-                )
-                return reduce_level(config, beta, this(), times, x, info)
-
-            part = cached_part(out, part_name(beta=beta, N=N), fp, compute, reporter)
-            levels.append(part)
-            w2 = part.w2.values.mean(axis=0)
-            if k == 0:  # its whole curve: a ladder's first level is the reference of the second
-                t_end = None
-            else:
-                coarse = levels[-2].w2.values.mean(axis=0)
-                t_end = converged_window(times, w2, coarse, config.curve_atol, config.curve_rtol)
-            quantities.append(
-                curve_quantities(times, w2, t_end, band=config.t_star_rel_tol, reference=w2_zero)
-            )
-            previous.append(  # the coarser level read where the two curves agree
-                None
-                if k == 0
-                else curve_quantities(times, coarse, t_end, band=config.t_star_rel_tol, reference=w2_zero)
-            )
-            departures = [departure_time(times, p.mass_A.values.mean(axis=0)) for p in levels]
-            decision = judge_ladder(
-                [p.attrs["N"] for p in levels],
-                quantities,
-                config.dt_save,
-                float(times[-1]),
-                float(part.attrs["resolution_ratio"]),
-                RESOLUTION_OK,
-                config.N_max if config.N == "auto" else int(config.N),
-                config.tol,
-                config.streak,
-                extra_times={"t_depart": departures},
-                previous=previous,
-            )
-            reporter.info(
-                _level_line(beta, N, quantities[-1], decision.status, float(part.attrs["resolution_ratio"]))
-            )
-            # graded levels stop at the last node count <= N_max (graded_clouds), not at 2 N > N_max
-            if (decision.status == "converged") if graded else decision.done:
-                break
-        assert decision is not None
-        if decision.status == "under-resolved":
-            reporter.warn(_under_resolved(config, beta, levels[-1]))
-        results[beta] = (levels, quantities, decision)
-        first = first or ladder[len(levels) - 1][1]()
+        ladders.append(_ladder(shared, beta))
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
         reporter.advance()
-    assert first is not None
-    ds = _assemble(config, times, results, zero, zero_info)
-    ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(config, times, first, ds))
+    ds = _assemble(inputs, ladders, zero)
+    ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
     timings["total_s"] = time.perf_counter() - start
-    separatrices = {f"{b:g}": _separatrix_record(s) for b, s in searches.items()}
-    _attach(ds, config, reporter, timings, results, zero_info, separatrices)
+    ds.attrs = base_attrs(config, reporter, timings, **_attrs(inputs, ds, ladders, zero_info))
+    _long_names(ds, inputs.eps, zero_info)
     return ds
+
+
+def _level(shared: _Run, clouds: Mapping[int, Cloud], beta: float, N: int) -> Any:
+    """The part of level N at beta: its trajectory, reduced."""
+    cloud = clouds[N]
+    return reduce_level(shared.inputs, beta, cloud, shared.simulations.level(beta, cloud))
+
+
+def _reading(inputs: ConcentrationInputs, parts: list[Any], w2_zero: np.ndarray | None) -> LevelReading:
+    """What the latest level of a ladder says: its curve inside the window where it agrees with the
+    level before (the first level: its whole curve, the reference of the second), that coarser curve
+    read in the same window, its resolution ratio and departure time."""
+    times, part = inputs.times, parts[-1]
+    w2 = part.w2.values.mean(axis=0)
+    t_end, previous = None, None
+    if len(parts) > 1:
+        coarse = parts[-2].w2.values.mean(axis=0)
+        t_end = converged_window(times, w2, coarse, inputs.curve_atol, inputs.curve_rtol)
+        previous = curve_quantities(times, coarse, t_end, band=inputs.band, reference=w2_zero)
+    return LevelReading(
+        N=int(part.attrs["N"]),
+        quantities=curve_quantities(times, w2, t_end, band=inputs.band, reference=w2_zero),
+        ratio=float(part.attrs["resolution_ratio"]),
+        previous=previous,
+        times={"t_depart": departure_time(times, part.mass_A.values.mean(axis=0))},
+    )
+
+
+def _ladder(shared: _Run, beta: float) -> Ladder:
+    """The ladder of one beta: levels until the verdict says stop (graded levels: until converged or
+    the last node count <= N_max, see graded_clouds; the others: converged, or 2 N > N_max)."""
+    inputs, reporter = shared.inputs, shared.reporter
+    search, Ns = None, inputs.Ns
+    clouds: Mapping[int, Cloud] = shared.clouds
+    if inputs.graded:  # the levels are the grading's: their N are node counts, known once searched
+        compute = partial(separatrix_part, inputs, beta, reporter)
+        search = shared.part(f"{part_name(beta=beta)}_separatrix", compute)
+        graded = {c.N: c for c in graded_clouds(inputs, beta, search)}
+        clouds, Ns = graded, tuple(graded)
+    parts: list[Any] = []
+    readings: list[LevelReading] = []
+    for N in Ns:
+        parts.append(shared.part(part_name(beta=beta, N=N), partial(_level, shared, clouds, beta, N)))
+        readings.append(_reading(inputs, parts, shared.w2_zero))
+        decision = judge_ladder(readings, inputs.rules)
+        reporter.info(_level_line(beta, N, readings[-1], decision.status))
+        if (decision.status == "converged") if inputs.graded else decision.done:
+            break
+    if decision.status == "under-resolved":
+        reporter.warn(_under_resolved(inputs, beta, parts[-1]))
+    return Ladder(beta, tuple(parts), tuple(r.quantities for r in readings), decision, clouds, search)
 
 
 def _separatrix_record(search: Any) -> dict[str, Any]:
@@ -232,19 +301,20 @@ def _separatrix_record(search: Any) -> dict[str, Any]:
     }
 
 
-def _level_line(beta: float, N: int, q: Any, status: str, ratio: float) -> str:
+def _level_line(beta: float, N: int, reading: LevelReading, status: str) -> str:
+    q = reading.quantities
     edge = " (at the window's end)" if q.edge else ""
     return (
         f"beta = {beta:g}, N = {N}: converged window t <= {q.t_end:.3g}, min W2 = {q.min_w2:.4g} at "
-        f"t* = {q.t_star:.3g}{edge}, band entry {q.t_entry:.3g}; resolution ratio {ratio:.3g}; {status}"
+        f"t* = {q.t_star:.3g}{edge}, band entry {q.t_entry:.3g}; resolution ratio {reading.ratio:.3g}; "
+        f"{status}"
     )
 
 
-def _under_resolved(config: ConcentrationConfig, beta: float, part: Any) -> str:
+def _under_resolved(inputs: ConcentrationInputs, beta: float, part: Any) -> str:
     from ...science.metrics import RESOLUTION_OK, tokens_for_ratio
-    from ..model import attention_of
 
-    att = attention_of(config, 1.0)
+    att = inputs.model.attention
     need = tokens_for_ratio(att.d, beta, att.norm_B)
     return (
         f"beta = {beta:g} is under-resolved at N = {part.attrs['N']}: resolution ratio "
@@ -255,134 +325,148 @@ def _under_resolved(config: ConcentrationConfig, beta: float, part: Any) -> str:
     )
 
 
-def _tokens_at_zero_temperature(config, times, c: Cloud, ds) -> np.ndarray:
+def _tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np.ndarray:
     """The stored tokens of the first beta's last level (its cloud c) under the exact zero-temperature
     flow (it is local: the kept tokens alone give their own paths)."""
     from ...dynamics.zero_temperature import simulate_zero_temperature
-    from ..model import attention_of
 
     X = c.X0[0][c.keep][: ds.sizes["token"]]
-    return simulate_zero_temperature(X, attention_of(config, math.inf), times).x.astype(np.float32)
+    return simulate_zero_temperature(X, inputs.model.at(math.inf), inputs.times).x.astype(np.float32)
 
 
-def _assemble(config, times, results, zero, zero_info):
+#: the columns of the ladder table (beta, level): N, the window's end, the windowed quantities, ratio
+LADDER_COLUMNS = ("N", "window", *(q for q, spec in QUANTITIES.items() if spec.windowed), "ratio")
+
+
+def _ladder_table(ladders: list[Ladder]) -> dict[str, Any]:
+    """ladder_<column> (beta, level) for LADDER_COLUMNS, NaN where a beta ran fewer levels."""
+    L = max(len(lad.parts) for lad in ladders)
+    table = {k: np.full((len(ladders), L), np.nan) for k in LADDER_COLUMNS}
+    for i, lad in enumerate(ladders):
+        for j, (p, q) in enumerate(zip(lad.parts, lad.quantities, strict=True)):
+            row = {"N": p.attrs["N"], "window": q.t_end, "ratio": p.attrs["resolution_ratio"]}
+            for k in LADDER_COLUMNS:
+                table[k][i, j] = row[k] if k in row else getattr(q, k)
+    return {f"ladder_{k}": (("beta", "level"), v) for k, v in table.items()}
+
+
+def _assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any):
     """One Dataset: the final level's curves per beta, the ladder per beta and level."""
     import xarray as xr
 
-    from ..model import attention_of
-
-    betas = list(results)
-    L = max(len(r[0]) for r in results.values())
-    finals = [r[0][-1] for r in results.values()]
+    finals = [lad.parts[-1] for lad in ladders]
+    decisions = [lad.decision for lad in ladders]
     n_tok = min(p.sizes["token"] for p in finals)
-    data: dict[str, Any] = {}
-    rs = list(results.values())
     # the headline scalars first (sweeps list the first few of a point's scalars)
-    for key in ("t_star", "min_w2", "t_entry", "t_depart", "t_dev"):
-        data[key] = (("beta",), [r[2].quantities[key]["value"] for r in rs])
-    data["N_used"] = (("beta",), [r[2].N for r in rs])
-    data["resolution_ratio"] = (("beta",), [float(r[0][-1].attrs["resolution_ratio"]) for r in rs])
-    data["status"] = (("beta",), np.array([r[2].status for r in rs], dtype=str))
-    for key in ("t_star", "min_w2", "t_entry", "t_depart", "t_dev"):
-        data[f"{key}_estimate"] = (("beta",), [r[2].quantities[key]["estimate"] for r in rs])
-        data[f"{key}_error"] = (("beta",), [r[2].quantities[key]["error"] for r in rs])
-    for name in ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V"):
+    data: dict[str, Any] = {k: (("beta",), [d.quantities[k]["value"] for d in decisions]) for k in QUANTITIES}
+    data["N_used"] = (("beta",), [d.N for d in decisions])
+    data["resolution_ratio"] = (("beta",), [float(p.attrs["resolution_ratio"]) for p in finals])
+    data["status"] = (("beta",), np.array([d.status for d in decisions], dtype=str))
+    for key in QUANTITIES:
+        data[f"{key}_estimate"] = (("beta",), [d.quantities[key]["estimate"] for d in decisions])
+        data[f"{key}_error"] = (("beta",), [d.quantities[key]["error"] for d in decisions])
+    for name in CURVES:
         per = np.stack([p[name].values for p in finals])  # (beta, seed, time)
         data[name] = (("beta", "time"), per.mean(axis=1))
         if per.shape[1] > 1:
             data[f"{name}_seed_std"] = (("beta", "time"), per.std(axis=1, ddof=1))
     data["x"] = (("beta", "time", "token", "dim"), np.stack([p.x.values[:, :n_tok] for p in finals]))
-    names = ("N", "window", "t_star", "min_w2", "t_entry", "t_dev", "ratio")
-    ladder = {k: np.full((len(betas), L), np.nan) for k in names}
-    for i, (levels, qs, _) in enumerate(rs):
-        for j, (p, q) in enumerate(zip(levels, qs, strict=True)):
-            row = (p.attrs["N"], q.t_end, q.t_star, q.min_w2, q.t_entry, q.t_dev, p.attrs["resolution_ratio"])
-            for k, v in zip(names, row, strict=True):
-                ladder[k][i, j] = v
-    for k, v in ladder.items():
-        data[f"ladder_{k}"] = (("beta", "level"), v)
-    sp = attention_of(config, 1.0).spectrum()
-    data["basis_A"] = (("dim", "k"), sp.top.basis)
-    ds = xr.Dataset(
-        data, coords={"beta": betas, "time": times, "level": np.arange(L), "token": np.arange(n_tok)}
-    )
-    ds = ds.merge(zero.drop_attrs())
-    return ds.assign_coords(dim=np.arange(sp.top.basis.shape[0]))
+    data.update(_ladder_table(ladders))
+    basis = inputs.model.spectrum.top.basis
+    data["basis_A"] = (("dim", "k"), basis)
+    coords = {
+        "beta": [lad.beta for lad in ladders],
+        "time": inputs.times,
+        "level": np.arange(max(len(lad.parts) for lad in ladders)),
+        "token": np.arange(n_tok),
+    }
+    ds = xr.Dataset(data, coords=coords).merge(zero.drop_attrs())
+    return ds.assign_coords(dim=np.arange(basis.shape[0]))
 
 
-def _per_beta_record(ds, decision) -> dict[str, Any]:
-    q = {k: dict(v) for k, v in decision.quantities.items()}
-    seed_std = ds.get("w2_seed_std")
-    if seed_std is not None:
-        q["min_w2"]["seed_spread"] = float(np.nanmin(seed_std.values))
-    return q
-
-
-def _attach(ds, config, reporter, timings, results, zero_info, separatrices) -> None:
-    """Fits and the claims table over converged betas, convergence per beta, attrs, long names."""
-    from ...science.claims import claims_table
-    from ...science.fits import fit_theorem_bound
-
+def _per_beta(ds, ladders: list[Ladder]) -> tuple[dict[float, dict[str, Any]], dict[str, Any]]:
+    """(beta -> its quantities, status, w2_initial, mass_V_final: what the claims take; "beta" ->
+    its convergence record for attrs["convergence"])."""
     per_beta, convergence = {}, {}
-    for i, (beta, (levels, _, decision)) in enumerate(results.items()):
-        rec = _per_beta_record(ds, decision)
+    for i, lad in enumerate(ladders):
+        decision = lad.decision
+        rec: dict[str, Any] = {k: dict(v) for k, v in decision.quantities.items()}
+        seed_std = ds.get("w2_seed_std")
+        if seed_std is not None:
+            rec["min_w2"]["seed_spread"] = float(np.nanmin(seed_std.values))
         rec.update(
             status=decision.status,
             w2_initial=float(ds.w2.values[i, 0]),
             mass_V_final=float(ds.mass_V.values[i, -1]),
         )
-        per_beta[beta] = rec
-        convergence[f"{beta:g}"] = {
+        per_beta[lad.beta] = rec
+        convergence[f"{lad.beta:g}"] = {
             "status": decision.status,
             "N": decision.N,
-            "levels": [int(p.attrs["N"]) for p in levels],
-            "resolution_ratio": float(levels[-1].attrs["resolution_ratio"]),
+            "levels": [int(p.attrs["N"]) for p in lad.parts],
+            "resolution_ratio": float(lad.parts[-1].attrs["resolution_ratio"]),
             **{
                 k: {kk: v.get(kk) for kk in ("value", "estimate", "error", "converged", "reason")}
                 for k, v in rec.items()
                 if isinstance(v, dict)
             },
         }
-    claims = claims_table(per_beta, config.dt_save, zero_info if zero_info.get("local_rates") else None)
-    fits: dict[str, Any] = {"claims_betas": {c["claim"]: c["betas"] for c in claims}}
+    return per_beta, convergence
+
+
+def _theorem_bound(inputs: ConcentrationInputs, ds, per_beta: dict[float, dict[str, Any]]) -> dict:
+    """The fit of Theorem 1's bound over the converged betas, before the terminal phase (or why not)."""
+    from ...science.fits import fit_theorem_bound
+
     conv = [b for b, r in per_beta.items() if r["status"] == "converged"]
     depart = [r["t_depart"]["value"] for r in per_beta.values()]
-    t_cut = np.nanmin(depart) if conv and np.isfinite(depart).any() else config.t_max
+    t_cut = np.nanmin(depart) if conv and np.isfinite(depart).any() else inputs.t_max
     sel = ds.time.values < t_cut
-    if len(conv) >= 2 and sel.sum() >= 3:  # only converged betas, only before the terminal phase
-        idx = [list(results).index(b) for b in conv]
-        bound = fit_or_reason(
-            fit_theorem_bound, ds.time.values[sel], np.maximum(ds.w2.values[idx][:, sel], 1e-300), conv
-        )
-        fits["theorem_bound"] = {**bound, "betas": conv, "t_before": float(t_cut)}
-    else:
-        fits["theorem_bound"] = {
-            "error": "needs >= 2 converged betas and 3 saved times before the terminal phase"
-        }
-    solver = [json_attr(levels[-1], "solver", {}) for levels, _, _ in results.values()]
-    kernels = sorted({s.get("kernel", "?") for s in solver})
-    ds.attrs = base_attrs(
-        config,
-        reporter,
-        timings,
-        kernel=f"{config.kernel} -> {', '.join(kernels)}" if config.kernel == "auto" else config.kernel,
-        integrator=integrator_label(config),
-        solver=solver,
-        fits=fits,
-        claims=claims,
-        convergence=convergence,
-        zero=zero_info,
-        model=describe_model(config),
-        separatrices=separatrices,
-    )
+    if len(conv) < 2 or sel.sum() < 3:
+        return {"error": "needs >= 2 converged betas and 3 saved times before the terminal phase"}
+    idx = [list(per_beta).index(b) for b in conv]
+    w2 = np.maximum(ds.w2.values[idx][:, sel], 1e-300)
+    bound = fit_or_reason(fit_theorem_bound, ds.time.values[sel], w2, conv)
+    return {**bound, "betas": conv, "t_before": float(t_cut)}
+
+
+def _attrs(inputs: ConcentrationInputs, ds, ladders: list[Ladder], zero_info: dict) -> dict[str, Any]:
+    """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
+    per beta, the solver infos, the model, the separatrix searches."""
+    from ...science.claims import claims_table
+
+    per_beta, convergence = _per_beta(ds, ladders)
+    claims = claims_table(per_beta, inputs.rules.dt, zero_info if zero_info.get("local_rates") else None)
+    fits: dict[str, Any] = {"claims_betas": {c["claim"]: c["betas"] for c in claims}}
+    fits["theorem_bound"] = _theorem_bound(inputs, ds, per_beta)
+    solver = [json_attr(lad.parts[-1], "solver", {}) for lad in ladders]
+    kernel = inputs.solver.kernel
+    if kernel == "auto":
+        kernel = f"auto -> {', '.join(sorted({s.get('kernel', '?') for s in solver}))}"
+    return {
+        "kernel": kernel,
+        "integrator": inputs.solver.label,
+        "solver": solver,
+        "fits": fits,
+        "claims": claims,
+        "convergence": convergence,
+        "zero": zero_info,
+        "model": inputs.model.description,
+        "separatrices": {
+            f"{lad.beta:g}": _separatrix_record(lad.search) for lad in ladders if lad.search is not None
+        },
+    }
+
+
+def _long_names(ds, eps: float, zero_info: dict) -> None:
     long = {
         "w2": "exact W2(rho^beta_t, Pi_# rho_0), chordal cost",
         "coupling_bound": "synchronous coupling UPPER BOUND on W2(rho^beta_t, Pi_# rho_0)",
         "w2_zero": f"W2(rho^inf_t, Pi_# rho_0) of the zero-temperature flow ({zero_info.get('kind')})",
-        "mass_A": f"mass within {config.eps:g} rad of A's top eigenspace",
-        "mass_V": f"mass within {config.eps:g} rad of V's top eigenspace",
+        "mass_A": f"mass within {eps:g} rad of A's top eigenspace",
+        "mass_V": f"mass within {eps:g} rad of V's top eigenspace",
         "x": "positions of a seeded subset of tokens (float32), at the last level",
-        "status": "converged | resolved | under-resolved (attnflow.science.convergence)",
+        "status": f"{' | '.join(STATUSES)} (attnflow.science.convergence)",
     }
     for k, v in long.items():
         ds[k].attrs["long_name"] = v
@@ -392,14 +476,12 @@ def summarize(ds) -> dict[str, Any]:
     """Headline numbers: per beta the status, N, t*, min W2; the claims table; timing."""
     cfg = json_attr(ds, "config", {})
     conv = json_attr(ds, "convergence", {})
+    headline = [k for k, q in QUANTITIES.items() if q.headline]
     per_beta = {
         f"{b:g}": {
             "status": str(ds.status.sel(beta=b).values),
             "N": int(ds.N_used.sel(beta=b)),
-            "t_star": finite_or_none(ds.t_star.sel(beta=b)),
-            "min_w2": finite_or_none(ds.min_w2.sel(beta=b)),
-            "t_entry": finite_or_none(ds.t_entry.sel(beta=b)),
-            "t_depart": finite_or_none(ds.t_depart.sel(beta=b)),
+            **{k: finite_or_none(ds[k].sel(beta=b)) for k in headline},
             "resolution_ratio": finite_or_none(ds.resolution_ratio.sel(beta=b)),
         }
         for b in ds.beta.values.tolist()

@@ -32,6 +32,7 @@ from ...plot import (
     token_figures,
 )
 from ...plot.style import STAR_STYLE, ZERO_TEMPERATURE_STYLE
+from ...science.convergence import QUANTITIES
 from ...science.fits import temperature_scale
 from ..terminal import MASS_CAPTION, plot_mass
 
@@ -309,12 +310,13 @@ def sweep_figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI) -> list
             bb, level * temperature_scale(bb), color="0.5", ls=":", lw=2, label="∝ √(log(β+1)/β) (reference)"
         )
 
+    shown = ["t_star", "min_w2"]
     return plot_sweep(
         ds,
         outdir,
-        ["t_star", "min_w2"],
+        shown,
         x="beta",
-        log_y={"min_w2"},
+        log_y={q for q in shown if QUANTITIES[q].kind == "distance"},  # distances on a log scale
         labels={"t_star": r"$t^*(\beta) = \mathrm{argmin}_t\, W_2$", "min_w2": r"$\mathrm{min}_t W_2$"},
         x_label="inverse temperature β",
         decorate=reference,

@@ -1,0 +1,181 @@
+"""A config turned into typed, frozen inputs, once per run: the one place that reads the model keys
+(`weights`, `d`, `init`, `density`, ...) and the integrator keys of a config.
+
+    model = model_inputs(config)      # ModelInputs: the Attention at beta = 1 (random weights drawn
+    model.at(beta)                    # once), its spectrum, d, rho_0 and a one-line description
+    model.rho0.nodes(N, seed)         # Nodes: X (N, d) and weights (N,) or None (equal weights)
+    solver = integration(config)      # Integration: the integrator, kernel, dtype, device, threads
+    simulate(X0, model.at(beta), times, weights=..., **solver.kwargs())
+
+An experiment's run calls these once and passes the objects down: its levels, parts, figures and
+summaries never see the config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..attention import WEIGHTS, Attention, Spectrum
+from ..measures import DISCRETISATIONS, MEASURES, Density, Discretisation, Nodes
+from ..measures.densities import DensityFn
+from .model import ModelConfig, model_dimension, weights_file
+
+if TYPE_CHECKING:
+    from ..dynamics.separatrix import SeparatrixSearch
+    from .config import SimulationConfig
+
+__all__ = ["InitialMeasure", "Integration", "ModelInputs", "integration", "model_inputs"]
+
+
+@dataclass(frozen=True)
+class InitialMeasure:
+    """rho_0 of a run: a density (MEASURES) made into tokens by a discretisation (DISCRETISATIONS).
+
+    nodes(N, seed) -> Nodes for any N and seed; a per-beta discretisation (init = graded) builds its
+    nodes at each beta with `graded_nodes`, and its beta-free stand-in (`without_beta`, quadrature)
+    serves where beta plays no part (the zero-temperature cloud).
+    """
+
+    density: Density
+    init: Discretisation
+
+    @property
+    def per_beta(self) -> bool:
+        return self.init.per_beta
+
+    @property
+    def density_fn(self) -> DensityFn | None:
+        """f for the quadratures, X (N, d) -> (N,) up to a constant; None for the uniform law."""
+        return None if self.density.is_uniform else self.density.unnormalised()
+
+    def nodes(self, N: int, seed: int) -> Nodes:
+        """rho_0 as N tokens (the seed draws them where the discretisation is random)."""
+        return self.init.nodes(N, self.density, seed)
+
+    def without_beta(self) -> InitialMeasure:
+        """This measure, or for a per-beta discretisation the same density on quadrature nodes."""
+        return InitialMeasure(self.density, DISCRETISATIONS["quadrature"]) if self.per_beta else self
+
+    def search(self, att: Attention, t_max: float, kernel: str) -> SeparatrixSearch:
+        """init = graded: the separatrices of the flow of att up to t_max (`mean_field_quadrature`'s
+        search from its default brackets, weighted by this density)."""
+        from ..dynamics.separatrix import mean_field_quadrature
+
+        return mean_field_quadrature(att, t_max, 0, density=self.density_fn, kernel=kernel)[2]
+
+    def graded_nodes(self, att: Attention, t_max: float, level: int, search: SeparatrixSearch) -> Nodes:
+        """init = graded: the nodes of grading level `level` toward the separatrices of `search`."""
+        from ..dynamics.separatrix import mean_field_quadrature
+
+        X, w, _ = mean_field_quadrature(att, t_max, level, search=search, density=self.density_fn)
+        return Nodes(X, w)
+
+
+@dataclass(frozen=True, eq=False)
+class ModelInputs:
+    """The weights and rho_0 of a run: `attention` at beta = 1 (drawn once), `rho0`, a one-line
+    `description` for attrs and titles. `at(beta)` gives the Attention at any beta (inf allowed)."""
+
+    attention: Attention
+    rho0: InitialMeasure
+    description: str
+
+    @property
+    def d(self) -> int:
+        return self.attention.d
+
+    @property
+    def spectrum(self) -> Spectrum:
+        return self.attention.spectrum()
+
+    @property
+    def u1(self) -> np.ndarray:
+        """A's top eigenvector (d,): the mean direction of a von Mises-Fisher rho_0."""
+        return self.spectrum.top.basis[:, 0]
+
+    def at(self, beta: float) -> Attention:
+        """The run's Attention at inverse temperature beta (the same weights)."""
+        return self.attention.with_beta(beta)
+
+
+def model_inputs(config: ModelConfig) -> ModelInputs:
+    """The ModelInputs of a config (its keys were checked when it was made)."""
+    family = WEIGHTS.get(config.weights)
+    if family is None:
+        att = weights_file(config.weights)
+        label = config.weights
+    else:
+        keys = {k: getattr(config, k) for k in family.keys}
+        att = family.build(model_dimension(config), **keys)
+        label = family.label(**keys)
+    u1 = att.spectrum().top.basis[:, 0]
+    measure = MEASURES[config.density]
+    params = {p: u1 if p == "mean" else getattr(config, p) for p in measure.parameters}
+    rho0 = InitialMeasure(measure.bind(att.d, **params), DISCRETISATIONS[config.init])
+    return ModelInputs(att, rho0, describe(label, att.d, rho0))
+
+
+def describe(weights: str, d: int, rho0: InitialMeasure) -> str:
+    """One line naming the weights and rho_0: 'weights worked-example, d = 3; rho_0 uniform as
+    uniform tokens'."""
+    density = rho0.density
+    words = [density.family.title]
+    if "mean" in density.params:
+        words[0] += " around u_1"
+    words += [f"{p} = {v:g}" for p, v in density.params.items() if p != "mean"]
+    return f"weights {weights}, d = {d}; rho_0 {', '.join(words)} as {rho0.init.name} tokens"
+
+
+# ------------------------------------------------------------------------------------ integrator
+
+
+@dataclass(frozen=True)
+class Integration:
+    """How a run integrates the finite-temperature flow (a SimulationConfig's keys): for `simulate`."""
+
+    method: str
+    dt: float
+    kernel: str
+    dtype: str
+    device: str
+    rtol: float
+    atol: float
+    threads: int
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keywords of `attnflow.dynamics.integrate.simulate` (the tolerances go in `options`, for the
+        adaptive method only)."""
+        adaptive = self.method == "adaptive"
+        return {
+            "method": self.method,
+            "dt": self.dt,
+            "kernel": self.kernel,
+            "dtype": self.dtype,
+            "device": self.device,
+            "options": {"rtol": self.rtol, "atol": self.atol} if adaptive else None,
+            "threads": self.threads,
+        }
+
+    @property
+    def label(self) -> str:
+        """The integrator in words, for attrs."""
+        if self.method == "adaptive":
+            return f"adaptive Dormand-Prince 5(4), rtol={self.rtol:g}, atol={self.atol:g}"
+        return f"{self.method}, dt={self.dt:g}"
+
+
+def integration(config: SimulationConfig) -> Integration:
+    """The Integration of a SimulationConfig."""
+    return Integration(
+        config.integrator,
+        config.dt,
+        config.kernel,
+        config.dtype,
+        config.device,
+        config.rtol,
+        config.atol,
+        config.threads,
+    )
