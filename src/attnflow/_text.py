@@ -90,7 +90,7 @@ def format_with_error(value: Any, error: Any) -> tuple[str, str]:
         sig = min(max(magnitude + decimals + 1, 1), MAX_DIGITS)
         return f"{v:.{sig - 1}e}", f"{e:.{digits_e - 1}e}"
     decimals = min(decimals, MAX_DIGITS - 1 - magnitude)
-    if decimals >= 0:
-        return f"{v:.{decimals}f}", f"{round(e, decimals):.{decimals}f}"
+    if decimals >= 0:  # an error below the last digit kept is shown as one unit of it
+        return f"{v:.{decimals}f}", f"{max(round(e, decimals), 10.0**-decimals):.{decimals}f}"
     scale = 10.0**-decimals
     return f"{round(v / scale) * scale:.0f}", f"{max(round(e / scale), 1) * scale:.0f}"

@@ -482,14 +482,15 @@ def _guaranteed_duration(data: ClaimData) -> Finding:
     details["implied_C1"] = implied
     if verdict == "consistent":
         longer = (
-            f"; longer than the bound's balance time log(1/a)/(C1 + c) for any C1 >= 0 (implied C1 = "
-            f"{implied:.2g})"
+            f"; longer than the bound's balance time log(1/a)/(C1 + c) for any C1 >= 0 (t_dev: implied C1 "
+            f"= {implied:.2g})"
             if implied < 0
             else f" (implied C1 = {implied:.2g})"
         )
+        slopes = sorted(p["b"] for p in fitted)
         meaning = (
-            f"concentration lasts at least a time growing like log beta (t_dev ~ {main['b']:.2g} log beta), "
-            f"as the theorem guarantees{longer}"
+            f"concentration lasts at least a time growing like log beta (t_dev(delta) ~ b log beta, b = "
+            f"{slopes[0]:.2g} to {slopes[-1]:.2g} for delta = 5 to 20 %), as the theorem guarantees{longer}"
         )
     elif verdict == "inconsistent":
         meaning = (
@@ -797,8 +798,13 @@ def _observed(data: ClaimData, name: str) -> tuple[list[BetaData], dict[str, str
     converged betas when fewer than MIN_FIT have one (the regimes then flag those in the fit)."""
     used, left = _usable(data, name)
     regimes = _regimes(data)
-    for label in set(left) & set(regimes):
-        left[label] = f"{regimes[label]} ({left[label]})"
+    for b in data.betas:
+        if b.label in left and b.label in regimes:
+            q = b.quantities.get(name)
+            undefined = q is None or not math.isfinite(q.value)
+            left[b.label] = (
+                f"{regimes[b.label]}, so no {name}" if undefined else f"{regimes[b.label]}; {left[b.label]}"
+            )
     meta = [b for b in used if b.label not in regimes]
     if len(meta) < MIN_FIT:
         return used, left, regimes
