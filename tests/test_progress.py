@@ -3,6 +3,7 @@ thread policy (`threads=` on simulate, the configs' `threads`)."""
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from typing import ClassVar
@@ -23,8 +24,9 @@ class FakeBar:
 
     made: ClassVar[list[FakeBar]] = []
 
-    def __init__(self, description, total, unit=""):
+    def __init__(self, description, total, unit="", steps=False):
         self.description, self.total, self.updates, self.closed = description, float(total), [], False
+        self.steps = steps
         FakeBar.made.append(self)
 
     def update(self, completed, total=None):
@@ -37,9 +39,26 @@ class FakeBar:
         self.closed = True
 
 
+class FakeWidget(FakeBar):
+    """A notebook widget bar (stands in for `progress.Bar`): records resets too."""
+
+    made: ClassVar[list[FakeBar]] = []
+
+    def __init__(self, description, total, unit="", notebook=None, *, steps=False, leave=True):
+        super().__init__(description, total, unit, steps)
+        FakeBar.made.pop()
+        FakeWidget.made.append(self)
+        self.resets = []
+
+    def reset(self, description, total):
+        self.resets.append((description, total))
+        self.description = description
+
+
 @pytest.fixture
 def bars(monkeypatch):
     FakeBar.made = []
+    FakeWidget.made = []
     monkeypatch.setattr(progress, "open_bar", FakeBar)
     return FakeBar.made
 
@@ -94,16 +113,87 @@ def test_simulate_progress_true_shows_a_bar_to_t_final(bars):
         simulate(X0, worked_example(5.0), times, progress="bar")
 
 
-def test_a_real_bar_in_a_terminal_and_in_a_notebook(capsys):
-    """Both kinds of bar run (Rich on stderr; tqdm, the notebook's, here on its text fallback)."""
-    for notebook in (False, True):
+def test_a_real_bar_in_a_terminal_and_in_a_notebook(capsys, monkeypatch):
+    """Every kind of bar runs: Rich on stderr; in a notebook tqdm's widget (where ipywidgets is
+    installed) or plain lines on stdout."""
+    kinds = [(False, False), (True, False)] + ([(True, True)] if progress.has_widgets() else [])
+    for notebook, widgets in kinds:
+        monkeypatch.setattr(progress, "has_widgets", lambda widgets=widgets: widgets)
         bar = progress.Bar("work", 3.0, unit="time", notebook=notebook)
         bar.update(1.5)
         bar.update(3.0, total=3.0)
         bar.describe("work (done)")
         bar.close()
         bar.close()  # twice is harmless
-    assert "work" in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "work" in out.err
+    assert re.match(r"work \(done\): 3/3 time in \d+\.\d s\n", out.out)  # lines (then a widget's text)
+
+
+def test_notebook_bars_without_ipywidgets_are_a_few_plain_lines(capsys, monkeypatch):
+    """No tqdm text bar in a notebook's stored output: a bar over t is one line when it closes, a bar
+    of steps (a sweep's points) one line per step; no carriage returns or escape codes."""
+    monkeypatch.setattr(progress, "has_widgets", lambda: False)
+    bar = progress.Bar("simulate", 6.0, unit="time", notebook=True)
+    for t in np.linspace(0.0, 6.0, 200):
+        bar.update(t)
+    bar.close()
+    points = progress.Bar("sweep seed", 3, unit="points", notebook=True, steps=True)
+    for done in (1, 1, 2):
+        points.update(done)
+    points.describe("sweep seed (1 failed)")
+    points.update(3)
+    points.close()
+    unfinished = progress.Bar("beta = 10", 5.0, unit="time", notebook=True)
+    unfinished.update(2.5)
+    unfinished.close()  # interrupted: the line says how far it got
+    out = capsys.readouterr()
+    said = [line.split(" in ")[0] for line in out.out.splitlines()]
+    assert said == [
+        "simulate: 6/6 time",
+        "sweep seed: 1/3 points",
+        "sweep seed: 2/3 points",
+        "sweep seed (1 failed): 3/3 points",
+        "beta = 10: 2.5/5 time",
+    ]
+    assert out.err == "" and "\r" not in out.out and "\x1b" not in out.out
+
+
+def test_tqdm_reporter_without_ipywidgets_prints_a_line_per_task(capsys, monkeypatch):
+    monkeypatch.setattr(progress, "has_widgets", lambda: False)
+    rep = progress.TqdmReporter()
+    rep.overall(2, "run: 2 betas")
+    for beta in (10, 30):
+        with rep.task(f"beta = {beta}", total=4.0) as cb:
+            cb(2.0, 4.0)
+            cb(4.0, 4.0)
+        rep.advance()
+    rep.info("run: done in 1.0 s")
+    rep.warn("a warning")
+    rep.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" in ")[0] for line in lines[:2]] == ["beta = 10: 4/4 time", "beta = 30: 4/4 time"]
+    assert lines[2:] == ["run: done in 1.0 s", "attnflow: warning: a warning"]
+
+
+def test_tqdm_reporter_with_widgets_reuses_one_task_bar(monkeypatch, bars):
+    """With ipywidgets, the tasks take one widget in turn (few widgets: a small saved widget state);
+    a task inside a task gets its own; close() closes them all."""
+    monkeypatch.setattr(progress, "has_widgets", lambda: True)
+    monkeypatch.setattr(progress, "Bar", FakeWidget)
+    rep = progress.TqdmReporter()
+    rep.overall(3, "run")
+    for beta in (10, 30):
+        with rep.task(f"beta = {beta}", total=4.0) as cb:
+            cb(4.0, 4.0)
+        rep.advance()
+    with rep.task("outer", total=1.0), rep.task("inner", total=2.0) as inner:
+        inner(1.0, 2.0)
+    rep.close()
+    made = FakeWidget.made
+    assert [b.description for b in made] == ["run", "outer", "inner"]  # the task bar: "beta = 10", ...
+    assert made[1].resets == [("beta = 30", 4.0), ("outer", 1.0)] and made[2].updates == [(1.0, 2.0)]
+    assert all(b.closed for b in made)
 
 
 def test_reporter_for_each_kind_of_progress(monkeypatch):
@@ -173,6 +263,7 @@ def test_sweep_progress_bar_counts_points(bars):
     bar.after(failed=1)
     bar.close()
     assert bars[0].updates == [(1.0, None)] and "1 failed" in bars[0].description and bars[0].closed
+    assert bars[0].steps  # where a bar is plain lines, one per point
     assert ProgressBar(None, 2, "s").bar is None and ProgressBar(False, 2, "s").bar is None
 
 

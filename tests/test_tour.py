@@ -1,4 +1,5 @@
-"""The tour notebook (examples/tour.ipynb): stored without outputs, and it runs from top to bottom.
+"""The tour notebook (examples/tour.ipynb): stored without outputs, and it runs from top to bottom
+with short outputs (`make tour` runs it the same way, with `jupyter execute`).
 
 Running it needs the `test` extra's notebook tools (nbclient, nbformat, ipykernel), which
 `make test` installs.
@@ -49,4 +50,8 @@ def test_tour_runs(tmp_path):
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "t_star" in text and "2 run, 0 already done, 0 failed" in text and "beta_eff" in text
+    # progress=True leaves a few plain lines or widgets in the saved outputs, never tqdm's text bar
+    # (redrawn with carriage returns and cursor-up escapes) nor its warning about a missing IProgress
+    assert "\r" not in text and "\x1b" not in text and "TqdmWarning" not in text
+    assert len(text) < 20_000 and sum(o.output_type == "stream" for o in outputs) < 100
     assert sum(o.output_type == "display_data" and "image/png" in o.data for o in outputs) >= 4

@@ -32,6 +32,7 @@ _API = {
     "locate_separatrices": "dynamics.separatrix",
     "mean_field_quadrature": "dynamics.separatrix",
     "SeparatrixSearch": "dynamics.separatrix",
+    "SeparatrixSettings": "dynamics.separatrix",
     "velocity": "kernels",
     "simulate": "dynamics.integrate",
     "Trajectory": "dynamics.trajectory",

@@ -42,15 +42,47 @@ def to_numpy(a: Any) -> np.ndarray:
     return np.asarray(a)
 
 
-def check_beta(beta: Any, name: str = "beta") -> float:
-    """Inverse temperature in (0, inf]; returns a float (math.inf allowed)."""
+#: why a list of finite betas refuses beta = inf, said where one is found
+INF_BETA_HINT = "beta = inf, the zero-temperature limit, is computed separately"
+
+
+def _beta_range(finite: bool) -> str:
+    return "(0, inf)" if finite else "(0, inf]"
+
+
+def check_beta(beta: Any, name: str = "beta", *, finite: bool = False) -> float:
+    """An inverse temperature in (0, inf] ((0, inf) with finite=True), as a float (math.inf allowed).
+    Lists of betas: `check_betas`, with the same rule and words."""
     try:
         b = float(beta)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number in (0, inf], got {beta!r}") from None
-    if math.isnan(b) or b <= 0:
-        raise ValueError(f"{name} must be in (0, inf], got {beta!r}")
+        raise TypeError(f"{name} must be a real number in {_beta_range(finite)}, got {beta!r}") from None
+    if math.isnan(b) or b <= 0 or (finite and math.isinf(b)):
+        hint = f" ({INF_BETA_HINT})" if finite and b == math.inf else ""
+        raise ValueError(f"{name} must be in {_beta_range(finite)}{hint}, got {beta!r}")
     return b
+
+
+def check_betas(
+    betas: Any, name: str = "betas", *, finite: bool = True, distinct: bool = False
+) -> np.ndarray:
+    """Inverse temperatures: a non-empty 1-D float64 array (B,), each in (0, inf) ((0, inf] with
+    finite=False), pairwise different with distinct=True.  Every message is one line naming `name`."""
+    try:
+        arr = to_numpy(betas).astype(np.float64)
+    except (TypeError, ValueError):
+        shown = betas.tolist() if isinstance(betas, np.ndarray) else betas
+        raise TypeError(f"{name} must be a sequence of numbers, got {shown!r}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence of numbers, got shape {arr.shape}")
+    bad = np.isnan(arr) | (arr <= 0) | (np.isinf(arr) if finite else False)
+    if bad.any():
+        want = "finite and > 0" if finite else "in (0, inf]"
+        hint = f" ({INF_BETA_HINT})" if finite and bool(np.any(arr == math.inf)) else ""
+        raise ValueError(f"{name} must be {want}{hint}, got {arr.tolist()}")
+    if distinct and np.unique(arr).size != arr.size:
+        raise ValueError(f"{name} must be distinct, got {arr.tolist()}")
+    return arr
 
 
 def check_matrix(M: Any, name: str, d: int | None = None) -> np.ndarray:

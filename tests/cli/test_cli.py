@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import attnflow.dynamics.integrate as integrate
 from attnflow.cli import app
 from attnflow.io import load_matrices
 from cli_helpers import TINY, invoke, runner
+from events import HANG_S, gated_cli, wait_for
 
 
 def assert_clean_error(result, code: int, *needles: str) -> None:
@@ -523,25 +523,26 @@ def test_check_worked_example(tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_mid_run_then_resume(tmp_path):
-    """A run killed by SIGTERM after its first beta exits 130; the rerun reuses that beta."""
+    """A run killed by SIGTERM after its first beta exits 130; the rerun reuses that beta. The second
+    beta's simulation waits at a gate, so the run is certainly unfinished when it is killed."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "attnflow.cli", "run", "concentration-tiny", "--out", str(out), "-q"]
-    cmd += ["--no-figures", "--set", "betas=[10, 30, 100, 300]", "--set", "N=200", "--set", "t_max=3.0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ["run", "concentration-tiny", "--out", str(out), "-q"]
+    args += ["--no-figures", "--set", "betas=[10, 30, 100, 300]", "--set", "N=200", "--set", "t_max=3.0"]
+    gated, _ = gated_cli(tmp_path, free=1)
+    proc = subprocess.Popen([*gated, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = out / "parts" / "beta=10_N=200.zarr"
-    deadline = time.time() + 120
-    while not first.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert first.exists(), proc.communicate()
+    wait_for(first.exists, "the first beta's part on disk", proc)
     os.kill(proc.pid, signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert not (out / "result.zarr").exists()
     assert not [p for p in (out / "parts").iterdir() if p.name.startswith(".")]  # nothing half-written
     done = {p.name for p in (out / "parts").iterdir()}
+    assert first.name in done and not [p for p in done if p.startswith(("beta=30", "beta=100", "beta=300"))]
+    cmd = [sys.executable, "-m", "attnflow.cli", *args]
     mtimes = {p: (out / "parts" / p).stat().st_mtime_ns for p in done}
-    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S)
     assert rerun.returncode == 0, rerun.stderr
     for p, m in mtimes.items():
         assert (out / "parts" / p).stat().st_mtime_ns == m  # finished parts were not recomputed

@@ -7,6 +7,7 @@ from scipy import special
 
 import attnflow as af
 from attnflow.dynamics.separatrix import (
+    SeparatrixSettings,
     default_brackets,
     kernel_width,
     locate_separatrices,
@@ -87,6 +88,24 @@ def test_locate_separatrices_finds_the_symmetric_answer():
     np.testing.assert_allclose(res.angles, exact, atol=res.width)
     widths = [p["width"] for p in res.passes]
     assert all(b < a for a, b in itertools.pairwise(widths))
+
+
+def test_separatrix_settings_record_is_the_keywords():
+    """A SeparatrixSettings gives the search its keywords would (to the bit); keywords override its
+    fields; bad fields are refused when the record is made."""
+    att = symmetric_attention(5.0)
+    kw = kernel_width(att)
+    brackets = [[S - 0.05, S + 0.02], [S + math.pi - 0.05, S + math.pi + 0.02]]
+    by_keywords = locate_separatrices(att, brackets, 6.0, h=kw, du=2 * kw, tracers=8, max_passes=1)
+    settings = SeparatrixSettings(h=kw, du=2 * kw, tracers=99, max_passes=1)
+    by_record = locate_separatrices(att, brackets, 6.0, settings, tracers=8)
+    np.testing.assert_array_equal(by_record.brackets, by_keywords.brackets)
+    assert by_record.passes[0]["tracers"] == by_keywords.passes[0]["tracers"] == 16  # 8 per bracket
+    assert settings.tracers == 99  # a record is not changed by the overrides
+    with pytest.raises(ValueError, match="tracers must be a positive integer"):
+        SeparatrixSettings(h=kw, du=2 * kw, tracers=0)
+    with pytest.raises(TypeError, match="max_passes must be a positive integer"):
+        locate_separatrices(att, brackets, 6.0, h=kw, du=2 * kw, max_passes=1.5)
 
 
 def test_locate_separatrices_refuses_a_bracket_without_one():

@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +36,7 @@ from attnflow.io.lock import LOCK_FILE, LockedError, folder_lock, lock_holder
 from attnflow.sweeps import SweepError, open_sweep, show_sweep, sweep, sweep_info
 from attnflow.sweeps.verify import verify_folder
 from cli_helpers import TINY, invoke
+from events import HANG_S, gated_cli, wait_for
 
 DAMAGES = ["delete", "truncate", "zero"]
 
@@ -316,25 +316,29 @@ def test_a_stale_lock_is_taken_over_with_a_message(finished, tmp_path):
 
 @pytest.mark.slow
 def test_two_concurrent_runs_one_is_refused(tmp_path):
-    """Two processes run into one folder: the second exits 2 naming the first; the folder holds one run."""
+    """Two processes run into one folder: the second exits 2 naming the first; the folder holds one run.
+    The first run's simulations wait at a gate until the second has been refused: it holds the lock
+    all that time, at any load."""
     out = tmp_path / "both"
-    slow = [*TINY, "--set", "N=96", "--set", "t_max=30.0", "--set", "dt=0.01"]
-    cmd = [sys.executable, "-m", "attnflow.cli", "run", *slow, "--out", str(out), "-q", "--no-figures"]
+    args = ["run", *TINY, "--set", "N=96", "--set", "t_max=5.0", "--out", str(out), "-q", "--no-figures"]
     env = {**os.environ, "PYTHONPATH": str(Path(af.__file__).parents[1])}
-    first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    gated, gate = gated_cli(tmp_path, free=0)
+    first = subprocess.Popen([*gated, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while lock_holder(out) is None and first.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert lock_holder(out) is not None and lock_holder(out)["pid"] == first.pid
+        wait_for(lambda: lock_holder(out) is not None, "the first run's lock", first)
+        assert lock_holder(out)["pid"] == first.pid
         other = [*TINY, "--set", "seed=7"]
         second = subprocess.run(
-            [*cmd[:4], *other, "--out", str(out), "-q"], env=env, capture_output=True, text=True
+            [sys.executable, "-m", "attnflow.cli", "run", *other, "--out", str(out), "-q"],
+            env=env,
+            capture_output=True,
+            text=True,
         )
         assert second.returncode == 2 and f"pid {first.pid}" in second.stderr, second.stderr
         assert "Traceback" not in second.stderr
     finally:
-        first.wait(timeout=600)
+        gate.open()
+        first.wait(timeout=HANG_S)
     assert first.returncode == 0, first.stdout.read().decode() if first.stdout else ""
     config = load_config(str(out / "config.toml"))
     assert config.N == 96 and config.seed == 0

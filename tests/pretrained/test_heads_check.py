@@ -104,9 +104,12 @@ def test_heads_and_check_agree_on_every_head(tmp_path):
     for L in rep["layers"]:
         for h in L["heads"]:
             assert "B singular" in h["assumptions"]["items"][0]["short"]  # a head's B has rank d_h < d
-    table = runner.invoke(app, ["heads", str(folder)])
+    table = runner.invoke(app, ["heads", str(folder), "--wide"])
     assert table.exit_code == 0
     assert "1 FAILS: B singular" in table.stdout and "1 ok; 2 n/c; 3 n/c" in table.stdout
+    narrow = runner.invoke(app, ["heads", str(folder)])
+    assert narrow.exit_code == 0 and "fails: assumption 1: B singular" in narrow.stdout
+    assert narrow.stdout.index("summary:") < narrow.stdout.index("layer 0")  # the summary first
 
 
 def test_heads_and_check_agree_on_a_token_cloud(tmp_path):

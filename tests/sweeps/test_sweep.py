@@ -37,6 +37,7 @@ from attnflow.sweeps import (
     sweep,
     sweep_info,
 )
+from events import HANG_S, Gate, wait_for
 
 distributed = pytest.importorskip("distributed")
 
@@ -67,12 +68,16 @@ def toy_w2(beta: float, N: int, seed: int) -> np.ndarray:
     return np.exp(-TIMES * beta) + seed / N
 
 
+def _tag(c: ToyConfig) -> str:
+    """Which sweep of a test this is: marker_dir/tag (default 0)."""
+    tag = Path(c.marker_dir) / "tag"
+    return tag.read_text().strip() if tag.exists() else "0"
+
+
 def _mark(c: ToyConfig, kind: str) -> None:
-    """Leave a marker file `<kind>-<tag>-<point>-<uuid>`; tag from marker_dir/tag (default 0)."""
+    """Leave a marker file `<kind>-<tag>-<point>-<uuid>`."""
     if c.marker_dir:
-        d = Path(c.marker_dir)
-        tag = (d / "tag").read_text().strip() if (d / "tag").exists() else "0"
-        (d / f"{kind}-{tag}-{c.beta:g}-{c.N}-{c.seed}-{uuid.uuid4().hex[:6]}").touch()
+        (Path(c.marker_dir) / f"{kind}-{_tag(c)}-{c.beta:g}-{c.N}-{c.seed}-{uuid.uuid4().hex[:6]}").touch()
 
 
 def run_toy(c: ToyConfig) -> xr.Dataset:
@@ -87,8 +92,30 @@ def run_toy(c: ToyConfig) -> xr.Dataset:
     return ds
 
 
-def run_slow(c: ToyConfig) -> xr.Dataset:
-    time.sleep(0.3)
+GATE_FREE = 3  # points of a gated sweep that run at once; the others wait for the test's word
+
+
+def gate_of(marker_dir: str | Path, tag: str) -> Gate:
+    """The gate of the sweep with this tag (files in marker_dir)."""
+    return Gate(marker_dir, f"gate{tag}", free=GATE_FREE)
+
+
+def run_gated(c: ToyConfig) -> xr.Dataset:
+    """run_toy behind its sweep's gate: GATE_FREE points run at once, the others when the test opens
+    the gate (or never: stopped, they fail), so what is done when the test strikes is known."""
+    gate_of(c.marker_dir, _tag(c)).enter()
+    return run_toy(c)
+
+
+def run_victim(c: ToyConfig) -> xr.Dataset:
+    """run_toy, except the first attempt at beta=2, seed=1: it writes its worker's pid to
+    marker_dir/victim and waits (at a gate nobody opens) to be killed."""
+    d = Path(c.marker_dir)
+    if (c.beta, c.seed) == (2.0, 1) and not (d / "victim").exists():
+        tmp = d / f".victim-{os.getpid()}"
+        tmp.write_text(str(os.getpid()))
+        tmp.rename(d / "victim")  # whole, or not there yet
+        Gate(d, "victim").enter()
     return run_toy(c)
 
 
@@ -359,28 +386,31 @@ def test_worker_killed_mid_sweep(client, tmp_path):
 
 
 def test_worker_process_sigkilled_from_outside(client, tmp_path):
-    """SIGKILL to a worker process while it runs a point (as the OOM killer would)."""
+    """SIGKILL to a worker process while it runs a point (as the OOM killer would): the point is
+    killed as it runs (it says so with its pid, then waits), the sweep recomputes it."""
     import signal
+    import threading
 
     store, mk = tmp_path / "store", tmp_path / "mk"
     mk.mkdir()
     killed = []
 
-    def kill_one(done, total):
-        if done >= 1 and not killed:
-            busy = [a for a, tasks in client.processing().items() if tasks]
-            pid = client.run(os.getpid, workers=busy[:1])[busy[0]] if busy else None
-            if pid:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+    def kill_the_victim():
+        wait_for((mk / "victim").exists, "the victim point running")
+        pid = int((mk / "victim").read_text())
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
 
+    killer = threading.Thread(target=kill_the_victim, daemon=True)
+    killer.start()
     grid = {"beta": [1.0, 2.0], "seed": [0, 1, 2]}
     res = sweep(
-        ToyConfig(marker_dir=str(mk)), grid, client=client, store=store, run_fn=run_slow, progress=kill_one
+        ToyConfig(marker_dir=str(mk)), grid, client=client, store=store, run_fn=run_victim, progress=False
     )
+    killer.join(timeout=HANG_S)
     assert killed and res.ok and len(res.ran) == 6
-    ends = markers(mk, "end")  # the killed run may have got past its computation: at most one extra
-    assert len(set(ends)) == 6 and len(ends) <= 7
+    ends = markers(mk, "end")  # the victim was killed before its end: every point ended once
+    assert len(ends) == len(set(ends)) == 6
     zarrs = sorted(p.name for p in (store / "points").glob("[!.]*.zarr"))
     assert zarrs == sorted(f"{k}.zarr" for k in res.keys)  # every point committed exactly once
     check_values(open_sweep(store).expand_dims(N=[10]).transpose("beta", "N", ...), {**grid, "N": [10]})
@@ -431,37 +461,38 @@ def test_flaky_point_succeeds_on_retry(client, tmp_path):
     assert all(e["attempts"] == 2 for e in sweep_info(tmp_path / "s")["entries"].values())
 
 
-def _wait_idle(client, timeout: float = 30.0) -> None:
+def _wait_idle(client) -> None:
     """Wait until the workers hold no task: cancelled tasks that were running go on to their end."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if not any(client.run(lambda dask_worker: len(dask_worker.state.tasks)).values()):
-            return
-        time.sleep(0.1)
-    raise TimeoutError("workers still busy")
+    wait_for(
+        lambda: not any(client.run(lambda dask_worker: len(dask_worker.state.tasks)).values()),
+        "the workers idle",
+    )
 
 
 def test_interrupted_client_then_rerun_runs_only_missing(client, tmp_path):
+    """Ctrl-C in the client's loop once the gate's free points are done (the others held at it): the
+    manifest says exactly those are done, the rest pending; the rerun runs only the rest."""
     store, mk = tmp_path / "store", tmp_path / "mk"
     mk.mkdir()
     (mk / "tag").write_text("1")
     cfg = ToyConfig(marker_dir=str(mk))
 
     def interrupt(done, total):
-        if done >= 3:
-            raise KeyboardInterrupt  # Ctrl-C in the client's loop after 3 finished points
+        if done >= GATE_FREE:
+            raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sweep(cfg, GRID, client=client, store=store, run_fn=run_slow, progress=interrupt)
+        sweep(cfg, GRID, client=client, store=store, run_fn=run_gated, progress=interrupt)
+    gate_of(mk, "1").stop()  # the held points give up: nothing more is committed
     man = json.loads((store / "manifest.json").read_text())["points"]
-    assert all(e["status"] in ("done", "pending") for e in man.values()), man
-    assert sum(e["status"] == "done" for e in man.values()) >= 3
+    done = {k for k, e in man.items() if e["status"] == "done"}
+    assert len(done) == GATE_FREE and all(e["status"] == "pending" for k, e in man.items() if k not in done)
     _wait_idle(client)
     complete = {k for k in man if (store / "points" / f"{k}.done").exists()}
-    assert {k for k, e in man.items() if e["status"] == "done"} <= complete
-    assert 3 <= len(complete) < 8
+    assert complete == done
     (mk / "tag").write_text("2")
-    res = sweep(cfg, GRID, client=client, store=store, run_fn=run_slow, progress=False)
+    gate_of(mk, "2").open()
+    res = sweep(cfg, GRID, client=client, store=store, run_fn=run_gated, progress=False)
     assert res.ok and set(res.skipped) == complete and set(res.ran) == set(res.keys) - complete
     ran_again = markers(mk, "start", tag="2")
     assert len(ran_again) == len(set(ran_again)) == 8 - len(complete)
@@ -470,12 +501,12 @@ def test_interrupted_client_then_rerun_runs_only_missing(client, tmp_path):
 
 SCRIPT = """
 import sys
-sys.path.insert(0, {tests!r})
-from test_sweep import ToyConfig, run_slow
+sys.path[:0] = [{tests!r}, {tests_root!r}]
+from test_sweep import ToyConfig, run_gated
 from attnflow.sweeps import sweep
 
 if __name__ == "__main__":
-    res = sweep(ToyConfig(marker_dir={mk!r}), {grid!r}, store={store!r}, workers=2, run_fn=run_slow,
+    res = sweep(ToyConfig(marker_dir={mk!r}), {grid!r}, store={store!r}, workers=2, run_fn=run_gated,
                 progress=False)
     print(res)
 """
@@ -483,7 +514,8 @@ if __name__ == "__main__":
 
 @pytest.mark.slow
 def test_embedded_cluster_client_process_killed_then_rerun(tmp_path):
-    """The default (a LocalCluster started by sweep), its client process killed by SIGINT mid-sweep."""
+    """The default (a LocalCluster started by sweep), its client process killed by SIGINT mid-sweep:
+    once the gate's free points are committed (the others held at it)."""
     import signal
     import subprocess
     import sys
@@ -494,19 +526,32 @@ def test_embedded_cluster_client_process_killed_then_rerun(tmp_path):
     grid = {"beta": [1.0, 2.0], "N": [10], "seed": [0, 1, 2, 3]}
     script = tmp_path / "run.py"
     script.write_text(
-        SCRIPT.format(tests=str(Path(__file__).parent), mk=str(mk), grid=grid, store=str(store))
+        SCRIPT.format(
+            tests=str(Path(__file__).parent),
+            tests_root=str(Path(__file__).parents[1]),
+            mk=str(mk),
+            grid=grid,
+            store=str(store),
+        )
     )
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    t0 = time.monotonic()
-    while len(markers(mk, "end", "1")) < 2 and time.monotonic() - t0 < 120 and proc.poll() is None:
-        time.sleep(0.05)
+
+    def committed() -> set[str]:
+        return {p.name[: -len(".done")] for p in (store / "points").glob("*.done")}
+
+    wait_for(lambda: len(committed()) >= GATE_FREE, "the free points committed", proc)
     proc.send_signal(signal.SIGINT)
-    out = proc.communicate(timeout=120)[0].decode()
+    out = proc.communicate(timeout=HANG_S)[0].decode()
+    gate_of(mk, "1").stop()  # a worker outliving its cluster gives up
     assert proc.returncode != 0, out
-    done = {p.name[: -len(".done")] for p in (store / "points").glob("*.done")}
-    assert 2 <= len(done) < 8, out
+    done = committed()
+    assert len(done) == GATE_FREE, out
+    man = json.loads((store / "manifest.json").read_text())["points"]
+    assert {k for k, e in man.items() if e["status"] == "done"} == done, out  # honest after Ctrl-C
+    assert all(e["status"] == "pending" for k, e in man.items() if k not in done), out
     (mk / "tag").write_text("2")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=300, check=True)
+    gate_of(mk, "2").open()
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=HANG_S, check=True)
     ran_again = markers(mk, "end", tag="2")
     assert len(ran_again) == len(set(ran_again)) == 8 - len(done)
     assert f"{8 - len(done)} run, {len(done)} already done, 0 failed" in proc.stdout.decode()
@@ -777,7 +822,7 @@ def test_one_gpu_per_worker(monkeypatch):
 
 QUIET_SCRIPT = """
 import sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {tests_root!r}]
 from test_sweep import ToyConfig, run_toy_torch
 from attnflow.sweeps import sweep
 
@@ -795,7 +840,8 @@ def test_own_cluster_closes_without_killing_its_workers(tmp_path):
     import sys
 
     script = tmp_path / "run.py"
-    script.write_text(QUIET_SCRIPT.format(tests=str(Path(__file__).parent), store=str(tmp_path / "s")))
+    tests, tests_root = str(Path(__file__).parent), str(Path(__file__).parents[1])
+    script.write_text(QUIET_SCRIPT.format(tests=tests, tests_root=tests_root, store=str(tmp_path / "s")))
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "4 run" in res.stdout

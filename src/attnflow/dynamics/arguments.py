@@ -1,7 +1,7 @@
 """simulate's arguments, one place per concern: the solver settings of each method (`options`),
-several Attention objects differing in beta, and the deprecated flat keywords.
+several Attention objects differing in beta (`Temperatures`), and the deprecated flat keywords.
 
-Kept apart from integrate.py (the steppers and the run) so that each stays small.
+Kept apart from integrate.py (the set-up and the run) so that each stays small.
 """
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._checks import check_positive
+from .._checks import check_betas, check_positive
 from ..attention import Attention, check_attention
 
 # the solver settings of each method (simulate's `options`) with their defaults; first_step None:
@@ -29,28 +30,33 @@ OPTIONS: dict[str, dict[str, Any]] = {
 DEPRECATED_KEYWORDS = ("rtol", "atol", "max_steps", "betas")  # simulate's old flat parameters
 
 
-def check_betas(betas: Any, X0n) -> Any:
-    """betas as a 1-D float64 array of finite values > 0 matching the batch of X0n."""
-    try:
-        arr = np.asarray(betas, dtype=float)
-    except (TypeError, ValueError):
-        raise TypeError(f"betas must be a sequence of numbers, got {betas!r}") from None
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"betas must be a non-empty 1-D sequence, got shape {arr.shape}")
-    if not (np.isfinite(arr).all() and (arr > 0).all()):
-        raise ValueError(f"every beta in betas must be finite and > 0, got {arr.tolist()}")
-    if X0n.ndim == 3 and X0n.shape[0] != arr.size:
-        raise ValueError(f"X0 holds {X0n.shape[0]} clouds but betas has {arr.size} entries")
-    return arr
+@dataclass(frozen=True)
+class Temperatures:
+    """Who moves the clouds: the Attention (the first of a list) and one beta per cloud in place of
+    att.beta (None: att.beta for every cloud)."""
+
+    att: Attention
+    betas: list[float] | None = None
+
+    @property
+    def count(self) -> int | None:
+        """The number of clouds the betas ask for (None: any)."""
+        return None if self.betas is None else len(self.betas)
+
+    def collapsed(self) -> Temperatures:
+        """One beta for all: att at that beta, no per-cloud betas."""
+        if self.betas is not None and len(set(self.betas)) == 1:
+            return Temperatures(self.att.with_beta(self.betas[0]))
+        return self
 
 
-def check_attentions(att: Any) -> tuple[Attention, list[float] | None]:
+def check_attentions(att: Any) -> Temperatures:
     """One Attention, or a non-empty list of Attention objects that differ only in beta (one per
-    cloud).  Returns (the first, the list's betas or None)."""
+    cloud)."""
     if isinstance(att, Attention):
-        return att, None
+        return Temperatures(att)
     if not isinstance(att, Sequence) or isinstance(att, str) or not att:
-        return check_attention(att), None  # the TypeError naming what was expected
+        return Temperatures(check_attention(att))  # the TypeError naming what was expected
     atts = [check_attention(a, f"att[{i}]") for i, a in enumerate(att)]
     first = atts[0]
     for i, a in enumerate(atts[1:], start=1):
@@ -65,7 +71,7 @@ def check_attentions(att: Any) -> tuple[Attention, list[float] | None]:
         raise ValueError(
             f"att: a list mixing beta = inf with other betas cannot run in one call, got {betas}"
         )
-    return first, betas
+    return Temperatures(first, betas)
 
 
 def solver_options(method: str, options: Any) -> dict[str, Any]:
@@ -91,32 +97,45 @@ def solver_options(method: str, options: Any) -> dict[str, Any]:
     return out
 
 
-def deprecated_keywords(method: str, options: Any, kw: dict[str, Any]) -> tuple[Any, Any]:
-    """(options, betas) with simulate's old flat rtol=, atol=, max_steps= and betas= folded in, each
-    with a DeprecationWarning; any other keyword is a TypeError as Python gives it."""
+def deprecated_options(method: str, options: Any, kw: dict[str, Any]) -> Any:
+    """`options` with simulate's old flat rtol=, atol=, max_steps= folded in, with a
+    DeprecationWarning; a keyword that simulate never took is a TypeError as Python gives it."""
     for key in kw:
         if key not in DEPRECATED_KEYWORDS:
             raise TypeError(f"simulate() got an unexpected keyword argument {key!r}")
     flat = {k: kw[k] for k in ("rtol", "atol", "max_steps") if k in kw}
-    if flat:
-        warnings.warn(
-            f"simulate({', '.join(f'{k}=' for k in flat)}...) is deprecated: pass the solver settings "
-            f"together, options={{{', '.join(repr(k) + ': ...' for k in flat)}}}",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        options = {} if options is None else dict(options)
-        clash = sorted(set(flat) & set(options))
-        if clash:
-            raise ValueError(f"{clash} given both flat and in options: give them in options only")
-        # as before: the flat tolerances were ignored by the fixed-step methods
-        options.update({k: v for k, v in flat.items() if k in OPTIONS[method]})
-    betas = kw.get("betas")
-    if betas is not None:
-        warnings.warn(
-            "simulate(betas=...) is deprecated: it overrides att.beta; pass one Attention per cloud, "
-            "simulate(X0, [att.with_beta(b) for b in betas], times)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-    return options, betas
+    if not flat:
+        return options
+    warnings.warn(
+        f"simulate({', '.join(f'{k}=' for k in flat)}...) is deprecated: pass the solver settings "
+        f"together, options={{{', '.join(repr(k) + ': ...' for k in flat)}}}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    options = {} if options is None else dict(options)
+    clash = sorted(set(flat) & set(options))
+    if clash:
+        raise ValueError(f"{clash} given both flat and in options: give them in options only")
+    # as before: the flat tolerances were ignored by the fixed-step methods
+    options.update({k: v for k, v in flat.items() if k in OPTIONS[method]})
+    return options
+
+
+def deprecated_betas(temps: Temperatures, betas: Any, X0n: np.ndarray) -> Temperatures:
+    """`temps` with simulate's old betas= (it overrides att.beta) applied, with a DeprecationWarning:
+    checked (`_checks.check_betas`), one per cloud of X0n (N, d) or (M, N, d); att takes the first.
+    Refused alongside a list of Attention objects."""
+    if betas is None:
+        return temps
+    warnings.warn(
+        "simulate(betas=...) is deprecated: it overrides att.beta; pass one Attention per cloud, "
+        "simulate(X0, [att.with_beta(b) for b in betas], times)",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    if temps.betas is not None:
+        raise ValueError("betas= and a list of Attention objects both set the betas: give the list only")
+    arr = check_betas(betas)
+    if X0n.ndim == 3 and X0n.shape[0] != arr.size:
+        raise ValueError(f"X0 holds {X0n.shape[0]} clouds but betas has {arr.size} entries")
+    return Temperatures(temps.att.with_beta(float(arr[0])), arr.tolist())

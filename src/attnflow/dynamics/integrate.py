@@ -8,14 +8,15 @@ x <- (x + h v) / |x + h v|.
 
 The state stays a torch tensor (M, N, d) on the compute device during the integration; the saved
 states go into one array allocated up front (its size checked against the memory available).
-This module is `simulate`'s arguments, set-up and result; the steppers and their run loops live in
-`_steppers` (AUTO_EVERY and the Dormand-Prince pieces stay importable from here).
+This module is `simulate`: its checked arguments (`_Clouds`, `_Numerics`; the per-concern checks live
+in `arguments`), the set-up and the result; the steppers and their run loops live in `steppers`.
 """
 
 from __future__ import annotations
 
 import time as _time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,15 @@ from .._threads import DEFAULT_THREADS, check_threads, torch_threads
 from ..attention import Attention
 from ..kernels import batch_size, check_dtype, check_kernel_name, per_cloud, rows, unless_uniform
 from ..progress import time_bar
-from .arguments import OPTIONS, check_attentions, check_betas, deprecated_keywords, solver_options
-from .steppers import Field, run_adaptive, run_fixed
+from .arguments import (
+    OPTIONS,
+    Temperatures,
+    check_attentions,
+    deprecated_betas,
+    deprecated_options,
+    solver_options,
+)
+from .steppers import AdaptiveSettings, Field, Output, Steps, run_adaptive, run_fixed
 from .trajectory import Trajectory
 
 __all__ = ["METHODS", "OPTIONS", "ORDERS", "simulate"]
@@ -117,59 +125,62 @@ def simulate(
     dtype, device, beta (or betas).
     """
     threads = check_threads(threads)
-    if not (progress is None or isinstance(progress, bool) or callable(progress)):
-        raise TypeError(
-            "progress must be a callable progress(t, t_final), True (a progress bar) or None/False "
-            f"(silent), got {progress!r}"
-        )
     with torch_threads(threads), time_bar(progress, "simulate") as callback:
-        return _simulate(
-            X0,
-            att,
-            times,
-            method,
-            dt,
-            kernel,
-            weights,
-            device,
-            options=options,
-            dtype=dtype,
-            normalize=normalize,
-            progress=callback,
-            **deprecated,
-        )
+        options = deprecated_options(method if method in METHODS else "rk4", options, deprecated)
+        clouds = _check_clouds(X0, att, device, normalize, deprecated.get("betas"))
+        t_out = check_times(times)
+        numerics = _check_numerics(method, dt, kernel, dtype, options)
+        clouds = _weighted(clouds, weights)
+        itemsize = 4 if numerics.dtype == "float32" else 8
+        check_saved_memory(len(t_out), clouds.shape, itemsize, clouds.out_device)
+        return _simulate(clouds, t_out, numerics, callback)
 
 
-def _simulate(
-    X0: Any,
-    att: Attention | Sequence[Attention],
-    times: Any,
-    method: str,
-    dt: float,
-    kernel: str,
-    weights: Any,
-    device: Any,
-    *,
-    options: Mapping[str, Any] | None,
-    dtype: Any,
-    normalize: bool,
-    progress: Callable[[float, float], Any] | None,
-    **deprecated: Any,
-) -> Trajectory:
-    """`simulate` with its thread count set and `progress` a callback or None."""
+@dataclass(frozen=True)
+class _Clouds:
+    """simulate's initial clouds, checked: X0 (N, d) or (M, N, d) float64 unit rows, who moves them,
+    where to compute (a torch.device) and where the result goes (X0's device for torch input, None:
+    NumPy); their weights (N,) or (M, N) (None: uniform) and the batch size M (None: one cloud)."""
+
+    X0: np.ndarray
+    temps: Temperatures
+    device: Any
+    out_device: Any
+    weights: np.ndarray | None = None
+    M: int | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of one saved state: (N, d) or (M, N, d)."""
+        return (*((self.M,) if self.M is not None else ()), self.X0.shape[-2], self.temps.att.d)
+
+
+@dataclass(frozen=True)
+class _Numerics:
+    """How to integrate: the method, the kernel ("auto" or a name), the dtype's name, the fixed step
+    dt and the method's solver options (`arguments.solver_options`)."""
+
+    method: str
+    kernel: str
+    dtype: str
+    dt: float
+    options: dict[str, Any]
+
+
+def _check_clouds(X0: Any, att: Any, device: Any, normalize: bool, old_betas: Any) -> _Clouds:
+    """X0, att (one Attention or a list), device and the deprecated betas=, checked."""
     import torch
 
-    options, old_betas = deprecated_keywords(method if method in METHODS else "rk4", options, deprecated)
-    att, betas = check_attentions(att)
-    is_torch = isinstance(X0, torch.Tensor)
+    temps = check_attentions(att)
     dev = check_device(device, X0)
-    X0n = check_points(X0, "X0", d=att.d, normalize=normalize)
-    if old_betas is not None:
-        if betas is not None:
-            raise ValueError("betas= and a list of Attention objects both set the betas: give the list only")
-        betas = check_betas(old_betas, X0n).tolist()
-        att = att.with_beta(betas[0])
-    t_out = check_times(times)
+    X0n = check_points(X0, "X0", d=temps.att.d, normalize=normalize)
+    temps = deprecated_betas(temps, old_betas, X0n)
+    out_device = X0.device if isinstance(X0, torch.Tensor) else None
+    return _Clouds(X0n, temps, dev, out_device)
+
+
+def _check_numerics(method: Any, dt: Any, kernel: Any, dtype: Any, options: Any) -> _Numerics:
+    """method, kernel, dtype, dt and options checked, in that order; float32 needs a loose rtol."""
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     kernel = check_kernel_name(kernel)
@@ -178,55 +189,81 @@ def _simulate(
     opts = solver_options(method, options)
     if method == "adaptive":
         check_rtol_for_dtype(opts["rtol"], name, method)
-    N = X0n.shape[-2]
-    w = None if weights is None else check_weights(weights, N)
+    return _Numerics(method, kernel, name, dt, opts)
+
+
+def _weighted(clouds: _Clouds, weights: Any) -> _Clouds:
+    """The clouds with their checked weights and their common batch size."""
+    w = None if weights is None else check_weights(weights, clouds.X0.shape[-2])
     M = batch_size(
-        X0=X0n.shape[0] if X0n.ndim == 3 else None,
-        att=None if betas is None else len(betas),
+        X0=clouds.X0.shape[0] if clouds.X0.ndim == 3 else None,
+        att=clouds.temps.count,
         weights=rows(w),
     )
-    shape = (len(t_out), *((M,) if M is not None else ()), N, att.d)
-    out_device = X0.device if is_torch else None
-    check_saved_memory(len(t_out), shape[1:], 4 if name == "float32" else 8, out_device)
+    return replace(clouds, weights=w, M=M)
+
+
+def _field(clouds: _Clouds, kernel: str, X) -> Field:
+    """The velocity field of the state X (M, N, d): the kernel's, with the weights and the betas as
+    tensors beside X (uniform weights and one beta for all need none)."""
+    import torch
+
+    w, betas = unless_uniform(clouds.weights), clouds.temps.betas
+    like = {"dtype": X.dtype, "device": X.device}
+    wt = None if w is None else torch.as_tensor(per_cloud(w, clouds.M, 2), **like)
+    bt = None if betas is None else torch.tensor(betas, **like)
+    return Field(clouds.temps.att, kernel, X, bt, wt)
+
+
+def _run(numerics: _Numerics, f: Field, X, out: Output) -> Steps:
+    """The run loop of the method."""
+    opts = numerics.options
+    if numerics.method == "adaptive":
+        return run_adaptive(f, X, out, AdaptiveSettings(**opts))
+    return run_fixed(numerics.method, f, X, out, numerics.dt, opts["max_steps"])
+
+
+def _info(numerics: _Numerics, clouds: _Clouds, f: Field, steps: Steps, wall_time_s: float) -> dict:
+    """Trajectory.info: what was run and what it took."""
+    temps = clouds.temps
+    info: dict[str, Any] = {
+        "method": numerics.method,
+        "kernel": f.name,
+        "kernel_requested": numerics.kernel,
+        "kernel_evals": dict(f.used),
+        "n_steps": steps.n_steps,
+        "n_rejected": steps.n_rejected,
+        "n_evals": f.n_evals,
+        "wall_time_s": wall_time_s,
+        "dtype": numerics.dtype,
+        "device": str(clouds.device),
+        "beta": temps.att.beta if temps.betas is None else None,
+    }
+    if temps.betas is not None:
+        info["betas"] = list(temps.betas)
+    if numerics.method == "adaptive":
+        info.update(rtol=numerics.options["rtol"], atol=numerics.options["atol"])
+    else:
+        info["dt"] = numerics.dt
+    return info
+
+
+def _simulate(
+    clouds: _Clouds, t_out: np.ndarray, numerics: _Numerics, progress: Callable[[float, float], Any] | None
+) -> Trajectory:
+    """The run of checked arguments: state, field and saved array set up, one run loop, the result."""
+    import torch
 
     wall0 = _time.perf_counter()
-    tdtype = getattr(torch, name)
-    X = torch.as_tensor(per_cloud(X0n, M, 3), dtype=tdtype, device=dev)
-    w_kernel = unless_uniform(w)
-    wt = None if w_kernel is None else torch.as_tensor(per_cloud(w_kernel, M, 2), dtype=tdtype, device=dev)
-    if betas is not None and len(set(betas)) == 1:  # one beta for all: no per-cloud betas needed
-        att, betas = att.with_beta(betas[0]), None
-    bt = None if betas is None else torch.tensor(betas, dtype=tdtype, device=dev)
-    f = Field(att, kernel, X, bt, wt)
-    saved = _Saved((len(t_out), *X.shape), tdtype if is_torch else name, out_device)
-    if progress is not None:
-        progress(0.0, float(t_out[-1]))
-    if method == "adaptive":
-        n_steps, n_rejected = run_adaptive(
-            f, X, t_out, opts["rtol"], opts["atol"], opts["max_steps"], opts["first_step"], saved, progress
-        )
-    else:
-        n_steps = run_fixed(method, f, X, t_out, dt, opts["max_steps"], saved, progress)
-        n_rejected = 0
-
-    x = saved.x if M is not None else saved.x[:, 0]
-    info: dict[str, Any] = {
-        "method": method,
-        "kernel": f.name,
-        "kernel_requested": kernel,
-        "kernel_evals": dict(f.used),
-        "n_steps": n_steps,
-        "n_rejected": n_rejected,
-        "n_evals": f.n_evals,
-        "wall_time_s": _time.perf_counter() - wall0,
-        "dtype": name,
-        "device": str(dev),
-        "beta": att.beta if betas is None else None,
-    }
-    if betas is not None:
-        info["betas"] = list(betas)
-    if method == "adaptive":
-        info.update(rtol=opts["rtol"], atol=opts["atol"])
-    else:
-        info["dt"] = dt
-    return Trajectory(t=t_out.copy(), x=x, info=info, weights=w)
+    tdtype = getattr(torch, numerics.dtype)
+    X = torch.as_tensor(per_cloud(clouds.X0, clouds.M, 3), dtype=tdtype, device=clouds.device)
+    clouds = replace(clouds, temps=clouds.temps.collapsed())
+    f = _field(clouds, numerics.kernel, X)
+    is_torch = clouds.out_device is not None
+    saved = _Saved((len(t_out), *X.shape), tdtype if is_torch else numerics.dtype, clouds.out_device)
+    out = Output(t_out, saved, progress)
+    out.report(0.0)
+    steps = _run(numerics, f, X, out)
+    x = saved.x if clouds.M is not None else saved.x[:, 0]
+    info = _info(numerics, clouds, f, steps, _time.perf_counter() - wall0)
+    return Trajectory(t=t_out.copy(), x=x, info=info, weights=clouds.weights)

@@ -95,12 +95,30 @@ def _spectral_data(att: Attention) -> tuple[np.ndarray, np.ndarray]:
     return lam[::-1].copy(), U[:, ::-1].copy()
 
 
-def _density(rho0: Any, d: int, mean: Any, kappa: Any) -> tuple[Density, float | None, str]:
-    """The density f of rho0 = a name of MEASURES ("uniform", "vmf") or a callable (w.r.t. the uniform
-    probability).
+@dataclass(frozen=True)
+class _Rho0:
+    """rho_0 as reference_w2 integrates it: its density f w.r.t. the uniform probability on the sphere,
+    the sup of f(x) + f(-x) (None: unknown, then taken over the nodes), and a label."""
 
-    Returns (f, sup of f(x) + f(-x) or None when unknown, a label).
-    """
+    f: Density
+    sup: float | None
+    label: str
+
+
+@dataclass
+class _Tally:
+    """What the integrand has seen so far: clock evaluations, tokens, the largest clock s and the
+    largest f(x) + f(-x) at a node."""
+
+    nfev: int = 0
+    tokens: int = 0
+    s_max: float = 0.0
+    fsym_max: float = 0.0
+
+
+def _density(rho0: Any, d: int, mean: Any, kappa: Any) -> _Rho0:
+    """rho0 = a name of MEASURES ("uniform", "vmf", with mean and kappa) or a callable density f(X)
+    (w.r.t. the uniform probability), checked."""
     if callable(rho0):
         user = rho0
 
@@ -112,7 +130,7 @@ def _density(rho0: Any, d: int, mean: Any, kappa: Any) -> tuple[Density, float |
                 )
             return v
 
-        return f_user, None, getattr(rho0, "__name__", "density")
+        return _Rho0(f_user, None, getattr(rho0, "__name__", "density"))
     if rho0 not in MEASURES:
         names = ", ".join(repr(n) for n in MEASURES)
         raise ValueError(f"rho0 must be one of {names} or a callable density f(X), got {rho0!r}")
@@ -127,11 +145,17 @@ def _density(rho0: Any, d: int, mean: Any, kappa: Any) -> tuple[Density, float |
             raise ValueError(f"mean must be a finite non-zero vector with d = {d} entries, got {mean!r}")
     rho = family.bind(d, **params)
     label = ", ".join(f"{p}={float(v):g}" for p, v in params.items() if p != "mean")
-    return rho.normalised(), rho.pair_sup(), f"{rho0}({label})" if label else rho0
+    return _Rho0(rho.normalised(), rho.pair_sup(), f"{rho0}({label})" if label else rho0)
 
 
 def _integrand(
-    att: Attention, lam: np.ndarray, U: np.ndarray, f: Density, t: np.ndarray, clock_rtol: float, stats: dict
+    att: Attention,
+    lam: np.ndarray,
+    U: np.ndarray,
+    f: Density,
+    t: np.ndarray,
+    clock_rtol: float,
+    stats: _Tally,
 ) -> Callable[[np.ndarray], np.ndarray]:
     """v (P, d-1) -> (P, T + 1): 2 (1 - |<u_1, Phi_t(x)>|) (f(x) + f(-x)) times the uniform density in v,
     summed over the sign branches; the last column integrates the density itself (the mass)."""
@@ -151,12 +175,13 @@ def _integrand(
         logc = np.tile(logc, (nb, 1))
         X = (sign * np.exp(logc)) @ U.T  # initial tokens, (nb P, d)
         fsym = f(X) + f(-X)
-        stats["fsym_max"] = max(stats["fsym_max"], float(np.max(fsym, initial=0.0)))
+        stats.fsym_max = max(stats.fsym_max, float(np.max(fsym, initial=0.0)))
         flow = ExactFlow.from_log_coefficients(logc, sign, lam, U)
-        S, nfev, _ = solve_clocks(flow, B, t, clock_rtol, clock_rtol * 1e-2)
-        stats["nfev"] += nfev
-        stats["tokens"] += X.shape[0]
-        stats["s_max"] = max(stats["s_max"], float(S.max(initial=0.0)))
+        clocks = solve_clocks(flow, B, t, clock_rtol, clock_rtol * 1e-2)
+        S = clocks.s
+        stats.nfev += clocks.nfev
+        stats.tokens += X.shape[0]
+        stats.s_max = max(stats.s_max, float(S.max(initial=0.0)))
         out = np.empty((X.shape[0], t.size + 1))
         for k in range(t.size):
             e = flow.coef(S[k])  # (d, nb P), largest magnitude 1 per token
@@ -200,6 +225,114 @@ def _frame(L_old: float, L: float, width: float, D: int) -> tuple[np.ndarray, np
     return np.concatenate(los), np.concatenate(his)
 
 
+@dataclass(frozen=True)
+class _Cubature:
+    """reference_w2's settings: relative tolerance on W2^2, the most nodes, the box half-width L in v
+    (None: grown until its truncation bound is small enough)."""
+
+    rtol: float
+    max_nodes: int
+    L: float | None
+
+
+@dataclass(frozen=True)
+class _Integral:
+    """The cubature on the v-box [-L, L]^(d-1): its result, L, rho_0's mass, W2^2 (T,), the box's
+    truncation bound on W2^2 and the sup of f(x) + f(-x) it used."""
+
+    res: CubatureResult
+    L: float
+    mass: float
+    w2sq: np.ndarray
+    tail: float
+    sup: float
+
+
+def _integral(res: CubatureResult, d: int, rho: _Rho0, L: float, stats: _Tally) -> _Integral:
+    """W2^2 and its truncation bound from a cubature result on the box [-L, L]^(d-1)."""
+    mass = float(res.value[-1])
+    if not mass > 0:
+        raise ValueError(f"rho0 integrates to {mass:.3g} over the sphere: a density must have mass > 0")
+    sup = rho.sup if rho.sup is not None else stats.fsym_max
+    tail = _tail_coefficient(d, sup) * math.atan(math.exp(-L)) / mass
+    return _Integral(res, L, mass, res.value[:-1] / mass, tail, sup)
+
+
+def _integrate_box(
+    g: Callable[[np.ndarray], np.ndarray], d: int, rho: _Rho0, cfg: _Cubature, stats: _Tally
+) -> _Integral:
+    """The adaptive cubature of g on the v-box, grown (when cfg.L is None) by frames until its
+    truncation bound is below TAIL_SHARE * rtol * min W2^2 or the nodes run out."""
+    width, n, D = CELL_WIDTH[d], RULE_N[d], d - 1
+    if cfg.L is None:
+        L_box = _box_for(d, rho.sup if rho.sup is not None else 2.0, TAIL_SHARE * cfg.rtol * START_W2SQ)
+    else:
+        L_box = cfg.L
+    lo, hi = grid_cells(-L_box, L_box, width, D)
+    res = refine(g, lo, hi, cfg.rtol, n=n, max_nodes=cfg.max_nodes)
+    while True:
+        now = _integral(res, d, rho, L_box, stats)
+        floor = TAIL_SHARE * cfg.rtol * float(np.min(now.w2sq))
+        if cfg.L is not None or not res.converged or floor <= 0 or now.tail <= floor:
+            return now
+        target = max(L_box + L_STEP, _box_for(d, now.sup, floor * now.mass) + 1.0)
+        lo, hi = _frame(L_box, target, width, D)
+        if res.nodes + lo.shape[0] * (n + 1) ** D > cfg.max_nodes:
+            return now
+        L_box = target
+        used = res.nodes
+        res = refine(g, lo, hi, cfg.rtol, n=n, max_nodes=cfg.max_nodes - used, start=res.cells)
+        res = CubatureResult(res.value, res.error, res.cells, res.nodes + used, res.converged)
+
+
+def _warn(box: _Integral, d: int, rho: _Rho0, cfg: _Cubature, converged: bool) -> None:
+    """Warnings for a cubature short of its tolerance and for a known density whose mass is off."""
+    if not converged:
+        warnings.warn(
+            f"reference_w2 did not reach rtol = {cfg.rtol:g} within max_nodes = {cfg.max_nodes} (nodes "
+            f"used: {box.res.nodes}); its error estimate w2_err says how far to trust it. Raise max_nodes "
+            "or rtol.",
+            UserWarning,
+            stacklevel=3,
+        )
+    mass_tail = _tail_coefficient(d, box.sup) / 2.0 * math.atan(math.exp(-box.L))  # h <= 2 is not in it
+    off = abs(box.mass - 1.0) > 10.0 * max(cfg.rtol, float(box.res.error[-1])) + mass_tail
+    if rho.sup is not None and off:
+        warnings.warn(
+            f"reference_w2: rho0 = {rho.label} integrates to {box.mass:.6g} instead of 1 on the quadrature: "
+            "the cubature missed part of it (a very concentrated density?); lower rtol",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+@dataclass(frozen=True)
+class _Errors:
+    """The error of W2^2 (T,) in its parts: the cubature's (the mass's error enters through the
+    division), the box truncation bound, and the clocks' 2 |mu_1 - mu_d| delta_s W2^2; and their sum."""
+
+    quadrature: np.ndarray
+    truncation: np.ndarray
+    clock: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.quadrature + self.truncation + self.clock
+
+
+def _errors(box: _Integral, lam: np.ndarray, clock_rtol: float, stats: _Tally) -> _Errors:
+    quad = (box.res.error[:-1] + box.w2sq * box.res.error[-1]) / box.mass
+    dtol = clock_rtol * max(stats.s_max, 1.0) + clock_rtol * 1e-2
+    clock = 2.0 * float(lam[0] - lam[-1]) * dtol * box.w2sq
+    return _Errors(quad, np.full_like(box.w2sq, box.tail), clock)
+
+
+def _converged(box: _Integral, cfg: _Cubature) -> bool:
+    """The cubature met rtol, and a grown box its truncation target."""
+    grown_enough = cfg.L is not None or box.tail <= TAIL_SHARE * cfg.rtol * float(np.min(box.w2sq))
+    return box.res.converged and grown_enough
+
+
 def reference_w2(
     att: Attention,
     times: Any,
@@ -233,75 +366,32 @@ def reference_w2(
     rtol = check_positive(rtol, "rtol")
     clock_rtol = check_positive(clock_rtol, "clock_rtol")
     max_nodes = int(check_positive(max_nodes, "max_nodes", integer=True))
-    d = att.d
-    D = d - 1
-    f, sup, label = _density(rho0, d, mean, kappa)
+    rho = _density(rho0, att.d, mean, kappa)
+    cfg = _Cubature(rtol, max_nodes, None if L is None else check_positive(L, "L"))
     start = _time.perf_counter()
-    stats: dict[str, Any] = {"nfev": 0, "tokens": 0, "s_max": 0.0, "fsym_max": 0.0}
-    g = _integrand(att, lam, U, f, t, clock_rtol, stats)
-    width, n = CELL_WIDTH[d], RULE_N[d]
-    grow = L is None
-    if L is None:
-        L_box = _box_for(d, sup if sup is not None else 2.0, TAIL_SHARE * rtol * START_W2SQ)
-    else:
-        L_box = check_positive(L, "L")
-    lo, hi = grid_cells(-L_box, L_box, width, D)
-    res: CubatureResult = refine(g, lo, hi, rtol, n=n, max_nodes=max_nodes)
-    while True:
-        mass = float(res.value[-1])
-        if not mass > 0:
-            raise ValueError(f"rho0 integrates to {mass:.3g} over the sphere: a density must have mass > 0")
-        w2sq = res.value[:-1] / mass
-        sup_f = sup if sup is not None else stats["fsym_max"]
-        tail = _tail_coefficient(d, sup_f) * math.atan(math.exp(-L_box)) / mass
-        floor = TAIL_SHARE * rtol * float(np.min(w2sq))
-        if not grow or not res.converged or floor <= 0 or tail <= floor:
-            break
-        target = max(L_box + L_STEP, _box_for(d, sup_f, floor * mass) + 1.0)
-        lo, hi = _frame(L_box, target, width, D)
-        if res.nodes + lo.shape[0] * (n + 1) ** D > max_nodes:
-            break
-        L_box = target
-        used = res.nodes
-        res = refine(g, lo, hi, rtol, n=n, max_nodes=max_nodes - used, start=res.cells)
-        res = CubatureResult(res.value, res.error, res.cells, res.nodes + used, res.converged)
-    converged = res.converged and (not grow or tail <= TAIL_SHARE * rtol * float(np.min(w2sq)))
-    if not converged:
-        warnings.warn(
-            f"reference_w2 did not reach rtol = {rtol:g} within max_nodes = {max_nodes} (nodes used: "
-            f"{res.nodes}); its error estimate w2_err says how far to trust it. Raise max_nodes or rtol.",
-            UserWarning,
-            stacklevel=2,
-        )
-    mass_tail = _tail_coefficient(d, sup_f) / 2.0 * math.atan(math.exp(-L_box))  # h <= 2 is not in it
-    if sup is not None and abs(mass - 1.0) > 10.0 * max(rtol, float(res.error[-1])) + mass_tail:
-        warnings.warn(
-            f"reference_w2: rho0 = {label} integrates to {mass:.6g} instead of 1 on the quadrature: the "
-            "cubature missed part of it (a very concentrated density?); lower rtol",
-            UserWarning,
-            stacklevel=2,
-        )
-    quad = (res.error[:-1] + w2sq * res.error[-1]) / mass  # the mass's error enters through the division
-    dtol = clock_rtol * max(stats["s_max"], 1.0) + clock_rtol * 1e-2
-    clock = 2.0 * float(lam[0] - lam[-1]) * dtol * w2sq
-    w2sq_err = quad + tail + clock
-    w2 = np.sqrt(np.maximum(w2sq, 0.0))
-    w2_err = w2 - np.sqrt(np.maximum(w2sq - w2sq_err, 0.0))  # the larger side of sqrt's bracket
+    stats = _Tally()
+    box = _integrate_box(_integrand(att, lam, U, rho.f, t, clock_rtol, stats), att.d, rho, cfg, stats)
+    converged = _converged(box, cfg)
+    _warn(box, att.d, rho, cfg, converged)
+    err = _errors(box, lam, clock_rtol, stats)
+    w2sq_err = err.total
+    w2 = np.sqrt(np.maximum(box.w2sq, 0.0))
+    w2_err = w2 - np.sqrt(np.maximum(box.w2sq - w2sq_err, 0.0))  # the larger side of sqrt's bracket
     info = {
-        "rho0": label,
-        "nodes": int(res.nodes),
-        "tokens": int(stats["tokens"]),
-        "cells": int(res.cells.lo.shape[0]),
-        "L": float(L_box),
+        "rho0": rho.label,
+        "nodes": int(box.res.nodes),
+        "tokens": int(stats.tokens),
+        "cells": int(box.res.cells.lo.shape[0]),
+        "L": float(box.L),
         "converged": bool(converged),
         "rtol": rtol,
         "clock_rtol": clock_rtol,
-        "clock_nfev": int(stats["nfev"]),
-        "mass": mass,
-        "error_parts": {"quadrature": quad, "truncation": np.full_like(w2sq, tail), "clock": clock},
+        "clock_nfev": int(stats.nfev),
+        "mass": box.mass,
+        "error_parts": {"quadrature": err.quadrature, "truncation": err.truncation, "clock": err.clock},
         "wall_time": _time.perf_counter() - start,
     }
-    return ReferenceW2(times=t, w2=w2, w2_err=w2_err, w2sq=w2sq, w2sq_err=w2sq_err, info=info)
+    return ReferenceW2(times=t, w2=w2, w2_err=w2_err, w2sq=box.w2sq, w2sq_err=w2sq_err, info=info)
 
 
 def local_rates(

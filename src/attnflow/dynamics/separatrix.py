@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,13 @@ TRACER_WEIGHT = 1e-30  # weight of a tracer, relative to the measure's total mas
 SAVES_PER_UNIT = 20  # saved states per unit time, where the fates are read
 WINDOW = 0.3  # half-width (radians) of the window around a centre where fates are read
 
-__all__ = ["SeparatrixSearch", "default_brackets", "locate_separatrices", "mean_field_quadrature"]
+__all__ = [
+    "SeparatrixSearch",
+    "SeparatrixSettings",
+    "default_brackets",
+    "locate_separatrices",
+    "mean_field_quadrature",
+]
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,47 @@ def default_brackets(att: Attention, half_width: float | None = None) -> np.ndar
     return np.array([[phi - hw, phi + hw], [phi + math.pi - hw, phi + math.pi + hw]])
 
 
-def _fate_bracket(theta0: np.ndarray, ang: np.ndarray, centre: float, half: float, exit_angle: float):
+@dataclass(frozen=True)
+class SeparatrixSettings:
+    """How `locate_separatrices` searches (its algorithm is unchanged by grouping them here).
+
+    h, du, eps: the grading of the measure's nodes toward the bracket midpoints
+    (`sphere.graded_circle_quadrature`: spacing h far away, du in log-distance near them, down to eps).
+    tracers: points of weight TRACER_WEIGHT spread evenly over each bracket.  max_passes: passes at
+    most.  tol: the bracket width (radians) at which the search stops.  exit_angle: a point's fate is
+    the sign of its displacement when it first moves this far (radians) from its initial angle.
+    density: rho_0's density (None: uniform).  options, kernel: as in `simulate` (method "adaptive").
+    """
+
+    h: float
+    du: float
+    eps: float = 1e-11
+    tracers: int = 64
+    max_passes: int = 8
+    tol: float = 1e-10
+    exit_angle: float = 0.4
+    density: Any = None
+    options: dict[str, Any] | None = None
+    kernel: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("tracers", "max_passes"):
+            object.__setattr__(self, name, int(check_positive(getattr(self, name), name, integer=True)))
+        object.__setattr__(self, "tol", check_positive(self.tol, "tol"))
+
+
+@dataclass(frozen=True)
+class _Fate:
+    """A new bracket [lo, hi] (radians) and the number of points between its ends still undecided."""
+
+    lo: float
+    hi: float
+    undecided: int
+
+
+def _fate_bracket(
+    theta0: np.ndarray, ang: np.ndarray, centre: float, half: float, exit_angle: float
+) -> _Fate:
     """New bracket around `centre` from the saved angles ang (T, P) of points starting at theta0 (P,)."""
     d0 = np.angle(np.exp(1j * (theta0 - centre)))
     sel = np.flatnonzero(np.abs(d0) < half)
@@ -102,81 +148,83 @@ def _fate_bracket(theta0: np.ndarray, ang: np.ndarray, centre: float, half: floa
             "raise t_max (fates undecided) or check that a repelling point lies there"
         )
     lo, hi = minus[-1], plus[0]
-    return centre + d0[sel[lo]], centre + d0[sel[hi]], int(hi - lo - 1)
+    return _Fate(centre + d0[sel[lo]], centre + d0[sel[hi]], int(hi - lo - 1))
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One pass of the search: the new brackets (k, 2) and the pass's entry of SeparatrixSearch.passes."""
+
+    brackets: np.ndarray
+    log: dict[str, Any]
+
+
+def _search_pass(
+    att: Attention, br: np.ndarray, times: np.ndarray, half: float, cfg: SeparatrixSettings
+) -> _Pass:
+    """Nodes graded toward the brackets' midpoints and tracers over each bracket, moved by the weighted
+    flow up to times[-1]; the new brackets from the points' fates."""
+    from .integrate import simulate
+
+    centres = br.mean(axis=1)
+    X, w = graded_circle_quadrature(centres, cfg.h, cfg.du, cfg.eps, cfg.density)
+    tr_theta = np.concatenate([np.linspace(lo, hi, cfg.tracers + 2)[1:-1] for lo, hi in br])
+    theta0 = np.concatenate([np.arctan2(X[:, 1], X[:, 0]), tr_theta])
+    X0 = np.stack([np.cos(theta0), np.sin(theta0)], axis=1)
+    n_tr = tr_theta.size
+    weights = np.concatenate([w * (1.0 - TRACER_WEIGHT * n_tr), np.full(n_tr, TRACER_WEIGHT)])
+    start = time.perf_counter()
+    traj = simulate(
+        X0, att, times, method="adaptive", kernel=cfg.kernel, weights=weights, options=cfg.options
+    )
+    x = np.asarray(traj.x)
+    ang = np.arctan2(x[..., 1], x[..., 0])
+    fates = [_fate_bracket(theta0, ang, float(c), half, cfg.exit_angle) for c in centres]
+    new = np.array([[f.lo, f.hi] for f in fates])
+    log = {
+        "centres": centres.tolist(),
+        "brackets": new.tolist(),
+        "width": float(np.max(new[:, 1] - new[:, 0])),
+        "N": len(w),
+        "tracers": int(tr_theta.size),
+        "undecided": [f.undecided for f in fates],
+        "n_steps": traj.info.get("n_steps"),
+        "wall_time_s": time.perf_counter() - start,
+    }
+    return _Pass(new, log)
 
 
 def locate_separatrices(
     att: Attention,
     brackets: Any,
     t_max: float,
-    *,
-    h: float,
-    du: float,
-    eps: float = 1e-11,
-    tracers: int = 64,
-    max_passes: int = 8,
-    tol: float = 1e-10,
-    exit_angle: float = 0.4,
-    density: Any = None,
-    options: dict[str, Any] | None = None,
-    kernel: str = "auto",
+    settings: SeparatrixSettings | None = None,
+    **fields: Any,
 ) -> SeparatrixSearch:
     """Initial angles of the separatrices of the weighted mean-field flow on S^1, by bisection on fates.
 
     att: d = 2 weights, finite beta.  brackets (k, 2): [lo, hi] angles (radians) each holding one
-    separatrix.  t_max: the integration time (fates must be decided by then).  h, du, eps: the grading
-    of the measure's nodes (`sphere.graded_circle_quadrature`), toward the bracket midpoints.
-    density: rho_0's density (None: uniform).  options, kernel: as in `simulate` (method "adaptive").
+    separatrix.  t_max: the integration time (fates must be decided by then).  settings: a
+    SeparatrixSettings (h and du, the grading of the nodes, have no default), or its fields as keywords
+    (h=..., du=..., tracers=...), which also override those of a given settings.
     Returns a SeparatrixSearch; its width is the precision reached.
     """
-    from .integrate import simulate
-
     att = _check_2d(att)
     br = np.array(brackets, dtype=np.float64).reshape(-1, 2)
     if not np.all(np.isfinite(br)) or np.any(br[:, 1] <= br[:, 0]):
         raise ValueError(f"brackets must be finite [lo, hi] pairs with lo < hi (radians), got {brackets!r}")
     t_max = check_positive(t_max, "t_max")
-    tracers = int(check_positive(tracers, "tracers", integer=True))
-    max_passes = int(check_positive(max_passes, "max_passes", integer=True))
-    tol = check_positive(tol, "tol")
+    cfg = SeparatrixSettings(**fields) if settings is None else replace(settings, **fields)
     gaps = np.abs(np.angle(np.exp(1j * (br.mean(1)[:, None] - br.mean(1)[None, :]))))
     half = min(WINDOW, 0.5 * float(np.min(gaps + np.diag(np.full(len(br), np.inf)))))
     times = np.linspace(0.0, t_max, math.ceil(t_max * SAVES_PER_UNIT) + 1)
     passes: list[dict[str, Any]] = []
-    for _ in range(max_passes):
-        centres = br.mean(axis=1)
-        X, w = graded_circle_quadrature(centres, h, du, eps, density)
-        tr_theta = np.concatenate([np.linspace(lo, hi, tracers + 2)[1:-1] for lo, hi in br])
-        theta0 = np.concatenate([np.arctan2(X[:, 1], X[:, 0]), tr_theta])
-        X0 = np.stack([np.cos(theta0), np.sin(theta0)], axis=1)
-        weights = np.concatenate(
-            [w * (1.0 - TRACER_WEIGHT * tr_theta.size), np.full(tr_theta.size, TRACER_WEIGHT)]
-        )
-        start = time.perf_counter()
-        traj = simulate(X0, att, times, method="adaptive", kernel=kernel, weights=weights, options=options)
-        x = np.asarray(traj.x)
-        ang = np.arctan2(x[..., 1], x[..., 0])
-        new, undecided = [], []
-        for c in centres:
-            lo, hi, und = _fate_bracket(theta0, ang, float(c), half, exit_angle)
-            new.append([lo, hi])
-            undecided.append(und)
+    for _ in range(cfg.max_passes):
         old_width = float(np.max(br[:, 1] - br[:, 0]))
-        br = np.array(new)
-        width = float(np.max(br[:, 1] - br[:, 0]))
-        passes.append(
-            {
-                "centres": centres.tolist(),
-                "brackets": br.tolist(),
-                "width": width,
-                "N": len(w),
-                "tracers": int(tr_theta.size),
-                "undecided": undecided,
-                "n_steps": traj.info.get("n_steps"),
-                "wall_time_s": time.perf_counter() - start,
-            }
-        )
-        if width < tol or width > 0.5 * old_width:
+        step = _search_pass(att, br, times, half, cfg)
+        br = step.brackets
+        passes.append(step.log)
+        if step.log["width"] < cfg.tol or step.log["width"] > 0.5 * old_width:
             break
     return SeparatrixSearch(angles=br.mean(axis=1), brackets=br, passes=passes)
 

@@ -3,20 +3,22 @@ two run loops (MATH.md, "Finite temperature").
 
 - `run_fixed`: "euler", "heun", "rk4" with step dt, the last step before each output time
   shortened to land on it.
-- `run_adaptive`: Dormand-Prince 5(4) with error control; the states at the output times come from
-  its 4th-order continuous extension (`dense_output`).
+- `run_adaptive`: Dormand-Prince 5(4) with error control (`AdaptiveSettings`); the states at the
+  output times come from its 4th-order continuous extension (`dense_output`).
 
 Each step is followed by renormalisation of the rows (a projection method).  `Field` is the velocity
 kernel with evaluation counting and the periodic re-decision of kernel="auto".  The state is a torch
-tensor (M, N, d); `save(X)` receives each output state, `progress(t, t_final)` is called now and then.
-`simulate` (integrate.py) checks the arguments, sets up the state and the saved array, and calls one
-run loop.
+tensor (M, N, d); an `Output` says where the states go (`save(X)` for each output time) and whom to
+tell (`progress(t, t_final)`, now and then); a run loop returns its `Steps`.  `simulate`
+(integrate.py) checks the arguments, sets up the state and the saved array, and calls one run loop.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..kernels import get_kernel, resolve_kernel
 
@@ -60,6 +62,44 @@ DP_P = (
 )
 
 
+@dataclass(frozen=True)
+class Output:
+    """Where a run loop delivers: the output times (T,) (non-decreasing, >= 0), save(X) called once
+    per output time in order, and progress(t, t_final) or None."""
+
+    times: Any
+    save: Callable[[Any], None]
+    progress: Callable[[float, float], Any] | None = None
+
+    @property
+    def t_final(self) -> float:
+        return float(self.times[-1])
+
+    def report(self, t: float) -> None:
+        """Tell `progress` that the run has reached time t."""
+        if self.progress is not None:
+            self.progress(t, self.t_final)
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """Dormand-Prince's settings (simulate's options for method "adaptive"): tolerances, the most
+    attempted steps, and the first step (None: the Hairer-Norsett-Wanner starting-step rule)."""
+
+    rtol: float
+    atol: float
+    max_steps: int
+    first_step: float | None = None
+
+
+@dataclass(frozen=True)
+class Steps:
+    """What a run loop did: accepted steps and rejected attempts (0 for the fixed-step methods)."""
+
+    n_steps: int
+    n_rejected: int = 0
+
+
 class Field:
     """The velocity field with evaluation counting and, for kernel="auto", periodic re-decisions.
 
@@ -84,11 +124,14 @@ class Field:
         self.name = name
         self.fn = get_kernel(name)
 
-    def maybe_redecide(self, X) -> None:
+    def maybe_redecide(self, X) -> bool:
+        """Re-decide kernel="auto" for the state X; whether the kernel changed."""
         if self.auto:
             name = resolve_kernel("auto", self._plan, X, self.weights)
             if name != self.name:
                 self._set(name)
+                return True
+        return False
 
     def __call__(self, X):
         self.n_evals += 1
@@ -143,11 +186,10 @@ def _initial_step(f: Field, X, k1, rtol: float, atol: float, span: float) -> flo
     return min(100 * h0, h1, span)
 
 
-def run_fixed(method: str, f: Field, X, t_out, dt: float, max_steps: int, save, progress) -> int:
+def run_fixed(method: str, f: Field, X, out: Output, dt: float, max_steps: int) -> Steps:
     """Steps of dt, the last one before each output time shortened to land on it."""
     n_steps, t = 0, 0.0
-    t_final = float(t_out[-1])
-    for t_next in t_out:
+    for t_next in out.times:
         t_next = float(t_next)
         t_start, span = t, t_next - t
         n_take = math.ceil(span / dt - 1e-9) if span > 0 else 0
@@ -155,20 +197,19 @@ def run_fixed(method: str, f: Field, X, t_out, dt: float, max_steps: int, save, 
             last = i == n_take - 1
             h = span - (n_take - 1) * dt if last else dt
             if n_steps >= max_steps:
-                raise RuntimeError(f"max_steps = {max_steps} reached at t = {t:.6g} < {t_final:.6g}")
+                raise RuntimeError(f"max_steps = {max_steps} reached at t = {t:.6g} < {out.t_final:.6g}")
             X = _step_fixed(method, f, X, h)
             n_steps += 1
             t = t_next if last else t_start + (i + 1) * dt
             _check_finite(X, t, f)
             if n_steps % AUTO_EVERY == 0:
                 f.maybe_redecide(X)
-            if progress is not None and n_steps % PROGRESS_EVERY == 0:
-                progress(t, t_final)
+            if n_steps % PROGRESS_EVERY == 0:
+                out.report(t)
         t = t_next
-        save(X)
-        if progress is not None:
-            progress(t, t_final)
-    return n_steps
+        out.save(X)
+        out.report(t)
+    return Steps(n_steps)
 
 
 def _error_norm(err_vec, X, Xn, rtol: float, atol: float) -> float:
@@ -194,70 +235,105 @@ def dense_output(X, ks: list, h: float, theta: float):
     return _normalize_rows(X + h * inc)
 
 
-def run_adaptive(
-    f: Field, X, t_out, rtol: float, atol: float, max_steps: int, first_step, save, progress
-) -> tuple[int, int]:
-    """Dormand-Prince 5(4) from 0 to t_out[-1]; states at t_out from the continuous extension.
+def _check_step(h: float, t: float, attempts: int, opts: AdaptiveSettings, t_final: float) -> None:
+    """Refuse a step size that underflows and an attempt past max_steps."""
+    if h <= 1e-14 * max(1.0, abs(t)):
+        raise RuntimeError(
+            f"adaptive step size underflow at t = {t:.6g} (h = {h:.3g}): too stiff "
+            f"for rtol = {opts.rtol:g}, atol = {opts.atol:g}"
+        )
+    if attempts >= opts.max_steps:
+        raise RuntimeError(f"max_steps = {opts.max_steps} reached at t = {t:.6g} < {t_final:.6g}")
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """A tried Dormand-Prince step: its seven stages k_1 ... k_7, the 5th-order solution X5
+    (unnormalised; the point of the last stage, so k_7 is the next step's k_1) and the error norm."""
+
+    ks: list
+    X5: Any
+    err: float
+
+
+def _dp_attempt(f: Field, X, k1, h: float, opts: AdaptiveSettings) -> _Attempt:
+    """One Dormand-Prince 5(4) step of size h from X, whose first stage k1 = f(X) is known."""
+    ks = [k1]
+    for a_row in DP_A[1:]:
+        Y = X + h * sum(a * k for a, k in zip(a_row, ks, strict=False) if a != 0.0)
+        ks.append(f(Y))
+    err_vec = h * sum(e * k for e, k in zip(DP_E, ks, strict=True) if e != 0.0)
+    return _Attempt(ks, Y, _error_norm(err_vec, X, Y, opts.rtol, opts.atol))
+
+
+@dataclass(frozen=True)
+class _Step:
+    """An accepted step of size h from (t, X) to (t_new, X_new) (renormalised), with its stages;
+    last: it ends the run."""
+
+    t: float
+    h: float
+    t_new: float
+    last: bool
+    X: Any
+    X_new: Any
+    ks: list
+
+
+def _save_outputs(out: Output, j: int, step: _Step) -> int:
+    """Save the output times from index j on that the step covers (the last step: all that remain),
+    by dense output inside it and X_new at its end.  Returns the next index."""
+    while j < len(out.times) and (step.last or float(out.times[j]) < step.t_new):
+        t_j = float(out.times[j])
+        inside = t_j < step.t_new
+        out.save(dense_output(step.X, step.ks, step.h, (t_j - step.t) / step.h) if inside else step.X_new)
+        j += 1
+        out.report(t_j)
+    while j < len(out.times) and float(out.times[j]) <= step.t_new:  # an output time on the step's end
+        out.save(step.X_new)
+        j += 1
+    return j
+
+
+def run_adaptive(f: Field, X, out: Output, opts: AdaptiveSettings) -> Steps:
+    """Dormand-Prince 5(4) from 0 to the last output time; states at the output times from the
+    continuous extension.
 
     The steps do not stop at the output times (which may be much closer together than the steps a
     slow phase needs); the output between two accepted steps comes from the 4th-order interpolant
     of the step, renormalised.
     """
-    t_final = float(t_out[-1])
+    t_final, n_out = out.t_final, len(out.times)
     j = 0  # next output time
-    while j < len(t_out) and float(t_out[j]) <= 0.0:
-        save(X)
+    while j < n_out and float(out.times[j]) <= 0.0:
+        out.save(X)
         j += 1
     t, n_steps, n_rejected = 0.0, 0, 0
-    h_adapt: float | None = first_step
+    h_adapt = opts.first_step
     k1 = None  # first stage of the next step (FSAL)
-    while j < len(t_out):
+    while j < n_out:
         span = t_final - t
         if k1 is None:
             k1 = f(X)
         if h_adapt is None:
-            h_adapt = _initial_step(f, X, k1, rtol, atol, span)
+            h_adapt = _initial_step(f, X, k1, opts.rtol, opts.atol, span)
         h = h_adapt if h_adapt < span * (1 - 1e-10) else span
-        if h <= 1e-14 * max(1.0, abs(t)):
-            raise RuntimeError(
-                f"adaptive step size underflow at t = {t:.6g} (h = {h:.3g}): too stiff "
-                f"for rtol = {rtol:g}, atol = {atol:g}"
-            )
-        if n_steps + n_rejected >= max_steps:
-            raise RuntimeError(f"max_steps = {max_steps} reached at t = {t:.6g} < {t_final:.6g}")
-        ks = [k1]
-        for a_row in DP_A[1:]:
-            Y = X + h * sum(a * k for a, k in zip(a_row, ks, strict=False) if a != 0.0)
-            ks.append(f(Y))
-        Xn = Y  # last stage point is the 5th-order solution (FSAL)
-        err_vec = h * sum(e * k for e, k in zip(DP_E, ks, strict=True) if e != 0.0)
-        err = _error_norm(err_vec, X, Xn, rtol, atol)
-        fac = 0.9 * err ** (-1 / 5) if err > 0 else 5.0
-        if err > 1.0:
+        _check_step(h, t, n_steps + n_rejected, opts, t_final)
+        trial = _dp_attempt(f, X, k1, h, opts)
+        fac = 0.9 * trial.err ** (-1 / 5) if trial.err > 0 else 5.0
+        if trial.err > 1.0:
             n_rejected += 1
             h_adapt = h * min(1.0, max(0.2, fac))
             continue
         last = h >= span
-        t_new = t_final if last else t + h
-        X_new = _normalize_rows(Xn)
-        _check_finite(X_new, t_new, f)
-        while j < len(t_out) and (last or float(t_out[j]) < t_new):
-            t_j = float(t_out[j])
-            save(X_new if t_j >= t_new else dense_output(X, ks, h, (t_j - t) / h))
-            j += 1
-            if progress is not None:
-                progress(t_j, t_final)
-        while j < len(t_out) and float(t_out[j]) <= t_new:  # an output time on the step's end
-            save(X_new)
-            j += 1
-        X, t, k1 = X_new, t_new, ks[-1]
+        step = _Step(t, h, t_final if last else t + h, last, X, _normalize_rows(trial.X5), trial.ks)
+        _check_finite(step.X_new, step.t_new, f)
+        j = _save_outputs(out, j, step)
+        X, t, k1 = step.X_new, step.t_new, trial.ks[-1]
         n_steps += 1
         h_adapt = h * min(5.0, max(0.2, fac))
-        if n_steps % AUTO_EVERY == 0 and f.auto:
-            before = f.name
-            f.maybe_redecide(X)
-            if f.name != before:
-                k1 = None
-        if progress is not None and n_steps % PROGRESS_EVERY == 0:
-            progress(t, t_final)
-    return n_steps, n_rejected
+        if n_steps % AUTO_EVERY == 0 and f.maybe_redecide(X):
+            k1 = None  # the new kernel's field, not the old one's
+        if n_steps % PROGRESS_EVERY == 0:
+            out.report(t)
+    return Steps(n_steps, n_rejected)

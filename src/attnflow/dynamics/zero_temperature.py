@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import time as _time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -127,19 +128,29 @@ def _unit(Y: np.ndarray) -> np.ndarray:
     return Y / np.linalg.norm(Y, axis=-1, keepdims=True)
 
 
-def solve_clocks(flow: ExactFlow, B: np.ndarray, t: np.ndarray, rtol: float, atol: float):
+@dataclass(frozen=True)
+class Clocks:
+    """The clocks s (T, N) of N tokens at T times, with what they took: right-hand-side evaluations
+    (nfev) and ODE solves (chunks)."""
+
+    s: np.ndarray
+    nfev: int
+    chunks: int
+
+
+def solve_clocks(flow: ExactFlow, B: np.ndarray, t: np.ndarray, rtol: float, atol: float) -> Clocks:
     """Clocks s (T, N) at the times t: ds/dt = |y(s)| / |B^T y(s)|, s(0) = 0.
 
     The N scalar ODEs are integrated together by DOP853 in chunks of CHUNK tokens, sorted by when
     their last transition happens (tokens near P_1 x = 0 are slow), so that a chunk's step sizes
-    are set by similar tokens.  Returns (S, total right-hand-side evaluations, number of chunks).
+    are set by similar tokens.
     """
     from scipy.integrate import solve_ivp
 
     n = flow.logc.shape[1]
     S = np.zeros((t.size, n))
     if t[-1] == 0:
-        return S, 0, 0
+        return Clocks(S, 0, 0)
     tu, inv = np.unique(t, return_inverse=True)
     order = np.argsort(flow.difficulty(), kind="stable")
     nfev = 0
@@ -161,10 +172,22 @@ def solve_clocks(flow: ExactFlow, B: np.ndarray, t: np.ndarray, rtol: float, ato
         S[:, idx] = sol.y.T[inv]
         nfev += sol.nfev
         chunks += 1
-    return S, nfev, chunks
+    return Clocks(S, nfev, chunks)
 
 
-def _integrate(X: np.ndarray, att: Attention, t: np.ndarray, rtol: float, atol: float):
+@dataclass(frozen=True)
+class _Solution:
+    """The flow of N tokens at T times: states x (T, N, d), clocks s (T, N), right-hand-side
+    evaluations, ODE solves, and the method used ("exact" or "integrate")."""
+
+    x: np.ndarray
+    s: np.ndarray
+    nfev: int
+    chunks: int
+    method: str
+
+
+def _integrate(X: np.ndarray, att: Attention, t: np.ndarray, rtol: float, atol: float) -> _Solution:
     """Direct integration of dx/dt = P_x^perp A x / |B^T x| and ds/dt = 1/|B^T x| (DOP853).
 
     The field is evaluated at x/|x|, so |x| is conserved by the ODE; saved states are renormalised.
@@ -185,14 +208,54 @@ def _integrate(X: np.ndarray, att: Attention, t: np.ndarray, rtol: float, atol: 
     S = np.zeros((t.size, n))
     out[:] = X
     if t[-1] == 0:
-        return out, S, 0
+        return _Solution(out, S, 0, 1, "integrate")
     tu, inv = np.unique(t, return_inverse=True)
     z0 = np.concatenate([X.ravel(), np.zeros(n)])
     sol = solve_ivp(rhs, (0.0, tu[-1]), z0, method="DOP853", t_eval=tu, rtol=rtol, atol=atol)
     if not sol.success:
         raise RuntimeError(f"direct integration of the zero-temperature flow failed: {sol.message}")
     Z = sol.y.T[inv]
-    return _unit(Z[:, : n * d].reshape(t.size, n, d)), Z[:, n * d :], sol.nfev
+    return _Solution(_unit(Z[:, : n * d].reshape(t.size, n, d)), Z[:, n * d :], sol.nfev, 1, "integrate")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How simulate_zero_temperature solves: the exact flow (None: direct integration) and why."""
+
+    flow: ExactFlow | None
+    note: str
+
+
+def _plan(X: np.ndarray, att: Attention, method: str) -> _Plan:
+    """The exact flow of the tokens X (N, d) unless method="integrate" or A's eigenvectors are too
+    ill-conditioned ("auto" then falls back to integration with a warning, "exact" refuses)."""
+    sp = att.spectrum()
+    if method == "integrate":
+        return _Plan(None, "direct DOP853 integration (requested)")
+    lam, W, cond = _eigen(np.asarray(att.A), sp.symmetric)
+    if cond <= COND_EIG_MAX:
+        kind = "eigh, A symmetric" if sp.symmetric else f"complex eig, cond(W) = {cond:.3g}"
+        note = f"exact solution x = expm(A s) x0 / |.| ({kind}); clocks s by DOP853"
+        return _Plan(ExactFlow(X, lam, W, sp.symmetric), note)
+    reason = (
+        f"A's eigenvector matrix has condition number {cond:.3g} > {COND_EIG_MAX:.0e} "
+        "(A is defective or nearly so): its eigendecomposition is not accurate"
+    )
+    if method == "exact":
+        raise ValueError(f"method='exact' is unavailable: {reason}; use method='integrate'")
+    warnings.warn(
+        f"simulate_zero_temperature falls back to direct integration: {reason}", UserWarning, stacklevel=3
+    )
+    return _Plan(None, f"direct DOP853 integration (fallback): {reason}")
+
+
+def _solve(plan: _Plan, X: np.ndarray, att: Attention, t: np.ndarray, rtol: float, atol: float) -> _Solution:
+    """The flow of the tokens X (N, d) at the times t, as planned."""
+    if plan.flow is None:
+        return _integrate(X, att, t, rtol, atol)
+    clocks = solve_clocks(plan.flow, np.asarray(att.B), t, rtol, atol)
+    x = np.stack([_unit(plan.flow.y(s)) for s in clocks.s])
+    return _Solution(x, clocks.s, clocks.nfev, clocks.chunks, "exact")
 
 
 def simulate_zero_temperature(
@@ -226,53 +289,21 @@ def simulate_zero_temperature(
     start = _time.perf_counter()
     lead = X.shape[:-1]
     Xf = X.reshape(-1, att.d)
-    sp = att.spectrum()
-    A = np.asarray(att.A)
-
-    flow = None
-    if method == "integrate":
-        note = "direct DOP853 integration (requested)"
-    else:
-        lam, W, cond = _eigen(A, sp.symmetric)
-        if cond <= COND_EIG_MAX:
-            flow = ExactFlow(Xf, lam, W, sp.symmetric)
-            kind = "eigh, A symmetric" if sp.symmetric else f"complex eig, cond(W) = {cond:.3g}"
-            note = f"exact solution x = expm(A s) x0 / |.| ({kind}); clocks s by DOP853"
-        else:
-            reason = (
-                f"A's eigenvector matrix has condition number {cond:.3g} > {COND_EIG_MAX:.0e} "
-                "(A is defective or nearly so): its eigendecomposition is not accurate"
-            )
-            if method == "exact":
-                raise ValueError(f"method='exact' is unavailable: {reason}; use method='integrate'")
-            warnings.warn(
-                f"simulate_zero_temperature falls back to direct integration: {reason}",
-                UserWarning,
-                stacklevel=2,
-            )
-            note = f"direct DOP853 integration (fallback): {reason}"
-
-    if flow is not None:
-        S, nfev, chunks = solve_clocks(flow, np.asarray(att.B), t, rtol, atol)
-        x = np.stack([_unit(flow.y(s)) for s in S])
-        used = "exact"
-    else:
-        x, S, nfev = _integrate(Xf, att, t, rtol, atol)
-        chunks = 1
-        used = "integrate"
-    x[t == 0] = Xf  # exactly the initial state at t = 0
+    plan = _plan(Xf, att, method)
+    sol = _solve(plan, Xf, att, t, rtol, atol)
+    sol.x[t == 0] = Xf  # exactly the initial state at t = 0
     info = {
-        "method": used,
-        "note": note,
-        "s": S.reshape((t.size, *lead)),
-        "nfev": int(nfev),
-        "chunks": int(chunks),
+        "method": sol.method,
+        "note": plan.note,
+        "s": sol.s.reshape((t.size, *lead)),
+        "nfev": int(sol.nfev),
+        "chunks": int(sol.chunks),
         "rtol": rtol,
         "atol": atol,
         "beta": float("inf"),
         "wall_time": _time.perf_counter() - start,
     }
-    return Trajectory(t=t, x=x.reshape((t.size, *X.shape)), info=info)
+    return Trajectory(t=t, x=sol.x.reshape((t.size, *X.shape)), info=info)
 
 
 def project(X: Any, att: Attention, tol: float = 1e-12, spectral: bool = False) -> np.ndarray:

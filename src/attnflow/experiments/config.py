@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from .. import _checks
 from .._checks import check_rtol_for_dtype
 from .._threads import DEFAULT_THREADS, THREADS_HELP
 from ..dynamics.integrate import METHODS
@@ -178,14 +179,8 @@ def check_saved_arrays(config: BaseModel) -> None:
 
 
 def check_betas(v: list[float]) -> list[float]:
-    """betas: finite, > 0, no duplicates; returned sorted."""
-    if not v:
-        raise ValueError("at least one beta is needed")
-    if any(not math.isfinite(b) for b in v):
-        raise ValueError("every beta must be finite (the zero-temperature curve is computed separately)")
-    if len(set(v)) != len(v):
-        raise ValueError(f"betas must be distinct, got {v}")
-    return sorted(float(b) for b in v)
+    """betas: finite, > 0, no duplicates (`_checks.check_betas`); returned sorted."""
+    return sorted(_checks.check_betas(v, distinct=True).tolist())
 
 
 # ----------------------------------------------------------------------------------------- errors

@@ -1,4 +1,4 @@
-"""The numbers of a checkpoint's heads beside the theorem's assumptions, and the command's report.
+"""The numbers of one head or layer beside the theorem's assumptions.
 
 The verdicts (does an assumption hold, and why not) come from `attnflow.science.assumptions.check_assumptions`
 alone, the same checker as `attnflow check`.  This module adds numbers of its own, never a second
@@ -16,11 +16,8 @@ import numpy as np
 from .._checks import check_points
 from ..attention import TOP_TOL, Attention, EigenSpace, attention_from_A, top_eigenspace
 from ..science.assumptions import FAILS, check_assumptions
-from .checkpoint import check_layers, open_checkpoint
-from .forward import token_states
-from .heads import load_heads
 
-__all__ = ["diagnose", "report", "symmetric_part_attention", "symmetric_top"]
+__all__ = ["diagnose", "spectra", "symmetric_part_attention", "symmetric_top"]
 
 
 def symmetric_top(att: Attention) -> EigenSpace:
@@ -160,55 +157,4 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     checked = check_assumptions(att, X)
     out["assumptions"] = checked.to_dict()
     out["failures"] = [f"{k}. {it.reason}" for k, it in enumerate(checked.items, 1) if it.status == FAILS]
-    return out
-
-
-def report(
-    checkpoint: Any,
-    text: str | None = None,
-    layer: int | None = None,
-    *,
-    num_heads: int | None = None,
-    heads: bool = True,
-    tokenizer: Any = None,
-) -> dict[str, Any]:
-    """`diagnose` of every layer (whole layer and each head) of a checkpoint, as plain values.
-
-    With `text`, the model runs once on it: beta_eff uses the median token norm entering each
-    layer and assumption 2 is checked on the normalised token cloud entering that layer.
-    """
-    ck = open_checkpoint(checkpoint, num_heads)
-    idx = check_layers(None if layer is None else [layer], ck.num_layers)
-    run = token_states(ck, text, tokenizer) if text is not None else None
-    recs = load_heads(ck, layers=idx, states=run)
-    out: dict[str, Any] = {
-        "checkpoint": ck.source,
-        "layout": ck.layout,
-        "num_layers": ck.num_layers,
-        "d": ck.d,
-        "num_heads": ck.num_heads[0],
-        "text": text,
-        "tokens": run.tokens if run is not None else None,
-        "layers": [],
-    }
-    for rec in recs:
-        X = run.states[rec.layer] if run is not None else None
-        entry: dict[str, Any] = {
-            "layer": rec.layer,
-            "d_head": rec.d_head,
-            "norm": rec.norm,
-            "norm_source": rec.norm_source,
-            "beta_eff": rec.beta,
-            "output_bias_norm": float(np.linalg.norm(rec.output_bias)),
-            "full": diagnose(rec.attention, X),
-            "heads": [],
-        }
-        if heads:
-            for h in rec.heads:
-                diag = diagnose(h.attention, X)
-                q = float(np.linalg.norm(h.query_bias)) * rec.norm / (h.beta * max(diag["norm_B"], 1e-300))
-                diag["head"] = h.head
-                diag["query_bias_ratio"] = q
-                entry["heads"].append(diag)
-        out["layers"].append(entry)
     return out

@@ -14,7 +14,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from .._checks import check_beta, check_times, to_numpy
+from .._checks import check_beta, check_betas, check_times, to_numpy
 
 
 def _plain(value: Any) -> Any:
@@ -48,10 +48,6 @@ def _check_values(y: Any, name: str, n: int | None = None, positive: bool = Fals
     if not positive and np.any(v < 0):
         raise ValueError(f"{name} must be >= 0, got min {v.min():.3g}")
     return v
-
-
-def _check_betas(betas: Any) -> np.ndarray:
-    return _check_values(betas, "betas", positive=True)
 
 
 def temperature_scale(beta: Any) -> np.ndarray | float:
@@ -189,7 +185,7 @@ class LinearFit(_Result):
 def fit_t_star(betas: Any, t_stars: Any, sigma: Any = None) -> LinearFit:
     """Fit t* = a + b log(beta) by least squares (weights 1/sigma^2 when sigma, e.g. TStar
     uncertainties, is given). betas (B,) finite > 0; t_stars (B,)."""
-    beta = _check_betas(betas)
+    beta = check_betas(betas)
     ts = _check_values(t_stars, "t_stars", n=beta.size)
     f = _linfit(np.log(beta), ts, _check_sigma(sigma, beta.size))
     return LinearFit(f["intercept"], f["slope"], f["intercept_err"], f["slope_err"], f["r2"], f["n"])
@@ -212,7 +208,7 @@ class PowerFit(_Result):
 def fit_min_w2(betas: Any, min_w2: Any, sigma: Any = None) -> PowerFit:
     """Fit min_t W2 = C a(beta)^p: log min_w2 = log C + p log a(beta). sigma: relative errors of
     min_w2 (errors of log min_w2), optional. C_err by the delta method."""
-    beta = _check_betas(betas)
+    beta = check_betas(betas)
     y = _check_values(min_w2, "min_w2", n=beta.size, positive=True)
     f = _linfit(np.log(temperature_scale(beta)), np.log(y), _check_sigma(sigma, beta.size))
     C = math.exp(f["intercept"])
@@ -314,18 +310,10 @@ class BoundFit(_Result):
     label: str = "fitted"
 
 
-def fit_theorem_bound(t: Any, w2: Any, beta: Any) -> BoundFit:
-    """Fit K1, C1, K2, c (all >= 0) of the theorem's bound curve to W2 data, on log W2.
-
-    t: (T,) times; w2: (T,) for one beta, or (B, T) with beta (B,) sharing the constants across
-    temperatures (this is what separates K1 a(beta) from K2). W2 must be > 0.
-    """
-    from scipy.optimize import least_squares
-
+def _bound_data(t: Any, w2: Any, beta: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """fit_theorem_bound's inputs checked: times (T,), a(beta) (B, 1) and log W2 (B, T)."""
     t = check_times(t, "t")
-    betas = np.atleast_1d(np.asarray(to_numpy(beta), dtype=np.float64))
-    for b in betas:
-        check_beta(b)
+    betas = check_betas(np.atleast_1d(to_numpy(beta)), "beta", finite=False)
     W = np.asarray(to_numpy(w2), dtype=np.float64)
     W = W[None, :] if W.ndim == 1 else W
     if W.shape != (betas.size, t.size):
@@ -334,27 +322,41 @@ def fit_theorem_bound(t: Any, w2: Any, beta: Any) -> BoundFit:
         raise ValueError("w2 must be finite and > 0 (its logarithm is fitted)")
     if t.size < 3:
         raise ValueError("need at least 3 saved times to fit the bound")
-    a = np.asarray(temperature_scale(betas))[:, None]
-    logW = np.log(W)
+    return t, np.asarray(temperature_scale(betas))[:, None], np.log(W)
 
-    def model_log(theta):
-        lk1, C1, lk2, c = theta
-        first = lk1 + np.log(np.maximum(a, 1e-300)) + C1 * t[None, :]
-        second = np.broadcast_to(lk2 - c * t[None, :], first.shape)
-        return np.logaddexp(first, second)  # a = 0 (beta = inf) leaves the second term alone
 
-    def resid(theta):
-        return (model_log(theta) - logW).ravel()
+def _bound_log(theta: np.ndarray, t: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """log of K1 a exp(C1 t) + K2 exp(-c t), (B, T), for theta = (log K1, C1, log K2, c)."""
+    lk1, C1, lk2, c = theta
+    first = lk1 + np.log(np.maximum(a, 1e-300)) + C1 * t[None, :]
+    second = np.broadcast_to(lk2 - c * t[None, :], first.shape)
+    return np.logaddexp(first, second)  # a = 0 (beta = inf) leaves the second term alone
 
-    # initial guess: early decay and late growth slopes of the mean curve
+
+def _bound_start(t: np.ndarray, a: np.ndarray, logW: np.ndarray) -> list[float]:
+    """Initial (log K1, C1, log K2, c): early decay and late growth slopes of the mean curve."""
     third = max(t.size // 3, 2)
     mean_log = logW.mean(axis=0)
     c0 = max(-np.polyfit(t[:third], mean_log[:third], 1)[0], 1e-3)
     C10 = max(np.polyfit(t[-third:], mean_log[-third:], 1)[0], 1e-3)
     lk2 = float(mean_log[0])
     lk1 = float(np.mean(logW[:, -1] - np.log(np.maximum(a[:, 0], 1e-300)) - C10 * t[-1]))
+    return [lk1, C10, lk2, c0]
+
+
+def fit_theorem_bound(t: Any, w2: Any, beta: Any) -> BoundFit:
+    """Fit K1, C1, K2, c (all >= 0) of the theorem's bound curve to W2 data, on log W2.
+
+    t: (T,) times; w2: (T,) for one beta, or (B, T) with beta (B,) sharing the constants across
+    temperatures (this is what separates K1 a(beta) from K2); beta in (0, inf]. W2 must be > 0.
+    """
+    from scipy.optimize import least_squares
+
+    t, a, logW = _bound_data(t, w2, beta)
     sol = least_squares(
-        resid, x0=[lk1, C10, lk2, c0], bounds=([-np.inf, 0, -np.inf, 0], [np.inf, np.inf, np.inf, np.inf])
+        lambda theta: (_bound_log(theta, t, a) - logW).ravel(),
+        x0=_bound_start(t, a, logW),
+        bounds=([-np.inf, 0, -np.inf, 0], [np.inf, np.inf, np.inf, np.inf]),
     )
     r = sol.fun
     dof = max(r.size - 4, 1)
@@ -365,13 +367,12 @@ def fit_theorem_bound(t: Any, w2: Any, beta: Any) -> BoundFit:
         se = np.full(4, np.nan)
     lk1, C1, lk2, c = sol.x
     K1, K2 = math.exp(lk1), math.exp(lk2)
-    errors = {"C1": float(se[1]), "c": float(se[3]), "K1": K1 * float(se[0]), "K2": K2 * float(se[2])}
     return BoundFit(
         C1=float(C1),
         c=float(c),
         K1=K1,
         K2=K2,
-        errors=errors,
+        errors={"C1": float(se[1]), "c": float(se[3]), "K1": K1 * float(se[0]), "K2": K2 * float(se[2])},
         rms_log_residual=float(np.sqrt(np.mean(r**2))),
         n=int(r.size),
         converged=bool(sol.success),

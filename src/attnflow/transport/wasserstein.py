@@ -334,6 +334,48 @@ def w2(
     return (value, info) if log else value
 
 
+@dataclass(frozen=True)
+class _Target:
+    """The target measure of `w2_to_target`: points T (K, d), weights b (K,), whether they are uniform,
+    and its distinct atoms (`find_atoms`; None: more than MAX_ATOMS)."""
+
+    T: np.ndarray
+    b: np.ndarray
+    uniform: bool
+    atoms: Any
+
+
+def _target_b(A: np.ndarray | None, b: Any, N: int, K: int) -> Any:
+    """The target's weights as given, or by default those of the tokens, A (N,), when the target has
+    N rows (row i is the image of token i); weights A without b otherwise are a ValueError."""
+    if A is None or b is not None:
+        return b
+    if A.ndim == 1 and K == N:
+        return A
+    raise ValueError(
+        f"weights are given but not the target's b: pass b ({K},), the target's weights "
+        "(the default b = weights holds only for weights (N,) and a target of N rows)"
+    )
+
+
+def _to_target(
+    X: np.ndarray,
+    a: np.ndarray | None,
+    tgt: _Target,
+    cost: str,
+    fallback: str | None,
+    options: dict[str, Any],
+) -> tuple[float, W2Info]:
+    """(W2, W2Info) of one cloud X (N, d) with weights a (N,) (None: uniform) to the target: exact,
+    or by the `fallback` method of `w2` when given."""
+    if fallback is not None:
+        b = None if tgt.uniform else tgt.b
+        return w2(X, tgt.T, cost=cost, method=fallback, a=a, b=b, log=True, **options)
+    uniform = a is None or bool(np.all(a == a[0]))
+    a = np.full(len(X), 1.0 / len(X)) if a is None else a
+    return _exact(X, tgt.T, a, tgt.b, cost, uniform and tgt.uniform, atoms=tgt.atoms)
+
+
 def w2_to_target(
     X_t: Any,
     target: Any,
@@ -363,40 +405,20 @@ def w2_to_target(
     if T.shape[1] != Xs.shape[-1]:
         raise ValueError(f"target has d = {T.shape[1]} columns but X_t has d = {Xs.shape[-1]}")
     lead, (N, K) = Xs.shape[:-2], (Xs.shape[-2], len(T))
-    if weights is None:
-        A = np.full((1, N), 1.0 / N)
-    else:
-        A = check_weights(weights, Xs.shape[:-1], "weights")
-        if b is None and A.ndim == 1 and K == N:
-            b = A
-        elif b is None:
-            raise ValueError(
-                f"weights are given but not the target's b: pass b ({K},), the target's weights "
-                "(the default b = weights holds only for weights (N,) and a target of N rows)"
-            )
-        A = np.broadcast_to(A, Xs.shape[:-1]).reshape(-1, N)
-    uniform_b = b is None
+    A = None if weights is None else check_weights(weights, Xs.shape[:-1], "weights")
+    b = _target_b(A, b, N, K)
     bw = _measure_weights(b, K, "b")
-    uniform_b = uniform_b or bool(np.all(bw == bw[0]))
-    atoms = find_atoms(T, bw)
-    flat = Xs.reshape(-1, N, Xs.shape[-1])
-    too_big = atoms is None and N * K > EXACT_MAX_PAIRS
+    tgt = _Target(T, bw, b is None or bool(np.all(bw == bw[0])), find_atoms(T, bw))
+    A = None if A is None else np.broadcast_to(A, Xs.shape[:-1]).reshape(-1, N)
+    too_big = tgt.atoms is None and N * K > EXACT_MAX_PAIRS
     if too_big and fallback is None:
         raise ValueError(
             f"exact W2 to this target (N = {N}, K = {K}) is past the exact size limit N * K <= "
             f"{EXACT_MAX_PAIRS:.3g}; pass fallback='subsample' or fallback='sinkhorn'"
         )
-    values, infos = [], []
-    for k, X in enumerate(flat):
-        a = A[k % len(A)]
-        uniform = weights is None or bool(np.all(a == a[0]))
-        if too_big:
-            assert fallback is not None  # too_big without a fallback raised above
-            wa = None if weights is None else a
-            wb = None if uniform_b else bw
-            v, info = w2(X, T, cost=cost, method=fallback, a=wa, b=wb, log=True, **options)
-        else:
-            v, info = _exact(X, T, a, bw, cost, uniform and uniform_b, atoms=atoms)
-        values.append(v)
-        infos.append(info)
-    return W2Series(np.array(values).reshape(lead), tuple(infos), exact=not too_big)
+    pairs = [
+        _to_target(X, None if A is None else A[k % len(A)], tgt, cost, fallback if too_big else None, options)
+        for k, X in enumerate(Xs.reshape(-1, N, Xs.shape[-1]))
+    ]
+    values = np.array([v for v, _ in pairs]).reshape(lead)
+    return W2Series(values, tuple(info for _, info in pairs), exact=not too_big)
