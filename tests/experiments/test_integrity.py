@@ -378,8 +378,9 @@ def test_provenance_sums_wall_time_over_resumes(finished, tmp_path):
     ds = run_experiment(load_config(str(out / "config.toml")), out)
     prov = json.loads(ds.attrs["provenance"])
     wall = prov["wall_time_s"]
-    assert wall["n_reused_parts"] == 2  # zero and beta=10; beta=100 recomputed
-    parts = [read_dataset(out / "parts" / f"{n}.zarr").attrs["wall_s"] for n in ("zero", "beta=10_N=24")]
+    assert wall["n_reused_parts"] == 3  # zero, beta=10 and the time-step probe; beta=100 recomputed
+    reused = ("zero", "beta=10_N=24", "beta=100_N=24_timestep")
+    parts = [read_dataset(out / "parts" / f"{n}.zarr").attrs["wall_s"] for n in reused]
     assert wall["reused_parts"] == pytest.approx(sum(parts))
     assert wall["total"] == pytest.approx(wall["this_run"] + wall["reused_parts"])
     assert prov["torch_threads"] == 1 and prov["device"] == "cpu"
