@@ -247,7 +247,7 @@ def test_load_attention_round_trip_and_errors(tmp_path):
     with pytest.raises(ValueError, match=r"one\.npy: a single array"):
         load_attention(tmp_path / "one.npy")
     (tmp_path / "text.npz").write_text("Q K V")
-    with pytest.raises(ValueError, match=r"text\.npz: not a readable \.npz"):
+    with pytest.raises(ValueError, match=r"text\.npz: not a NumPy array file"):
         load_attention(tmp_path / "text.npz")
     with pytest.raises(FileNotFoundError, match=r"nowhere\.npz: no such file"):
         load_attention(tmp_path / "nowhere.npz")

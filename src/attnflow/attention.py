@@ -370,27 +370,20 @@ def load_attention(path: str | os.PathLike[str], beta: float = 1.0) -> Attention
     missing file or key, a shape, NaN or inf, and a singular B at beta = inf (the zero-temperature
     field divides by |B^T x|; at finite beta `check_assumptions` reports B's condition number).
     """
-    import zipfile
+    from .io.arrays import load_arrays
 
     name = os.fspath(path)
     beta = check_beta(beta)
     if not os.path.isfile(name):
         raise FileNotFoundError(f"{name}: no such file (attention weights: an .npz holding Q, K, V)")
-    try:
-        archive = np.load(name, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise ValueError(f"{name}: not a readable .npz archive of Q, K, V ({err})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
+    archive = load_arrays(name)  # never unpickles: a pickle or an object array is refused, naming the file
+    if not isinstance(archive, dict):
         raise ValueError(f"{name}: a single array, not an .npz archive; {_SAVE_HINT}")
-    with archive:
-        missing = [k for k in ("Q", "K", "V") if k not in archive.files]
-        if missing:
-            found = ", ".join(archive.files) or "nothing"
-            raise ValueError(f"{name}: missing {', '.join(missing)} (found {found}); {_SAVE_HINT}")
-        try:
-            arrays = {k: archive[k] for k in ("Q", "K", "V")}
-        except ValueError as err:  # object arrays need pickle, which is never allowed here
-            raise ValueError(f"{name}: {err}") from None
+    missing = [k for k in ("Q", "K", "V") if k not in archive]
+    if missing:
+        found = ", ".join(archive) or "nothing"
+        raise ValueError(f"{name}: missing {', '.join(missing)} (found {found}); {_SAVE_HINT}")
+    arrays = {k: archive[k] for k in ("Q", "K", "V")}
     for k, M in arrays.items():
         if M.dtype.kind not in "biuf":
             raise ValueError(f"{name}: {k} must be a real matrix, got dtype {M.dtype}")

@@ -253,7 +253,9 @@ class Reporter:
     The command line subclasses it with Rich progress bars. Experiments call:
     `overall(total, description)` once, `task(description, total)` as a context manager whose
     value is a `progress(t, t_final)` callback for `simulate`, `advance()` after each unit of
-    work, `info(msg)` and `warn(msg)`.
+    work, `info(msg)` and `warn(msg)`. `warnings` are about the result (they are stored with it);
+    `notice(msg)` is about the run's circumstances (a lock taken over from a process that died): shown
+    like a warning, even when quiet, and kept in `messages` only.
     """
 
     def __init__(self) -> None:
@@ -275,6 +277,9 @@ class Reporter:
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
+
+    def notice(self, message: str) -> None:
+        self.messages.append(message)
 
     def close(self) -> None:
         pass
@@ -342,6 +347,10 @@ class RichReporter(Reporter):
         super().warn(message)
         self.console.print(f"attnflow: warning: {message}", markup=False, highlight=False, style="bold")
 
+    def notice(self, message: str) -> None:
+        super().notice(message)
+        self.console.print(f"attnflow: {message}", markup=False, highlight=False)
+
     def close(self) -> None:
         self.progress.stop()
 
@@ -408,6 +417,10 @@ class TqdmReporter(Reporter):
     def warn(self, message: str) -> None:
         super().warn(message)
         self._print(f"attnflow: warning: {message}")
+
+    def notice(self, message: str) -> None:
+        super().notice(message)
+        self._print(f"attnflow: {message}")
 
     def close(self) -> None:
         for bar in (self._task_bar, self._overall):

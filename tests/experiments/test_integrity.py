@@ -46,6 +46,11 @@ def has(text: str, needle: str) -> bool:
     return "".join(needle.split()) in "".join(text.split())
 
 
+def errors(text: str) -> list[str]:
+    """The lines of a command's output that are not warnings (a tiny run warns about its t_max)."""
+    return [line for line in text.strip().splitlines() if not line.startswith("attnflow: warning:")]
+
+
 def clean_error(result, code: int, *needles: str) -> str:
     """The output of a command that exited with `code`, named each needle and printed no traceback."""
     text = result.output  # stdout and stderr
@@ -250,7 +255,13 @@ def test_hidden_files_do_not_make_a_folder_foreign_an_unreadable_config_is_named
     assert invoke("run", *TINY, "--out", str(folder), "-q", "--no-figures").exit_code == 0
     out = copy_run(finished, tmp_path)
     (out / "config.toml").write_text("N = [")
-    clean_error(invoke("run", *TINY, "--out", str(out), "-q"), 2, "config.toml cannot be read", "--overwrite")
+    text = clean_error(invoke("run", *TINY, "--out", str(out), "-q"), 2, "config.toml cannot be read")
+    # the advice resumes from the parts (removing the broken file), never --overwrite, which deletes them
+    assert has(text, f"delete {out / 'config.toml'}") and "--overwrite" not in text
+    (out / "config.toml").unlink()
+    ds = run_experiment(load_config(TINY[0], [s for s in TINY[1:] if s != "--set"]), out)
+    # nothing recomputed: zero, two betas and the time-step probe
+    assert json.loads(ds.attrs["provenance"])["wall_time_s"]["n_reused_parts"] == 4
     assert invoke("run", *TINY, "--out", str(out), "-q", "--no-figures", "--overwrite").exit_code == 0
 
 
@@ -384,6 +395,226 @@ def test_provenance_sums_wall_time_over_resumes(finished, tmp_path):
     assert wall["reused_parts"] == pytest.approx(sum(parts))
     assert wall["total"] == pytest.approx(wall["this_run"] + wall["reused_parts"])
     assert prov["torch_threads"] == 1 and prov["device"] == "cpu"
+
+
+# ------------------------------------------------------- links, inputs, names and summaries
+
+
+def test_a_symlinked_lock_never_writes_the_file_it_points_to(tmp_path):
+    """A lock planted as a link (a folder received from someone else) is refused before anything is
+    written: the file it points to keeps its content, and no part is computed."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / LOCK_FILE).symlink_to(victim)
+    result = invoke("run", *TINY, "--out", str(out), "-q")
+    assert len(errors(clean_error(result, 2, str(out / LOCK_FILE), "symbolic link"))) == 1
+    assert victim.read_text() == "the user's file" and not (out / "parts").exists()
+    with pytest.raises(LockedError, match="symbolic link"), folder_lock(out):
+        pass
+    assert victim.read_text() == "the user's file" and lock_holder(out) is None
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_lock_that_is_no_regular_file_is_named_before_computing(tmp_path, kind):
+    out = tmp_path / "run"
+    out.mkdir()
+    if kind == "folder":
+        (out / LOCK_FILE).mkdir()
+    else:
+        os.mkfifo(out / LOCK_FILE)  # opening it for writing would block without O_NONBLOCK
+    why = "a folder" if kind == "folder" else "not a regular file"
+    clean_error(invoke("run", *TINY, "--out", str(out), "-q"), 2, str(out / LOCK_FILE), why)
+    assert not (out / "parts").exists()
+
+
+@pytest.mark.parametrize("name", ["parts", "figures", "result.zarr", "summary.json"])
+def test_a_link_out_of_the_folder_is_refused_before_computing(tmp_path, name):
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / name).symlink_to(elsewhere if name != "summary.json" else elsewhere / "s.json")
+    text = clean_error(invoke("run", *TINY, "--out", str(out), "-q"), 2, str(out / name), str(elsewhere))
+    assert "symbolic link" in text and len(errors(text)) == 1
+    assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in out.iterdir()) == [name]
+
+
+def test_a_part_linked_out_of_the_folder_is_refused(finished, tmp_path):
+    out = copy_run(finished, tmp_path)
+    outside = tmp_path / "outside.zarr"
+    shutil.move(out / "parts" / "beta=10_N=24.zarr", outside)
+    (out / "parts" / "beta=10_N=24.zarr").symlink_to(outside)
+    before = snapshot(outside)
+    link = out / "parts" / "beta=10_N=24.zarr"
+    clean_error(invoke("run", *TINY, "--out", str(out), "-q", "--no-figures"), 2, str(link), "symbolic link")
+    clean_error(invoke("verify", str(out)), 1, str(link), "outside")
+    assert snapshot(outside) == before
+
+
+def test_overwrite_deletes_nothing_before_its_checks_pass(finished, tmp_path):
+    out = copy_run(finished, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.png").write_bytes(b"png")
+    (out / "figures").symlink_to(elsewhere)
+    before = snapshot(out)
+    args = ["run", "terminal-tiny", "--set", "N=24", "--out", str(out), "-q", "--overwrite"]
+    clean_error(invoke(*args), 2, str(out / "figures"), "symbolic link")
+    assert snapshot(out) == before and (out / "config.toml").exists()
+    assert (elsewhere / "keep.png").read_bytes() == b"png"
+
+
+def _weights(path: Path, scale: float = 1.0) -> Path:
+    att = af.worked_example(1.0, d=3)
+    np.savez(path, Q=att.Q, K=att.K, V=scale * att.V)
+    return path
+
+
+def test_an_edited_weights_file_recomputes_every_part(tmp_path):
+    """The parts' fingerprint covers the arrays of the weights file, not only its name: a rerun
+    after the file changed recomputes (with a warning naming the part) and equals a clean run."""
+    w = _weights(tmp_path / "w.npz")
+    args = [*TINY, "--set", f"weights={w}", "-q", "--no-figures"]
+    out = tmp_path / "run"
+    assert invoke("run", *args, "--out", str(out)).exit_code == 0
+    old = read_dataset(out / "result.zarr")
+    _weights(w, scale=1.5)
+    result = invoke("run", *args, "--out", str(out))
+    assert result.exit_code == 0, result.output
+    for name in ("zero", "beta=10_N=24", "beta=100_N=24", "beta=100_N=24_timestep"):
+        assert has(result.output, f"part {name} is not what this run computes")
+    assert has(result.output, "the content of its input (weights) has changed")
+    clean = tmp_path / "clean"
+    assert invoke("run", *args, "--out", str(clean)).exit_code == 0
+    new, fresh = read_dataset(out / "result.zarr"), read_dataset(clean / "result.zarr")
+    for v in ("w2", "x", "t_star", "min_w2"):
+        np.testing.assert_array_equal(new[v].values, fresh[v].values)
+    assert not np.array_equal(new.w2.values, old.w2.values)
+    # re-saving the same arrays (a new zip, same content) reuses them
+    _weights(w, scale=1.5)
+    again = run_experiment(load_config(str(out / "config.toml")), out)
+    assert json.loads(again.attrs["provenance"])["wall_time_s"]["n_reused_parts"] == 4  # with the probe
+
+
+def test_an_edited_checkpoint_recomputes_the_heads_parts(tmp_path):
+    """heads: the fingerprint covers every file the checkpoint is read from."""
+    pytest.importorskip("safetensors")
+    pytest.importorskip("tokenizers")
+    from attnflow.experiments.parts import input_digests
+    from checkpoints import write_checkpoint
+
+    ckpt, out = tmp_path / "bert", tmp_path / "run"
+    write_checkpoint(ckpt)
+    config = load_config("heads-tiny", [f"checkpoint={ckpt}", "text='the cat sat on the mat'", "heads=[0]"])
+    first = run_experiment(config, out)
+    before = input_digests(config)["checkpoint"]
+    (ckpt / "config.json").write_text((ckpt / "config.json").read_text())  # rewritten, same bytes
+    assert input_digests(config)["checkpoint"] == before
+    write_checkpoint(ckpt, seed=1)  # other weights under the same names
+    assert input_digests(config)["checkpoint"] != before
+    reporter = af.progress.Reporter()
+    again = run_experiment(config, out, progress=reporter)
+    changed = [w for w in reporter.warnings if "the content of its input (checkpoint) has changed" in w]
+    assert len(changed) == 2  # the whole layer and head 0
+    assert not np.array_equal(again.w2_pi_S.values, first.w2_pi_S.values)
+
+
+def test_swapped_parts_are_not_reused_under_each_others_names(finished, tmp_path):
+    out = copy_run(finished, tmp_path)
+    before = read_dataset(out / "result.zarr")
+    a, b = out / "parts" / "beta=10_N=24.zarr", out / "parts" / "beta=100_N=24.zarr"
+    a.rename(tmp_path / "a")
+    b.rename(a)
+    (tmp_path / "a").rename(b)
+    result = invoke("run", *TINY, "--out", str(out), "-q", "--no-figures")
+    assert result.exit_code == 0, result.output
+    for name, other in (("beta=10_N=24", "beta=100_N=24"), ("beta=100_N=24", "beta=10_N=24")):
+        assert has(result.output, f"part {name} is not what this run computes: it holds the part {other}")
+    after = read_dataset(out / "result.zarr")
+    for v in before.data_vars:
+        np.testing.assert_array_equal(after[v].values, before[v].values)
+
+
+EDITS = {  # a file of a finished run, a string in it, what it becomes, and the ways of showing it
+    "summary.json": ('"resolution_ratio": ', '"resolution_ratio": 9', (["show"], ["show", "--json"])),
+    "summary.md": ("| N |", "| N (edited) |", (["show"],)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDITS))
+def test_an_edited_summary_is_named_by_verify_and_refused_by_show(finished, tmp_path, name):
+    out = copy_run(finished, tmp_path)
+    path, (old, new, shows) = out / name, EDITS[name]
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    clean_error(invoke("verify", str(out)), 1, str(path), "altered")
+    for show in shows:
+        shown = clean_error(invoke(*show, str(out)), 1, str(path), "rerun `attnflow run")
+        assert new not in shown and len(errors(shown)) == 1
+    assert invoke("run", *TINY, "--out", str(out), "-q", "--no-figures").exit_code == 0
+    assert invoke("verify", str(out)).exit_code == 0 and new not in path.read_text()
+
+
+def test_an_edited_report_is_named_and_an_unrecorded_summary_too(finished, tmp_path):
+    out = copy_run(finished, tmp_path)
+    assert invoke("plot", str(out), "-q").exit_code == 0
+    assert invoke("verify", str(out)).exit_code == 0
+    (out / "report.md").write_text((out / "report.md").read_text() + "\nedited")
+    clean_error(invoke("verify", str(out)), 1, str(out / "report.md"), "attnflow plot")
+    (out / ".attnflow-files.json").unlink()  # a summary nobody can vouch for
+    clean_error(invoke("show", str(out)), 1, "summary.", "has no checksum")
+
+
+def test_a_lock_taken_over_is_told_but_not_stored_with_the_result(finished, tmp_path):
+    out = copy_run(finished, tmp_path)
+    stale = {"pid": dead_pid(), "host": socket.gethostname(), "since": "2026-01-01T00:00:00+00:00"}
+    (out / LOCK_FILE).write_text(json.dumps(stale))
+    result = invoke("run", *TINY, "--out", str(out), "-q", "--no-figures")
+    assert result.exit_code == 0 and has(result.output, "took over the lock")
+    stored = json.loads(read_dataset(out / "result.zarr").attrs["warnings"])
+    before = json.loads(read_dataset(finished / "result.zarr").attrs["warnings"])
+    assert stored == before and not any("took over" in w for w in stored)
+    assert "took over" not in (out / "summary.json").read_text()
+
+
+def test_a_failed_extend_leaves_config_and_result_agreeing(finished, tmp_path, monkeypatch):
+    """A full disk while the extended result is written: config.toml still describes the result
+    there (verify ok), and the rerun completes the extension from the parts."""
+    import attnflow.io as io
+
+    out = copy_run(finished, tmp_path)
+    real = io.write_dataset
+
+    def full_disk(ds, path):
+        if Path(path).name == "result.zarr":
+            raise OSError(28, "No space left on device", str(path))
+        return real(ds, path)
+
+    monkeypatch.setattr(io, "write_dataset", full_disk)
+    more = [*TINY, "--set", "betas=[10, 30, 100]", "--out", str(out), "-q", "--no-figures"]
+    assert invoke("run", *more).exit_code == 1
+    assert load_config(str(out / "config.toml")).betas == [10.0, 100.0]
+    assert invoke("verify", str(out)).exit_code == 0
+    monkeypatch.setattr(io, "write_dataset", real)
+    assert invoke("run", *more).exit_code == 0
+    assert read_dataset(out / "result.zarr").sizes["beta"] == 3
+    # a config.toml that asks for another run than the result holds is named
+    (out / "config.toml").write_text((out / "config.toml").read_text().replace("seed = 0", "seed = 3"))
+    clean_error(invoke("verify", str(out)), 1, "asks for another run", "seed = 3 there, 0 in the result")
+
+
+def test_weights_without_a_spectral_gap_are_an_assumption_failure_of_the_run(tmp_path):
+    w = tmp_path / "nogap.npz"
+    np.savez(w, Q=np.eye(3), K=np.eye(3), V=np.eye(3))
+    out = tmp_path / "run"
+    result = invoke("run", *TINY, "--set", f"weights={w}", "--out", str(out), "-q", "--no-figures")
+    assert result.exit_code == 0, result.output
+    assert has(result.output, "fail assumption 1 of the theorem") and has(result.output, "no spectral gap")
+    warnings = json.loads((out / "summary.json").read_text())["warnings"]
+    assert any("no spectral gap" in w and "say nothing about concentration" in w for w in warnings)
+    assert invoke("show", str(out)).output.count("no spectral gap") >= 1
 
 
 # --------------------------------------------------------------------------- checks at config time

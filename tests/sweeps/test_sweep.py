@@ -203,8 +203,8 @@ def test_parse_grid_values_and_ranges():
     g = parse_grid(["beta=10,100,1e3,inf", "N=4096,16384", "seed=0:8", "M=1:10:4", "kernel=sdpa,auto"])
     assert g["beta"] == [10, 100, 1000.0, math.inf]
     assert g["N"] == [4096, 16384]
-    assert g["seed"] == list(range(8))
-    assert g["M"] == [1, 5, 9]
+    assert g["seed"] == range(8)  # a range stays one: never materialised before it is sized
+    assert list(g["M"]) == [1, 5, 9]
     assert g["kernel"] == ["sdpa", "auto"]
 
 
@@ -670,14 +670,16 @@ def test_non_finite_grid_values_come_back_exactly(client, tmp_path):
 def test_store_of_version_0_1_0_with_json_literals_opens(client, tmp_path):
     """Stores written before the standard-JSON encoder hold NaN and Infinity literals: still read."""
     store = tmp_path / "store"
-    sweep(ToyConfig(), {"beta": [1.0, 2.0]}, client=client, store=store, run_fn=run_toy, progress=False)
+    grid = {"beta": [1.0, 2.0]}
+    sweep(ToyConfig(), grid, client=client, store=store, run_fn=run_nan_at_seed1, progress=False)
     meta = json.loads((store / "sweep.json").read_text())
     meta["grid"] = {"beta": [1.0, 2.0, math.inf]}
     (store / "sweep.json").write_text(json.dumps(meta))  # json.dumps writes Infinity
     done = store / "points" / "beta=2.done"
     rec = json.loads(done.read_text())
+    assert rec["scalars"]["min_w2"] is None
     rec["scalars"]["min_w2"] = math.nan
-    done.write_text(json.dumps(rec))  # NaN
+    done.write_text(json.dumps(rec))  # NaN: the same record (and checksum) as null
     info = sweep_info(store)
     assert (
         info["keys"] == ["beta=1", "beta=2", "beta=inf"]

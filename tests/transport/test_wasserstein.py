@@ -71,6 +71,40 @@ def test_weighted_sinkhorn_brackets_the_exact_value():
     assert not lo <= w2(X, Y) <= hi
 
 
+@pytest.mark.parametrize("reg", [1e-300, 1e-12, 1e-7])
+def test_sinkhorn_refuses_a_reg_it_cannot_certify(reg):
+    """reg = 1e-300 returned a value 0.05 below the exact W2 with info.error = 1e-12 (a NaN upper
+    bound hidden by max): a reg below REG_MIN_REL x the largest cost is refused, naming it."""
+    X, Y = sample_uniform(50, 3, seed=0), sample_uniform(50, 3, seed=1)
+    with pytest.raises(ValueError, match=r"^reg = .* below 1e-06 x the largest cost .* method='exact'"):
+        w2(X, Y, method="sinkhorn", reg=reg)
+
+
+@pytest.mark.parametrize("reg", [4.1e-6, 1e-5, 1e-3])
+def test_sinkhorn_error_covers_the_exact_value_down_to_the_smallest_reg(reg):
+    X, Y = sample_uniform(50, 3, seed=0), sample_uniform(50, 3, seed=1)
+    exact = pot_w2(X, Y, np.full(50, 1 / 50), np.full(50, 1 / 50))
+    value, info = w2(X, Y, method="sinkhorn", reg=reg, log=True)
+    lo, hi = info.bounds
+    assert lo - 1e-9 <= exact <= hi + 1e-9 and abs(value - exact) <= info.error
+
+
+def test_an_overflowed_sinkhorn_bracket_is_an_infinite_error(monkeypatch):
+    """Past the refusal (REG_MIN_REL set to 0), the NaN upper bound of an overflowed plan is an
+    infinite error, never the round-off alone."""
+    import warnings
+
+    from attnflow.transport import solvers
+
+    monkeypatch.setattr(solvers, "REG_MIN_REL", 0.0)
+    X, Y = sample_uniform(50, 3, seed=0), sample_uniform(50, 3, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the overflow itself
+        value, info = w2(X, Y, method="sinkhorn", reg=1e-300, log=True)
+    assert info.error == math.inf and info.bounds[1] == math.inf and not info.converged
+    assert abs(value - w2(X, Y)) <= info.error
+
+
 def test_weighted_subsample_draws_by_weight():
     # 9/10 of the mass near the north pole, 1/10 near the south; the target is a cap at the north
     rng = np.random.default_rng(7)

@@ -130,6 +130,7 @@ def _figures(
     from contextlib import nullcontext
 
     from ..experiments import plot_run, write_report
+    from ..io import inside
 
     paths: list[Path] = []
     what = (
@@ -138,7 +139,7 @@ def _figures(
     status = nullcontext() if quiet else console(stderr=True).status(f"drawing {what}")
     try:
         with status:
-            paths = plot_run(ds, out / FIGURES_DIR, animation=animation, pdf=pdf)
+            paths = plot_run(ds, inside(out, FIGURES_DIR), animation=animation, pdf=pdf)
             paths.append(write_report(ds, summary, paths, out))
         suffixes = {p.suffix for p in paths}
         if not quiet and ".gif" in suffixes and ".mp4" not in suffixes:  # animate found no ffmpeg
@@ -204,7 +205,9 @@ def run(
                 ds = run_experiment(cfg, out, progress=reporter, overwrite=overwrite)
         finally:
             reporter.close()
-    summary = json.loads((out / SUMMARY_JSON).read_text())
+    from ..io import read_checked_text
+
+    summary = json.loads(read_checked_text(out / SUMMARY_JSON))
     if figures:
         _figures(ds, summary, out, animation, quiet, pdf, debug)
     if not quiet:
@@ -227,7 +230,7 @@ def plot(
 ) -> None:
     """(Re)draw the figures (PNG; --pdf: also PDF), the animation (--animation) and the report of a
     finished run into DIR/figures."""
-    from ..io import StoreError, read_dataset
+    from ..io import StoreError, read_checked_text, read_dataset
 
     store = directory / RESULT_STORE
     if not store.exists():
@@ -240,7 +243,9 @@ def plot(
         raise _damaged(err, directory) from None
     summary_path = directory / SUMMARY_JSON
     try:
-        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+        summary = json.loads(read_checked_text(summary_path)) if summary_path.exists() else {}
+    except StoreError as err:  # altered since it was written
+        raise _damaged(err, directory) from None
     except ValueError as err:
         raise _damaged(ValueError(f"{summary_path}: not JSON ({err})"), directory) from None
     paths = _figures(ds, summary, directory, animation, quiet, pdf, options_of(ctx).debug)

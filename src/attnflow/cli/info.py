@@ -319,6 +319,7 @@ def _check_finished(directory: Path) -> None:
     if not directory.is_dir():
         raise _fail(f"{directory}: no such folder", EXIT_USAGE)
     if (directory / SUMMARY_MD).exists():
+        _checked_text(directory / SUMMARY_MD, directory)  # a summary altered since it was written: refused
         return
     parts_dir = directory / PARTS_DIR
     parts = sorted(p.stem for p in parts_dir.glob("*.zarr")) if parts_dir.is_dir() else []
@@ -341,7 +342,7 @@ def show_document(info: dict[str, Any], directory: Path) -> Document:
         name = summary.get("experiment") or "run"
         doc = summary_document(summary, f"attnflow run: {name}")
     else:
-        doc = Document("", (Section("", (Prose(((directory / SUMMARY_MD).read_text(),)),)),))
+        doc = Document("", (Section("", (Prose((_checked_text(directory / SUMMARY_MD, directory),)),)),))
     return Document(doc.title, (*doc.sections, _result_section(info)))
 
 
@@ -382,12 +383,24 @@ def _wall_rows(prov: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _checked_text(path: Path, directory: Path) -> str:
+    """The text of a summary file of the run `directory` as it was written (its checksum), else the
+    one-line refusal naming it (`damaged`)."""
+    from ..io import StoreError, read_checked_text
+
+    try:
+        return read_checked_text(path)
+    except StoreError as err:
+        raise damaged(err, directory) from None
+
+
 def _run_info(directory: Path) -> dict[str, Any]:
     """What `show` prints of a finished run: summary, dataset layout, provenance, figures, report."""
     info: dict[str, Any] = {"run": str(directory)}
     summary_json = directory / SUMMARY_JSON
     try:
-        info["summary"] = json.loads(summary_json.read_text()) if summary_json.exists() else None
+        text = _checked_text(summary_json, directory) if summary_json.exists() else None
+        info["summary"] = json.loads(text) if text is not None else None
     except ValueError as err:
         raise damaged(ValueError(f"{summary_json}: not JSON ({err})"), directory) from None
     store = directory / RESULT_STORE

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from ..sweeps import is_sweep_store, parse_grid, show_sweep
+from ..sweeps.grid import CONFIRM_POINTS, check_grid, check_grid_size
 from .console import EXIT_FAILED, EXIT_USAGE, Failure, exits, sweep_failures, sweep_usage
 from .console import fail as _fail
 from .options import PdfOption, SetOption
@@ -75,8 +76,15 @@ def sweep_command(
     set_: SetOption = None,
     figures: Annotated[bool, typer.Option(help="draw the sweep figures (PNG) into OUT/figures")] = True,
     pdf: PdfOption = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help=f"run a grid of more than {CONFIRM_POINTS:,} points")
+    ] = False,
 ) -> None:
-    """Run an experiment over a parameter grid on Dask; rerun the same command to resume."""
+    """Run an experiment over a parameter grid on Dask; rerun the same command to resume.
+
+    A large grid needs --yes, and one too large for a store is refused: the message gives its count
+    of points and its estimated store size.
+    """
     from ..experiments import load_config
     from ..sweeps import sweep
 
@@ -84,10 +92,18 @@ def sweep_command(
         axes = parse_grid(grid or [])
         if not axes:
             raise _fail("give at least one --grid key=values", EXIT_USAGE)
+        check_grid_size(check_grid(axes), yes)  # before the config: a refusal loads nothing heavy
         cfg = load_config(config, list(set_ or []))
     with exits(sweep_failures(out)):
         result = sweep(
-            cfg, axes, client=scheduler, store=out, workers=workers, retries=retries, progress=not quiet
+            cfg,
+            axes,
+            client=scheduler,
+            store=out,
+            workers=workers,
+            retries=retries,
+            progress=not quiet,
+            yes=yes,
         )
     _report(result, out, quiet)
     if figures:

@@ -275,9 +275,12 @@ def run_experiment(
     out is checked before anything is written there (RunFolderError naming what is there): a folder
     holding something else than a run is refused, and so is a run of another experiment or other
     parameters unless overwrite=True, which replaces it. A run may change the experiment's
-    `part_keys` (e.g. add betas): the parts it shares are reused. One process at a time writes into
-    out (LockedError naming the holder); a lock left by a process that died is taken over, with a
-    warning.
+    `part_keys` (e.g. add betas): the parts it shares are reused, and config.toml is rewritten only
+    once the new result is, so the folder's config and result always agree. A part is reused only if
+    it is what this run computes (`attnflow.experiments.parts`); summary.json and summary.md are
+    written with their checksums (`attnflow.io.files`). One process at a time writes into out
+    (LockedError naming the holder); a lock left by a process that died is taken over, with a notice
+    (shown, and not stored with the result: it is about the folder, not the result).
     """
     from ..io.lock import check_free, folder_lock
     from ..progress import reporter_for
@@ -296,7 +299,7 @@ def run_experiment(
         if out is None:
             return _run(exp, config, None, reporter, state)
         out.mkdir(parents=True, exist_ok=True)
-        with folder_lock(out, on_stale=reporter.warn):
+        with folder_lock(out, on_stale=reporter.notice):
             state = plan_folder(out, config, exp, overwrite)  # again: another writer may have been first
             return _run(exp, config, out, reporter, state)
     finally:
@@ -307,9 +310,8 @@ def run_experiment(
 def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str):
     """The run of `run_experiment`, its folder (if any) checked and locked."""
     from .._threads import torch_threads
-    from ..io import atomic_write_text, clean_stale, json_attr, to_json, write_dataset
+    from ..io import clean_stale, json_attr, to_json
     from . import folder as _folder
-    from .config import to_toml
     from .parts import count_reused
 
     if out is not None:
@@ -318,7 +320,8 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
             reporter.info(f"{out}: replaced the run that was there")
         clean_stale(out)
         clean_stale(out / layout.PARTS_DIR)
-        atomic_write_text(out / layout.CONFIG_FILE, to_toml(config))
+        if state != "extend":  # an extend keeps the config of the result there until the new one is written
+            _folder.write_config(out, config)
     t0 = time.perf_counter()
     with count_reused() as reused, torch_threads(getattr(config, "threads", 0)):
         ds = exp.run(config, out, reporter)
@@ -336,10 +339,10 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
     if out is not None:
         if state == "extend":
             _folder.remove(out, _folder.DRAWN)  # figures and report of the previous result
-        write_dataset(ds, out / layout.RESULT_STORE)
-        atomic_write_text(out / layout.SUMMARY_JSON, to_json(summary, indent=2) + "\n")
         md = summary_markdown(summary, f"attnflow run: {exp.name}")
-        atomic_write_text(out / layout.SUMMARY_MD, md)
+        _folder.write_result(out, ds, to_json(summary, indent=2) + "\n", md)
+        if state == "extend":
+            _folder.write_config(out, config)
     reporter.info(f"{exp.name}: done in {this_run:.1f} s")
     return ds
 
@@ -374,10 +377,14 @@ def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None, pdf: 
 
 
 def write_report(ds: xr.Dataset, summary: Mapping[str, Any], figures: list[Path], outdir: str | Path) -> Path:
-    """`attnflow.experiments.report.write_report` with the titles and captions of ds's experiment."""
+    """`attnflow.experiments.report.write_report` with the titles and captions of ds's experiment;
+    report.md and report.html get their checksums in outdir's record (`attnflow.io.files`)."""
+    from ..io import record_files
     from .report import write_report as write
 
     name = ds.attrs.get("experiment")
     exp = _lookup(name) if isinstance(name, str) else None
     captions = dict(exp.captions) if exp is not None else {}
-    return write(ds, summary, figures, outdir, captions=captions)
+    path = write(ds, summary, figures, outdir, captions=captions)
+    record_files(outdir, [layout.REPORT_MD, layout.REPORT_HTML])  # what `verify` checks them against
+    return path

@@ -28,6 +28,7 @@ __all__ = [
     "token_subset",
     "torch_threads",  # the thread policy's home is attnflow._threads
     "unit_float64",
+    "warn_assumptions",
 ]
 
 
@@ -107,3 +108,22 @@ def fit_or_reason(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
 def finite_or_none(x: Any) -> float | None:
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+def warn_assumptions(att: Any, reporter: Reporter) -> None:
+    """A warning of the run when the weights fail the theorem's first assumption (B invertible, A
+    symmetric, a spectral gap; docs/math.md "Assumptions of the theorem"), with its numbers: the run
+    goes on, and its result says that the theorem does not apply to it."""
+    from ..science.assumptions import FAILS, check_assumptions
+
+    first = check_assumptions(att)[0]
+    if first.status != FAILS:
+        return
+    sp = att.spectrum()
+    message = f"the weights fail assumption 1 of the theorem ({first.name}): {first.reason}"
+    if sp.mu2 is None and sp.multiplicity == att.d:
+        message += (
+            " The top eigenspace of A is all of R^d, so Pi is the identity and W2(rho_t, Pi_# rho_0) is "
+            "W2(rho_t, rho_0): t* = 0 and min W2 = 0 say nothing about concentration."
+        )
+    reporter.warn(message + " The theorem says nothing about this run.")

@@ -4,10 +4,14 @@
 (absent or empty), "resume" (a run of the same config: its parts are reused), "extend" (the same
 experiment and parameters, other `Experiment.part_keys`, e.g. more betas) or "replace" (overwrite=True
 on a run of another experiment or other parameters). Anything else is a RunFolderError naming what is
-there: a file, a folder that is not writable, a folder holding something else than a run. The folder is
-left untouched by the check. `run_experiment` checks, then takes the folder's lock, then checks again.
+there: a file, a folder that is not writable, a folder holding something else than a run, a symbolic
+link out of the folder in place of one of the run's files (or of a part), a file where the run keeps a
+folder (or the reverse), a lock file that is not a regular file. The folder is left untouched by the
+check, so `overwrite` deletes nothing before every check has passed. `run_experiment` checks, then
+takes the folder's lock, then checks again.
 
-Standard library only (tomllib).
+`write_config` and `write_result` write the run's own files there, inside it (`attnflow.io.inside`),
+the summaries with their checksums. Standard library and `attnflow.io` only.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..io.lock import lock_file_problem
+from ..io.paths import link_out
 from . import layout
 
 if TYPE_CHECKING:
@@ -25,7 +31,16 @@ if TYPE_CHECKING:
 
     from .registry import Experiment
 
-__all__ = ["DRAWN", "RUN_FILES", "RunFolderError", "plan_folder", "remove"]
+__all__ = [
+    "DRAWN",
+    "FOLDERS",
+    "RUN_FILES",
+    "RunFolderError",
+    "plan_folder",
+    "remove",
+    "write_config",
+    "write_result",
+]
 
 #: every name a run writes into its folder
 RUN_FILES = (
@@ -40,6 +55,8 @@ RUN_FILES = (
 )
 #: drawn from result.zarr: stale once the result changes
 DRAWN = (layout.FIGURES_DIR, layout.REPORT_MD, layout.REPORT_HTML)
+#: the names of RUN_FILES that are folders (zarr stores are folders too); the others are files
+FOLDERS = (layout.PARTS_DIR, layout.RESULT_STORE, layout.FIGURES_DIR)
 
 
 class RunFolderError(ValueError):
@@ -80,6 +97,30 @@ def _show(v: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _check_entries(out: Path) -> None:
+    """RunFolderError naming the first of the run's names in `out` that it cannot use: a symbolic link
+    out of the folder (the run's files, its parts), a file where a folder belongs or the reverse, a
+    lock file that is not a regular file."""
+    problem = lock_file_problem(out)
+    if problem is not None:
+        raise RunFolderError(out, problem)
+    names: list[tuple[str, ...]] = [(name,) for name in RUN_FILES]
+    parts = out / layout.PARTS_DIR
+    if parts.is_dir() and link_out(out, layout.PARTS_DIR) is None:
+        names += [(layout.PARTS_DIR, p.name) for p in sorted(parts.iterdir())]
+    for path in names:
+        err = link_out(out, *path)
+        if err is not None:
+            raise RunFolderError(out, f"{err.path} {err.problem}")
+    for name in RUN_FILES:
+        p = out / name
+        if p.exists() and p.is_dir() != (name in FOLDERS):
+            kind, where = ("a folder", "a file") if p.is_dir() else ("a file", "a folder")
+            raise RunFolderError(
+                out, f"{p} is {kind}, where the run keeps {where} of that name: remove or rename it"
+            )
+
+
 def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool = False) -> str:
     """How a run of `config` uses the folder `out`: "new", "resume", "extend" or "replace" (module
     docstring); RunFolderError naming what is there when it cannot. Reads only."""
@@ -92,6 +133,7 @@ def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool =
         )
     if not out.exists():
         return "new"
+    _check_entries(out)
     names = _names(out)
     if not names:
         return "new"
@@ -109,8 +151,12 @@ def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool =
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         if overwrite:
             return "replace"
+        # the parts carry their fingerprints: without the broken file the run resumes from them
         raise RunFolderError(
-            out, f"its {layout.CONFIG_FILE} cannot be read ({type(err).__name__}: {err})", True
+            out,
+            f"its {layout.CONFIG_FILE} cannot be read ({type(err).__name__}: {err}); delete {path} and "
+            f"rerun the same command: the run resumes from the finished parts in {layout.PARTS_DIR}/ "
+            "(each is reused only if it is what this run computes)",
         ) from None
     if there.get("experiment") != exp.name:
         if overwrite:
@@ -130,10 +176,37 @@ def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool =
 
 
 def remove(out: Path, names: tuple[str, ...] = RUN_FILES) -> None:
-    """Remove these files and folders of a run from `out` (by default all of them; other files stay)."""
+    """Remove these files and folders of a run from `out` (by default all of them; other files stay),
+    with their checksums. A symbolic link is removed itself, never what it points to; one out of the
+    folder is refused first (OutsideFolderError), before anything is removed."""
+    from ..io import forget_files
+
+    for name in names:
+        err = link_out(out, name)
+        if err is not None:
+            raise err
     for name in names:
         p = out / name
-        if p.is_dir():
+        if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
-        elif p.exists():
+        elif p.exists() or p.is_symlink():
             p.unlink()
+    forget_files(out, names)
+
+
+def write_config(out: Path, config: Any) -> None:
+    """out/config.toml, atomically: the full config, to rerun (`attnflow run out/config.toml`)."""
+    from ..io import atomic_write_text, inside
+    from .config import to_toml
+
+    atomic_write_text(inside(out, layout.CONFIG_FILE), to_toml(config))
+
+
+def write_result(out: Path, ds: Any, summary_json: str, summary_md: str) -> None:
+    """out/result.zarr (atomically, with its checksums), then summary.json and summary.md with theirs
+    (`attnflow.io.write_checked_text`: what `show` and `verify` check them against)."""
+    from ..io import inside, write_checked_text, write_dataset
+
+    write_dataset(ds, inside(out, layout.RESULT_STORE))
+    write_checked_text(inside(out, layout.SUMMARY_JSON), summary_json)
+    write_checked_text(inside(out, layout.SUMMARY_MD), summary_md)

@@ -104,13 +104,21 @@ def model_dimension(config: ModelConfig) -> int:
     return weights_file(config.weights).d
 
 
-@lru_cache(maxsize=8)
 def weights_file(path: str) -> Attention:
-    """The Attention (beta = 1) of weights = path, read once (ValueError naming `weights`)."""
-    from ..attention import load_attention
+    """The Attention (beta = 1) of weights = path, as the file holds it now: read once per content (the
+    cache is keyed by the digest the parts' fingerprint covers, so an edited file is read again);
+    ValueError naming `weights`."""
+    from ..io import content_digest
 
     if not Path(path).is_file():
         raise ValueError(f"weights = {path!r}: no such file; use {or_list(WEIGHTS)} or {_FILE}")
+    return _weights_of(path, content_digest(path))
+
+
+@lru_cache(maxsize=8)
+def _weights_of(path: str, digest: str) -> Attention:
+    from ..attention import load_attention
+
     return load_attention(path)
 
 

@@ -37,7 +37,15 @@ from ..plot import (
 )
 from ..plot.style import ZERO_TEMPERATURE_STYLE
 from ..progress import Reporter
-from .common import base_attrs, finite_or_none, time_grid, token_subset, torch_threads, unit_float64
+from .common import (
+    base_attrs,
+    finite_or_none,
+    time_grid,
+    token_subset,
+    torch_threads,
+    unit_float64,
+    warn_assumptions,
+)
 from .config import Angle, SimulationConfig, check_betas
 from .inputs import Integration, ModelInputs, integration, model_inputs
 from .model import ModelConfig
@@ -165,6 +173,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
     reporter = progress or Reporter()
     start = time.perf_counter()
     inputs = terminal_inputs(config)
+    warn_assumptions(inputs.model.attention, reporter)
     fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     reporter.overall(len(config.betas), f"terminal: {len(config.betas)} betas, N = {config.N}")
     parts, timings, notes = [], {}, {}

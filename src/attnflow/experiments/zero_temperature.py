@@ -34,7 +34,7 @@ from ..plot import (
     token_figures,
 )
 from ..progress import Reporter
-from .common import base_attrs, fit_or_reason, time_grid, token_subset
+from .common import base_attrs, fit_or_reason, time_grid, token_subset, warn_assumptions
 from .inputs import ModelInputs, model_inputs
 from .model import ModelConfig, init_choice
 from .registry import Experiment, doc_summary
@@ -232,6 +232,7 @@ def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Report
     reporter = progress or Reporter()
     start = time.perf_counter()
     inputs = zero_temperature_inputs(config)
+    warn_assumptions(inputs.model.attention, reporter)
     reporter.overall(2, "zero-temperature")
     ref = _reference(inputs, reporter)
     reporter.advance()

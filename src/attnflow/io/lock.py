@@ -1,6 +1,6 @@
 """One writer per folder: a lock file naming its holder (pid, host, since when, command).
 
-    with folder_lock(out, on_stale=reporter.warn):
+    with folder_lock(out, on_stale=reporter.notice):
         ...  # only this process writes into `out`
 
 The lock is `folder/.attnflow.lock`, held with an exclusive `flock` (POSIX) for as long as the writer
@@ -9,6 +9,10 @@ process that died (its flock is free; on this host its pid is gone or reused) is
 `on_stale` is told. A lock written on another host is not taken over: whether that process still
 runs cannot be seen from here, and the message says which file to delete if it does not. Without
 `fcntl` (Windows) the lock is the file alone, with the same pid check.
+
+The lock file is opened without following a symbolic link (O_NOFOLLOW) and used only when it is a
+regular file: a link in its place (through which the lock record would overwrite the file it points
+to), a folder or a FIFO is a LockedError naming it, and nothing is written.
 
 Standard library only.
 """
@@ -19,6 +23,7 @@ import datetime as _dt
 import json
 import os
 import socket
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,9 +35,19 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_FILE", "LockedError", "check_free", "describe", "folder_lock", "lock_holder"]
+__all__ = [
+    "LOCK_FILE",
+    "LockedError",
+    "check_free",
+    "describe",
+    "folder_lock",
+    "lock_file_problem",
+    "lock_holder",
+]
 
 LOCK_FILE = ".attnflow.lock"
+# never follow a link; never block on a FIFO; never leak the descriptor into a child process
+_OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class LockedError(ValueError):
@@ -77,10 +92,12 @@ def lock_holder(folder: str | os.PathLike) -> dict[str, Any] | None:
     (no lock file, or one left by a process that died)."""
     path = Path(folder) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
+    except OSError:  # absent, or a link (no lock: `lock_file_problem` says what is wrong)
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         holder = _parse(os.read(fd, 1 << 16).decode("utf-8", "replace"))
         if fcntl is not None:
             try:
@@ -97,8 +114,42 @@ def lock_holder(folder: str | os.PathLike) -> dict[str, Any] | None:
         os.close(fd)
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file (a FIFO, socket or device)"
+
+
+def _bad_lock(path: Path, mode: int) -> str:
+    """Why `path`, of this mode, cannot be the lock file, and the fix."""
+    what = _kind(mode)
+    if stat.S_ISLNK(mode):
+        what += f" (to {os.readlink(path)})"
+    return (
+        f"its lock file {path} is {what}, where attnflow keeps a regular file of its own; "
+        "nothing was written: remove it and rerun"
+    )
+
+
+def lock_file_problem(folder: str | os.PathLike) -> str | None:
+    """Why the lock file of `folder` cannot be used (a symbolic link, a folder, a FIFO...), or None when
+    it is absent or a regular file. Reads only (lstat: a link is not followed)."""
+    path = Path(folder) / LOCK_FILE
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _bad_lock(path, mode)
+
+
 def check_free(folder: str | os.PathLike) -> None:
-    """LockedError naming the holder when a live process holds the lock of `folder`. Reads only."""
+    """LockedError naming the holder when a live process holds the lock of `folder`, or naming the lock
+    file when it is not a regular file. Reads only."""
+    problem = lock_file_problem(folder)
+    if problem is not None:
+        raise LockedError(folder, {}, problem)
     holder = lock_holder(folder)
     if holder is not None:
         raise LockedError(folder, holder, _busy(holder, Path(folder) / LOCK_FILE))
@@ -116,7 +167,7 @@ def _me() -> dict[str, Any]:
 def _acquire(path: Path, on_stale: Callable[[str], None] | None) -> int:
     """The open, locked lock file `path` with this process's record in it (its descriptor)."""
     for _ in range(20):  # a new try when the file was replaced between open and lock
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = _open_lock(path)
         try:
             if fcntl is not None:
                 try:
@@ -150,6 +201,26 @@ def _acquire(path: Path, on_stale: Callable[[str], None] | None) -> int:
                 pass
             raise
     raise LockedError(path.parent, {}, "its lock file keeps changing; another writer is starting there")
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file opened for writing (created if absent), never through a symbolic link and only
+    when it is a regular file; LockedError naming it otherwise."""
+    problem = lock_file_problem(path.parent)  # a link or a folder: refused before any open
+    if problem is not None:
+        raise LockedError(path.parent, {}, problem)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o644)
+    except OSError as err:  # replaced by a link or a folder since: ELOOP, EISDIR
+        mode = os.lstat(path).st_mode if os.path.lexists(path) else stat.S_IFREG
+        if stat.S_ISREG(mode):
+            raise
+        raise LockedError(path.parent, {}, _bad_lock(path, mode)) from err
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise LockedError(path.parent, {}, _bad_lock(path, mode))
+    return fd
 
 
 def _busy(holder: dict[str, Any], path: Path, live: bool = False) -> str:

@@ -1,8 +1,9 @@
 """The task of one grid point, run on a Dask worker: run its config, write its result, commit it.
 
-`run_point` writes `points/<key>.zarr` atomically, then the `.done` marker that commits it; a retry
-reuses the finished parts the experiment kept in `work/<key>/`. xarray and torch are imported
-inside the functions.
+`run_point` writes `points/<key>.zarr` atomically, then the `.done` marker that commits it (its
+record: timing, worker, scalars, summary, the digests of the point's input files), whose SHA-256 the
+zarr store holds; a retry reuses the finished parts the experiment kept in `work/<key>/`. xarray and
+torch are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -18,7 +19,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import experiment_name
-from .store import POINTS_DIR, Store, as_read_back, done_rel, now, read_record, work_rel, write_json, zarr_rel
+from .store import (
+    POINTS_DIR,
+    RECORD_ATTR,
+    Store,
+    as_read_back,
+    done_rel,
+    now,
+    read_record,
+    record_digest,
+    work_rel,
+    write_json,
+    zarr_rel,
+)
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -208,10 +221,13 @@ def run_point(
 ) -> dict[str, Any]:
     """One sweep task (runs on a worker): run the point's config and write its result.
 
-    Writes `points/<key>.zarr` atomically, then `points/<key>.done` (JSON: timing, worker, summary).
-    Returns that record. If the point is already complete (another attempt finished first), the
-    existing record is returned and nothing is written.
+    Writes `points/<key>.zarr` atomically, with the SHA-256 of its record in its attrs, then
+    `points/<key>.done` (JSON: timing, worker, summary, input digests). Returns that record. If the
+    point is already complete (another attempt finished first), the existing record is returned and
+    nothing is written.
     """
+    from ..experiments.parts import input_digests
+
     st = Store(store)
     workdir = None if st.url else Path(st.path(work_rel(key)))
     if st.exists(done_rel(key)):
@@ -223,15 +239,15 @@ def run_point(
     started, t0 = now(), time.perf_counter()
     ds = _label(_compute(config, key, run_fn, workdir), config, key, point)
     seconds = time.perf_counter() - t0
-    scalars, summary = _scalars(ds), _summarize(config, ds)
+    rec = {"key": key, "point": point, "started": started, "finished": now(), "seconds": seconds}
+    rec |= {"worker": f"{socket.gethostname()}:{os.getpid()}", "torch_threads": threads}
+    rec |= {"device": getattr(config, "device", None), "inputs": input_digests(config)}
+    rec |= {"scalars": _scalars(ds), "summary": _summarize(config, ds)}
+    ds.attrs[RECORD_ATTR] = record_digest(rec)  # of the record as its .done file gives it back
     st.makedirs(POINTS_DIR)
     wrote = (_write_url if st.url else _write_local)(st, ds, key)
     if not wrote and st.exists(done_rel(key)):
         return _reused(st, key, workdir)
-    rec = {"key": key, "point": point, "started": started, "finished": now(), "seconds": seconds}
-    rec |= {"worker": f"{socket.gethostname()}:{os.getpid()}", "torch_threads": threads}
-    rec |= {"device": getattr(config, "device", None)}
-    rec |= {"scalars": scalars, "summary": summary}
     write_json(st, done_rel(key), rec)
     if workdir is not None:
         st.remove(work_rel(key))

@@ -231,7 +231,8 @@ def show_sweep(store: str | os.PathLike, width: int = 120) -> str:
 
 def verify_sweep(store: str | os.PathLike) -> tuple[list[str], list[str]]:
     """(problems, notes) of a sweep store: its sweep.json, each committed point against its checksums
-    (and its .done record), uncommitted points, leftovers of unfinished points, a live lock.
+    (and its .done record against the checksum its store holds), uncommitted points, leftovers of
+    unfinished points, a live lock, a lock that is no regular file and links out of the store.
     FileNotFoundError when `store` is not a sweep store; a damaged sweep.json is the one problem."""
     from ..io.lock import lock_holder
     from .grid import SweepError
@@ -266,5 +267,10 @@ def verify_sweep(store: str | os.PathLike) -> tuple[list[str], list[str]]:
         from ..io.lock import describe
 
         notes.append(f"a sweep is running on this store: {describe(holder)}")
+    if not st.url:
+        from .store import links_problem
+
+        if (problem := links_problem(st.root)) is not None:
+            problems.append(problem)
     notes.append(f"{n_done} of {len(keys)} points complete and verified")
     return problems, notes

@@ -37,7 +37,7 @@ from ...science.convergence import (
 )
 from ...science.metrics import RESOLUTION_OK
 from ...science.uncertainty import Measured
-from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid
+from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid, warn_assumptions
 from ..config import Angle, SimulationConfig, check_betas
 from ..inputs import integration, model_inputs
 from ..model import ModelConfig
@@ -197,6 +197,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     reporter = progress or Reporter()
     start = time.perf_counter()
     inputs = concentration_inputs(config)
+    warn_assumptions(inputs.model.attention, reporter)
     fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     clouds = CloudCache(inputs)
     reporter.overall(len(inputs.betas) + 1, f"concentration: {len(inputs.betas)} betas, N = {config.N}")

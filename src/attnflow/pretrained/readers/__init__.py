@@ -5,7 +5,7 @@ weights file with the reader of its format.  `common` holds the record (`Found`)
 """
 
 from .common import EXTRA_HINT, CheckpointError, Found, LazyTensors, MissingExtra, require
-from .folder import EXPECTED, WEIGHT_FILES, read_path, shard_path, weights_in
+from .folder import EXPECTED, WEIGHT_FILES, checkpoint_files, read_path, shard_path, weights_in
 from .pytorch_file import unwrap_state_dict
 from .registry import READERS, Reader, reader_for
 
@@ -19,6 +19,7 @@ __all__ = [
     "LazyTensors",
     "MissingExtra",
     "Reader",
+    "checkpoint_files",
     "read_path",
     "reader_for",
     "require",

@@ -9,7 +9,7 @@ from typing import Any
 from .common import CheckpointError, Found, read_config, read_json, tokenizer_next_to
 from .registry import READERS, reader_for
 
-__all__ = ["EXPECTED", "WEIGHT_FILES", "read_path", "shard_path", "weights_in"]
+__all__ = ["EXPECTED", "WEIGHT_FILES", "checkpoint_files", "read_path", "shard_path", "weights_in"]
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -91,3 +91,20 @@ def read_path(path: Path) -> Found:
     if weights.name.endswith(".index.json"):
         return _read_sharded(weights)
     return _read_file(weights)
+
+
+def checkpoint_files(path: Path) -> list[Path]:
+    """The files a checkpoint is read from (`read_path`), sorted: its weights file (and the shards a
+    shard index names), config.json and tokenizer.json where they are. Their content decides what a
+    run computes from the checkpoint (the fingerprint of its parts)."""
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist (give {EXPECTED})")
+    weights = weights_in(path) if path.is_dir() else path
+    files = [weights, weights.parent / "config.json"]
+    if weights.name.endswith(".index.json"):
+        data = read_json(weights, "shard index")
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if isinstance(weight_map, dict):
+            files += [shard_path(weights, s) for s in set(weight_map.values())]
+    tok = tokenizer_next_to(weights)
+    return sorted({f for f in [*files, *([tok] if tok else [])] if f.is_file()})
