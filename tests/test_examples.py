@@ -21,7 +21,7 @@ def run_example(name: str, *args: str) -> str:
 @pytest.mark.slow
 def test_quickstart_runs_and_resumes(tmp_path):
     out = run_example("quickstart.py", "--out", str(tmp_path))
-    assert "not resolved: t*(beta) grows like log beta" in out  # the claims table, printed
+    assert "not resolved: error_vanishes (theorem)" in out  # the claims table, printed
     ds = xr.open_zarr(tmp_path / "result.zarr")
     assert set(ds.beta.values) == {10.0, 30.0, 100.0}
     parts = sorted(p.name for p in (tmp_path / "parts").iterdir())

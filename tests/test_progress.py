@@ -308,8 +308,9 @@ def test_one_thread_policy_for_api_and_configs():
 
 
 def test_the_overall_bar_of_a_ladder_weighs_each_level_by_its_cost():
-    """concentration: the zero-temperature part counts as the first level, each level advances the
-    bar by N^2, a ladder that stops early advances by the levels it skips; the bar ends at its total.
+    """concentration: the zero-temperature part and the time-step probe count as a first level each,
+    each level advances the bar by N^2, a ladder that stops early advances by the levels it skips; the
+    bar ends at its total.
     Then `done` closes the bars before the run's last line."""
     from attnflow.experiments import load_config, run_experiment
 
@@ -341,7 +342,7 @@ def test_the_overall_bar_of_a_ladder_weighs_each_level_by_its_cost():
             ['N="auto"', "N_min=8", "N_max=32", "streak=1", "betas=[10.0, 30.0]", "t_max=1.0", *overrides],
         )
         ds = run_experiment(config, progress=reporter)
-        assert reporter.total == levels[0] + 2 * sum(levels)
+        assert reporter.total == 2 * levels[0] + 2 * sum(levels)  # (the time-step probe: one more)
         assert sum(reporter.steps) == reporter.total and reporter.steps[0] == levels[0]
         ran = int(np.isfinite(ds.ladder_N.values[0]).sum())
         ran_levels.append(ran)

@@ -322,7 +322,7 @@ def test_show_in_a_terminal(finished):
     """`attnflow show` in a terminal: the rows of summary.md, at most 80 columns."""
     text = _in_a_terminal(80, "show", str(finished))
     assert max(map(len, text.splitlines())) <= 80, text
-    assert "attnflow run: concentration" in text and "per_beta" in text and "1 — claim: " in text
+    assert "attnflow run: concentration" in text and "per_beta" in text and "error_vanishes — claim: " in text
     flat = " ".join(text.split())
     for line in (finished / "summary.md").read_text().splitlines():
         if line.startswith("| 100 |"):  # a per_beta row: every cell shown

@@ -28,6 +28,7 @@ from attnflow.experiments import (
 from attnflow.experiments.common import time_grid
 from attnflow.io import read_dataset
 from attnflow.measures.sphere import sample_uniform, spacing
+from attnflow.science.claims import CLAIMS
 
 # rk4 with dt = 0.05 matches the adaptive integrator to 1e-3 in positions here, in a fraction of the time
 # (one torch thread: on a shared machine two threads are 10-1000x slower for small N)
@@ -146,7 +147,8 @@ def test_concentration_files_and_schema(conc):
         assert (out / name).exists()
     # one part per (beta, N) level, so that an N ladder resumes too
     parts = sorted(p.name for p in (out / "parts").iterdir())
-    assert parts == ["beta=100_N=32.zarr", "beta=10_N=32.zarr", "zero.zarr"]
+    # and the time-step probe: the largest beta's first level at tighter tolerances
+    assert parts == ["beta=100_N=32.zarr", "beta=100_N=32_timestep.zarr", "beta=10_N=32.zarr", "zero.zarr"]
     back = xr.open_zarr(out / "result.zarr")  # plain xarray
     assert dict(back.sizes) == {"beta": 2, "time": 13, "token": 8, "dim": 3, "k": 1, "level": 1}
     for v in ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V"):
@@ -211,11 +213,15 @@ def test_concentration_fits_and_summary(conc):
     out, ds = conc
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["per_beta"]) == {"10", "100"}
-    assert summary["per_beta"]["10"]["t_star"] == pytest.approx(float(ds.t_star.sel(beta=10.0)))
-    # no beta converged (one level, under-resolved): no claim is decided, none is fitted
-    claims = summary["claims"]
-    assert len(claims) == 6 and {c["verdict"] for c in claims[:5]} == {"not resolved"}
-    assert all(c["betas"] == [] for c in claims)
+    assert summary["per_beta"]["10"]["t_star"]["value"] == pytest.approx(float(ds.t_star.sel(beta=10.0)))
+    # no beta converged (one level, under-resolved): no theorem row is decided, no law is fitted
+    claims = {c["key"]: c for c in summary["claims"]}
+    assert list(claims) == list(CLAIMS)
+    theorem = [c for c in claims.values() if c["kind"] == "theorem"]
+    assert {c["verdict"] for c in theorem} == {"not resolved"}
+    assert all(c["betas"] == [] for c in claims.values())
+    assert all(c["meaning"] for c in claims.values())
+    assert summary["per_beta"]["10"]["t_star"]["converged"] is False
     assert summary["convergence"]["100"]["status"] == "under-resolved"
     assert "error" in json.loads(ds.attrs["fits"])["theorem_bound"]
     md = (out / "summary.md").read_text()
@@ -251,7 +257,7 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
 
     monkeypatch.setattr(integrate, "simulate", counting)
     ds = run_experiment(cfg, tmp_path)
-    assert calls == [10.0, 100.0]  # beta = 10 was not recomputed
+    assert calls == [10.0, 100.0, 100.0]  # beta = 10 was not recomputed; then the time-step probe
     fresh = run_experiment(cfg, None)
     np.testing.assert_allclose(ds.w2.values, fresh.w2.values, rtol=1e-12)
 
@@ -264,14 +270,14 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     # another N is another level of the ladder: computed, the N = 32 parts stay for a later ladder
     calls.clear()
     run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path)
-    assert calls == [10.0, 100.0]
+    assert calls == [10.0, 100.0, 100.0]
     # a change that alters every level's result (here eps) is another run: refused in this folder
     # unless overwrite=True, which replaces it (its parts are not reused)
     calls.clear()
     with pytest.raises(ValueError, match="eps"):
         run_experiment(load_config("concentration", [*TINY, "eps=0.2"]), tmp_path)
     run_experiment(load_config("concentration", [*TINY, "eps=0.2"]), tmp_path, overwrite=True)
-    assert calls == [10.0, 100.0]
+    assert calls == [10.0, 100.0, 100.0]
 
 
 def test_float32_run_matches_float64():
@@ -300,11 +306,11 @@ def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatc
     cfg = load_config("concentration", [*TINY, "betas=[10, 30, 100]"])
     assert cfg.integrator != "adaptive" and cfg.N <= levels.BATCH_BETAS_MAX_N
     together = run_experiment(cfg, tmp_path)
-    assert calls == [[10.0, 30.0, 100.0]]
+    assert calls == [[10.0, 30.0, 100.0], [100.0]]  # and the time-step probe, alone
     monkeypatch.setattr(levels, "BATCH_BETAS_MAX_N", 0)
     calls.clear()
     alone = run_experiment(cfg, None)
-    assert calls == [[10.0], [30.0], [100.0]]
+    assert calls == [[10.0], [30.0], [100.0], [100.0]]
     for var in ("w2", "coupling_bound", "lyapunov", "t_star", "x"):
         np.testing.assert_allclose(together[var].values, alone[var].values, rtol=0, atol=1e-12)
 
@@ -313,7 +319,7 @@ def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatc
     shutil.rmtree(tmp_path / "result.zarr")
     calls.clear()
     again = run_experiment(cfg, tmp_path)
-    assert calls == [[10.0, 30.0, 100.0]]
+    assert calls == [[10.0, 30.0, 100.0]]  # the time-step probe's part is reused
     for var in ("w2", "coupling_bound", "lyapunov", "t_star", "x"):
         np.testing.assert_array_equal(again[var].values, together[var].values)  # to the bit
 
@@ -442,8 +448,10 @@ def test_zero_temperature_reference_in_concentration():
     assert zero["kind"].startswith("N = infinity")
     assert ds.w2.values[0, 0] == pytest.approx(ds.w2_zero.values[0], rel=1e-3)
     assert zero["c_star"] == pytest.approx(0.351391, rel=1e-5)
-    rate_row = json.loads(ds.attrs["claims"])[-1]
-    assert rate_row["measured"]["last_window"] == [0.0, 4.0]
+    rows = {r["key"]: r for r in json.loads(ds.attrs["claims"])}
+    assert rows["zero_rate_guaranteed"]["late_windows"][0]["window"] == [0.0, 4.0]
+    assert rows["zero_rate_guaranteed"]["verdict"] == "consistent"  # 0.28 >= gamma/(2 ||B||) = 0.25
+    assert np.all(np.isfinite(ds.w2_zero_error.values)) and np.all(ds.w2_zero_error.values > 0)
 
 
 @pytest.mark.parametrize(
@@ -721,13 +729,18 @@ def test_concentration_curves_against_pot_at_every_time():
 @pytest.mark.slow
 def test_demo_converges_every_beta_and_decides_the_claims(tmp_path):
     """`attnflow run` without a name (and `make demo`) runs concentration-demo: every beta converged
-    in N, and the t* and min W2 rows of the claims table decided from converged quantities."""
+    in N, and the theorem rows error_vanishes, guaranteed_duration and best_concentration decided
+    from at least 4 converged betas, each row with its fields."""
     from attnflow.cli.app import DEFAULT_RUN
 
     ds = run_experiment(load_config(DEFAULT_RUN), tmp_path)
     summary = REGISTRY["concentration"].summarize(ds)
     assert {v["status"] for v in summary["per_beta"].values()} == {"converged"}
-    rows = {row["claim"].split(" ")[0]: row for row in summary["claims"]}
-    for key in ("t*(beta)", "min_t"):
-        assert rows[key]["verdict"] in ("consistent", "inconsistent"), rows[key]
-        assert len(rows[key]["betas"]) >= 3
+    rows = {row["key"]: row for row in summary["claims"]}
+    for key in ("error_vanishes", "guaranteed_duration", "best_concentration"):
+        row = rows[key]
+        assert row["verdict"] in ("consistent", "inconsistent"), row
+        assert len(row["betas"]) >= 4 and max(row["betas"]) / min(row["betas"]) >= 4
+        assert {"measured", "error", "left_out", "meaning"} <= set(row)
+    time_step = json.loads(ds.attrs["time_step"])
+    assert time_step["beta"] == 20.0 and "rtol=1e-07" in time_step["integration"]

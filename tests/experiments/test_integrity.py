@@ -260,7 +260,8 @@ def test_hidden_files_do_not_make_a_folder_foreign_an_unreadable_config_is_named
     assert has(text, f"delete {out / 'config.toml'}") and "--overwrite" not in text
     (out / "config.toml").unlink()
     ds = run_experiment(load_config(TINY[0], [s for s in TINY[1:] if s != "--set"]), out)
-    assert json.loads(ds.attrs["provenance"])["wall_time_s"]["n_reused_parts"] == 3  # nothing recomputed
+    # nothing recomputed: zero, two betas and the time-step probe
+    assert json.loads(ds.attrs["provenance"])["wall_time_s"]["n_reused_parts"] == 4
     assert invoke("run", *TINY, "--out", str(out), "-q", "--no-figures", "--overwrite").exit_code == 0
 
 
@@ -388,8 +389,9 @@ def test_provenance_sums_wall_time_over_resumes(finished, tmp_path):
     ds = run_experiment(load_config(str(out / "config.toml")), out)
     prov = json.loads(ds.attrs["provenance"])
     wall = prov["wall_time_s"]
-    assert wall["n_reused_parts"] == 2  # zero and beta=10; beta=100 recomputed
-    parts = [read_dataset(out / "parts" / f"{n}.zarr").attrs["wall_s"] for n in ("zero", "beta=10_N=24")]
+    assert wall["n_reused_parts"] == 3  # zero, beta=10 and the time-step probe; beta=100 recomputed
+    reused = ("zero", "beta=10_N=24", "beta=100_N=24_timestep")
+    parts = [read_dataset(out / "parts" / f"{n}.zarr").attrs["wall_s"] for n in reused]
     assert wall["reused_parts"] == pytest.approx(sum(parts))
     assert wall["total"] == pytest.approx(wall["this_run"] + wall["reused_parts"])
     assert prov["torch_threads"] == 1 and prov["device"] == "cpu"
@@ -480,7 +482,7 @@ def test_an_edited_weights_file_recomputes_every_part(tmp_path):
     _weights(w, scale=1.5)
     result = invoke("run", *args, "--out", str(out))
     assert result.exit_code == 0, result.output
-    for name in ("zero", "beta=10_N=24", "beta=100_N=24"):
+    for name in ("zero", "beta=10_N=24", "beta=100_N=24", "beta=100_N=24_timestep"):
         assert has(result.output, f"part {name} is not what this run computes")
     assert has(result.output, "the content of its input (weights) has changed")
     clean = tmp_path / "clean"
@@ -492,7 +494,7 @@ def test_an_edited_weights_file_recomputes_every_part(tmp_path):
     # re-saving the same arrays (a new zip, same content) reuses them
     _weights(w, scale=1.5)
     again = run_experiment(load_config(str(out / "config.toml")), out)
-    assert json.loads(again.attrs["provenance"])["wall_time_s"]["n_reused_parts"] == 3
+    assert json.loads(again.attrs["provenance"])["wall_time_s"]["n_reused_parts"] == 4  # with the probe
 
 
 def test_an_edited_checkpoint_recomputes_the_heads_parts(tmp_path):

@@ -22,7 +22,8 @@ def test_report_of_a_run_is_tables_and_prose(finished, tmp_path):
     assert "{'" not in md and '{"' not in md and "[{" not in md
     assert "per_beta." not in md and "convergence.10." not in md
     assert "### per_beta\n\n| beta | status | N | t_star |" in md
-    assert "### claims\n\n| # | claim | measured | error | betas | left_out | verdict | note |" in md
+    claims = "| key | claim | kind | measured | error | betas | left_out | verdict | meaning |"
+    assert f"### claims\n\n{claims}" in md
     assert (
         "### zero_temperature: local_rates\n\n| # | window | rate | err |\n|---|---|---|---|\n| 1 | [0, 4] |"
         in md
@@ -41,6 +42,6 @@ def test_report_of_a_run_is_tables_and_prose(finished, tmp_path):
         ["1", "[0, 4]", "0.405", "0.002"],
         ["2", "[4, 8]", "0.526", "0.002"],
     ]
-    k = [t[0] for t in summary_md].index(["quantity", "value"], 1)  # zero_temperature's scalars
+    k = next(i for i, t in enumerate(summary_md) if t[1][0] == "kind")  # zero_temperature's scalars
     assert markdown_tables(section) == [*summary_md[: k + 1], rates, *summary_md[k + 1 :]]
     assert html_tables((tmp_path / "report.html").read_text()) == markdown_tables(md)

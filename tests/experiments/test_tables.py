@@ -79,7 +79,7 @@ def test_a_summary_becomes_tables_and_prose():
     assert claims.columns == ("#", "claim", "measured", "error", "betas", "left_out", "verdict", "note")
     assert claims.rows[0][4:6] == ("none", "10: status under-resolved")
     assert claims.rows[1][-1] == "" and claims.rows[1][2] == "0.52"  # a field a row lacks: empty
-    assert conv.rows[0] == ("10", "converged", "[256, 512]", "2 ± 0.01 ✓")
+    assert conv.rows[0] == ("10", "converged", "[256, 512]", "2.000 ± 0.010 ✓")  # digits of the error
     assert zero.rows == (("kind", "N = infinity reference"), ("c_star", "0.5857"))
     assert rates.rows == (("1", "[0, 4]", "0.4054", "0.002"),)
     assert isinstance(warns, Prose) and warns.bullets and warns.paragraphs == tuple(SUMMARY["warnings"])
@@ -93,7 +93,23 @@ def test_claim_rows_take_the_claim_columns_first():
     table = records_table(rows, "claims", first=CLAIM_COLUMNS)
     assert table.columns == ("key", "claim", "kind", "verdict", "meaning", "note", "extra")  # no "#": keys
     assert table.rows[0] == ("t_star_log", "c", "", "holds", "what it says", "n", "")
-    assert summary_blocks({"claims": rows})[0].columns == table.columns
+    main, extra = summary_blocks({"claims": rows})
+    assert main.columns == ("key", "claim", "kind", "verdict", "meaning", "note")  # details go below
+    assert extra.title == "claims: min_w2_power" and extra.rows == (("extra", "1"),)
+
+
+def test_claim_rows_print_the_digits_their_error_supports():
+    rows = [
+        {"key": "a", "measured": 0.162843, "error": 3.9e-4, "verdict": "consistent"},
+        {"key": "b", "measured": 2.5137, "error": 0.043, "verdict": "consistent"},
+        {"key": "c", "measured": 0.5, "error": None, "verdict": "not resolved"},
+    ]
+    table = records_table(rows, "claims", first=CLAIM_COLUMNS)
+    assert [r[1:3] for r in table.rows] == [("0.1628", "0.0004"), ("2.51", "0.04"), ("0.5", "—")]
+    fits = {"key": "law", "fits": {"beta": {"law": "t* = a + b beta", "b": 0.342, "rms": 0.5}}}
+    blocks = summary_blocks({"claims": [fits]})
+    text = " ".join(c for b in blocks if isinstance(b, Table) for r in b.rows for c in r)
+    assert "{" not in text and "t* = a + b beta" in text
 
 
 def test_cells():

@@ -188,7 +188,7 @@ def test_auto_choice_and_registry():
     assert choose_kernel(X, att.with_beta(np.inf)) == "zero"
     assert resolve_kernel("auto", att, X) == "sdpa"
     assert resolve_kernel("auto", att.with_beta(np.inf), X) == "zero"
-    assert set(KERNELS) == {"sdpa", "blocked", "zero", "truncated", "cluster"}
+    assert set(KERNELS) == {"sdpa", "blocked", "fused", "zero", "truncated", "cluster"}
     assert get_kernel("sdpa") is velocity_sdpa and get_kernel("zero") is velocity_zero
 
 

@@ -178,6 +178,55 @@ def test_log_axes_survive_zeros_and_nans(conc3, tmp_path):
     _check_files(cf.plot_min_w2(ds, tmp_path, dpi=DPI), ["min_w2"])
 
 
+def _with_claims(ds, rows):
+    out = ds.copy()
+    out.attrs = {**ds.attrs, "claims": json.dumps(rows)}
+    return out
+
+
+def test_points_follow_each_quantitys_own_convergence(conc3):
+    """A converged beta whose t* did not converge is drawn open, not filled; under-resolved as x."""
+    ds = conc3.copy()
+    ds["status"] = ("beta", np.array(["converged", "converged", "under-resolved"]))
+    ds["t_star_converged"] = ("beta", np.array([True, False, False]))
+    assert list(cf._drawn_as(ds, "t_star", 3)) == ["converged", "resolved", "under-resolved"]
+    assert list(cf._drawn_as(ds.drop_vars("t_star_converged"), "t_star", 3)) == list(ds.status.values)
+
+
+def test_claim_rows_are_found_by_their_key(conc3):
+    ds = _with_claims(conc3, [{"key": "law_t_star", "claim": "anything, reworded", "verdict": "observed"}])
+    assert cf.claim_row(ds, "law_t_star")["claim"] == "anything, reworded"
+    assert cf.claim_row(ds, "law_min_w2") == {}
+
+
+def test_envelope_figure_needs_the_envelope_constants(conc3, tmp_path):
+    assert cf.plot_envelope(conc3, tmp_path, dpi=DPI) == []  # no bound_envelope row: no figure
+    row = {
+        "key": "bound_envelope",
+        "betas": [10.0, 100.0],
+        "constants": {"K1": 0.3, "C1": 0.1, "K2": 0.9, "c": 0.25, "p0": 0.7},
+    }
+    _check_files(cf.plot_envelope(_with_claims(conc3, [row]), tmp_path, dpi=DPI), ["envelope"])
+
+
+def test_beta_ticks_sit_at_the_data_and_the_title_names_the_n_used(conc3, tmp_path):
+    from matplotlib.ticker import FixedLocator
+
+    ds = conc3.copy()
+    ds["N_used"] = ("beta", np.array([512, 1024, 1024]))
+    assert "N ∈ {512, 1024}" in plot.run_title(ds, "x")
+    _, axes = plot.new_figure(1, 1, (4, 3))
+    ax = axes[0][0]
+    cf._beta_axis(ax, np.array([5.0, 7.0, 10.0, 14.0, 20.0]))
+    assert isinstance(ax.xaxis.get_major_locator(), FixedLocator)
+    assert list(ax.xaxis.get_major_locator().tick_values(1, 30)) == [5.0, 7.0, 10.0, 14.0, 20.0]
+    ax.set_yscale("log")
+    ax.set_ylim(0.16, 0.31)
+    plot.plain_log_ticks(ax.yaxis)
+    ticks = [v for v in ax.yaxis.get_major_locator().tick_values(0.16, 0.31) if 0.16 <= v <= 0.31]
+    assert len(ticks) >= 3
+
+
 def test_many_betas_get_a_colorbar(tmp_path):
     ds = make_concentration(betas=np.geomspace(2, 2e4, 12), T=5, n_keep=4)
     _check_files(cf.plot_w2(ds, tmp_path, dpi=DPI), ["w2"])

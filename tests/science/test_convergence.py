@@ -10,6 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from attnflow.science.convergence import (
+    DEVIATIONS,
     QUANTITIES,
     CurveQuantities,
     LadderRules,
@@ -158,15 +159,48 @@ def test_richardson_takes_graded_node_counts_that_double_up_to_rounding():
 
 
 def test_curve_quantities_entry_and_deviation_times():
+    """Crossing times lie between saved times, at their closed forms within the grid errors they
+    carry: w = exp(-t/2) + 0.01 enters the band w <= 1.05 w(20) at -2 log(1.05 w(20) - 0.01) and
+    leaves ref = exp(-t/2) by delta at t_dev(delta) = 2 log(0.01 / delta)^-1 = 2 log(100 delta)."""
     w = np.exp(-0.5 * T) + 0.01
     ref = np.exp(-0.5 * T)
     q = curve_quantities(T, w, band=0.05, reference=ref)
     assert q.t_star == T[-1] and q.edge  # the minimum at t_max is an edge
     assert q.min_w2 == pytest.approx(w[-1])
-    assert q.t_entry == T[np.flatnonzero(w <= 1.05 * w[-1])[0]]
-    assert q.t_dev == T[np.flatnonzero(w > 1.1 * ref)[0]]
+    entry = -2.0 * math.log(1.05 * w[-1] - 0.01)
+    assert abs(q.t_entry - entry) <= q.bias["t_entry"] < 0.1 * (T[1] - T[0])
+    assert not T[np.flatnonzero(T <= entry)[-1]] == pytest.approx(entry)  # between saved times
+    for name, delta in DEVIATIONS.items():
+        exact = 2.0 * math.log(100.0 * delta)
+        assert abs(getattr(q, name) - exact) <= q.bias[name] < 0.01, name
+    assert q.t_dev == pytest.approx(2.0 * math.log(10.0), abs=1e-3)
     with pytest.raises(ValueError, match="shape of t"):
         curve_quantities(T, w[:-1])
+
+
+def test_a_minimum_between_saved_times_is_located_within_its_grid_error():
+    """The save-grid bias: a curve whose minimum lies between saved times. The saved minimum
+    overstates it and misplaces it by up to half a step; the interpolated one is within the grid
+    error it carries, and that error is far below the step."""
+    from attnflow.science.curves import locate_minimum
+
+    t = np.arange(0.0, 10.0 + 1e-9, 0.1)
+    for t0 in (3.537, 3.55, 3.583, 6.012):
+        s = t - t0
+        w = 0.3 + 0.05 * s**2 + 0.02 * s**3 + 0.003 * s**4
+        fine = np.linspace(t0 - 0.2, t0 + 0.2, 400_001)
+        u = fine - t0
+        exact = 0.3 + 0.05 * u**2 + 0.02 * u**3 + 0.003 * u**4
+        t_true, w_true = fine[np.argmin(exact)], float(exact.min())
+        m = locate_minimum(t, w)
+        q = curve_quantities(t, w)
+        assert (q.t_star, q.min_w2) == (m.t, m.value)
+        assert abs(m.t - t_true) <= m.t_bias + 1e-6 and m.t_bias < 0.005
+        assert abs(m.value - w_true) <= m.value_bias + 1e-12 and m.value_bias < 1e-5
+        assert q.bias["t_star"] == m.t_bias and q.bias["min_w2"] == m.value_bias
+        grid = float(w.min())
+        assert grid - w_true > 10 * abs(m.value - w_true)  # the saved minimum overstates it
+        assert q.t_lo < m.t < q.t_hi  # the 5 % band around it
 
 
 def test_quantities_registry_names_every_judged_quantity_and_its_kind():
@@ -185,7 +219,8 @@ def test_quantities_registry_names_every_judged_quantity_and_its_kind():
     # ... one moving by 0.2 does not
     d = judge([64, 128, 256], qs, N_max=256, extra_times={"t_depart": [5.0, 5.2, 5.4]})
     assert not d.quantities["t_depart"]["converged"]
-    assert list(d.quantities) == ["t_star", "min_w2", "t_entry", "t_dev", "t_depart"]
+    assert list(d.quantities) == ["t_star", "min_w2", "t_entry", "t_dev_5", "t_dev", "t_dev_20", "t_depart"]
+    assert d.quantities["t_depart"]["tol"] == pytest.approx(0.108)  # max(tol t, dt) at t = 5.4
     with pytest.raises(ValueError, match="not a per-level quantity"):
         judge([64], qs[:1], N_max=256, extra_times={"t_star": [1.0]})
     with pytest.raises(ValueError, match="not a per-level quantity"):

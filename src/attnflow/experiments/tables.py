@@ -10,7 +10,8 @@ blocks, by the shape of each value, never printing a literal:
   a `quantity | value` table;
 - a mapping of records ({"10": {"status": ..., "N": ...}, ...}, e.g. `per_beta`) is a table with
   one row per key (its first column is named X for a key `per_X`);
-- a list of records (the claims) is a table with one row per record, the CLAIM_COLUMNS first;
+- a list of records (the claims) is a table with one row per record, the CLAIM_COLUMNS first; a
+  record with a `key` (a claims row) shows its further fields in a section of its own below;
 - a list of sentences (the warnings) is a bulleted list;
 - any other mapping is a section of its own, its scalars in a table, its nested values below.
 
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._text import format_value
+from .._text import format_value, format_with_error
 
 __all__ = [
     "CLAIM_COLUMNS",
@@ -40,8 +41,11 @@ __all__ = [
 
 #: columns of a claims row, in this order where a row has them (other fields follow)
 CLAIM_COLUMNS = ("key", "claim", "kind", "measured", "error", "betas", "left_out", "verdict", "meaning")
-#: fields of a measured quantity: shown as one cell "value ± error ✓"
-MEASURED_FIELDS = frozenset({"value", "estimate", "error", "converged", "reason"})
+#: further fields of a claims row shown in its table; the others are shown below the table
+CLAIM_EXTRA = ("threshold", "note")
+#: fields of a measured quantity: shown as one cell "value ± error ✓", its digits those the error
+#: supports (the tolerance it was judged at, `tol`, and the parts of its error stay in the record)
+MEASURED_FIELDS = frozenset({"value", "estimate", "error", "converged", "reason", "tol", "error_parts"})
 #: a list of strings is prose (a bulleted list) when one of them is a sentence this long
 SENTENCE = 40
 
@@ -125,9 +129,11 @@ def cell_text(v: Any) -> str:
     if isinstance(v, Mapping | list | tuple) and not v:
         return "none"
     if is_measured(v):
-        text = format_value(v.get("value"))
         if v.get("error") is not None:
-            text += f" ± {format_value(v['error'])}"
+            value, error = format_with_error(v.get("value"), v["error"])
+            text = f"{value} ± {error}"
+        else:
+            text = format_value(v.get("value"))
         if "converged" in v:
             text += " ✓" if v["converged"] else " (not converged)"
     elif isinstance(v, Mapping):
@@ -198,10 +204,26 @@ def records_table(
         names = [] if any("key" in r for r in rows) else [str(i + 1) for i in range(len(rows))]
         label = "#"
     cols = _columns(rows, first)
-    cells = [tuple(cell_text(r[c]) if c in r else "" for c in cols) for r in rows]
+    cells = [tuple(_cells(r, cols)) for r in rows]
     if names:
         return Table((label, *cols), tuple((n, *c) for n, c in zip(names, cells, strict=True)), title)
     return Table(tuple(cols), tuple(cells), title)
+
+
+def _cells(record: Mapping[str, Any], columns: Sequence[str]) -> list[str]:
+    """The cells of one record; a number `measured` with a number `error` (a claims row) is written
+    to the digits its error supports, and the error to one or two significant digits."""
+    cells = [cell_text(record[c]) if c in record else "" for c in columns]
+    m, e = record.get("measured"), record.get("error")
+    if _number(m) and _number(e) and "measured" in columns and "error" in columns:
+        value, error = format_with_error(m, e)
+        cells[list(columns).index("measured")] = value
+        cells[list(columns).index("error")] = error
+    return cells
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def _quantities(items: Iterable[tuple[str, Any]], title: str) -> Table:
@@ -235,17 +257,28 @@ def summary_blocks(summary: Mapping[str, Any], title: str = "") -> list[Block]:
         elif _is_records(value):
             blocks.append(records_table(value, name, label=_row_label(key)))
         elif isinstance(value, list | tuple):
-            blocks.append(_list_table(value, name))
+            blocks += _list_blocks(value, name)
         else:
             blocks += summary_blocks(value, name)
     return blocks
 
 
-def _list_table(items: Sequence[Any], title: str) -> Table:
-    """A list holding records (and maybe other values): one row per item; a non-record is a row
-    with its text in a column `value`."""
+def _list_blocks(items: Sequence[Any], title: str) -> list[Block]:
+    """A list holding records (and maybe other values): one row per item (a non-record: a row with
+    its text in a column `value`). Records with a `key` (claims rows) show CLAIM_COLUMNS and
+    CLAIM_EXTRA in the table, and each row's further fields (fits, per-time results, ...) below it,
+    in a section of its own titled by its key."""
     records = [x if isinstance(x, Mapping) else {"value": x} for x in items]
-    return records_table(records, title, first=CLAIM_COLUMNS)
+    if not all("key" in r for r in records):
+        return [records_table(records, title, first=CLAIM_COLUMNS)]
+    shown = (*CLAIM_COLUMNS, *CLAIM_EXTRA)
+    main = [{k: v for k, v in r.items() if k in shown} for r in records]
+    blocks: list[Block] = [records_table(main, title, first=shown)]
+    for r in records:
+        rest = {k: v for k, v in r.items() if k not in shown}
+        if rest:
+            blocks += summary_blocks(rest, _join(title, str(r["key"])))
+    return blocks
 
 
 def summary_document(summary: Mapping[str, Any], title: str = "") -> Document:

@@ -15,6 +15,7 @@ Kernels may take further keyword arguments of their own after these (truncated: 
 
     "sdpa"       fused torch scaled_dot_product_attention, memory O(N d)       (dense.py)
     "blocked"    explicit max-subtracted softmax over blocks of queries         (dense.py)
+    "fused"      every pair, softmax fused with its sums (compiled core, or torch) (fused.py)
     "zero"       zero-temperature field P_x^perp A x / |B^T x| (weights ignored) (zero.py)
     "truncated"  low-temperature kernel, keys near the row maximum only        (truncated.py)
     "cluster"    collapsed clusters: certified series between cells of tokens  (cluster.py, cells.py)
@@ -47,11 +48,12 @@ Kernel = Callable[..., "torch.Tensor"]
 KERNELS: dict[str, tuple[str, str]] = {
     "sdpa": ("dense", "velocity_sdpa"),
     "blocked": ("dense", "velocity_blocked"),
+    "fused": ("fused", "velocity_fused"),
     "zero": ("zero", "velocity_zero"),
     "truncated": ("truncated", "velocity_truncated"),
     "cluster": ("cluster", "velocity_cluster"),
 }
-FINITE_KERNELS = ("sdpa", "blocked", "truncated", "cluster")
+FINITE_KERNELS = ("sdpa", "blocked", "fused", "truncated", "cluster")
 DTYPES = ("float64", "float32")
 
 

@@ -6,6 +6,7 @@ imported by every kernel module; torch is imported here.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -72,3 +73,16 @@ def log_weights(weights: torch.Tensor | None, M: int, N: int, like: torch.Tensor
     if w.dim() != 2 or w.shape[-1] != N or w.shape[0] not in (1, M):
         raise ValueError(f"weights must have shape (N,) or (M, N) = ({M}, {N}), got {tuple(w.shape)}")
     return torch.log(w.to(torch.float64)).to(like.dtype).expand(M, N)
+
+
+def run_parallel(chunks: list[tuple[int, int]], fn: Callable[[int, int], None], threads: int) -> None:
+    """fn(start, stop) for every chunk, on a pool of `threads` threads when there are several (torch's
+    kernels and ctypes calls release the GIL); in order on the calling thread otherwise."""
+    if threads <= 1 or len(chunks) <= 1:
+        for c in chunks:
+            fn(*c)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(lambda c: fn(*c), chunks))

@@ -11,13 +11,16 @@ N_min, 2 N_min, ... and compares consecutive levels:
   left the mean-field solution (for N tokens the softmax loses the tokens near its maximiser after a
   time ~ log N: docs/experiments.md, "What converges in N");
 - the *quantities* of level k are read off its curve inside that window only (the first level: its
-  whole curve, the reference of the second): min W2, its argmin t*,
-  and the entry time into the near-minimal band. A minimum at the window's right edge is not a
-  minimum (the curve may fall further later): it is flagged `edge` and never counts as converged;
+  whole curve, the reference of the second): min W2, its argmin t*, the entry time into the
+  near-minimal band and the deviation times t_dev(delta). They lie between saved times: minima and
+  crossings are interpolated (`attnflow.science.curves`), and each carries the save grid's bias as
+  an error (`grid`). A minimum at the window's right edge is not a minimum (the curve may fall
+  further later): it is flagged `edge` and never counts as converged;
 - a beta is *converged* when its curves agree over the whole saved span [0, t_max] for `streak`
   doublings in a row: more tokens cannot change what the run says;
 - a quantity is *converged* when it is not at an edge and has changed by less than `tol` (relative
-  for levels, absolute in units of the saved-time step for times) over `streak` doublings;
+  for distances; for times relative too, but never less than one saved-time step) over `streak`
+  doublings; its record carries that limit (`tol`, absolute) as the tolerance it was judged at;
 - the N -> infinity value is estimated by Richardson extrapolation from the last three levels,
   q_inf ~ q_2N + (q_2N - q_N) / (2^r - 1), r fitted; its error is the last difference.
 
@@ -34,9 +37,12 @@ from typing import Any, Literal
 import numpy as np
 
 from .._checks import check_times
+from .curves import band as band_of
+from .curves import crossing, locate_minimum
 from .metrics import RESOLUTION_OK
 
 __all__ = [
+    "DEVIATIONS",
     "QUANTITIES",
     "STATUSES",
     "CurveQuantities",
@@ -77,6 +83,14 @@ class Quantity:
     headline: bool = True
 
 
+#: t_dev(delta), the time the finite-beta curve leaves the zero-temperature one: the first time
+#: W2^beta > (1 + delta) W2^inf, for these delta (`t_dev` is delta = 10 %; 5 and 20 % show that a law
+#: of t_dev does not hang on the choice). One definition, a relative deviation from the reference:
+#: the curve tolerance of the ladder (curve_atol + curve_rtol W2) is a numerical setting whose
+#: absolute part dominates once W2 is small, so a deviation measured with it would change with the
+#: ladder's settings rather than with beta.
+DEVIATIONS: dict[str, float] = {"t_dev_5": 0.05, "t_dev": 0.1, "t_dev_20": 0.2}
+
 #: the quantities of a beta, in the order results list them
 QUANTITIES: dict[str, Quantity] = {
     q.name: q
@@ -91,12 +105,16 @@ QUANTITIES: dict[str, Quantity] = {
             windowed=False,
             at_minimum=False,
         ),
-        Quantity(
-            "t_dev",
-            "time",
-            "when W2 leaves the zero-temperature curve by more than 10 %",
-            at_minimum=False,
-            headline=False,
+        *(
+            Quantity(
+                name,
+                "time",
+                f"t_dev({delta:.0%}): first time W2 > (1 + {delta:g}) W2 at beta = inf (the N = infinity "
+                "reference)",
+                at_minimum=False,
+                headline=False,
+            )
+            for name, delta in DEVIATIONS.items()
         ),
     )
 }
@@ -121,14 +139,18 @@ def converged_window(t: Any, fine: Any, coarse: Any, atol: float = 5e-3, rtol: f
 
 @dataclass(frozen=True)
 class CurveQuantities:
-    """What a W2 curve says inside its converged window [t[0], t_end].
+    """What a W2 curve says inside its converged window [t[0], t_end], read between saved times
+    (`attnflow.science.curves`).
 
-    t_star, min_w2: the argmin and the minimum over the window; t_entry: first time with
-    W2 <= (1 + band) min_w2 (the entry into the near-minimal band); t_dev: first time with
-    W2 > (1 + deviation) W2_ref (when the finite-beta curve leaves a reference curve, e.g. the exact
-    zero-temperature one; NaN without a reference or when it stays within the window); edge: the
-    minimum lies within `edge_steps` saved steps of the window's end, which is t_end or the last saved
-    time t_max (the curve may fall further after it), or the window is empty.
+    t_star, min_w2: the minimum over the window and its time (the cubic through the saved points
+    around the smallest one); t_entry: first time with W2 <= (1 + band) min_w2 (the entry into the
+    near-minimal band); t_dev, t_dev_5, t_dev_20: t_dev(delta) for DEVIATIONS, the first time
+    W2 > (1 + delta) W2_ref (when the finite-beta curve leaves a reference curve, e.g. the exact
+    zero-temperature one; NaN without a reference or when it stays within the window); t_lo, t_hi: the
+    near-minimal band around the minimum; bias: name -> the save grid's error of that quantity
+    (interpolated against its lower-order estimate); edge: the minimum lies within `edge_steps` saved
+    steps of the window's end, which is t_end or the last saved time t_max (the curve may fall
+    further after it), or the window is empty.
     """
 
     t_star: float
@@ -137,9 +159,29 @@ class CurveQuantities:
     t_end: float
     edge: bool
     t_dev: float = math.nan
+    t_dev_5: float = math.nan
+    t_dev_20: float = math.nan
+    t_lo: float = math.nan
+    t_hi: float = math.nan
+    bias: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _deviations(t: np.ndarray, w: np.ndarray, reference: Any, inside: np.ndarray) -> dict[str, Any]:
+    """t_dev(delta) for every delta of DEVIATIONS (fields and their biases), inside the window."""
+    out: dict[str, Any] = {name: math.nan for name in DEVIATIONS}
+    if reference is None:
+        return out
+    ref = np.asarray(reference, dtype=np.float64)
+    if ref.shape != t.shape:
+        raise ValueError(f"reference must have the shape of t {t.shape}, got {ref.shape}")
+    bias = {}
+    for name, delta in DEVIATIONS.items():
+        c = crossing(t[inside], w[inside], (1.0 + delta) * ref[inside], "up")
+        out[name], bias[name] = c.t, c.bias
+    return {**out, "bias": bias}
 
 
 def curve_quantities(
@@ -149,10 +191,9 @@ def curve_quantities(
     band: float = 0.05,
     edge_steps: int = 2,
     reference: Any = None,
-    deviation: float = 0.1,
 ) -> CurveQuantities:
     """CurveQuantities of the W2 curve w2 (T,) on saved times t (T,) restricted to t <= t_end;
-    reference: an optional (T,) curve for t_dev."""
+    reference: an optional (T,) curve for the deviation times t_dev(delta)."""
     t = check_times(t, "t")
     w = np.asarray(w2, dtype=np.float64)
     if w.shape != t.shape:
@@ -161,17 +202,20 @@ def curve_quantities(
     inside = np.flatnonzero((t <= t_end + 1e-12) & np.isfinite(w))
     if inside.size < 2:
         return CurveQuantities(math.nan, math.nan, math.nan, t_end, True)
-    k = int(inside[np.argmin(w[inside])])
-    near = inside[w[inside] <= w[k] * (1.0 + band)]
-    edge = k >= int(inside[-1]) - edge_steps
-    t_dev = math.nan
-    if reference is not None:
-        ref = np.asarray(reference, dtype=np.float64)
-        if ref.shape != t.shape:
-            raise ValueError(f"reference must have the shape of t {t.shape}, got {ref.shape}")
-        off = inside[w[inside] > (1.0 + deviation) * ref[inside]]
-        t_dev = float(t[off[0]]) if off.size else math.nan
-    return CurveQuantities(float(t[k]), float(w[k]), float(t[near[0]]), t_end, bool(edge), t_dev)
+    gaps = np.flatnonzero(np.diff(inside) != 1)
+    inside = inside[: int(gaps[0]) + 1] if gaps.size else inside  # up to the first undefined value
+    if inside.size < 2:
+        return CurveQuantities(math.nan, math.nan, math.nan, t_end, True)
+    ti, wi = t[inside], w[inside]
+    m = locate_minimum(ti, wi)
+    entry = crossing(ti, wi, (1.0 + band) * m.value, "down")
+    near = band_of(ti, wi, m, band)
+    edge = m.index >= inside.size - 1 - edge_steps
+    dev = _deviations(t, w, reference, inside)
+    bias = {"t_star": m.t_bias, "min_w2": m.value_bias, "t_entry": entry.bias, **dev.pop("bias", {})}
+    return CurveQuantities(
+        m.t, m.value, entry.t, t_end, bool(edge), t_lo=near.lo, t_hi=near.hi, bias=bias, **dev
+    )
 
 
 def richardson(Ns: Any, values: Any) -> tuple[float, float, float | None]:
@@ -208,7 +252,9 @@ class LadderDecision:
     status: "converged" (every quantity converged), "resolved" (the resolution ratio is below the
     threshold but some quantity is not converged), "under-resolved" (ratio at or above it).
     done: whether to stop doubling (converged, or N_max reached).
-    quantities: name -> {value, estimate, error, order, converged, reason}.
+    quantities: name -> {value, estimate, error (the last difference between levels), order,
+    converged, reason, tol (the limit the last doubling was judged at, absolute), grid (the save
+    grid's error at the last level)}.
     """
 
     status: str
@@ -241,13 +287,21 @@ class LevelReading:
     window it shares with the second, or its whole curve while alone), its resolution ratio,
     `previous` (level >= 1: the coarser level's curve read inside this level's window, where the two
     agree; None: the coarser level's own), and further per-level times judged without a window (name ->
-    value, names of QUANTITIES that are not windowed, e.g. t_depart)."""
+    value, names of QUANTITIES that are not windowed, e.g. t_depart) with their grid errors (`bias`,
+    name -> error; 0 where absent)."""
 
     N: int
     quantities: CurveQuantities
     ratio: float
     previous: CurveQuantities | None = None
     times: Mapping[str, float] = field(default_factory=dict)
+    bias: Mapping[str, float] = field(default_factory=dict)
+
+    def grid_error(self, name: str) -> float:
+        """The save grid's error of quantity `name` at this level (0 when not recorded)."""
+        kept = self.bias if name in self.times else self.quantities.bias
+        value = kept.get(name, 0.0)
+        return float(value) if math.isfinite(value) else 0.0
 
 
 def _series(readings: Sequence[LevelReading]) -> dict[str, tuple[list[float], list[bool], list[float]]]:
@@ -304,6 +358,8 @@ def judge_ladder(readings: Sequence[LevelReading], rules: LadderRules) -> Ladder
             "order": order,
             "converged": ok,
             "reason": why,
+            "tol": _limit(QUANTITIES[name].kind, values[-1], rules.dt, rules.tol),
+            "grid": readings[-1].grid_error(name),
         }
     converged = len(readings) > streak and all(whole[-streak:])
     if not converged:
@@ -327,7 +383,15 @@ def _converged(
     if not all(math.isfinite(v) for pair in pairs for v in pair):
         return False, "undefined at some level (e.g. not reached within the converged window)"
     for a, b in pairs:
-        limit = max(tol * abs(b), dt) if kind == "time" else tol * abs(b)
+        limit = _limit(kind, b, dt, tol)
         if abs(b - a) > limit * (1.0 + 1e-9):  # one saved step apart is within the grid's resolution
             return False, f"changed by {abs(b - a):.3g} between doublings (limit {limit:.3g})"
     return True, ""
+
+
+def _limit(kind: str, value: float, dt: float, tol: float) -> float:
+    """The largest change between doublings a converged quantity of this kind may show at `value`:
+    tol relative, and for a time at least one saved step dt (NaN for an undefined value)."""
+    if not math.isfinite(value):
+        return math.nan
+    return max(tol * abs(value), dt) if kind == "time" else tol * abs(value)

@@ -416,3 +416,62 @@ def terminal_time(t: Any, mass: Any, threshold: float = 0.5) -> TerminalTime:
     m0, m1 = m[k - 1], m[k]
     tc = t[k - 1] + (threshold - m0) / (m1 - m0) * (t[k] - t[k - 1])
     return TerminalTime(float(tc), k, threshold)
+
+
+# ------------------------------------------------------------------ lines with honest errors
+
+
+@dataclass(frozen=True)
+class LineFit(_Result):
+    """y = intercept + slope x fitted by weighted least squares (weights 1/sigma^2).
+
+    slope_err, intercept_err: the larger of the errors the sigmas imply (absolute) and those the
+    scatter implies (scaled by the residuals, as scipy's curve_fit with absolute_sigma=False; none
+    with 2 points); rms: root mean square residual in the units of y; chi2: the weighted sum of
+    squared residuals per degree of freedom (NaN with 2 points); x: what the abscissa is, in words.
+    """
+
+    slope: float
+    intercept: float
+    slope_err: float
+    intercept_err: float
+    rms: float
+    chi2: float
+    n: int
+    x: str = "x"
+    label: str = "fitted"
+
+
+def fit_line(x: Any, y: Any, sigma: Any = None, x_name: str = "x") -> LineFit:
+    """Fit y = intercept + slope x: x, y (n,) finite with at least 2 distinct x; sigma (n,) > 0
+    the errors of y (None: equal weights, the errors from the scatter alone)."""
+    xv = np.asarray(to_numpy(x), dtype=np.float64).ravel()
+    yv = np.asarray(to_numpy(y), dtype=np.float64).ravel()
+    if xv.shape != yv.shape or not (np.all(np.isfinite(xv)) and np.all(np.isfinite(yv))):
+        raise ValueError(f"x and y must be finite and of one length, got {xv.shape} and {yv.shape}")
+    if np.unique(xv).size < 2:
+        raise ValueError(f"need at least 2 distinct abscissae to fit a line, got {xv.size} points")
+    s = np.ones_like(xv) if sigma is None else np.asarray(to_numpy(sigma), dtype=np.float64).ravel()
+    if s.shape != xv.shape or not np.all(np.isfinite(s) & (s > 0)):
+        raise ValueError("sigma must hold one finite error > 0 per point")
+    D = np.stack([np.ones_like(xv), xv], axis=1) / s[:, None]
+    coef, *_ = np.linalg.lstsq(D, yv / s, rcond=None)
+    cov = np.linalg.inv(D.T @ D)
+    resid = yv - coef[0] - coef[1] * xv
+    dof = xv.size - 2
+    chi2 = float(np.sum((resid / s) ** 2) / dof) if dof > 0 else math.nan
+    if sigma is None:
+        scale = chi2  # the residual variance alone (NaN with two points)
+    else:
+        scale = max(chi2, 1.0) if dof > 0 else 1.0  # two points: only the sigmas speak
+    errs = np.sqrt(np.diag(cov) * scale)
+    return LineFit(
+        slope=float(coef[1]),
+        intercept=float(coef[0]),
+        slope_err=float(errs[1]),
+        intercept_err=float(errs[0]),
+        rms=float(np.sqrt(np.mean(resid**2))),
+        chi2=chi2,
+        n=int(xv.size),
+        x=x_name,
+    )

@@ -2,7 +2,8 @@
 
 `experiment` holds its config, the inputs made from it (`concentration_inputs`), run and summary
 (EXPERIMENT); `levels` the units of work (one (beta, N) level, the zero-temperature curve, the
-separatrix search) and the inputs' record; `figures` its figures and
+separatrix search), the inputs' record and a ladder's record; `evidence` what a run gives the claims
+table (each beta's quantities with their errors, the time-step probe); `figures` its figures and
 captions; `presets` its named presets.
 """
 

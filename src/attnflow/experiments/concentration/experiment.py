@@ -25,11 +25,10 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_va
 
 from ...io import json_attr
 from ...progress import Reporter
+from ...science.claims import BetaData, ClaimData
 from ...science.convergence import (
     QUANTITIES,
     STATUSES,
-    CurveQuantities,
-    LadderDecision,
     LadderRules,
     LevelReading,
     converged_window,
@@ -37,6 +36,7 @@ from ...science.convergence import (
     judge_ladder,
 )
 from ...science.metrics import RESOLUTION_OK
+from ...science.uncertainty import Measured
 from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid, warn_assumptions
 from ..config import Angle, Seed, SimulationConfig, check_betas
 from ..inputs import integration, model_inputs
@@ -44,12 +44,14 @@ from ..model import ModelConfig
 from ..needs import INVERTIBLE_B, LIMIT, Need
 from ..parts import cached_part, fingerprint, part_done, part_name
 from ..registry import Experiment, doc_summary
+from .evidence import TimeStepProbe, beta_evidence, claim_data, time_step_probe
 from .figures import CAPTIONS, figures, sweep_figures
 from .levels import (
     CURVES,
     Cloud,
     CloudCache,
     ConcentrationInputs,
+    Ladder,
     Simulations,
     batch_betas,
     departure_time,
@@ -166,24 +168,6 @@ def concentration_inputs(config: ConcentrationConfig) -> ConcentrationInputs:
 
 
 @dataclass(frozen=True, eq=False)
-class Ladder:
-    """One beta's N ladder: the parts of its levels (coarsest first), what each level's curve says,
-    the verdict, the clouds by N (init = graded: its own), and its separatrix search (or None)."""
-
-    beta: float
-    parts: tuple[Any, ...]
-    quantities: tuple[CurveQuantities, ...]
-    decision: LadderDecision
-    clouds: Mapping[int, Cloud]
-    search: Any = None
-
-    @property
-    def cloud(self) -> Cloud:
-        """The cloud of the last level."""
-        return self.clouds[int(self.parts[-1].attrs["N"])]
-
-
-@dataclass(frozen=True, eq=False)
 class _Run:
     """What the ladders of one run share: its inputs, run folder and fingerprint, reporter, the
     beta-free clouds, the simulations, the zero-temperature reference curve (or None), and the cost
@@ -230,9 +214,10 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     warn_assumptions(inputs.model.attention, reporter)
     fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     clouds = CloudCache(inputs)
-    costs = level_costs(inputs)  # the zero-temperature part counts as one first level
+    costs = level_costs(inputs)  # the zero-temperature part and the time-step probe: a first level each
     reporter.overall(
-        costs[0] + len(inputs.betas) * sum(costs), f"concentration: {len(inputs.betas)} betas, N = {config.N}"
+        2 * costs[0] + len(inputs.betas) * sum(costs),
+        f"concentration: {len(inputs.betas)} betas, N = {config.N}",
     )
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -248,10 +233,16 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
         t0 = time.perf_counter()
         ladders.append(_ladder(shared, beta))
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
-    ds = _assemble(inputs, ladders, zero)
+    t0 = time.perf_counter()
+    probe = _time_step_probe(shared, ladders)
+    timings["time_step_probe_s"] = time.perf_counter() - t0
+    reporter.advance(costs[0])
+    evidence = [beta_evidence(inputs, lad, probe) for lad in ladders]
+    ds = _assemble(inputs, ladders, zero, evidence)
     ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
     timings["total_s"] = time.perf_counter() - start
-    ds.attrs = base_attrs(config, reporter, timings, **_attrs(inputs, ds, ladders, zero_info))
+    claims = claim_data(inputs, evidence, zero, zero_info)
+    ds.attrs = base_attrs(config, reporter, timings, **_attrs(inputs, ds, ladders, claims, probe, zero_info))
     _long_names(ds, inputs.eps, zero_info)
     return ds
 
@@ -260,6 +251,26 @@ def _level(shared: _Run, clouds: Mapping[int, Cloud], beta: float, N: int) -> An
     """The part of level N at beta: its trajectory, reduced."""
     cloud = clouds[N]
     return reduce_level(shared.inputs, beta, cloud, shared.simulations.level(beta, cloud))
+
+
+def _time_step_probe(shared: _Run, ladders: list[Ladder]) -> TimeStepProbe:
+    """The time-step error probe: the largest beta's first level again, with tighter tolerances
+    (a part of the run folder, `..._timestep`)."""
+    from .levels import simulate_level
+
+    inputs = shared.inputs
+    lad = max(ladders, key=lambda lad: lad.beta)
+    base = lad.parts[0]
+    N = int(base.attrs["N"])
+    cloud = lad.clouds[N]
+    tight = inputs.solver.tighter()
+
+    def compute() -> Any:
+        run = simulate_level(inputs, lad.beta, cloud, shared.reporter, solver=tight)
+        return reduce_level(inputs, lad.beta, cloud, run)
+
+    part = shared.part(f"{part_name(beta=lad.beta, N=N)}_timestep", compute)
+    return time_step_probe(inputs, base, part, shared.w2_zero, tight.label)
 
 
 def _reading(inputs: ConcentrationInputs, parts: list[Any], w2_zero: np.ndarray | None) -> LevelReading:
@@ -273,12 +284,14 @@ def _reading(inputs: ConcentrationInputs, parts: list[Any], w2_zero: np.ndarray 
         coarse = parts[-2].w2.values.mean(axis=0)
         t_end = converged_window(times, w2, coarse, inputs.curve_atol, inputs.curve_rtol)
         previous = curve_quantities(times, coarse, t_end, band=inputs.band, reference=w2_zero)
+    depart = departure_time(times, part.mass_A.values.mean(axis=0))
     return LevelReading(
         N=int(part.attrs["N"]),
         quantities=curve_quantities(times, w2, t_end, band=inputs.band, reference=w2_zero),
         ratio=float(part.attrs["resolution_ratio"]),
         previous=previous,
-        times={"t_depart": departure_time(times, part.mass_A.values.mean(axis=0))},
+        times={"t_depart": depart.t},
+        bias={"t_depart": depart.bias},
     )
 
 
@@ -371,7 +384,21 @@ def _ladder_table(ladders: list[Ladder]) -> dict[str, Any]:
     return {f"ladder_{k}": (("beta", "level"), v) for k, v in table.items()}
 
 
-def _assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any):
+def _per_beta_variables(evidence: list[BetaData]) -> dict[str, Any]:
+    """The per-beta variables of the Dataset: each quantity's value, N -> infinity estimate is not
+    here (see _assemble), total error and convergence flag; the near-minimal band; the curve's error."""
+    data: dict[str, Any] = {}
+    for key in QUANTITIES:
+        q = [e.quantities[key] for e in evidence]
+        data[f"{key}_error"] = (("beta",), [m.error for m in q])
+        data[f"{key}_converged"] = (("beta",), np.array([m.usable for m in q], dtype=bool))
+    data["t_star_lo"] = (("beta",), [e.t_band[0] for e in evidence])
+    data["t_star_hi"] = (("beta",), [e.t_band[1] for e in evidence])
+    data["w2_error"] = (("beta", "time"), np.stack([e.w2_error for e in evidence]))
+    return data
+
+
+def _assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any, evidence: list[BetaData]):
     """One Dataset: the final level's curves per beta, the ladder per beta and level."""
     import xarray as xr
 
@@ -385,7 +412,7 @@ def _assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any):
     data["status"] = (("beta",), np.array([d.status for d in decisions], dtype=str))
     for key in QUANTITIES:
         data[f"{key}_estimate"] = (("beta",), [d.quantities[key]["estimate"] for d in decisions])
-        data[f"{key}_error"] = (("beta",), [d.quantities[key]["error"] for d in decisions])
+    data.update(_per_beta_variables(evidence))
     for name in CURVES:
         per = np.stack([p[name].values for p in finals])  # (beta, seed, time)
         data[name] = (("beta", "time"), per.mean(axis=1))
@@ -405,67 +432,66 @@ def _assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any):
     return ds.assign_coords(dim=np.arange(basis.shape[0]))
 
 
-def _per_beta(ds, ladders: list[Ladder]) -> tuple[dict[float, dict[str, Any]], dict[str, Any]]:
-    """(beta -> its quantities, status, w2_initial, mass_V_final: what the claims take; "beta" ->
-    its convergence record for attrs["convergence"])."""
-    per_beta, convergence = {}, {}
-    for i, lad in enumerate(ladders):
+def _convergence(ladders: list[Ladder], claims: ClaimData) -> dict[str, Any]:
+    """beta -> its convergence record for attrs["convergence"]: status, N, levels, ratio, and per
+    quantity its value, estimate, error (the total), converged, reason, tol and error parts."""
+    out = {}
+    for lad, ev in zip(ladders, claims.betas, strict=True):
         decision = lad.decision
-        rec: dict[str, Any] = {k: dict(v) for k, v in decision.quantities.items()}
-        seed_std = ds.get("w2_seed_std")
-        if seed_std is not None:
-            rec["min_w2"]["seed_spread"] = float(np.nanmin(seed_std.values))
-        rec.update(
-            status=decision.status,
-            w2_initial=float(ds.w2.values[i, 0]),
-            mass_V_final=float(ds.mass_V.values[i, -1]),
-        )
-        per_beta[lad.beta] = rec
-        convergence[f"{lad.beta:g}"] = {
+        out[f"{lad.beta:g}"] = {
             "status": decision.status,
             "N": decision.N,
             "levels": [int(p.attrs["N"]) for p in lad.parts],
             "resolution_ratio": float(lad.parts[-1].attrs["resolution_ratio"]),
-            **{
-                k: {kk: v.get(kk) for kk in ("value", "estimate", "error", "converged", "reason")}
-                for k, v in rec.items()
-                if isinstance(v, dict)
-            },
+            **{k: _quantity_record(ev.quantities[k], decision.quantities[k]) for k in QUANTITIES},
         }
-    return per_beta, convergence
+    return out
 
 
-def _theorem_bound(inputs: ConcentrationInputs, ds, per_beta: dict[float, dict[str, Any]]) -> dict:
+def _quantity_record(q: Measured, ladder: Mapping[str, Any]) -> dict[str, Any]:
+    """A quantity in attrs["convergence"]: its Measured record and the ladder's N -> infinity estimate."""
+    return {**q.to_dict(), "estimate": finite_or_none(ladder["estimate"])}
+
+
+def _theorem_bound(inputs: ConcentrationInputs, ds, claims: ClaimData) -> dict:
     """The fit of Theorem 1's bound over the converged betas, before the terminal phase (or why not)."""
     from ...science.fits import fit_theorem_bound
 
-    conv = [b for b, r in per_beta.items() if r["status"] == "converged"]
-    depart = [r["t_depart"]["value"] for r in per_beta.values()]
+    conv = [b.beta for b in claims.betas if b.status == "converged"]
+    depart = [b.quantities["t_depart"].value for b in claims.betas]
     t_cut = np.nanmin(depart) if conv and np.isfinite(depart).any() else inputs.t_max
     sel = ds.time.values < t_cut
     if len(conv) < 2 or sel.sum() < 3:
         return {"error": "needs >= 2 converged betas and 3 saved times before the terminal phase"}
-    idx = [list(per_beta).index(b) for b in conv]
+    idx = [list(ds.beta.values).index(b) for b in conv]
     w2 = np.maximum(ds.w2.values[idx][:, sel], 1e-300)
     bound = fit_or_reason(fit_theorem_bound, ds.time.values[sel], w2, conv)
     return {**bound, "betas": conv, "t_before": float(t_cut)}
 
 
-def _attrs(inputs: ConcentrationInputs, ds, ladders: list[Ladder], zero_info: dict) -> dict[str, Any]:
+def _attrs(
+    inputs: ConcentrationInputs,
+    ds,
+    ladders: list[Ladder],
+    claims: ClaimData,
+    probe: TimeStepProbe,
+    zero_info: dict,
+) -> dict[str, Any]:
     """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
-    per beta, the solver infos, the model, the separatrix searches."""
+    per beta, the time-step probe, the solver infos, the model, the separatrix searches; every
+    theorem row "not applicable" when the weights fail assumption 1 (e.g. symmetric = false: W2 is
+    then measured to the limit of the spectral projector)."""
     from ...science.assumptions import FAILS, check_assumptions
     from ...science.claims import claims_table, not_applicable
 
-    per_beta, convergence = _per_beta(ds, ladders)
-    claims = claims_table(per_beta, inputs.rules.dt, zero_info if zero_info.get("local_rates") else None)
+    rows = [row.to_dict() for row in claims_table(claims)]
     first = check_assumptions(inputs.model.attention)[0]
-    if first.status == FAILS:  # e.g. symmetric = false: W2 is measured to the spectral projector's limit
-        claims = not_applicable(
-            claims, f"assumption 1 of the theorem fails: {first.reason} It says nothing here."
+    if first.status == FAILS:
+        rows = not_applicable(
+            rows, f"assumption 1 of the theorem fails: {first.reason} It says nothing here."
         )
-    fits: dict[str, Any] = {"claims_betas": {c["claim"]: c["betas"] for c in claims}}
-    fits["theorem_bound"] = _theorem_bound(inputs, ds, per_beta)
+    fits: dict[str, Any] = {"claims_betas": {r["key"]: r["betas"] for r in rows}}
+    fits["theorem_bound"] = _theorem_bound(inputs, ds, claims)
     solver = [json_attr(lad.parts[-1], "solver", {}) for lad in ladders]
     kernel = inputs.solver.kernel
     if kernel == "auto":
@@ -475,8 +501,9 @@ def _attrs(inputs: ConcentrationInputs, ds, ladders: list[Ladder], zero_info: di
         "integrator": inputs.solver.label,
         "solver": solver,
         "fits": fits,
-        "claims": claims,
-        "convergence": convergence,
+        "claims": rows,
+        "convergence": _convergence(ladders, claims),
+        "time_step": probe.to_dict(),
         "zero": zero_info,
         "model": inputs.model.description,
         "separatrices": {
@@ -499,8 +526,22 @@ def _long_names(ds, eps: float, zero_info: dict) -> None:
         ds[k].attrs["long_name"] = v
 
 
+def _headline(ds, key: str, beta: float) -> Any:
+    """One per-beta quantity of the summary: {value, error, converged} (its total error and its own
+    convergence), or the bare value for a Dataset written before they were stored."""
+    value = finite_or_none(ds[key].sel(beta=beta))
+    if f"{key}_converged" not in ds.variables:
+        return value
+    return {
+        "value": value,
+        "error": finite_or_none(ds[f"{key}_error"].sel(beta=beta)),
+        "converged": bool(ds[f"{key}_converged"].sel(beta=beta)),
+    }
+
+
 def summarize(ds) -> dict[str, Any]:
-    """Headline numbers: per beta the status, N, t*, min W2; the claims table; timing."""
+    """Headline numbers: per beta the status, N, t*, min W2 (each with its error and its own
+    convergence); the claims table; the time-step probe; timing."""
     cfg = json_attr(ds, "config", {})
     conv = json_attr(ds, "convergence", {})
     headline = [k for k, q in QUANTITIES.items() if q.headline]
@@ -508,7 +549,7 @@ def summarize(ds) -> dict[str, Any]:
         f"{b:g}": {
             "status": str(ds.status.sel(beta=b).values),
             "N": int(ds.N_used.sel(beta=b)),
-            **{k: finite_or_none(ds[k].sel(beta=b)) for k in headline},
+            **{k: _headline(ds, k, b) for k in headline},
             "resolution_ratio": finite_or_none(ds.resolution_ratio.sel(beta=b)),
         }
         for b in ds.beta.values.tolist()
@@ -521,6 +562,7 @@ def summarize(ds) -> dict[str, Any]:
         "per_beta": per_beta,
         "claims": json_attr(ds, "claims", []),
         "convergence": conv,
+        "time_step": json_attr(ds, "time_step", {}),
         "zero_temperature": {
             k: zero.get(k) for k in ("kind", "guaranteed", "c_star", "local_rates") if k in zero
         },

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,8 @@ import numpy as np
 from ...io import to_json
 from ...measures import Nodes
 from ...progress import Reporter
-from ...science.convergence import LadderRules
+from ...science.convergence import CurveQuantities, LadderDecision, LadderRules
+from ...science.curves import Crossing
 from ..common import token_subset, torch_threads, unit_float64
 from ..inputs import InitialMeasure, Integration, ModelInputs
 
@@ -87,6 +88,24 @@ class Cloud:
     PiX0: np.ndarray
     keep: np.ndarray
     seeds: list[int]
+
+
+@dataclass(frozen=True, eq=False)
+class Ladder:
+    """One beta's N ladder: the parts of its levels (coarsest first), what each level's curve says,
+    the verdict, the clouds by N (init = graded: its own), and its separatrix search (or None)."""
+
+    beta: float
+    parts: tuple[Any, ...]
+    quantities: tuple[CurveQuantities, ...]
+    decision: LadderDecision
+    clouds: Mapping[int, Cloud]
+    search: Any = None
+
+    @property
+    def cloud(self) -> Cloud:
+        """The cloud of the last level."""
+        return self.clouds[int(self.parts[-1].attrs["N"])]
 
 
 def make_cloud(inputs: ConcentrationInputs, N: int, nodes: Nodes | None = None) -> Cloud:
@@ -164,12 +183,23 @@ def _squeeze(cloud: Cloud, a: np.ndarray) -> np.ndarray:
     return a[0] if len(cloud.seeds) == 1 else a
 
 
-def simulate_level(inputs: ConcentrationInputs, beta: float, cloud: Cloud, reporter: Reporter) -> LevelRun:
-    """The trajectory of `cloud` at inverse temperature beta."""
+def simulate_level(
+    inputs: ConcentrationInputs,
+    beta: float,
+    cloud: Cloud,
+    reporter: Reporter,
+    solver: Integration | None = None,
+) -> LevelRun:
+    """The trajectory of `cloud` at inverse temperature beta (solver: the run's, unless another is
+    given, e.g. a tighter one to measure the time-step error)."""
     from ...dynamics.integrate import simulate
 
-    times, solver = inputs.times, inputs.solver
+    times = inputs.times
     label = f"beta = {beta:g}, N = {cloud.N}"
+    if solver is None:
+        solver = inputs.solver
+    else:
+        label += f", {solver.label}"
     with torch_threads(solver.threads), reporter.task(label, total=float(times[-1])) as cb:
         traj = simulate(
             _squeeze(cloud, cloud.X0),
@@ -278,13 +308,15 @@ def resolution_ratio_of(inputs: ConcentrationInputs, beta: float, cloud: Cloud) 
     return ratio
 
 
-def departure_time(times: np.ndarray, mass: np.ndarray, level: float = 0.5) -> float:
-    """First time after mass (T,) has reached `level` that it falls below it again (NaN if never)."""
+def departure_time(times: np.ndarray, mass: np.ndarray, level: float = 0.5) -> Crossing:
+    """The first time after mass (T,) has reached `level` that it falls below it again, between
+    saved times, with its grid error (NaN if never: no metastable phase, or no departure by t_max)."""
+    from ...science.curves import crossing
+
     above = np.flatnonzero(mass >= level)
     if above.size == 0:
-        return math.nan
-    below = np.flatnonzero((mass < level) & (np.arange(mass.size) > above[0]))
-    return float(times[below[0]]) if below.size else math.nan
+        return Crossing(math.nan, math.nan, -1)
+    return crossing(times, mass, level, "down", start=int(above[0]))
 
 
 #: about the width of the windows of the zero-temperature reference's local rates (zero-temperature's)
@@ -301,7 +333,8 @@ def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud):
     """The zero-temperature W2 curve: the exact N = infinity reference where it exists (d = 2, 3;
     symmetric A with a one-dimensional top eigenspace; rho_0 uniform or von Mises-Fisher) and was
     asked for (zero_reference), else the exact flow of the cloud (labelled so). A Dataset with w2_zero
-    (time) and attrs["zero"] (JSON: kind, the reference rates, local rates or the reason)."""
+    (time), w2_zero_error (time; the reference's error bound, NaN for a cloud) and attrs["zero"]
+    (JSON: kind, the reference rates, local rates or the reason)."""
     import xarray as xr
 
     from ...dynamics.reference import local_rates, reference_w2
@@ -315,19 +348,21 @@ def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud):
     }
     why = "it was not asked for (zero_reference = false)"
     w2: np.ndarray | None = None
+    err = np.full(times.shape, np.nan)
     if inputs.zero_reference:
         try:
             ref = reference_w2(att, times, density.name, rtol=1e-3, **density.params)
-        except ValueError as err:
-            why = str(err)
+        except ValueError as e:
+            why = str(e)
         else:
-            w2 = ref.w2
+            w2, err = ref.w2, ref.w2_err
             rates = local_rates(ref.times, ref.w2, ref.w2_err, width=rate_window(inputs.rules.dt))
             info.update(kind="N = infinity reference", local_rates=rates)
     if w2 is None:
         traj = simulate_zero_temperature(cloud.X0[0], att, times)
         w2 = w2_to_target(traj.x, cloud.PiX0[0], weights=cloud.weights).values
         info.update(kind=f"exact flow of the N = {cloud.N} cloud", reason=f"no N = infinity reference: {why}")
-    ds = xr.Dataset({"w2_zero": (("time",), np.asarray(w2))}, coords={"time": times})
+    data = {"w2_zero": (("time",), np.asarray(w2)), "w2_zero_error": (("time",), np.asarray(err))}
+    ds = xr.Dataset(data, coords={"time": times})
     ds.attrs["zero"] = to_json(info)
     return ds
