@@ -305,3 +305,48 @@ def test_one_thread_policy_for_api_and_configs():
     with _threads.torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_the_overall_bar_of_a_ladder_weighs_each_level_by_its_cost():
+    """concentration: the zero-temperature part and the time-step probe count as a first level each,
+    each level advances the bar by N^2, a ladder that stops early advances by the levels it skips; the
+    bar ends at its total.
+    Then `done` closes the bars before the run's last line."""
+    from attnflow.experiments import load_config, run_experiment
+
+    class Recording(progress.Reporter):
+        def __init__(self):
+            super().__init__()
+            self.total, self.steps, self.events = 0.0, [], []
+
+        def overall(self, total, description):
+            self.total = total
+
+        def advance(self, n=1):
+            self.steps.append(n)
+
+        def done(self, message):
+            self.events.append("done")
+            super().done(message)
+
+        def info(self, message):
+            self.events.append("info")
+            super().info(message)
+
+    levels = [8.0**2, 16.0**2, 32.0**2]
+    ran_levels = []
+    for overrides in (["tol=10.0", "curve_atol=10.0"], ["tol=1e-9", "curve_atol=1e-9", "curve_rtol=1e-9"]):
+        reporter = Recording()
+        config = load_config(
+            "concentration-tiny",
+            ['N="auto"', "N_min=8", "N_max=32", "streak=1", "betas=[10.0, 30.0]", "t_max=1.0", *overrides],
+        )
+        ds = run_experiment(config, progress=reporter)
+        assert reporter.total == 2 * levels[0] + 2 * sum(levels)  # (the time-step probe: one more)
+        assert sum(reporter.steps) == reporter.total and reporter.steps[0] == levels[0]
+        ran = int(np.isfinite(ds.ladder_N.values[0]).sum())
+        ran_levels.append(ran)
+        assert reporter.steps[1 : 1 + ran] == levels[:ran]  # the first beta's levels, as they finish
+        assert reporter.events[-2:] == ["done", "info"]  # (done prints its line through info)
+        assert reporter.messages[-1].startswith("concentration: done in")
+    assert ran_levels[0] < 3 == ran_levels[1]  # the loose tolerances stopped early, the strict ones did not

@@ -86,11 +86,24 @@ def check_betas(
 
 
 def check_matrix(M: Any, name: str, d: int | None = None) -> np.ndarray:
-    """A finite square float64 matrix, of size d x d when d is given."""
+    """A finite square float64 matrix, of size d x d when d is given. Complex entries are refused
+    (NumPy would drop their imaginary parts with a warning), unless every imaginary part is 0."""
+    not_real = f"{name} must be a real (d, d) array, got {type(M).__name__}"
     try:
-        A = to_numpy(M).astype(np.float64, copy=True)
+        raw = to_numpy(M)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real (d, d) array, got {type(M).__name__}") from None
+        raise TypeError(not_real) from None
+    if raw.dtype.kind == "c":
+        if np.any(raw.imag != 0):
+            raise ValueError(
+                f"{name} must be a real matrix, got complex entries (dtype {raw.dtype}, largest "
+                f"imaginary part {float(np.max(np.abs(raw.imag))):.3g}): attention weights are real"
+            )
+        raw = raw.real
+    try:
+        A = raw.astype(np.float64, copy=True)
+    except (TypeError, ValueError):
+        raise TypeError(not_real) from None
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"{name} must be a square (d, d) matrix, got shape {A.shape}")
     if A.shape[0] < 2:

@@ -194,6 +194,25 @@ def spectrum_of(
     )
 
 
+#: largest |entry| of B and A: products and norms of such matrices stay finite in float64 (1e308)
+MAX_ENTRY = 1e150
+
+
+def _product(L: np.ndarray, R: np.ndarray, what: str, weights: str) -> np.ndarray:
+    """L @ R, read-only; ValueError naming `what` when an entry is above MAX_ENTRY or not finite
+    (NumPy's overflow warnings are never shown: the error says it instead)."""
+    with np.errstate(all="ignore"):
+        P = L @ R
+        big = float(np.max(np.abs(P)))
+    if not big <= MAX_ENTRY:
+        raise ValueError(
+            f"{what} has entries of size {big:.3g}, beyond {MAX_ENTRY:.0e} (float64 overflows in its "
+            f"products and norms): rescale {weights}"
+        )
+    P.setflags(write=False)
+    return P
+
+
 class Attention:
     """Single-head attention on S^{d-1}: weights Q, K, V (d, d) and inverse temperature beta.
 
@@ -217,17 +236,13 @@ class Attention:
 
     @cached_property
     def B(self) -> np.ndarray:
-        """B = Q^T K, (d, d)."""
-        B = self.Q.T @ self.K
-        B.setflags(write=False)
-        return B
+        """B = Q^T K, (d, d). ValueError when its entries leave the range of MAX_ENTRY."""
+        return _product(self.Q.T, self.K, "B = Q^T K", "Q and K")
 
     @cached_property
     def A(self) -> np.ndarray:
-        """A = V B^T, (d, d)."""
-        A = self.V @ self.B.T
-        A.setflags(write=False)
-        return A
+        """A = V B^T, (d, d). ValueError when its entries leave the range of MAX_ENTRY."""
+        return _product(self.V, self.B.T, "A = V B^T", "V, Q and K")
 
     @cached_property
     def _head_rows(self) -> np.ndarray | None:
@@ -402,14 +417,20 @@ def load_attention(path: str | os.PathLike[str], beta: float = 1.0) -> Attention
 # ------------------------------------------------------------------------------------- WEIGHTS
 
 
+#: the largest d of drawn weights (WeightsFamily.max_d), whose spectra a config check computes on one
+#: BLAS thread: 1.3 s for a non-symmetric A at d = 512 (two shared cores, load 5)
+MAX_DRAWN_D = 512
+
+
 @dataclass(frozen=True)
 class WeightsFamily:
     """A named family of weights Q, K, V: an entry of WEIGHTS (the experiments' `weights` key).
 
     summary: what it is, in a few words; d: the dimension it fixes, or None when the experiments' `d`
-    key chooses it (default `default_d`); keys: the config keys it reads besides d, passed to `build`
-    and `label` as keywords. build(d, **keys) -> Attention at beta = 1; label(**keys) -> its name with
-    those keys, for titles. Adding a family is its build function and one line of WEIGHTS.
+    key chooses it (default `default_d`, at most `max_d`); keys: the config keys it reads besides d,
+    passed to `build` and `label` as keywords. build(d, **keys) -> Attention at beta = 1;
+    label(**keys) -> its name with those keys, for titles. Adding a family is its build function and
+    one line of WEIGHTS.
     """
 
     name: str
@@ -419,6 +440,7 @@ class WeightsFamily:
     build: Callable[..., Attention]
     label: Callable[..., str]
     default_d: int = 3
+    max_d: int = MAX_DRAWN_D
 
     def dimension(self, d: int | None) -> int:
         """The d these weights have, given the `d` key (None: unset); ValueError naming `d`."""
@@ -426,6 +448,12 @@ class WeightsFamily:
             d = self.default_d if d is None else d
             if d < 2:
                 raise ValueError(f"weights = {self.name} needs d >= 2 (tokens on S^(d-1)), got d = {d}")
+            if d > self.max_d:
+                raise ValueError(
+                    f"weights = {self.name} draws d x d matrices and checks their spectra when a config is "
+                    f"made: d <= {self.max_d}, got d = {d}; for larger d save Q, K, V to an .npz "
+                    "(numpy.savez(path, Q=Q, K=K, V=V)) and pass its path"
+                )
             return d
         if d is not None and d != self.d:
             raise ValueError(

@@ -252,21 +252,28 @@ class Reporter:
 
     The command line subclasses it with Rich progress bars. Experiments call:
     `overall(total, description)` once, `task(description, total)` as a context manager whose
-    value is a `progress(t, t_final)` callback for `simulate`, `advance()` after each unit of
-    work, `info(msg)` and `warn(msg)`. `warnings` are about the result (they are stored with it);
-    `notice(msg)` is about the run's circumstances (a lock taken over from a process that died): shown
-    like a warning, even when quiet, and kept in `messages` only.
+    value is a `progress(t, t_final)` callback for `simulate`, `advance(n)` after each piece of
+    work, `info(msg)` and `warn(msg)`. The total and the advances are in units of the work's cost
+    (e.g. N^2 per level of an N ladder, so that the ETA weighs each level by its cost), not counts.
+    `warnings` are about the result (they are stored with it); `notice(msg)` is about the run's
+    circumstances (a lock taken over from a process that died): shown like a warning, even when
+    quiet, and kept in `messages` only. `run_experiment` ends with `done(msg)`: the bars close, then
+    the run's last line.
     """
 
     def __init__(self) -> None:
         self.messages: list[str] = []
         self.warnings: list[str] = []
 
-    def overall(self, total: int, description: str) -> None:
+    def overall(self, total: float, description: str) -> None:
         pass
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: float = 1) -> None:
         pass
+
+    def done(self, message: str) -> None:
+        """The run's last line, after its bars are closed."""
+        self.info(message)
 
     @contextmanager
     def task(self, description: str, total: float = 1.0) -> Iterator[Callable[[float, float], None]]:
@@ -310,18 +317,22 @@ class RichReporter(Reporter):
             TimeRemainingColumn(),
             console=self.console,
             disable=quiet,
-            transient=False,
+            transient=True,  # gone when the run ends: its last line says how long it took
         )
         self._overall: Any = None
         if not quiet:
             self.progress.start()
 
-    def overall(self, total: int, description: str) -> None:
+    def overall(self, total: float, description: str) -> None:
         self._overall = self.progress.add_task(description, total=total)
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: float = 1) -> None:
         if self._overall is not None and n:
             self.progress.advance(self._overall, n)
+
+    def done(self, message: str) -> None:
+        self.progress.stop()
+        self.info(message)
 
     @contextmanager
     def task(self, description: str, total: float = 1.0):
@@ -368,16 +379,20 @@ class TqdmReporter(Reporter):
         self._overall: Bar | None = None
         self._task_bar: Bar | None = None  # the widget the tasks take in turn
         self._task_busy = False
-        self._done = 0
+        self._done = 0.0
 
-    def overall(self, total: int, description: str) -> None:
+    def overall(self, total: float, description: str) -> None:
         if not self.quiet and self.widgets:  # as lines, the tasks' lines are the overall progress
             self._overall = Bar(description, total, notebook=True)
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: float = 1) -> None:
         self._done += n
         if self._overall is not None and n:
             self._overall.update(self._done)
+
+    def done(self, message: str) -> None:
+        self.close()
+        self.info(message)
 
     @contextmanager
     def task(self, description: str, total: float = 1.0):

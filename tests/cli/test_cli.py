@@ -220,7 +220,7 @@ def test_run_from_toml_file(tmp_path):
     cfg = tomllib.loads(listed.output)
     assert cfg["experiment"] == "concentration" and cfg["N"] == 64
     path = tmp_path / "mine.toml"
-    path.write_text(listed.output.replace("N = 64", "N = 20").replace("t_max = 4.0", "t_max = 1.0"))
+    path.write_text(listed.output.replace("N = 64", "N = 20").replace("t_max = 5.0", "t_max = 1.0"))
     result = invoke("run", str(path), "--out", str(tmp_path / "out"), "-q", "--no-figures")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["N"] == 20
@@ -372,7 +372,7 @@ def test_config_checks_when_loaded():
     from attnflow.experiments import ConfigError, load_config
     from attnflow.experiments.config import ConfigWarning
 
-    with pytest.raises(ConfigError, match=r"dt_save = 10 is larger than t_max = 4: only t = 0 and t_max"):
+    with pytest.raises(ConfigError, match=r"dt_save = 10 is larger than t_max = 5: only t = 0 and t_max"):
         load_config("concentration-tiny", ["dt_save=10"])
     with pytest.warns(ConfigWarning, match=r"t_max = 2 is shorter than ln\(beta\) = 4.6 for beta = 100"):
         load_config("concentration-tiny", ["t_max=2.0"])
@@ -380,7 +380,7 @@ def test_config_checks_when_loaded():
         warnings.simplefilter("error")
         for name in ("concentration", "terminal", "resolution", "zero-temperature", "layers", "heads"):
             load_config(name)  # the defaults are meaningful
-        load_config("concentration-tiny", ["betas=[10.0, 50.0]"])  # ln 50 = 3.9 < t_max = 4
+        load_config("concentration-tiny", ["t_max=4.0", "betas=[10.0, 50.0]"])  # ln 50 = 3.9 < t_max = 4
     assert_clean_error(invoke("run", "concentration-tiny", "-s", "dt_save=10"), 2, "dt_save = 10 is larger")
 
 

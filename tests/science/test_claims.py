@@ -218,3 +218,17 @@ def test_weights_data_of_the_d2_worked_example():
     assert w.guaranteed == pytest.approx(0.25) and w.c_star == pytest.approx(C_STAR, rel=1e-5)
     assert w.c1_max == pytest.approx(2.0 * 1.0 * 3.0)  # 2 ||A|| ||B^-1||
     assert math.isfinite(float(temperature_scale(10.0)))
+
+
+def test_not_applicable_marks_the_theorem_rows_only():
+    from attnflow.science.claims import NOT_APPLICABLE, not_applicable
+
+    rows = [
+        {"key": "a", "kind": "theorem", "verdict": "consistent", "measured": 1.5},
+        {"key": "b", "kind": "observed", "verdict": "observed", "measured": 2.0},
+        {"key": "c", "kind": "heuristic", "verdict": "not resolved"},
+    ]
+    marked = not_applicable(rows, "A is not symmetric.")
+    assert [r["verdict"] for r in marked] == [NOT_APPLICABLE, "observed", "not resolved"]
+    assert marked[0]["note"] == "A is not symmetric." and marked[0]["measured"] == 1.5  # the number stays
+    assert rows[0]["verdict"] == "consistent"  # the rows given are not changed

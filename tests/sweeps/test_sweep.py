@@ -848,3 +848,36 @@ def test_own_cluster_closes_without_killing_its_workers(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "4 run" in res.stdout
     assert "still alive" not in res.stderr and "killing" not in res.stderr, res.stderr
+
+
+def test_point_warnings_are_each_config_warning_once():
+    from attnflow.experiments import load_config
+    from attnflow.sweeps.config import point_config, point_warnings
+
+    base = load_config("concentration-tiny")  # t_max = 5
+    configs = [point_config(base, {"beta": b}) for b in (10.0, 1000.0, 1000.0)]
+    (warning,) = point_warnings(configs)
+    assert warning.startswith("t_max = 5 is shorter than ln(beta) = 6.9 for beta = 1000")
+    assert point_warnings(configs[:1]) == []
+
+
+def test_the_sweep_table_shows_the_experiment_s_columns_first():
+    """Each point's state, then concentration's status and resolution ratio before its numbers."""
+    from attnflow.sweeps.read import _table
+
+    scalars = {"t_star": 2.5, "min_w2": 0.4, "t_entry": 2.0, "N_used": 48, "resolution_ratio": 2.8}
+    entry = {"point": {"beta": 10.0}, "status": "done", "attempts": 1, "seconds": 1.5}
+    info = {
+        "experiment": "concentration",
+        "grid": {"beta": [10.0, 30.0]},
+        "keys": ["beta=10", "beta=30"],
+        "entries": {
+            "beta=10": {**entry, "scalars": {**scalars, "status": "under-resolved"}},
+            "beta=30": {**entry, "point": {"beta": 30.0}, "status": "pending", "attempts": 0, "seconds": 0.0},
+        },
+    }
+    header, rows = _table(info, 6)
+    first = ["status", "N_used", "resolution_ratio", "t_star", "min_w2"]
+    assert header == ["beta", "run", "attempts", "seconds", *first, "t_entry"]
+    assert rows[0][4:7] == ["under-resolved", "48", "2.8"] and rows[1][1] == "pending"
+    assert _table({**info, "experiment": "toy"}, 2)[0][4:] == ["t_star", "min_w2"]  # (no columns first)

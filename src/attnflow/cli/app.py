@@ -77,21 +77,23 @@ def _main(
     debug: Annotated[bool, typer.Option("--debug", help="show Python tracebacks of failures")] = False,
 ) -> None:
     ctx.obj = CliOptions(debug=debug)
-    _config_warnings_as_messages()
+    if not debug:
+        _warnings_as_messages()
 
 
-def _config_warnings_as_messages() -> None:
-    """Show a ConfigWarning (a config that runs but may mislead, e.g. t_max too short for the betas)
-    as one `attnflow: warning: ...` line on stderr; other warnings as Python shows them."""
+def _warnings_as_messages() -> None:
+    """Show every warning as one `attnflow: warning: ...` line on stderr, never Python's file, line
+    and source: one of attnflow's (a ConfigWarning: a config that runs but may mislead, e.g. t_max
+    too short for the betas; a FigureWarning: a figure left out) as its message, any other (a
+    library's, NumPy's) with its category. `--debug` leaves Python's display."""
     shown = warnings.showwarning
     if getattr(shown, "attnflow", False):
         return
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if category.__name__ == "ConfigWarning":
-            typer.echo(f"attnflow: warning: {message}", err=True)
-        else:
-            shown(message, category, filename, lineno, file, line)
+        ours = category.__module__.split(".")[0] == "attnflow"
+        kind = "" if ours else f" ({category.__name__})"
+        typer.echo(f"attnflow: warning: {message}{kind}", err=True)
 
     show.attnflow = True  # type: ignore[attr-defined]
     warnings.showwarning = show
@@ -193,9 +195,11 @@ def run(
     `attnflow run terminal -s N=300`, `attnflow run concentration-2d`, `attnflow run my.toml -o runs/mine`.
     """
     from ..experiments import load_config, run_experiment
+    from ..experiments.config import ConfigWarning
 
     debug = options_of(ctx).debug
-    with exits([BAD_CONFIG]):
+    with exits([BAD_CONFIG]), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)  # the run reports them, once, with its result
         cfg = load_config(target, list(set_ or []))
     out = out or _default_out(target)
     with exits(run_failures(out), debug):

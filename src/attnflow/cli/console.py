@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._text import shown
 from ..experiments.folder import RunFolderError
 from ..experiments.layout import PARTS_DIR
 from ..experiments.registry import ConfigError
@@ -182,7 +183,7 @@ SWEEP_OPTIONS = {"grid": "--grid", "store": "--out"}
 def sweep_usage(err: BaseException) -> str:
     """A sweep's error in the command's words: the argument it names becomes the option that set it."""
     if isinstance(err, SweepError) and err.argument in SWEEP_OPTIONS:
-        return f"{SWEEP_OPTIONS[err.argument]} {err.value!r}: {err.problem}"
+        return f"{SWEEP_OPTIONS[err.argument]} {shown(err.value, 300)}: {err.problem}"
     return str(err)
 
 

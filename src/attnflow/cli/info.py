@@ -151,6 +151,7 @@ def _experiment_section(name: str, once: bool, shared: list[str]) -> Section:
     """One experiment in `attnflow list`: its description, parameters (without the shared ones when
     once), which shared parameters it takes, its presets."""
     from ..experiments import REGISTRY
+    from ..experiments.needs import needs_of
     from ..experiments.tables import Prose, Section, Table
 
     exp = REGISTRY[name]
@@ -160,6 +161,10 @@ def _experiment_section(name: str, once: bool, shared: list[str]) -> Section:
     ]
     if once and shared:
         blocks.append(Prose((f"shared parameters: {', '.join(shared)}",)))
+    needs = needs_of(exp.Config)
+    if needs:
+        listed = "; ".join(f"{n.what} ({n.why})" for n in needs)
+        blocks.append(Prose((f"needs of the weights, checked when a config is made: {listed}",)))
     if exp.presets:
         rows = tuple(
             (p, ", ".join(f"{k}={v}" for k, v in values.items())) for p, values in exp.presets.items()
@@ -183,6 +188,7 @@ def list_document(names: list[str], once: bool) -> Document:
 
 def _list_json(names: list[str], once: bool) -> None:
     from ..experiments import REGISTRY, SimulationConfig
+    from ..experiments.needs import needs_of
     from ..io import to_json
 
     doc: dict[str, Any] = {"shared_parameters": _describe(SimulationConfig)} if once else {}
@@ -193,6 +199,7 @@ def _list_json(names: list[str], once: bool) -> None:
             "description": REGISTRY[n].description,
             "parameters": _describe(REGISTRY[n].Config, set(shared) if once else set()),
             "shared_parameters": shared,
+            "needs": [need.name for need in needs_of(REGISTRY[n].Config)],
             "presets": REGISTRY[n].presets,
         }
     typer.echo(to_json(doc, indent=2))
@@ -300,7 +307,7 @@ def show_command(
         raise _fail("--json and --csv: choose one", EXIT_USAGE)
     if is_sweep_store(directory):
         with exits([Failure((ValueError,), EXIT_USAGE, str)]):  # a damaged sweep.json
-            _show_sweep(directory, json_out, csv_out)
+            _show_sweep(directory, json_out, csv_out, wide)
         return
     if csv_out:
         raise _fail(f"--csv is for a sweep store; {directory} is a run (use --json)", EXIT_USAGE)
@@ -424,9 +431,9 @@ def _run_info(directory: Path) -> dict[str, Any]:
     return info
 
 
-def _show_sweep(store: Path, json_out: bool, csv_out: bool) -> None:
+def _show_sweep(store: Path, json_out: bool, csv_out: bool, wide: bool = False) -> None:
     """`show` of a sweep store: the text summary, or its manifest as JSON, or its table as CSV."""
-    from ..sweeps import show_sweep, summary_table, sweep_info
+    from ..sweeps import summary_table, sweep_info
 
     if json_out:
         from ..io import to_json
@@ -440,6 +447,6 @@ def _show_sweep(store: Path, json_out: bool, csv_out: bool) -> None:
         writer.writerow(header)
         writer.writerows(rows)
     else:
-        from .console import console
+        from ..sweeps import sweep_document
 
-        typer.echo(show_sweep(store, width=console().width), nl=False)
+        print_document(sweep_document(store), wide=wide)

@@ -85,7 +85,10 @@ def sweep_command(
     A large grid needs --yes, and one too large for a store is refused: the message gives its count
     of points and its estimated store size.
     """
+    import warnings
+
     from ..experiments import load_config
+    from ..experiments.config import ConfigWarning
     from ..sweeps import sweep
 
     with exits([Failure((ValueError, TypeError, FileNotFoundError), EXIT_USAGE, sweep_usage)]):
@@ -93,7 +96,9 @@ def sweep_command(
         if not axes:
             raise _fail("give at least one --grid key=values", EXIT_USAGE)
         check_grid_size(check_grid(axes), yes)  # before the config: a refusal loads nothing heavy
-        cfg = load_config(config, list(set_ or []))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConfigWarning)  # the sweep's result says those of its points
+            cfg = load_config(config, list(set_ or []))
     with exits(sweep_failures(out)):
         result = sweep(
             cfg,
@@ -118,7 +123,8 @@ def _report(result, out: str, quiet: bool) -> None:
         for w in result.warnings:
             typer.echo(f"attnflow sweep: warning: {w}", err=True)
         return
-    from .console import console
+    from ..sweeps import sweep_document
+    from .console import print_document
 
     typer.echo(str(result))  # with its warnings (damaged points recomputed, a lock taken over)
-    typer.echo(show_sweep(out, width=console().width), nl=False)
+    print_document(sweep_document(out))

@@ -49,7 +49,7 @@ START_W2SQ = 1e-2  # the first box assumes W2^2 >= START_W2SQ; it grows once the
 
 Density = Callable[[np.ndarray], np.ndarray]
 
-__all__ = ["ReferenceW2", "local_rates", "reference_w2"]
+__all__ = ["ReferenceW2", "local_rates", "reference_problem", "reference_w2"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,16 @@ def _spectral_data(att: Attention) -> tuple[np.ndarray, np.ndarray]:
     check_invertible_B(att)
     lam, U = np.linalg.eigh((np.asarray(att.A) + np.asarray(att.A).T) / 2)
     return lam[::-1].copy(), U[:, ::-1].copy()
+
+
+def reference_problem(att: Attention) -> str | None:
+    """Why `reference_w2` cannot compute W2 at N = infinity for these weights (d, A's symmetry and
+    top eigenspace, B), or None when it can. Cheap: A's spectrum (d x d)."""
+    try:
+        _spectral_data(att)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ CHUNK = 2048  # tokens per clock-ODE solve
 COND_EIG_MAX = 1e6  # eigenvector matrices worse than this make "auto" fall back to integration
 METHODS = ("auto", "exact", "integrate")
 
-__all__ = ["project", "simulate_zero_temperature"]
+__all__ = ["limit_problem", "project", "simulate_zero_temperature"]
 
 
 def check_invertible_B(att: Attention) -> None:
@@ -306,6 +306,26 @@ def simulate_zero_temperature(
     return Trajectory(t=t, x=sol.x.reshape((t.size, *X.shape)), info=info)
 
 
+def limit_problem(att: Attention) -> str | None:
+    """Why the limit map Pi of the zero-temperature flow does not exist for these weights, or None when
+    it does: symmetric A (the orthogonal projector), or non-symmetric A whose top eigenvalues (largest
+    real part) are real and not defective (the spectral projector). Cheap: A's spectrum (d x d)."""
+    sp = att.spectrum()
+    if sp.symmetric:
+        return None
+    lam = np.asarray(sp.top.eigenvalues)
+    scale = max(float(np.max(np.abs(sp.eigenvalues))), 1e-300)
+    if np.any(np.abs(np.imag(lam)) > 1e-9 * scale):
+        shown = ", ".join(f"{complex(v):.4g}" for v in lam)
+        return (
+            f"A's top eigenvalues {shown} are not real, so the zero-temperature flow rotates in their "
+            "invariant plane and has no limit Pi"
+        )
+    if not np.all(np.isfinite(sp.top_projector)):
+        return "A's top eigenvalue is defective, so its spectral projector (the limit Pi) is undefined"
+    return None
+
+
 def project(X: Any, att: Attention, tol: float = 1e-12, spectral: bool = False) -> np.ndarray:
     """Pi(x) = P_1 x / |P_1 x| row by row: the t -> inf limit of the zero-temperature flow.
 
@@ -325,14 +345,9 @@ def project(X: Any, att: Attention, tol: float = 1e-12, spectral: bool = False) 
             "eigenvalue (largest real part) is real, the limit uses the spectral (Riesz) projector: "
             "call project(X, att, spectral=True)"
         )
-    if spectral and not sp.symmetric:
-        lam = np.asarray(sp.top.eigenvalues)
-        scale = max(float(np.max(np.abs(sp.eigenvalues))), 1e-300)
-        if np.any(np.abs(np.imag(lam)) > 1e-9 * scale):
-            raise ValueError(
-                f"project(spectral=True): A's top eigenvalues {lam} are not real, so the flow rotates "
-                "in their invariant plane and has no limit"
-            )
+    problem = limit_problem(att)
+    if problem is not None:
+        raise ValueError(f"project(spectral=True): {problem}")
     P = np.asarray(sp.top_projector)
     Y = Xc @ P.T
     nrm = np.linalg.norm(Y, axis=-1)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import xarray as xr
     from pydantic import BaseModel
 
-    from .config import ExperimentConfig, SimulationConfig, to_toml
+    from .config import ExperimentConfig, SimulationConfig, config_warnings, to_toml
 
 __all__ = [
     "BUILTIN",
@@ -43,6 +43,7 @@ __all__ = [
     "Reporter",
     "RunFolderError",
     "SimulationConfig",
+    "config_warnings",
     "get_experiment",
     "load_config",
     "plot_run",
@@ -163,7 +164,7 @@ def __getattr__(name: str) -> Any:
         return _all()
     if name == "PRESETS":
         return _all_presets()
-    if name in ("ExperimentConfig", "SimulationConfig", "to_toml"):
+    if name in ("ExperimentConfig", "SimulationConfig", "config_warnings", "to_toml"):
         return getattr(importlib.import_module(".config", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -178,8 +179,6 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     word is a string). An unknown name, missing or unreadable file, unknown key or wrong type raises
     ConfigError naming the key or file.
     """
-    import tomllib
-
     from .config import build_config, parse_override
 
     target = str(name_or_path)
@@ -194,10 +193,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
         path = Path(target)
         if not path.is_file():
             raise ConfigError(f"config file {target}: not found (experiments: {_names()})")
-        try:
-            values = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-            raise ConfigError(f"config file {target}: not valid TOML ({err})") from None
+        values = _read_toml(path)
         exp = _lookup(str(values.get("experiment", DEFAULT_EXPERIMENT)))
         if exp is None:
             raise ConfigError(
@@ -219,6 +215,26 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
             )
         values[key] = value
     return build_config(Config, values, source)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The values of a TOML config file (ConfigError naming the file when it cannot be read)."""
+    import tomllib
+
+    from .._text import check_depth
+
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path}: not valid TOML ({err})") from None
+    except RecursionError:
+        raise ConfigError(
+            f"config file {path}: a value nests lists or tables too deeply to be read"
+        ) from None
+    try:
+        return check_depth(values, "a value")
+    except ValueError as err:
+        raise ConfigError(f"config file {path}: {err}") from None
 
 
 def _names() -> str:
@@ -281,15 +297,19 @@ def run_experiment(
     written with their checksums (`attnflow.io.files`). One process at a time writes into out
     (LockedError naming the holder); a lock left by a process that died is taken over, with a notice
     (shown, and not stored with the result: it is about the folder, not the result).
+
+    The config is validated again first (a copy made with `model_copy(update=...)` skipped its
+    checks) and its device must be available here: else ConfigError, and nothing is written. A new
+    run that fails before finishing any part leaves nothing behind in out either.
     """
     from ..io.lock import check_free, folder_lock
     from ..progress import reporter_for
-    from .folder import plan_folder
+    from .folder import discard_unfinished, plan_folder
 
     exp = _experiment_of(config)
-    if out is None:
-        state = "new"
-    else:
+    config = _checked(exp, config)
+    state = ""
+    if out is not None:
         out = Path(out)
         if out.is_dir():
             check_free(out)  # a live writer first: what it writes is not what the folder holds
@@ -297,14 +317,40 @@ def run_experiment(
     reporter, own = (Reporter(), False) if quiet else reporter_for(progress)
     try:
         if out is None:
-            return _run(exp, config, None, reporter, state)
-        out.mkdir(parents=True, exist_ok=True)
-        with folder_lock(out, on_stale=reporter.notice):
-            state = plan_folder(out, config, exp, overwrite)  # again: another writer may have been first
-            return _run(exp, config, out, reporter, state)
+            return _run(exp, config, None, reporter, "new")
+        created = not out.exists()
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            with folder_lock(out, on_stale=reporter.notice):
+                state = plan_folder(out, config, exp, overwrite)  # again: another writer may have been first
+                return _run(exp, config, out, reporter, state)
+        except BaseException:
+            if state == "new":
+                discard_unfinished(out, created)
+            raise
     finally:
         if own:
             reporter.close()
+
+
+def _checked(exp: Experiment, config: BaseModel) -> BaseModel:
+    """config validated again by its class (ConfigError naming the key), with its device available."""
+    from pydantic import ValidationError
+
+    from .._checks import check_device
+    from .config import format_validation_error
+
+    try:
+        config = exp.Config.model_validate(config.model_dump())
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+    device = getattr(config, "device", "cpu")
+    if device != "cpu":
+        try:
+            check_device(device)
+        except ValueError as err:
+            raise ConfigError(f"config: {err}") from None
+    return config
 
 
 def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str):
@@ -312,8 +358,11 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
     from .._threads import torch_threads
     from ..io import clean_stale, json_attr, to_json
     from . import folder as _folder
+    from .config import config_warnings
     from .parts import count_reused
 
+    for message in config_warnings(config):  # printed by the reporter, and stored with the result
+        reporter.warn(message)
     if out is not None:
         if state == "replace":
             _folder.remove(out)
@@ -335,6 +384,8 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
             "n_reused_parts": len(reused),
         }
         ds.attrs["provenance"] = to_json(prov)
+    if "timings" in ds.attrs:  # one wall time: the summary's is this run's, as provenance and the last line
+        ds.attrs["timings"] = to_json({**json_attr(ds, "timings", {}), "total_s": this_run})
     summary = exp.summarize(ds)
     if out is not None:
         if state == "extend":
@@ -343,7 +394,7 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
         _folder.write_result(out, ds, to_json(summary, indent=2) + "\n", md)
         if state == "extend":
             _folder.write_config(out, config)
-    reporter.info(f"{exp.name}: done in {this_run:.1f} s")
+    reporter.done(f"{exp.name}: done in {this_run:.1f} s")
     return ds
 
 

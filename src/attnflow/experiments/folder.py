@@ -36,6 +36,7 @@ __all__ = [
     "FOLDERS",
     "RUN_FILES",
     "RunFolderError",
+    "discard_unfinished",
     "plan_folder",
     "remove",
     "write_config",
@@ -192,6 +193,18 @@ def remove(out: Path, names: tuple[str, ...] = RUN_FILES) -> None:
         elif p.exists() or p.is_symlink():
             p.unlink()
     forget_files(out, names)
+
+
+def discard_unfinished(out: Path, created: bool) -> None:
+    """After a new run failed: remove what it wrote unless it finished a part (kept for a resume),
+    and the folder itself when the run `created` it and nothing but hidden files (its checksums'
+    record) is left there."""
+    parts = out / layout.PARTS_DIR
+    if parts.is_dir() and any(parts.glob("*.zarr")):
+        return
+    remove(out)
+    if created and out.is_dir() and not _names(out):
+        shutil.rmtree(out)
 
 
 def write_config(out: Path, config: Any) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from ..attention import WEIGHTS, Attention, Spectrum
 from ..measures import DISCRETISATIONS, MEASURES, Density, Discretisation, Nodes
 from ..measures.densities import DensityFn
-from .model import ModelConfig, model_dimension, weights_file
+from .model import ModelConfig, weights_attention
 
 if TYPE_CHECKING:
     from ..dynamics.separatrix import SeparatrixSearch
@@ -102,15 +102,10 @@ class ModelInputs:
 
 
 def model_inputs(config: ModelConfig) -> ModelInputs:
-    """The ModelInputs of a config (its keys were checked when it was made)."""
+    """The ModelInputs of a config (its keys were checked, and its weights made, when it was made)."""
     family = WEIGHTS.get(config.weights)
-    if family is None:
-        att = weights_file(config.weights)
-        label = config.weights
-    else:
-        keys = {k: getattr(config, k) for k in family.keys}
-        att = family.build(model_dimension(config), **keys)
-        label = family.label(**keys)
+    att = weights_attention(config)
+    label = config.weights if family is None else family.label(**{k: getattr(config, k) for k in family.keys})
     u1 = att.spectrum().top.basis[:, 0]
     measure = MEASURES[config.density]
     params = {p: u1 if p == "mean" else getattr(config, p) for p in measure.parameters}

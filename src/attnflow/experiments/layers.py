@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from .._text import format_value
 from .._threads import DEFAULT_THREADS, THREADS_HELP
@@ -23,7 +23,7 @@ from ..measures import Nodes
 from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save, ticks_at
 from ..progress import Reporter
 from .common import base_attrs, torch_threads
-from .config import KERNEL_HELP, DeviceConfig, Kernel
+from .config import KERNEL_HELP, DeviceConfig, Kernel, Threads
 from .inputs import model_inputs
 from .model import ModelConfig
 from .registry import Experiment, doc_summary
@@ -34,20 +34,31 @@ if TYPE_CHECKING:
     from ..attention import Attention
 
 
+#: the smallest depth T: the Euler error h T (about T^2 / L) must stand above float64's round-off for
+#: an order to be fitted (T = 1e-12 fitted order -1, the round-off's), and the adaptive reference's
+#: first step underflows at T = 1e-50
+MIN_DEPTH = 1e-3
+
+
 class LayersConfig(ModelConfig, DeviceConfig):
     """Config of the `layers` experiment."""
 
     experiment: Literal["layers"] = "layers"
     beta: PositiveFloat = Field(10.0, description="inverse temperature (finite)")
     N: PositiveInt = Field(128, description="number of tokens")
-    T: PositiveFloat = Field(2.0, description="depth in time units: L layers of step h = T/L")
+    T: float = Field(
+        2.0,
+        ge=MIN_DEPTH,
+        description=f"depth in time units: L layers of step h = T/L (at least {MIN_DEPTH:g}: below, the "
+        "layers' error is round-off)",
+    )
     Ls: list[PositiveInt] = Field([4, 8, 16, 32, 64, 128, 256, 512], description="numbers of layers L")
     fit_min_L: PositiveInt = Field(
         16, description="the order is fitted on L >= fit_min_L (asymptotic regime)"
     )
     kernel: Kernel = Field("auto", description=KERNEL_HELP)
     reference_rtol: PositiveFloat = Field(1e-11, description="rtol of the adaptive reference solution")
-    threads: NonNegativeInt = Field(DEFAULT_THREADS, description=THREADS_HELP)
+    threads: Threads = Field(DEFAULT_THREADS, description=THREADS_HELP)
 
     @field_validator("beta")
     @classmethod

@@ -19,26 +19,29 @@ that integrate the flow; their choices, descriptions and checks come from the re
               concentration `kappa` around A's top eigenvector u_1): rho_0 itself. A density's
               parameters are config keys of the same name, except its mean direction (u_1).
 
-d follows from the weights; a key that does not exist in that d is a config error naming it.
-`attnflow.experiments.inputs` turns these keys into objects, once per run.
+d follows from the weights; a key that does not exist in that d is a config error naming it. The
+weights are made (drawn, or read) when the config is made, once per distinct value of these keys
+(`weights_attention`): their entries must stay in float64's range, and they must meet what the
+experiment needs of them (its `needs`, attnflow.experiments.needs), else the config is refused in one
+line. `attnflow.experiments.inputs` turns these keys into objects, once per run.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from ..attention import WEIGHTS
+from .._threads import blas_threads
+from ..attention import WEIGHTS, Attention
 from ..measures import DISCRETISATIONS, MEASURES
 from ..measures.registry import or_list
-from .config import ExperimentConfig
+from .config import ExperimentConfig, Seed
+from .needs import Need, check_needs
 
 if TYPE_CHECKING:
-    from ..attention import Attention
-
     Init = str
     DensityName = str
 else:
@@ -77,7 +80,7 @@ class ModelConfig(ExperimentConfig):
     d: PositiveInt | None = Field(
         None, description="dimension of weights = random (default 3); other weights fix d themselves"
     )
-    weights_seed: NonNegativeInt = Field(0, description="seed of weights = random")
+    weights_seed: Seed = Field(0, description="seed of weights = random")
     symmetric: bool = Field(
         True, description="weights = random: A = V B^T symmetric with a gap (the theorem applies)"
     )
@@ -87,11 +90,41 @@ class ModelConfig(ExperimentConfig):
 
     # whether the experiment builds rho_0 per beta (init = graded): set by the experiments that do
     graded_init: ClassVar[bool] = False
+    #: what the experiment needs of its weights (attnflow.experiments.needs), checked when it is made
+    needs: ClassVar[tuple[Need, ...]] = ()
+
+    def saved_cloud(self) -> tuple[int, int]:
+        return 1, model_dimension(self)
 
     @model_validator(mode="after")
     def _model_keys(self):
         check_init(self, model_dimension(self))  # loads an .npz once, with its errors
+        with blas_threads(1):  # d x d linear algebra: fastest on one thread, and on a busy machine
+            att = weights_attention(self)
+            check_needs(self, att)
+            check_scores(self, att)
         return self
+
+
+#: the largest attention score beta ||B|| a run computes with, by arithmetic: the softmax subtracts
+#: each row's maximum, but the scores themselves must be numbers (beta = 1e308 made NaN at once)
+MAX_SCORE = {"float64": 1e300, "float32": 1e36}
+
+
+def check_scores(config: ModelConfig, att: Attention) -> None:
+    """The config's inverse temperatures (`betas` or `beta`) keep beta ||B|| within MAX_SCORE of its
+    dtype: else ValueError naming the key and the largest beta that fits."""
+    key = "betas" if hasattr(config, "betas") else "beta"
+    value = getattr(config, key, None)
+    betas = [b for b in (value if isinstance(value, list) else [value]) if isinstance(b, int | float)]
+    dtype = getattr(config, "dtype", "float64")
+    limit = MAX_SCORE.get(dtype, MAX_SCORE["float64"])
+    if betas and max(betas) * att.norm_B > limit:
+        raise ValueError(
+            f"{key}: beta = {max(betas):g} with ||B|| = {att.norm_B:.3g} makes attention scores of "
+            f"{max(betas) * att.norm_B:.3g}, beyond what {dtype} computes with ({limit:.0e}): use beta <= "
+            f"{limit / att.norm_B:.3g}"
+        )
 
 
 def model_dimension(config: ModelConfig) -> int:
@@ -102,6 +135,29 @@ def model_dimension(config: ModelConfig) -> int:
     if config.d is not None:
         raise ValueError(f"d is set by the weights file {config.weights}; leave d unset")
     return weights_file(config.weights).d
+
+
+def weights_attention(config: ModelConfig) -> Attention:
+    """The Attention (beta = 1) of the config's weights keys: a file's as `weights_file` reads it, a
+    family's made once per distinct value of its keys (`drawn_attention`); ValueError naming `weights`
+    when its B or A leaves float64's range."""
+    family = WEIGHTS.get(config.weights)
+    if family is None:
+        att = weights_file(config.weights)
+    else:
+        keys = tuple((k, getattr(config, k)) for k in family.keys)
+        att = drawn_attention(config.weights, model_dimension(config), keys)
+    try:
+        att.B, att.A  # noqa: B018 - computed (and cached on att) here: their range is checked
+    except ValueError as err:
+        raise ValueError(f"weights = {config.weights}: {err}") from None
+    return att
+
+
+@lru_cache(maxsize=8)
+def drawn_attention(name: str, d: int, keys: tuple[tuple[str, Any], ...]) -> Attention:
+    """The Attention of the WEIGHTS family `name` in d with its keys, made once."""
+    return WEIGHTS[name].build(d, **dict(keys))
 
 
 def weights_file(path: str) -> Attention:

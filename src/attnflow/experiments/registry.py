@@ -45,6 +45,8 @@ class Experiment:
         left out of the parts' fingerprint. A rerun into the same folder may change them and reuses
         the parts it shares; a change of any other field makes another run, refused there unless
         `run_experiment(..., overwrite=True)`.
+    sweep_columns: the one-element variables of a grid point's Dataset that a sweep's table shows
+        first (e.g. a point's convergence status and resolution ratio); () for none in particular.
     """
 
     name: str
@@ -57,6 +59,7 @@ class Experiment:
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     sweep_figures: Callable[..., list[Path]] | None = None
     part_keys: tuple[str, ...] = ()
+    sweep_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -74,6 +77,10 @@ class Experiment:
         fields = getattr(self.Config, "model_fields", {})
         if not isinstance(self.part_keys, tuple) or any(k not in fields for k in self.part_keys):
             raise TypeError(f"Experiment {self.name!r}: part_keys must be a tuple of config fields")
+        if not isinstance(self.sweep_columns, tuple) or not all(
+            isinstance(c, str) for c in self.sweep_columns
+        ):
+            raise TypeError(f"Experiment {self.name!r}: sweep_columns must be a tuple of variable names")
         if "experiment" not in fields:
             raise TypeError(
                 f"Experiment {self.name!r}: Config must be a pydantic model with a field `experiment`"

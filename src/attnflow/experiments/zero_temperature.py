@@ -12,7 +12,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator, model_validator
@@ -37,6 +37,7 @@ from ..progress import Reporter
 from .common import base_attrs, fit_or_reason, time_grid, token_subset, warn_assumptions
 from .inputs import ModelInputs, model_inputs
 from .model import ModelConfig, init_choice
+from .needs import INVERTIBLE_B, LIMIT, REFERENCE, Need
 from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class ZeroTemperatureConfig(ModelConfig):
     """Config of the `zero-temperature` experiment."""
 
     experiment: Literal["zero-temperature"] = "zero-temperature"
+    needs: ClassVar[tuple[Need, ...]] = (INVERTIBLE_B, LIMIT, REFERENCE)
     init: CloudInit = Field("fibonacci", description=CLOUD_INIT_HELP)
     N: NonNegativeInt = Field(50_000, description="tokens of the cloud beside the reference (0: none)")
     reference_rtol: PositiveFloat = Field(1e-3, description="relative accuracy of the N = infinity reference")
@@ -85,6 +87,14 @@ class ZeroTemperatureConfig(ModelConfig):
     def _window_in_span(self):
         if self.fit_window[1] > self.t_max:
             raise ValueError(f"fit_window {self.fit_window} ends after t_max = {self.t_max}")
+        k = self.rate_window / self.dt_save
+        if round(k) < 1 or abs(k - round(k)) > 1e-9 * k or self.rate_window > self.t_max:
+            near = self.dt_save * max(1, min(round(k), math.floor(self.t_max / self.dt_save + 1e-9)))
+            raise ValueError(
+                f"rate_window = {self.rate_window:g} must be a multiple of dt_save = {self.dt_save:g}, at "
+                f"most t_max = {self.t_max:g} (the windows' ends are saved times): e.g. rate_window = "
+                f"{near:g}"
+            )
         return self
 
 
@@ -171,7 +181,7 @@ def _cloud(inputs: ZeroTemperatureInputs, reporter: Reporter) -> dict | None:
     with reporter.task(f"exact flow of {inputs.N} tokens", total=float(times[-1])):
         traj = simulate_zero_temperature(nodes.X, att, times)
     w = nodes.weights
-    w2 = w2_to_target(traj.x, project(nodes.X, att), weights=w).values
+    w2 = w2_to_target(traj.x, project(nodes.X, att, spectral=True), weights=w).values
     return {
         "w2": w2,
         "lyapunov": np.asarray(metrics.lyapunov(traj.x, att.spectrum().top_projector, weights=w)),

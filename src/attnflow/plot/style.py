@@ -42,6 +42,15 @@ FORMATS = ("png", "pdf")
 _formats: ContextVar[tuple[str, ...]] = ContextVar("attnflow_figure_formats", default=("png",))
 
 
+class NothingToPlot(ValueError):
+    """A figure whose data are all missing (e.g. no finite t* in a run whose betas are all
+    under-resolved): the figures of a run leave it out, with a FigureWarning, and draw the others."""
+
+
+class FigureWarning(UserWarning):
+    """A figure of a run was left out (`NothingToPlot`)."""
+
+
 def check_ds(ds: Any) -> None:
     """TypeError unless ds is an xarray Dataset."""
     if not (hasattr(ds, "data_vars") and hasattr(ds, "attrs") and hasattr(ds, "sizes")):

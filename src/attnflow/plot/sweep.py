@@ -112,7 +112,8 @@ def _draw_series(ax: Axes, ds: xr.Dataset, g: _Grid, var: str, sel: dict[str, in
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN, wanted
         med, lo, hi = np.nanmedian(vals, 1), np.nanmin(vals, 1), np.nanmax(vals, 1)
-    label = ", ".join(f"{d} = {format_value(ds[d].values[i].item())}" for d, i in sel.items()) or "all"
+    label = ", ".join(f"{d} = {format_value(ds[d].values[i].item())}" for d, i in sel.items())
+    label = label or ("median over seeds" if g.nseed > 1 else "grid points")  # the one series
     ax.errorbar(
         g.xs,
         med,

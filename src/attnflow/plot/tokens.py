@@ -105,6 +105,15 @@ def _directions(ds: xr.Dataset, X: np.ndarray, want: int) -> tuple[np.ndarray, l
     return U, labels
 
 
+_SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+LABEL_BOX = {"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1}  # behind an axis label on the sphere
+
+
+def _sub(label: str) -> str:
+    """A direction's label as drawn: u1 -> u₁ (its index as a subscript)."""
+    return label.translate(_SUBSCRIPTS)
+
+
 def _hemisphere_groups(X0: np.ndarray, u: np.ndarray) -> list[tuple[np.ndarray, dict[str, Any]]]:
     """Tokens split by the sign of <x_i(0), u1>: filled circles and open triangles (greyscale-safe).
 
@@ -113,8 +122,8 @@ def _hemisphere_groups(X0: np.ndarray, u: np.ndarray) -> list[tuple[np.ndarray, 
     s = X0 @ u >= 0
     dots = {"ls": "", "ms": 4}
     return [
-        (s, {**dots, "marker": "o", "mec": "#1f3b73", "mfc": "#1f3b73", "label": "⟨x(0), u1⟩ ≥ 0"}),
-        (~s, {**dots, "marker": "^", "mec": "#b2520e", "mfc": "white", "label": "⟨x(0), u1⟩ < 0"}),
+        (s, {**dots, "marker": "o", "mec": "#1f3b73", "mfc": "#1f3b73", "label": "⟨x(0), u₁⟩ ≥ 0"}),
+        (~s, {**dots, "marker": "^", "mec": "#b2520e", "mfc": "white", "label": "⟨x(0), u₁⟩ < 0"}),
     ]
 
 
@@ -186,7 +195,7 @@ def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | N
     for j, (lab, ls) in enumerate(zip(labels, ("-", "--", ":"), strict=False)):
         u = 1.25 * U[:, j]
         ax.plot([-u[0], u[0]], [-u[1], u[1]], [-u[2], u[2]], color="black", lw=1.6 if j == 0 else 1.0, ls=ls)
-        ax.text(*(1.1 * u), f"±{lab}", fontsize=8, bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
+        ax.text(*(1.1 * u), f"±{_sub(lab)}", fontsize=8, bbox=LABEL_BOX)
     if U.shape[1] and labels[0] == "u1":
         u = U[:, 0]
         ax.plot(
@@ -203,8 +212,8 @@ def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | N
     if v is not None:
         w = 1.25 * v
         ax.plot([-w[0], w[0]], [-w[1], w[1]], [-w[2], w[2]], color="0.45", lw=1.2, ls="-.")
-        ax.plot([v[0], -v[0]], [v[1], -v[1]], [v[2], -v[2]], label="±v1 (top of V)", **V_STYLE)
-        ax.text(*(1.1 * w), "±v1", fontsize=8, bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
+        ax.plot([v[0], -v[0]], [v[1], -v[1]], [v[2], -v[2]], label="±v₁ (top of V)", **V_STYLE)
+        ax.text(*(1.1 * w), "±v₁", fontsize=8, bbox=LABEL_BOX)
     ax.set_xlim(-1, 1)
     ax.set_ylim(-1, 1)
     ax.set_zlim(-1, 1)
@@ -219,7 +228,7 @@ def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | N
 def _plane_axes(ax: Axes, li: str, lj: str, v: np.ndarray | None = None) -> None:
     """Unit circle, axes labelled <x, li>, <x, lj>; v: V's top eigenvector in plane coordinates."""
     if v is not None:
-        ax.plot([v[0], -v[0]], [v[1], -v[1]], label="±v1 (top of V), projected", **V_STYLE)
+        ax.plot([v[0], -v[0]], [v[1], -v[1]], label="±v₁ (top of V), projected", **V_STYLE)
     g = np.linspace(0, 2 * np.pi, 200)
     ax.plot(np.cos(g), np.sin(g), color="0.8", lw=0.8)
     ax.axhline(0, color="0.85", lw=0.6)
@@ -227,8 +236,13 @@ def _plane_axes(ax: Axes, li: str, lj: str, v: np.ndarray | None = None) -> None
     ax.set_xlim(-1.08, 1.08)
     ax.set_ylim(-1.08, 1.08)
     ax.set_aspect("equal")
-    ax.set_xlabel(f"⟨x, {li}⟩")
-    ax.set_ylabel(f"⟨x, {lj}⟩")
+    ax.set_xlabel(f"⟨x, {_sub(li)}⟩")
+    ax.set_ylabel(f"⟨x, {_sub(lj)}⟩")
+
+
+def _legend_below(fig: Any, ax: Any) -> None:
+    """The markers' legend under the panels, off the data."""
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize="small")
 
 
 def _planes(labels: list[str]) -> list[tuple[int, int]]:
@@ -287,7 +301,7 @@ def _sphere_grid(sc: _Scene, rows: list[tuple[np.ndarray, str]], idx: list[int])
                 P = Xr[k][mask]
                 ax.plot(P[:, 0], P[:, 1], P[:, 2], **st, alpha=0.9)
             ax.set_title(f"{lab}, t = {sc.t[k]:.3g}", fontsize="medium")
-    fig.axes[0].legend(loc="upper left", fontsize="x-small", framealpha=0.9)
+    _legend_below(fig, fig.axes[0])
     return fig
 
 
@@ -305,7 +319,7 @@ def _plane_grid(sc: _Scene, idx: list[int]) -> Figure:
                 ax.plot(P[:, 0], P[:, 1], **st, alpha=0.9)
             if r == 0:
                 ax.set_title(f"{sc.label}, t = {sc.t[k]:.3g}", fontsize="medium")
-    axes[0][0].legend(loc="lower left", fontsize="x-small", framealpha=0.9)
+    _legend_below(fig, axes[0][0])
     return fig
 
 

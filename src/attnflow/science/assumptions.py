@@ -269,7 +269,8 @@ def reference_rates(att: Attention) -> dict[str, Any]:
     exactly the formula of MATH.md.  In particular a multiple top eigenvalue gives
     gamma / ||B^T U_1|| for the first term.
     Also the angles (radians) between A's top eigenspace and V's, by largest real part and by
-    largest modulus.  For non-symmetric A or no gap the rates are None and "note" says why.
+    largest modulus.  For non-symmetric A, no gap or a singular B the rates are None and "note" says
+    why.
     """
     att = check_attention(att)
     sp = att.spectrum()
@@ -291,6 +292,12 @@ def reference_rates(att: Attention) -> dict[str, Any]:
         return out
     if sp.mu2 is None or sp.gap <= 0:
         out["note"] = "A has a single distinct eigenvalue (no gap): every point is a fixed point."
+        return out
+    if not att.cond_B <= COND_B_MAX:
+        out["note"] = (
+            f"B is singular (condition number {att.cond_B:.3g}): the zero-temperature speed 1/|B^T x| is "
+            "unbounded, so Corollary 2 does not apply."
+        )
         return out
     B = np.asarray(att.B)
     mu = np.asarray(sp.eigenvalues, dtype=np.float64)  # descending

@@ -45,6 +45,7 @@ __all__ = [
     "ERROR_TIMES",
     "MIN_BETAS",
     "MIN_SPAN",
+    "NOT_APPLICABLE",
     "OBSERVED",
     "SIGMAS",
     "BetaData",
@@ -57,6 +58,7 @@ __all__ = [
     "ZeroData",
     "bound_envelope",
     "claims_table",
+    "not_applicable",
     "verdict_counts",
     "weights_data",
 ]
@@ -74,6 +76,7 @@ C1_STEPS = 600  # grid steps of C1 in [0, C1_max]
 THEOREM_VERDICTS = ("consistent", "inconsistent", "not resolved", "untested (sign only)")
 HEURISTIC_VERDICTS = ("matches", "does not match", "not resolved")
 OBSERVED = "observed"
+NOT_APPLICABLE = "not applicable"  # a theorem row's verdict when the weights fail its assumptions
 
 Kind = Literal["theorem", "heuristic", "conjecture", "observed"]
 
@@ -992,3 +995,14 @@ def verdict_counts(rows: Sequence[ClaimRow | Mapping[str, Any]]) -> dict[str, in
         v = r["verdict"] if isinstance(r, Mapping) else r.finding.verdict
         out[v] = out.get(v, 0) + 1
     return out
+
+
+def not_applicable(rows: Sequence[Mapping[str, Any]], reason: str) -> list[dict[str, Any]]:
+    """The rows (as `ClaimRow.to_dict` gives them) when the weights miss an assumption of the
+    theorem: each "theorem" row's verdict is NOT_APPLICABLE with `reason` as its note (the theorem
+    says nothing about these weights; its measured numbers stay, as laws of the data); the other
+    kinds keep their own verdicts."""
+    return [
+        {**r, "verdict": NOT_APPLICABLE, "note": reason} if r.get("kind") == "theorem" else dict(r)
+        for r in rows
+    ]

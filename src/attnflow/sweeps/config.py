@@ -7,6 +7,7 @@ Experiments are reached only through `attnflow.experiments`' public API (`load_c
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     #: takes), an experiment name or TOML path, or a dict with "experiment"
     ConfigLike: TypeAlias = BaseModel | str | os.PathLike[str] | dict[str, Any]
 
-__all__ = ["base_config", "experiment_name", "field_for", "point_config", "resolve_config"]
+__all__ = ["base_config", "experiment_name", "field_for", "point_config", "point_warnings", "resolve_config"]
 
 
 def resolve_config(config: ConfigLike) -> BaseModel:
@@ -74,6 +75,14 @@ def point_config(config: BaseModel, point: dict[str, Any]) -> BaseModel:
     except ValidationError as err:
         probs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         raise ValueError(f"grid point {point}: invalid config ({probs})") from None
+
+
+def point_warnings(configs: Iterable[BaseModel]) -> list[str]:
+    """What may make the points' configs mislead (`attnflow.experiments.config_warnings`, e.g. t_max
+    shorter than ln beta), each message once."""
+    from ..experiments import config_warnings
+
+    return list(dict.fromkeys(w for c in configs for w in config_warnings(c)))
 
 
 def base_config(config: BaseModel, grid: dict[str, list]) -> dict[str, Any]:

@@ -63,7 +63,10 @@ def _parse_values(item: str, raw: str) -> list | range:
         if step == 0:
             raise SweepError("grid", item, "the step of a range must not be 0")
         return range(a, b, step)
-    return [parse_literal(v) for v in raw.split(",") if v.strip()]
+    try:
+        return [parse_literal(v) for v in raw.split(",") if v.strip()]
+    except ValueError as err:  # a value nested too deeply
+        raise SweepError("grid", item, str(err)) from None
 
 
 def parse_grid(items: Iterable[str]) -> dict[str, list | range]:

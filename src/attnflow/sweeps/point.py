@@ -124,10 +124,11 @@ def _default_run(config: BaseModel, workdir: Path | None) -> Any:
 
 
 def _scalars(ds: Any) -> dict[str, Any]:
-    """The point's one-element numeric variables (t_star, min_w2, ... of one beta) as numbers."""
+    """The point's one-element variables (t_star, min_w2, status, ... of one beta) as numbers and
+    strings."""
     out = {}
     for name, var in ds.data_vars.items():
-        if var.size == 1 and var.dtype.kind in "fiub":
+        if var.size == 1 and var.dtype.kind in "fiubU":
             out[str(name)] = var.values.reshape(()).item()
     return out
 

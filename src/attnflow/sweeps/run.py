@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import base_config, experiment_name, field_for, point_config, resolve_config
+from .config import base_config, experiment_name, field_for, point_config, point_warnings, resolve_config
 from .grid import SweepError, check_grid, check_grid_size, iter_grid, point_keys
 from .point import RunFn, cpus, run_point
 from .progress import ProgressBar
@@ -95,7 +95,7 @@ class SweepResult:
 @dataclass
 class _Plan:
     """The grid points against the store: the base config, the manifest (each entry has its point),
-    what is left to run."""
+    what is left to run, the points' config warnings (each once)."""
 
     store: Store
     keys: list[str]
@@ -104,6 +104,7 @@ class _Plan:
     todo: list[str]
     skipped: list[str]
     damaged: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -194,13 +195,12 @@ def _plan(st: Store, config: BaseModel, grid: dict[str, Any], yes: bool) -> _Pla
     meta, changed = extend_meta(st, experiment_name(config), base_config(config, grid), grid)
     check_grid_size(meta["grid"], yes)
     keys = point_keys(iter_grid(meta["grid"]))
-    for p in iter_grid(meta["grid"]):
-        point_config(config, p)
+    warned = point_warnings(point_config(config, p) for p in iter_grid(meta["grid"]))  # each checked
     if changed:
         write_meta(st, meta)
     old = read_manifest(st)
     clean_temporaries(st)
-    plan = _Plan(st, keys, config, {}, [], [])
+    plan = _Plan(st, keys, config, {}, [], [], warnings=warned)
     for key, point in zip(keys, iter_grid(meta["grid"]), strict=True):
         entry = current_entry(st, old.get(key), key, point)
         plan.manifest[key] = entry
@@ -411,7 +411,7 @@ def _sweep(
 ) -> SweepResult:
     """The sweep of its plan, on its checked, locked store."""
     result = SweepResult(store=plan.store.name, keys=plan.keys, skipped=plan.skipped)
-    result.warnings = [*warnings, *plan.damaged]
+    result.warnings = [*warnings, *plan.damaged, *plan.warnings]
     if not plan.todo:
         return result
     t0 = time.perf_counter()

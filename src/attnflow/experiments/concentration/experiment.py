@@ -38,9 +38,10 @@ from ...science.convergence import (
 from ...science.metrics import RESOLUTION_OK
 from ...science.uncertainty import Measured
 from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid, warn_assumptions
-from ..config import Angle, SimulationConfig, check_betas
+from ..config import Angle, Seed, SimulationConfig, check_betas
 from ..inputs import integration, model_inputs
 from ..model import ModelConfig
+from ..needs import INVERTIBLE_B, LIMIT, Need
 from ..parts import cached_part, fingerprint, part_done, part_name
 from ..registry import Experiment, doc_summary
 from .evidence import TimeStepProbe, beta_evidence, claim_data, time_step_probe
@@ -70,6 +71,8 @@ class ConcentrationConfig(SimulationConfig, ModelConfig):
 
     experiment: Literal["concentration"] = "concentration"
     graded_init: ClassVar[bool] = True  # init = graded: rho_0 per beta, N_min..N_max its levels
+    # W2 to Pi_# rho_0, and the zero-temperature curve beside the finite betas
+    needs: ClassVar[tuple[Need, ...]] = (INVERTIBLE_B, LIMIT)
     betas: list[PositiveFloat] = Field(
         [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0], description="inverse temperatures beta (finite, > 0)"
     )
@@ -84,7 +87,7 @@ class ConcentrationConfig(SimulationConfig, ModelConfig):
     streak: PositiveInt = Field(2, description="N = auto: doublings in a row that must stay within tol")
     curve_atol: PositiveFloat = Field(5e-3, description="two levels' W2 curves agree within atol + rtol W2")
     curve_rtol: PositiveFloat = Field(0.02, description="see curve_atol")
-    seeds: list[NonNegativeInt] = Field(
+    seeds: list[Seed] = Field(
         [], description="several random clouds in one kernel call (init = uniform); empty: one, `seed`"
     )
     t_max: PositiveFloat = Field(12.0, description="final time (t* grows like log beta; late phase after it)")
@@ -104,6 +107,9 @@ class ConcentrationConfig(SimulationConfig, ModelConfig):
     @classmethod
     def _betas(cls, v: list[float]) -> list[float]:
         return check_betas(v)
+
+    def saved_cloud(self) -> tuple[int, int]:
+        return max(1, len(self.seeds)), super().saved_cloud()[1]
 
     @model_validator(mode="after")
     def _ladder(self):
@@ -164,7 +170,8 @@ def concentration_inputs(config: ConcentrationConfig) -> ConcentrationInputs:
 @dataclass(frozen=True, eq=False)
 class _Run:
     """What the ladders of one run share: its inputs, run folder and fingerprint, reporter, the
-    beta-free clouds, the simulations, and the zero-temperature reference curve (or None)."""
+    beta-free clouds, the simulations, the zero-temperature reference curve (or None), and the cost
+    of each level of a ladder in the units of the overall bar (`level_costs`)."""
 
     inputs: ConcentrationInputs
     out: Path | None
@@ -173,6 +180,7 @@ class _Run:
     clouds: CloudCache
     simulations: Simulations
     w2_zero: np.ndarray | None
+    costs: tuple[float, ...]
 
     def part(self, name: str, compute: Callable[[], Any]) -> Any:
         return cached_part(self.out, name, self.fp, compute, self.reporter)
@@ -180,6 +188,12 @@ class _Run:
 
 def _zero_part(inputs: ConcentrationInputs, clouds: CloudCache) -> Any:
     return zero_temperature(inputs, clouds[inputs.Ns[0]])
+
+
+def level_costs(inputs: ConcentrationInputs) -> tuple[float, ...]:
+    """The cost of each planned level of a ladder, N^2 (the attention's pairs: what a level's time
+    grows like): the overall bar advances by it, so that its ETA weighs the slow last levels."""
+    return tuple(float(N) ** 2 for N in inputs.Ns)
 
 
 def _batched(inputs: ConcentrationInputs, out: Path | None, fp: str) -> bool:
@@ -200,25 +214,29 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     warn_assumptions(inputs.model.attention, reporter)
     fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     clouds = CloudCache(inputs)
-    reporter.overall(len(inputs.betas) + 1, f"concentration: {len(inputs.betas)} betas, N = {config.N}")
+    costs = level_costs(inputs)  # the zero-temperature part and the time-step probe: a first level each
+    reporter.overall(
+        2 * costs[0] + len(inputs.betas) * sum(costs),
+        f"concentration: {len(inputs.betas)} betas, N = {config.N}",
+    )
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     zero = cached_part(out, "zero", fp, partial(_zero_part, inputs, clouds), reporter)
     zero_info = json_attr(zero, "zero", {})
     w2_zero = zero.w2_zero.values if zero_info.get("kind", "").startswith("N = infinity") else None
     timings["zero_temperature_s"] = time.perf_counter() - t0
-    reporter.advance()
+    reporter.advance(costs[0])
     simulations = Simulations(inputs, reporter, batched=_batched(inputs, out, fp))
-    shared = _Run(inputs, out, fp, reporter, clouds, simulations, w2_zero)
+    shared = _Run(inputs, out, fp, reporter, clouds, simulations, w2_zero, costs)
     ladders = []
     for beta in inputs.betas:
         t0 = time.perf_counter()
         ladders.append(_ladder(shared, beta))
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
-        reporter.advance()
     t0 = time.perf_counter()
     probe = _time_step_probe(shared, ladders)
     timings["time_step_probe_s"] = time.perf_counter() - t0
+    reporter.advance(costs[0])
     evidence = [beta_evidence(inputs, lad, probe) for lad in ladders]
     ds = _assemble(inputs, ladders, zero, evidence)
     ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
@@ -290,13 +308,16 @@ def _ladder(shared: _Run, beta: float) -> Ladder:
         clouds, Ns = graded, tuple(graded)
     parts: list[Any] = []
     readings: list[LevelReading] = []
+    costs = shared.costs
     for N in Ns:
         parts.append(shared.part(part_name(beta=beta, N=N), partial(_level, shared, clouds, beta, N)))
         readings.append(_reading(inputs, parts, shared.w2_zero))
         decision = judge_ladder(readings, inputs.rules)
         reporter.info(_level_line(beta, N, readings[-1], decision.status))
+        reporter.advance(costs[len(parts) - 1] if len(parts) <= len(costs) else 0.0)
         if (decision.status == "converged") if inputs.graded else decision.done:
             break
+    reporter.advance(sum(costs[len(parts) :]))  # the levels a converged ladder skips
     if decision.status == "under-resolved":
         reporter.warn(_under_resolved(inputs, beta, parts[-1]))
     return Ladder(beta, tuple(parts), tuple(r.quantities for r in readings), decision, clouds, search)
@@ -342,6 +363,8 @@ def _tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np
     from ...dynamics.zero_temperature import simulate_zero_temperature
 
     X = c.X0[0][c.keep][: ds.sizes["token"]]
+    if not len(X):  # n_keep = 0: no token is stored
+        return np.zeros((len(inputs.times), 0, inputs.model.d), dtype=np.float32)
     return simulate_zero_temperature(X, inputs.model.at(math.inf), inputs.times).x.astype(np.float32)
 
 
@@ -455,10 +478,18 @@ def _attrs(
     zero_info: dict,
 ) -> dict[str, Any]:
     """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
-    per beta, the time-step probe, the solver infos, the model, the separatrix searches."""
-    from ...science.claims import claims_table
+    per beta, the time-step probe, the solver infos, the model, the separatrix searches; every
+    theorem row "not applicable" when the weights fail assumption 1 (e.g. symmetric = false: W2 is
+    then measured to the limit of the spectral projector)."""
+    from ...science.assumptions import FAILS, check_assumptions
+    from ...science.claims import claims_table, not_applicable
 
     rows = [row.to_dict() for row in claims_table(claims)]
+    first = check_assumptions(inputs.model.attention)[0]
+    if first.status == FAILS:
+        rows = not_applicable(
+            rows, f"assumption 1 of the theorem fails: {first.reason} It says nothing here."
+        )
     fits: dict[str, Any] = {"claims_betas": {r["key"]: r["betas"] for r in rows}}
     fits["theorem_bound"] = _theorem_bound(inputs, ds, claims)
     solver = [json_attr(lad.parts[-1], "solver", {}) for lad in ladders]
@@ -552,4 +583,6 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     sweep_figures=sweep_figures,
     part_keys=tuple(sorted(LADDER_KEYS)),
+    # a point's verdict on N before its numbers: an under-resolved t* is not a result
+    sweep_columns=("status", "N_used", "resolution_ratio", "t_star", "min_w2"),
 )

@@ -6,6 +6,7 @@ Drawn from a run's Dataset (schema: `attnflow.experiments.concentration`) with t
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,8 @@ from ...io import json_attr
 from ...plot import (
     DPI,
     TOKEN_CAPTIONS,
+    FigureWarning,
+    NothingToPlot,
     beta_label,
     beta_legend,
     fits_of,
@@ -299,7 +302,7 @@ def plot_t_star(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
     betas = np.asarray(ds["beta"].values, dtype=float)
     ts = np.asarray(ds["t_star"].values, dtype=float)
     if not np.isfinite(ts).any():
-        raise ValueError("plot_t_star: no finite t_star to plot")
+        raise NothingToPlot("plot_t_star: no finite t_star to plot (no beta converged in N)")
     fig, axes = new_figure(1, 1, (6.5, 4.6))
     ax = axes[0][0]
     if "t_star_lo" in ds.variables and "t_star_hi" in ds.variables:
@@ -347,7 +350,7 @@ def plot_min_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
     m = positive(ds["min_w2"].values)
     ok = np.isfinite(betas) & np.isfinite(m)
     if not ok.any():
-        raise ValueError("plot_min_w2: no finite positive (beta, min_w2) pair to plot")
+        raise NothingToPlot("plot_min_w2: no finite positive (beta, min_w2) pair to plot")
     fig, axes = new_figure(1, 1, (6.5, 4.6))
     ax = axes[0][0]
     _by_status(ax, ds, "min_w2", m, _error_of(ds, "min_w2"))
@@ -405,7 +408,10 @@ def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bo
     and animation."""
     paths: list[Path] = []
     for draw in (plot_w2, plot_envelope, plot_t_star, plot_min_w2, plot_mass):
-        paths += draw(ds, outdir, dpi=dpi)
+        try:
+            paths += draw(ds, outdir, dpi=dpi)
+        except NothingToPlot as err:  # e.g. no converged t*: that figure alone is left out
+            warnings.warn(FigureWarning(f"a figure is left out: {err}"), stacklevel=2)
     if "ladder_N" in ds.variables and ds.sizes.get("level", 0) > 1:
         paths += plot_ladder(ds, outdir, dpi=dpi)
     second = ("x_zero", "β = ∞ (zero temperature)")

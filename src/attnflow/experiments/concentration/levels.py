@@ -119,7 +119,7 @@ def make_cloud(inputs: ConcentrationInputs, N: int, nodes: Nodes | None = None) 
     else:
         X0, w = nodes.X[None], nodes.weights
     att = inputs.model.attention
-    PiX0 = np.stack([project(x, att) for x in X0])
+    PiX0 = np.stack([project(x, att, spectral=True) for x in X0])  # (the orthogonal one for symmetric A)
     keep = token_subset(N, inputs.n_keep, inputs.seed)
     return Cloud(N, X0, w, PiX0, keep, seeds)
 
@@ -319,6 +319,16 @@ def departure_time(times: np.ndarray, mass: np.ndarray, level: float = 0.5) -> C
     return crossing(times, mass, level, "down", start=int(above[0]))
 
 
+#: about the width of the windows of the zero-temperature reference's local rates (zero-temperature's)
+RATE_WINDOW = 4.0
+
+
+def rate_window(dt_save: float) -> float:
+    """The width of the local rates' windows: the multiple of dt_save nearest RATE_WINDOW (a window's
+    ends are saved times)."""
+    return dt_save * max(1, round(RATE_WINDOW / dt_save))
+
+
 def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud):
     """The zero-temperature W2 curve: the exact N = infinity reference where it exists (d = 2, 3;
     symmetric A with a one-dimensional top eigenspace; rho_0 uniform or von Mises-Fisher) and was
@@ -346,7 +356,8 @@ def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud):
             why = str(e)
         else:
             w2, err = ref.w2, ref.w2_err
-            info.update(kind="N = infinity reference", local_rates=local_rates(ref.times, ref.w2, ref.w2_err))
+            rates = local_rates(ref.times, ref.w2, ref.w2_err, width=rate_window(inputs.rules.dt))
+            info.update(kind="N = infinity reference", local_rates=rates)
     if w2 is None:
         traj = simulate_zero_temperature(cloud.X0[0], att, times)
         w2 = w2_to_target(traj.x, cloud.PiX0[0], weights=cloud.weights).values

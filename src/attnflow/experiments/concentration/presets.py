@@ -54,13 +54,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "t_max": 10.0,
         "dt_save": 0.05,
     },
+    # tiny presets: t_max >= ln(max beta), so that they raise no warning about themselves
     "resolution-tiny": {
         "betas": [10.0, 30.0],
         "N": "auto",
         "N_min": 16,
         "N_max": 64,
         "streak": 1,
-        "t_max": 3.0,
+        "t_max": 4.0,
         "dt_save": 0.1,
         "integrator": "rk4",
         "dt": 0.05,
@@ -70,7 +71,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "concentration-tiny": {
         "betas": [10.0, 100.0],
         "N": 64,
-        "t_max": 4.0,
+        "t_max": 5.0,
         "dt_save": 0.2,
         "n_keep": 16,
         "integrator": "rk4",
