@@ -140,3 +140,21 @@ def test_saved_memory(monkeypatch):
     monkeypatch.setattr(_checks, "available_memory", lambda device=None: 10**6)
     with pytest.raises(ValueError, match=r"10 times x N = 100000 tokens x d = 3 x 4 bytes"):
         check_saved_memory(10, (100_000, 3), 4)
+
+
+def test_torch_build_read_without_importing_torch(tmp_path, monkeypatch):
+    """The CPU/GPU build of torch is read from its version file: a CPU build says no, a CUDA build yes,
+    a file without the fields cannot tell (None)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    pkg = tmp_path / "torch"
+    pkg.mkdir()
+    spec = SimpleNamespace(submodule_search_locations=[str(pkg)])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    (pkg / "version.py").write_text("cuda: Optional[str] = None\nhip: Optional[str] = None\n")
+    assert _checks.torch_build_has_gpu() is False
+    (pkg / "version.py").write_text("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\n")
+    assert _checks.torch_build_has_gpu() is True
+    (pkg / "version.py").write_text("__version__ = '2.13.0'\n")
+    assert _checks.torch_build_has_gpu() is None

@@ -259,6 +259,26 @@ def check_weights(w: Any, shape: int | tuple[int, ...], name: str = "weights") -
     return W
 
 
+def torch_build_has_gpu() -> bool | None:
+    """Whether the installed torch was built for CUDA (or ROCm), read from its version file without
+    importing torch (seconds on a loaded machine); None when that cannot be told."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except (OSError, ImportError, ValueError, StopIteration):
+        return None
+    found = {k: v for k, v in re.findall(r"^(cuda|hip)\b[^=]*=\s*(.+)$", text, flags=re.M)}
+    if set(found) != {"cuda", "hip"}:
+        return None
+    return any(v.strip() != "None" for v in found.values())
+
+
 def check_device(device: Any, X: Any = None) -> torch.device:
     """Where to compute, as a torch.device: None means X's device for a torch tensor X, else the CPU;
     "cpu", "cuda", "cuda:<k>" or a torch.device.  A device that is not available is a ValueError."""

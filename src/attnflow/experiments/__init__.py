@@ -14,6 +14,7 @@ modules are imported on first use.
 from __future__ import annotations
 
 import importlib
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -337,7 +338,7 @@ def _checked(exp: Experiment, config: BaseModel) -> BaseModel:
     """config validated again by its class (ConfigError naming the key), with its device available."""
     from pydantic import ValidationError
 
-    from .._checks import check_device
+    from .._checks import check_device, torch_build_has_gpu
     from .config import format_validation_error
 
     try:
@@ -345,6 +346,11 @@ def _checked(exp: Experiment, config: BaseModel) -> BaseModel:
     except ValidationError as err:
         raise ConfigError(format_validation_error(err)) from None
     device = getattr(config, "device", "cpu")
+    if device != "cpu" and "torch" not in sys.modules and torch_build_has_gpu() is False:
+        raise ConfigError(
+            f"config: device {device!r} is not available: the installed torch is a CPU build; use "
+            "device = cpu, or install a CUDA build of torch"
+        )
     if device != "cpu":
         try:
             check_device(device)
