@@ -55,6 +55,8 @@ _API = {
     "subspace_mass": "science.metrics",
     "lyapunov": "science.metrics",
     "resolution_ratio": "science.metrics",
+    "count_clusters": "science.clusters",
+    "nearest_atoms_w2": "science.clusters",
     "t_star": "science.fits",
     "fit_t_star": "science.fits",
     "fit_min_w2": "science.fits",

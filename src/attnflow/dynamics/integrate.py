@@ -86,7 +86,7 @@ class _Saved:
 
 def simulate(
     X0: Any,
-    att: Attention | Dynamics | Sequence[Attention] | Sequence[Dynamics],
+    att: Attention | Dynamics | Sequence[Attention | Dynamics],
     times: Any,
     method: str = "rk4",
     dt: float = 1e-2,

@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_BETAS", "SIGMAS", "claims_table", "verdict_counts"]
+__all__ = ["MIN_BETAS", "NOT_APPLICABLE", "SIGMAS", "claims_table", "not_applicable", "verdict_counts"]
 
 MIN_BETAS = 3  # fits over fewer converged betas decide nothing
 SIGMAS = 2.0  # a verdict needs the measured number this many errors away from the threshold
 CONCENTRATED = 0.5  # W2(t*) <= this fraction of W2(0): the cloud has come close to Pi_# rho_0
 TERMINAL_MASS = 0.5  # mass near V's top eigenspace at t_max for the terminal phase
 RATE_REL_TOL = 0.01  # the last zero-temperature window within 1 % of c*
+NOT_APPLICABLE = "not applicable"  # the verdict of every row of a run the theorem does not speak about
 
 
 def _row(claim: str, measured: Any, error: Any, betas: list[float], verdict: str, **extra: Any) -> dict:
@@ -276,3 +277,10 @@ def verdict_counts(rows: list[dict]) -> dict[str, int]:
     for r in rows:
         out[r["verdict"]] = out.get(r["verdict"], 0) + 1
     return out
+
+
+def not_applicable(rows: list[dict], reason: str) -> list[dict]:
+    """The rows with the verdict "not applicable" and `reason` as their note: the run's model (or
+    weights) is not the theorem's, so its claims say nothing about it. The measured numbers stay, as
+    observed laws."""
+    return [{**r, "verdict": NOT_APPLICABLE, "note": reason} for r in rows]

@@ -40,7 +40,7 @@ from ...science.metrics import RESOLUTION_OK
 from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid, warn_assumptions
 from ..config import Angle, SimulationConfig, check_betas
 from ..inputs import integration, model_inputs
-from ..model import ModelConfig
+from ..model import FlowConfig
 from ..parts import cached_part, fingerprint, part_done, part_name
 from ..registry import Experiment, doc_summary
 from .figures import CAPTIONS, figures, sweep_figures
@@ -63,11 +63,12 @@ from .presets import PRESETS
 LADDER_KEYS = frozenset({"betas", "N", "N_min", "N_max", "tol", "streak", "curve_atol", "curve_rtol"})
 
 
-class ConcentrationConfig(SimulationConfig, ModelConfig):
+class ConcentrationConfig(SimulationConfig, FlowConfig):
     """Config of the `concentration` experiment (the default of `attnflow run`)."""
 
     experiment: Literal["concentration"] = "concentration"
     graded_init: ClassVar[bool] = True  # init = graded: rho_0 per beta, N_min..N_max its levels
+    one_head: ClassVar[bool] = True  # W2 to Pi_# rho_0 of one head's A
     betas: list[PositiveFloat] = Field(
         [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0], description="inverse temperatures beta (finite, > 0)"
     )
@@ -233,10 +234,11 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
         reporter.advance()
     ds = _assemble(inputs, ladders, zero)
-    ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
+    if inputs.model.theorem()[0]:
+        ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
     timings["total_s"] = time.perf_counter() - start
     ds.attrs = base_attrs(config, reporter, timings, **_attrs(inputs, ds, ladders, zero_info))
-    _long_names(ds, inputs.eps, zero_info)
+    _long_names(ds, inputs.eps, zero_info, inputs.model.theorem())
     return ds
 
 
@@ -331,7 +333,7 @@ def _tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np
     from ...dynamics.zero_temperature import simulate_zero_temperature
 
     X = c.X0[0][c.keep][: ds.sizes["token"]]
-    return simulate_zero_temperature(X, inputs.model.at(math.inf), inputs.times).x.astype(np.float32)
+    return simulate_zero_temperature(X, inputs.model.head_at(math.inf), inputs.times).x.astype(np.float32)
 
 
 #: the columns of the ladder table (beta, level): N, the window's end, the windowed quantities, ratio
@@ -433,12 +435,17 @@ def _theorem_bound(inputs: ConcentrationInputs, ds, per_beta: dict[float, dict[s
 def _attrs(inputs: ConcentrationInputs, ds, ladders: list[Ladder], zero_info: dict) -> dict[str, Any]:
     """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
     per beta, the solver infos, the model, the separatrix searches."""
-    from ...science.claims import claims_table
+    from ...science.claims import claims_table, not_applicable
 
     per_beta, convergence = _per_beta(ds, ladders)
     claims = claims_table(per_beta, inputs.rules.dt, zero_info if zero_info.get("local_rates") else None)
+    applies, why = inputs.model.theorem()
+    if not applies:  # another model than the theorem's: its rows say so, its bound is not fitted
+        claims = not_applicable(claims, why)
     fits: dict[str, Any] = {"claims_betas": {c["claim"]: c["betas"] for c in claims}}
-    fits["theorem_bound"] = _theorem_bound(inputs, ds, per_beta)
+    fits["theorem_bound"] = (
+        _theorem_bound(inputs, ds, per_beta) if applies else {"error": f"not applicable: {why}"}
+    )
     solver = [json_attr(lad.parts[-1], "solver", {}) for lad in ladders]
     kernel = inputs.solver.kernel
     if kernel == "auto":
@@ -452,15 +459,17 @@ def _attrs(inputs: ConcentrationInputs, ds, ladders: list[Ladder], zero_info: di
         "convergence": convergence,
         "zero": zero_info,
         "model": inputs.model.description,
+        "theorem": {"applies": applies, "reason": why},
         "separatrices": {
             f"{lad.beta:g}": _separatrix_record(lad.search) for lad in ladders if lad.search is not None
         },
     }
 
 
-def _long_names(ds, eps: float, zero_info: dict) -> None:
+def _long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> None:
+    beyond = "" if theorem[0] else " of head 0's A, a reference only (the theorem does not apply)"
     long = {
-        "w2": "exact W2(rho^beta_t, Pi_# rho_0), chordal cost",
+        "w2": f"exact W2(rho^beta_t, Pi_# rho_0), chordal cost{beyond}",
         "coupling_bound": "synchronous coupling UPPER BOUND on W2(rho^beta_t, Pi_# rho_0)",
         "w2_zero": f"W2(rho^inf_t, Pi_# rho_0) of the zero-temperature flow ({zero_info.get('kind')})",
         "mass_A": f"mass within {eps:g} rad of A's top eigenspace",
@@ -469,7 +478,8 @@ def _long_names(ds, eps: float, zero_info: dict) -> None:
         "status": f"{' | '.join(STATUSES)} (attnflow.science.convergence)",
     }
     for k, v in long.items():
-        ds[k].attrs["long_name"] = v
+        if k in ds.variables:
+            ds[k].attrs["long_name"] = v
 
 
 def summarize(ds) -> dict[str, Any]:
@@ -495,9 +505,10 @@ def summarize(ds) -> dict[str, Any]:
         "claims": json_attr(ds, "claims", []),
         "convergence": conv,
         "zero_temperature": {
-            k: zero.get(k) for k in ("kind", "guaranteed", "c_star", "local_rates") if k in zero
+            k: zero.get(k) for k in ("kind", "reason", "guaranteed", "c_star", "local_rates") if k in zero
         },
         "separatrices": json_attr(ds, "separatrices", {}),
+        "theorem": json_attr(ds, "theorem", {"applies": True, "reason": ""}),
         "warnings": json_attr(ds, "warnings", []),
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }
