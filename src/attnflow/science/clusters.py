@@ -170,17 +170,25 @@ def _seeded_start(P: np.ndarray, w: np.ndarray, k: int, rng: np.random.Generator
 
 
 def _lloyd(P: np.ndarray, w: np.ndarray, atoms: np.ndarray, iterations: int) -> np.ndarray:
-    """Lloyd's iterations on the sphere from `atoms` (B, k, d); the cost sum_i w_i |x_i - a_c(i)|^2 (B,)."""
+    """Lloyd's iterations on the sphere from `atoms` (B, k, d), each cloud until its assignment of
+    tokens to atoms stops changing (then its atoms do too); the cost sum_i w_i |x_i - a_c(i)|^2 (B,)."""
+    atoms = atoms.copy()
+    k = atoms.shape[1]
+    active = np.arange(P.shape[0])
+    previous = np.full(P.shape[:2], -1)
     for _ in range(iterations):
-        nearest = np.argmax(np.einsum("bnd,bkd->bnk", P, atoms), axis=-1)  # (B, N)
-        onehot = (nearest[..., None] == np.arange(atoms.shape[1])) * w[..., None]  # (B, N, k)
-        sums = np.einsum("bnk,bnd->bkd", onehot, P)
-        norms = np.linalg.norm(sums, axis=-1, keepdims=True)
-        new = np.where(norms > 0, sums / np.maximum(norms, 1e-300), atoms)  # an empty atom stays
-        if np.array_equal(new, atoms):
+        Pa, wa = P[active], w[active]
+        nearest = np.argmax(Pa @ atoms[active].transpose(0, 2, 1), axis=-1)  # (b, N)
+        moved = np.any(nearest != previous[active], axis=1)
+        previous[active] = nearest
+        active, nearest, Pa, wa = active[moved], nearest[moved], Pa[moved], wa[moved]
+        if active.size == 0:
             break
-        atoms = new
-    return np.sum(w * (2 - 2 * np.einsum("bnd,bkd->bnk", P, atoms).max(axis=-1)), axis=-1)
+        onehot = (nearest[..., None] == np.arange(k)) * wa[..., None]  # (b, N, k)
+        sums = onehot.transpose(0, 2, 1) @ Pa  # (b, k, d)
+        norms = np.linalg.norm(sums, axis=-1, keepdims=True)
+        atoms[active] = np.where(norms > 0, sums / np.maximum(norms, 1e-300), atoms[active])  # empty: stays
+    return np.sum(w * (2 - 2 * (P @ atoms.transpose(0, 2, 1)).max(axis=-1)), axis=-1)
 
 
 def nearest_atoms_w2(
