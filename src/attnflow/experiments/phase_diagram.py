@@ -339,7 +339,9 @@ CAPTIONS = {
     "atoms": (
         "W2 to the nearest k-atom measure over (t, β)",
         "Mean over the clouds of the W2 distance to the nearest measure with k atoms on the sphere, one "
-        "row per k (exact for k = 1, an upper bound for k ≥ 2), on a log colour scale.",
+        "row per k (exact for k = 1, an upper bound for k ≥ 2), on a log colour scale whose floor, 1e-8 "
+        "of its largest value, also shows the smaller values (float64 rounding gives W2 ~ 1e-8 for one "
+        "cluster).",
     ),
 }
 
@@ -360,10 +362,13 @@ def _heatmaps(ds, rows: Rows, title: str, outdir, stem: str, dpi: int) -> list[P
         kw = dict(kw)
         if "norm" not in kw and "vmin" not in kw:
             kw["norm"] = _norms(values, log=False)
+        floor = getattr(kw.get("norm"), "vmin", None) if kw.get("log") else None
+        kw.pop("log", None)
         mesh = None
         for c, variant in enumerate(variants):
             ax = axes[r][c]
-            mesh = ax.pcolormesh(t, rows_at, values[c], shading="nearest", rasterized=True, **kw)
+            shown = values[c] if floor is None else np.maximum(values[c], floor)  # (exact zeros too)
+            mesh = ax.pcolormesh(t, rows_at, shown, shading="nearest", rasterized=True, **kw)
             ax.set_yticks(rows_at[:: max(1, len(betas) // 8)])
             ax.set_yticklabels([f"{b:g}" for b in betas[:: max(1, len(betas) // 8)]])
             ax.set_title(variant if r == 0 else "", fontsize="medium")
@@ -380,15 +385,24 @@ def _norms(values: np.ndarray, log: bool):
     finite = values[np.isfinite(values) & (values > 0 if log else True)]
     if finite.size == 0:
         return Normalize(0, 1)
-    if log:
-        return LogNorm(max(finite.min(), finite.max() * 1e-6), finite.max())
+    if log:  # a floor FLOOR below the largest value: smaller ones (zeros too) are drawn at it
+        return LogNorm(max(finite.min(), finite.max() * FLOOR), finite.max(), clip=True)
     return Normalize(finite.min(), max(finite.max(), finite.min() + 1e-12))
+
+
+FLOOR = 1e-8  # the smallest value of a log colour scale, relative to its largest
 
 
 def _spans_decades(values: np.ndarray) -> bool:
     """Whether positive values span more than a factor 20 (then a log colour scale)."""
     v = values[np.isfinite(values) & (values > 0)]
     return bool(v.size) and float(v.max()) > 20 * float(v.min())
+
+
+def _scale(values: np.ndarray, cmap: str) -> dict[str, Any]:
+    """pcolormesh keywords: a log colour scale where the values span decades, else linear."""
+    log = _spans_decades(values)
+    return {"norm": _norms(values, log), "cmap": cmap, "log": log}
 
 
 def _stats(da) -> tuple[np.ndarray, np.ndarray]:

@@ -145,8 +145,8 @@ def mixed_output(
     if impl == "sdpa" and not (theta.device.type != "cpu" and theta.dtype == torch.float64):
         return _sdpa_heads(theta, dyn, beta, logw, causal)
     usa = dyn.normalization == "usa"
-    # the log of what divides the unnormalised sums: N (uniform weights: w_j = 1/N) and the rescaling
-    shift = beta.view(M, 1) * dyn.log_time_scale(1.0) + (math.log(N) if logw is None else 0.0)
+    if usa:  # the log of what divides the unnormalised sums: N (w_j = 1/N), and the rescaling
+        shift = beta.view(M, 1) * dyn.log_time_scale(1.0) + (math.log(N) if logw is None else 0.0)
     out = torch.zeros_like(theta)
     for att, V in zip(dyn.heads, dyn.values, strict=True):
         B_h = torch.tensor(att.B, dtype=theta.dtype, device=theta.device)
