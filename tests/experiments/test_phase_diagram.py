@@ -66,7 +66,7 @@ def test_identity_weights_collapse_to_one_cluster():
     """Q = K = V = I, post-LN, small beta: every cloud ends in one cluster (GLPR's single-cluster
     regime), its W2 to the nearest atom near 0."""
     config = load_config(
-        "phase-diagram-tiny", ['vary=""', "values=[]", "betas=[1.0]", "t_max=30.0", "dt_save=5.0", "clouds=6"]
+        "phase-diagram-tiny", ["vary=none", "values=[]", "betas=[1.0]", "t_max=30.0", "dt_save=5.0", "clouds=6"]
     )
     ds = run_experiment(config)
     assert np.all(ds.clusters.values[0, 0, -1] == 1)

@@ -57,7 +57,7 @@ CURVES = ("clusters", "clustered_pairs", "w2_atoms", "radius")
 if TYPE_CHECKING:
     Vary = str
 else:
-    Vary = Literal[("", *VARY_KEYS)]
+    Vary = Literal[("none", *VARY_KEYS)]
 
 
 class PhaseDiagramConfig(SimulationConfig, FlowConfig):
@@ -74,8 +74,8 @@ class PhaseDiagramConfig(SimulationConfig, FlowConfig):
     eps: Angle = Field(GLPR_EPS, description="angle (radians) within which tokens are clustered")
     atoms: list[PositiveInt] = Field([1, 2], description="k of the W2 distance to the nearest k-atom measure")
     vary: Vary = Field(
-        "",
-        description=f"a model key whose `values` are put side by side ({', '.join(VARY_KEYS)}); empty: none",
+        "none",
+        description=f"a model key whose `values` are put side by side ({', '.join(VARY_KEYS)}), or none",
     )
     values: list[str | int | float] = Field([], description="the values of `vary`, one panel each")
 
@@ -93,7 +93,7 @@ class PhaseDiagramConfig(SimulationConfig, FlowConfig):
 
     @model_validator(mode="after")
     def _panels(self):
-        if bool(self.vary) != bool(self.values):
+        if (self.vary != "none") != bool(self.values):
             raise ValueError(
                 f"vary = {self.vary!r} and values = {self.values}: give both (a key, its values) or neither"
             )
@@ -105,10 +105,10 @@ class PhaseDiagramConfig(SimulationConfig, FlowConfig):
 
 def panels(config: PhaseDiagramConfig) -> list[tuple[str, PhaseDiagramConfig]]:
     """(label, config) of each panel: `vary = value` for each of `values`, or the config itself."""
-    if not config.vary:
+    if config.vary == "none":
         return [("as configured", config)]
     out = []
-    base = {**config.model_dump(), "vary": "", "values": []}
+    base = {**config.model_dump(), "vary": "none", "values": []}
     for i, value in enumerate(config.values):
         try:
             panel = PhaseDiagramConfig(**{**base, config.vary: value})
@@ -180,7 +180,7 @@ def phase_inputs(config: PhaseDiagramConfig) -> PhaseInputs:
     X0 = np.stack([first.rho0.nodes(config.N, int(s)).X for s in seeds])
     return PhaseInputs(
         panels=tuple(
-            Panel(label, getattr(panel, config.vary) if config.vary else None, model)
+            Panel(label, getattr(panel, config.vary) if config.vary != "none" else None, model)
             for label, panel, model in made
         ),
         solver=integration(config),
@@ -189,7 +189,7 @@ def phase_inputs(config: PhaseDiagramConfig) -> PhaseInputs:
         betas=tuple(config.betas),
         eps=config.eps,
         atoms=tuple(config.atoms),
-        vary=config.vary,
+        vary="" if config.vary == "none" else config.vary,
     )
 
 
