@@ -254,7 +254,7 @@ def test_load_attention_round_trip_and_errors(tmp_path):
 
 
 def _keys(family, seed=4, symmetric=True):
-    given = {"weights_seed": seed, "symmetric": symmetric}
+    given = {"weights_seed": seed, "symmetric": symmetric, "ensemble": "conditioned"}
     return {k: given[k] for k in family.keys}
 
 

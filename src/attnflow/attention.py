@@ -1,5 +1,6 @@
 """Single-head attention weights on the sphere: B = Q^T K, A = V B^T and their spectra (MATH.md);
-the worked examples, seeded random weights and weights from a file; WEIGHTS, the named ones."""
+the worked examples, seeded random weights (ENSEMBLES) and weights from a file; WEIGHTS, the named
+ones."""
 
 from __future__ import annotations
 
@@ -376,6 +377,42 @@ def random_attention(d: int, seed: SeedLike, beta: float = 1.0, symmetric: bool 
     return Attention(Q, K, V, beta)
 
 
+#: the laws of weights = random: "conditioned" is `random_attention` (the theorem's setting by default),
+#: the others are the random-matrix ensembles of the field (`ensemble_attention`)
+ENSEMBLES = ("conditioned", "gaussian", "goe", "gpt2-init")
+GPT2_STD = 0.02  # GPT-2's initializer_range: weights N(0, 0.02^2)
+
+
+def _goe(d: int, rng: np.random.Generator) -> np.ndarray:
+    """A GOE matrix scaled to an O(1) spectrum: off-diagonal entries N(0, 1/d), diagonal N(0, 2/d)."""
+    G = rng.standard_normal((d, d))
+    return (G + G.T) / math.sqrt(2 * d)
+
+
+def ensemble_attention(d: int, seed: SeedLike, ensemble: str, beta: float = 1.0) -> Attention:
+    """Seeded weights of a random-matrix ensemble (d, d):
+
+    "gaussian"   Q, K, V with i.i.d. N(0, 1/d) entries (B = Q^T K has entries of variance 1/d)
+    "goe"        Q = I, K and V independent GOE matrices (symmetric; off-diagonal N(0, 1/d),
+                 diagonal N(0, 2/d)): B = K symmetric
+    "gpt2-init"  Q, K, V with i.i.d. N(0, 0.02^2) entries (GPT-2's initialisation)
+    "conditioned" `random_attention(d, seed, beta)` (B well conditioned, A symmetric with a gap)
+    """
+    if ensemble not in ENSEMBLES:
+        raise ValueError(f"ensemble must be one of {', '.join(map(repr, ENSEMBLES))}, got {ensemble!r}")
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
+        raise ValueError(f"d must be an integer >= 2 (tokens on S^(d-1)), got {d!r}")
+    if ensemble == "conditioned":
+        return random_attention(d, seed, beta)
+    rng = rng_from(seed)
+    d = int(d)
+    if ensemble == "goe":
+        return Attention(np.eye(d), _goe(d, rng), _goe(d, rng), beta)
+    std = GPT2_STD if ensemble == "gpt2-init" else 1 / math.sqrt(d)
+    Q, K, V = std * rng.standard_normal((3, d, d))
+    return Attention(Q, K, V, beta)
+
+
 _SAVE_HINT = "save the weights with numpy.savez(path, Q=Q, K=K, V=V)"
 
 
@@ -429,8 +466,11 @@ class WeightsFamily:
     summary: what it is, in a few words; d: the dimension it fixes, or None when the experiments' `d`
     key chooses it (default `default_d`, at most `max_d`); keys: the config keys it reads besides d,
     passed to `build` and `label` as keywords. build(d, **keys) -> Attention at beta = 1;
-    label(**keys) -> its name with those keys, for titles. Adding a family is its build function and
-    one line of WEIGHTS.
+    label(**keys) -> its name with those keys, for titles. drawn: the weights are random draws, and
+    build also takes draw = (h, k), the draw of head h in segment k of redrawn weights (0, 0: the
+    family's one draw), so that several heads (`heads`) and redrawn weights (`redraw`) are independent
+    draws; a family that is not drawn gives the same head for every (h, k). Adding a family is its
+    build function and one line of WEIGHTS.
     """
 
     name: str
@@ -441,6 +481,13 @@ class WeightsFamily:
     label: Callable[..., str]
     default_d: int = 3
     max_d: int = MAX_DRAWN_D
+    drawn: bool = False
+
+    def head(self, d: int, keys: Mapping[str, Any], h: int = 0, k: int = 0) -> Attention:
+        """Head h of segment k (beta = 1): draw (h, k) of a drawn family, the one head otherwise."""
+        if self.drawn:
+            return self.build(d, draw=(h, k), **keys)
+        return self.build(d, **keys)
 
     def dimension(self, d: int | None) -> int:
         """The d these weights have, given the `d` key (None: unset); ValueError naming `d`."""
@@ -470,12 +517,34 @@ def _worked_example_2d(d: int) -> Attention:
     return worked_example(1.0, d=2)
 
 
-def _random(d: int, *, weights_seed: int, symmetric: bool) -> Attention:
-    return random_attention(d, weights_seed, symmetric=symmetric)
+def _random(
+    d: int,
+    *,
+    weights_seed: int,
+    symmetric: bool,
+    ensemble: str = "conditioned",
+    draw: tuple[int, int] = (0, 0),
+) -> Attention:
+    """Draw (h, k) of weights = random: draw (0, 0) seeded by weights_seed itself (as ever), the others
+    by the seed sequence (weights_seed, h, k)."""
+    seed: SeedLike = weights_seed if draw == (0, 0) else np.random.default_rng([weights_seed, *draw])
+    if ensemble == "conditioned":
+        return random_attention(d, seed, symmetric=symmetric)
+    return ensemble_attention(d, seed, ensemble)
 
 
-def _random_label(*, weights_seed: int, symmetric: bool) -> str:
+def _random_label(*, weights_seed: int, symmetric: bool, ensemble: str = "conditioned") -> str:
+    if ensemble != "conditioned":
+        return f"random {ensemble} (seed {weights_seed})"
     return f"random (seed {weights_seed}, {'symmetric A' if symmetric else 'fully random'})"
+
+
+def _identity(d: int) -> Attention:
+    return Attention(np.eye(d), np.eye(d), np.eye(d), 1.0)
+
+
+def _identity_label() -> str:
+    return "identity (Q = K = V = I)"
 
 
 def _worked_example_3d_label() -> str:
@@ -501,8 +570,12 @@ WEIGHTS: Mapping[str, WeightsFamily] = _families(
         _worked_example_2d_label,
     ),
     WeightsFamily(
-        "random", "seeded random weights; V = S B^{-T} with S symmetric unless symmetric = false", None,
-        ("weights_seed", "symmetric"), _random, _random_label,
+        "random", "seeded random weights of an ensemble (conditioned: V = S B^{-T} with S symmetric "
+        "unless symmetric = false; gaussian, goe, gpt2-init)", None,
+        ("weights_seed", "symmetric", "ensemble"), _random, _random_label, drawn=True,
+    ),
+    WeightsFamily(
+        "identity", "Q = K = V = I, the phase diagrams' weights", None, (), _identity, _identity_label,
     ),
 )  # fmt: skip
 

@@ -170,6 +170,7 @@ def test_inputs_are_frozen_and_integration_reads_the_solver_keys():
         "device": "cpu",
         "options": {"rtol": 1e-5, "atol": config.atol},
         "threads": config.threads,
+        "seed": config.seed,  # the noise's (a Dynamics with noise > 0)
     }
     assert solver.label == f"adaptive Dormand-Prince 5(4), rtol=1e-05, atol={config.atol:g}"
     fixed = integration(load_config("concentration-tiny"))

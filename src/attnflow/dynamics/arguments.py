@@ -1,5 +1,6 @@
 """simulate's arguments, one place per concern: the solver settings of each method (`options`),
-several Attention objects differing in beta (`Temperatures`), and the deprecated flat keywords.
+several Attention (or Dynamics) objects differing in beta (`Temperatures`), the noise's seed, and
+the deprecated flat keywords.
 
 Kept apart from integrate.py (the set-up and the run) so that each stays small.
 """
@@ -15,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_betas, check_positive
-from ..attention import Attention, check_attention
+from ..attention import Attention
+from ..flow import Dynamics, check_model
+from ..kernels import plain
 
 # the solver settings of each method (simulate's `options`) with their defaults; first_step None:
 # chosen by the Hairer-Norsett-Wanner starting-step rule
@@ -32,10 +35,11 @@ DEPRECATED_KEYWORDS = ("rtol", "atol", "max_steps", "betas")  # simulate's old f
 
 @dataclass(frozen=True)
 class Temperatures:
-    """Who moves the clouds: the Attention (the first of a list) and one beta per cloud in place of
-    att.beta (None: att.beta for every cloud)."""
+    """Who moves the clouds: the Attention or Dynamics (the first of a list; a Dynamics that is the
+    paper's flow is its Attention) and one beta per cloud in place of att.beta (None: att.beta for
+    every cloud)."""
 
-    att: Attention
+    att: Attention | Dynamics
     betas: list[float] | None = None
 
     @property
@@ -51,27 +55,51 @@ class Temperatures:
 
 
 def check_attentions(att: Any) -> Temperatures:
-    """One Attention, or a non-empty list of Attention objects that differ only in beta (one per
-    cloud)."""
-    if isinstance(att, Attention):
-        return Temperatures(att)
+    """One Attention or Dynamics, or a non-empty list of them that differ only in beta (one per
+    cloud). A Dynamics that is the paper's flow (`Dynamics.single`) is its Attention."""
+    if isinstance(att, (Attention, Dynamics)):
+        return Temperatures(plain(att))
     if not isinstance(att, Sequence) or isinstance(att, str) or not att:
-        return Temperatures(check_attention(att))  # the TypeError naming what was expected
-    atts = [check_attention(a, f"att[{i}]") for i, a in enumerate(att)]
+        return Temperatures(check_model(att))  # the TypeError naming what was expected
+    atts = [plain(check_model(a, f"att[{i}]")) for i, a in enumerate(att)]
     first = atts[0]
     for i, a in enumerate(atts[1:], start=1):
-        for m in ("Q", "K", "V"):
-            if not np.array_equal(getattr(a, m), getattr(first, m)):
-                raise ValueError(
-                    f"att[{i}] has another {m} than att[0]: a list of Attention objects may differ "
-                    "only in beta (build it as [att.with_beta(b) for b in betas])"
-                )
+        why = _difference(first, a)
+        if why:
+            raise ValueError(
+                f"att[{i}] has another {why} than att[0]: a list of Attention (or Dynamics) objects may "
+                "differ only in beta (build it as [att.with_beta(b) for b in betas])"
+            )
     betas = [a.beta for a in atts]
     if len(set(betas)) > 1 and not all(math.isfinite(b) for b in betas):
         raise ValueError(
             f"att: a list mixing beta = inf with other betas cannot run in one call, got {betas}"
         )
     return Temperatures(first, betas)
+
+
+def _difference(first: Attention | Dynamics, other: Attention | Dynamics) -> str | None:
+    """What differs between two models besides beta (None: nothing)."""
+    if type(first) is not type(other):
+        return "kind of model (an Attention and a Dynamics)"
+    if isinstance(first, Dynamics):
+        return first.same_but_beta(other)  # type: ignore[arg-type]
+    for m in ("Q", "K", "V"):
+        if not np.array_equal(getattr(other, m), getattr(first, m)):
+            return m
+    return None
+
+
+def noise_seed(seed: Any) -> int:
+    """The seed of the noise's generator: an int >= 0 (None: 0), or an int drawn from a NumPy
+    Generator; ValueError naming `seed` otherwise."""
+    if seed is None:
+        return 0
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(2**63 - 1))
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2^63), a numpy Generator or None, got {seed!r}")
+    return int(seed)
 
 
 def solver_options(method: str, options: Any) -> dict[str, Any]:

@@ -6,8 +6,13 @@ two run loops (MATH.md, "Finite temperature").
 - `run_adaptive`: Dormand-Prince 5(4) with error control (`AdaptiveSettings`); the states at the
   output times come from its 4th-order continuous extension (`dense_output`).
 
-Each step is followed by renormalisation of the rows (a projection method).  `Field` is the velocity
-kernel with evaluation counting and the periodic re-decision of kernel="auto".  The state is a torch
+Each step is followed by renormalisation of the rows (a projection method; `Field.retract`: for a
+Dynamics whose tokens live in R^d, layer_norm "pre" or "peri", nothing).  With `Noise` (a Dynamics
+with noise sigma > 0, fixed steps only) each step is the method's drift step, then a Brownian kick
+sigma P_y^perp dW in the tangent space at the drift's end y, then the projection back to |y| (the
+sphere, or the sphere of radius |y| in R^d): for dx = v dt + sigma P_x^perp o dW (Stratonovich) this
+step-then-project scheme has strong order 1/2 and weak order 1.  `Field` is the velocity kernel with
+evaluation counting and the periodic re-decision of kernel="auto".  The state is a torch
 tensor (M, N, d); an `Output` says where the states go (`save(X)` for each output time) and whom to
 tell (`progress(t, t_final)`, now and then); a run loop returns its `Steps`.  `simulate`
 (integrate.py) checks the arguments, sets up the state and the saved array, and calls one run loop.
@@ -20,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..kernels import get_kernel, resolve_kernel
+from ..kernels import kernel_function, resolve_kernel
 
 if TYPE_CHECKING:
     from ..attention import Attention
+    from ..flow import Dynamics
 
 AUTO_EVERY = 50  # steps between two decisions of kernel="auto"
 PROGRESS_EVERY = 100  # steps between two calls of the progress callback (also at every save time)
@@ -64,12 +70,14 @@ DP_P = (
 
 @dataclass(frozen=True)
 class Output:
-    """Where a run loop delivers: the output times (T,) (non-decreasing, >= 0), save(X) called once
-    per output time in order, and progress(t, t_final) or None."""
+    """Where a run loop delivers: the output times (T,) (non-decreasing, >= start), save(X) called
+    once per output time in order, progress(t, t_final) or None, and the time `start` of the state
+    the loop starts from (0, or where a segment of redrawn weights begins)."""
 
     times: Any
     save: Callable[[Any], None]
     progress: Callable[[float, float], Any] | None = None
+    start: float = 0.0
 
     @property
     def t_final(self) -> float:
@@ -103,12 +111,13 @@ class Steps:
 class Field:
     """The velocity field with evaluation counting and, for kernel="auto", periodic re-decisions.
 
+    att: an Attention, or a Dynamics beyond the single head (its kernels: kernels.kernel_function).
     betas: optional (M,) tensor of inverse temperatures, one per cloud, in place of att.beta (the
     automatic choice then plans for the smallest, where the most keys matter).
     weights: optional (M, N) tensor of quadrature weights (None: uniform).
     """
 
-    def __init__(self, att: Attention, kernel: str, X, betas=None, weights=None):
+    def __init__(self, att: Attention | Dynamics, kernel: str, X, betas=None, weights=None):
         self.att = att
         self.betas = betas
         self.weights = weights
@@ -122,7 +131,16 @@ class Field:
 
     def _set(self, name: str) -> None:
         self.name = name
-        self.fn = get_kernel(name)
+        self.fn = kernel_function(name, self.att)
+
+    @property
+    def on_sphere(self) -> bool:
+        """Whether the state lives on the sphere (else in R^d: layer_norm "pre" or "peri")."""
+        return bool(getattr(self.att, "on_sphere", True))
+
+    def retract(self, Y):
+        """The state after a step: rows renormalised on the sphere, as they are in R^d."""
+        return _normalize_rows(Y) if self.on_sphere else Y
 
     def maybe_redecide(self, X) -> bool:
         """Re-decide kernel="auto" for the state X; whether the kernel changed."""
@@ -143,6 +161,30 @@ def _normalize_rows(X):
     return X / X.norm(dim=-1, keepdim=True)
 
 
+class Noise:
+    """The Brownian kicks of dx = v dt + sigma P_x^perp o dW: sigma > 0 and a seeded CPU generator
+    (the increments are drawn in float64 on the CPU, so a seed gives the same path on any device)."""
+
+    def __init__(self, sigma: float, seed: int):
+        import torch
+
+        self.sigma = float(sigma)
+        self.seed = int(seed)
+        self.generator = torch.Generator().manual_seed(self.seed)
+
+    def step(self, Y, h: float, on_sphere: bool):
+        """The drift step's end Y (M, N, d) kicked by sigma P^perp dW (dW ~ N(0, h I)) in the tangent
+        space at Y / |Y| and projected back to |Y| (to the sphere when on_sphere)."""
+        import torch
+
+        dW = torch.randn(Y.shape, generator=self.generator, dtype=torch.float64).to(Y) * math.sqrt(h)
+        r = Y.norm(dim=-1, keepdim=True)
+        theta = Y / r
+        kick = self.sigma * (dW - (theta * dW).sum(-1, keepdim=True) * theta)
+        Z = _normalize_rows(theta + (kick if on_sphere else kick / r))
+        return Z if on_sphere else r * Z
+
+
 def _check_finite(X, t: float, field: Field) -> None:
     import torch
 
@@ -152,8 +194,8 @@ def _check_finite(X, t: float, field: Field) -> None:
         )
 
 
-def _step_fixed(method: str, f: Field, X, h: float):
-    """One renormalised step of size h."""
+def _step_fixed(method: str, f: Field, X, h: float, noise: Noise | None = None):
+    """One renormalised step of size h (with noise: its kick, then the projection)."""
     k1 = f(X)
     if method == "euler":
         Y = X + h * k1
@@ -165,7 +207,7 @@ def _step_fixed(method: str, f: Field, X, h: float):
         k3 = f(X + (h / 2) * k2)
         k4 = f(X + h * k3)
         Y = X + (h / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
-    return _normalize_rows(Y)
+    return f.retract(Y) if noise is None else noise.step(Y, h, f.on_sphere)
 
 
 def _initial_step(f: Field, X, k1, rtol: float, atol: float, span: float) -> float:
@@ -186,9 +228,11 @@ def _initial_step(f: Field, X, k1, rtol: float, atol: float, span: float) -> flo
     return min(100 * h0, h1, span)
 
 
-def run_fixed(method: str, f: Field, X, out: Output, dt: float, max_steps: int) -> Steps:
-    """Steps of dt, the last one before each output time shortened to land on it."""
-    n_steps, t = 0, 0.0
+def run_fixed(
+    method: str, f: Field, X, out: Output, dt: float, max_steps: int, noise: Noise | None = None
+) -> Steps:
+    """Steps of dt from out.start, the last one before each output time shortened to land on it."""
+    n_steps, t = 0, out.start
     for t_next in out.times:
         t_next = float(t_next)
         t_start, span = t, t_next - t
@@ -198,7 +242,7 @@ def run_fixed(method: str, f: Field, X, out: Output, dt: float, max_steps: int) 
             h = span - (n_take - 1) * dt if last else dt
             if n_steps >= max_steps:
                 raise RuntimeError(f"max_steps = {max_steps} reached at t = {t:.6g} < {out.t_final:.6g}")
-            X = _step_fixed(method, f, X, h)
+            X = _step_fixed(method, f, X, h, noise)
             n_steps += 1
             t = t_next if last else t_start + (i + 1) * dt
             _check_finite(X, t, f)
@@ -228,11 +272,12 @@ def _error_norm(err_vec, X, Xn, rtol: float, atol: float) -> float:
     return err if math.isfinite(err) else math.inf
 
 
-def dense_output(X, ks: list, h: float, theta: float):
-    """Dormand-Prince 4th-order continuous extension at t + theta h, theta in (0, 1], renormalised."""
+def dense_output(X, ks: list, h: float, theta: float, retract: Callable[[Any], Any] = _normalize_rows):
+    """Dormand-Prince 4th-order continuous extension at t + theta h, theta in (0, 1], retracted
+    (renormalised on the sphere)."""
     powers = [theta**p for p in range(1, 5)]
     inc = sum(sum(P[j] * powers[j] for j in range(4)) * k for P, k in zip(DP_P, ks, strict=True) if any(P))
-    return _normalize_rows(X + h * inc)
+    return retract(X + h * inc)
 
 
 def _check_step(h: float, t: float, attempts: int, opts: AdaptiveSettings, t_final: float) -> None:
@@ -280,13 +325,14 @@ class _Step:
     ks: list
 
 
-def _save_outputs(out: Output, j: int, step: _Step) -> int:
+def _save_outputs(out: Output, j: int, step: _Step, retract: Callable[[Any], Any]) -> int:
     """Save the output times from index j on that the step covers (the last step: all that remain),
     by dense output inside it and X_new at its end.  Returns the next index."""
     while j < len(out.times) and (step.last or float(out.times[j]) < step.t_new):
         t_j = float(out.times[j])
         inside = t_j < step.t_new
-        out.save(dense_output(step.X, step.ks, step.h, (t_j - step.t) / step.h) if inside else step.X_new)
+        theta = (t_j - step.t) / step.h
+        out.save(dense_output(step.X, step.ks, step.h, theta, retract) if inside else step.X_new)
         j += 1
         out.report(t_j)
     while j < len(out.times) and float(out.times[j]) <= step.t_new:  # an output time on the step's end
@@ -305,10 +351,10 @@ def run_adaptive(f: Field, X, out: Output, opts: AdaptiveSettings) -> Steps:
     """
     t_final, n_out = out.t_final, len(out.times)
     j = 0  # next output time
-    while j < n_out and float(out.times[j]) <= 0.0:
+    while j < n_out and float(out.times[j]) <= out.start:
         out.save(X)
         j += 1
-    t, n_steps, n_rejected = 0.0, 0, 0
+    t, n_steps, n_rejected = out.start, 0, 0
     h_adapt = opts.first_step
     k1 = None  # first stage of the next step (FSAL)
     while j < n_out:
@@ -326,9 +372,9 @@ def run_adaptive(f: Field, X, out: Output, opts: AdaptiveSettings) -> Steps:
             h_adapt = h * min(1.0, max(0.2, fac))
             continue
         last = h >= span
-        step = _Step(t, h, t_final if last else t + h, last, X, _normalize_rows(trial.X5), trial.ks)
+        step = _Step(t, h, t_final if last else t + h, last, X, f.retract(trial.X5), trial.ks)
         _check_finite(step.X_new, step.t_new, f)
-        j = _save_outputs(out, j, step)
+        j = _save_outputs(out, j, step, f.retract)
         X, t, k1 = step.X_new, step.t_new, trial.ks[-1]
         n_steps += 1
         h_adapt = h * min(5.0, max(0.2, fac))

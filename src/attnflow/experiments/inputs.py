@@ -2,7 +2,9 @@
 (`weights`, `d`, `init`, `density`, ...) and the integrator keys of a config.
 
     model = model_inputs(config)      # ModelInputs: the Attention at beta = 1 (random weights drawn
-    model.at(beta)                    # once), its spectrum, d, rho_0 and a one-line description
+    model.at(beta)                    # once), its spectrum, d, rho_0 and a one-line description;
+                                      # the Dynamics of the flow keys (heads, mask, layer_norm, ...):
+                                      # at(beta) is the model to simulate (its Attention when plain)
     model.rho0.nodes(N, seed)         # Nodes: X (N, d) and weights (N,) or None (equal weights)
     solver = integration(config)      # Integration: the integrator, kernel, dtype, device, threads
     simulate(X0, model.at(beta), times, weights=..., **solver.kwargs())
@@ -18,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..attention import WEIGHTS, Attention, Spectrum
+from ..attention import WEIGHTS, Attention, Spectrum, WeightsFamily
+from ..flow import Dynamics, Redraw
 from ..measures import DISCRETISATIONS, MEASURES, Density, Discretisation, Nodes
 from ..measures.densities import DensityFn
 from .model import ModelConfig, weights_attention
@@ -76,12 +79,24 @@ class InitialMeasure:
 
 @dataclass(frozen=True, eq=False)
 class ModelInputs:
-    """The weights and rho_0 of a run: `attention` at beta = 1 (drawn once), `rho0`, a one-line
-    `description` for attrs and titles. `at(beta)` gives the Attention at any beta (inf allowed)."""
+    """The weights and rho_0 of a run: `attention` at beta = 1 (drawn once; head 0 of several),
+    `rho0`, a one-line `description` for attrs and titles, and the `dynamics` of the flow keys
+    (Dynamics(attention) for configs without them). `at(beta)` gives the model to simulate at any
+    beta: the Attention (inf allowed) when the dynamics is the paper's flow, else the Dynamics."""
 
     attention: Attention
     rho0: InitialMeasure
     description: str
+    dynamics: Dynamics | None = None
+
+    @property
+    def flow(self) -> Dynamics:
+        """The run's Dynamics (beta = 1)."""
+        return self.dynamics if self.dynamics is not None else Dynamics(self.attention)
+
+    def theorem(self) -> tuple[bool, str]:
+        """Whether the paper's theorem applies to the run's model, and if not why (Dynamics)."""
+        return self.flow.theorem_applies()
 
     @property
     def d(self) -> int:
@@ -96,9 +111,16 @@ class ModelInputs:
         """A's top eigenvector (d,): the mean direction of a von Mises-Fisher rho_0."""
         return self.spectrum.top.basis[:, 0]
 
-    def at(self, beta: float) -> Attention:
-        """The run's Attention at inverse temperature beta (the same weights)."""
+    def head_at(self, beta: float) -> Attention:
+        """The run's Attention (head 0) at inverse temperature beta (inf allowed)."""
         return self.attention.with_beta(beta)
+
+    def at(self, beta: float) -> Attention | Dynamics:
+        """The run's model at inverse temperature beta (the same weights): its Attention when the
+        dynamics is the paper's flow, else its Dynamics."""
+        if self.flow.single is not None:
+            return self.attention.with_beta(beta)
+        return self.flow.with_beta(beta)
 
 
 def model_inputs(config: ModelConfig) -> ModelInputs:
@@ -110,7 +132,34 @@ def model_inputs(config: ModelConfig) -> ModelInputs:
     measure = MEASURES[config.density]
     params = {p: u1 if p == "mean" else getattr(config, p) for p in measure.parameters}
     rho0 = InitialMeasure(measure.bind(att.d, **params), DISCRETISATIONS[config.init])
-    return ModelInputs(att, rho0, describe(label, att.d, rho0))
+    dynamics = flow_of(config, att, family)
+    description = describe(label, att.d, rho0)
+    if dynamics.single is None:
+        description += f"; model {dynamics.describe()}"
+    return ModelInputs(att, rho0, description, dynamics)
+
+
+FLOW_KEYS = ("mask", "normalization", "usa_time", "layer_norm", "alpha", "noise")
+
+
+def flow_of(config: ModelConfig, att: Attention, family: WeightsFamily | None) -> Dynamics:
+    """The Dynamics of a config's flow keys (FlowConfig; absent keys: the paper's flow) with head 0
+    `att`: heads h >= 1 drawn from a drawn family (else copies of att), redrawn every `redraw`."""
+    H = int(getattr(config, "heads", 1))
+    keys = {k: getattr(config, k) for k in family.keys} if family is not None else {}
+    d = att.d
+
+    def heads_of(k: int) -> list[Attention]:
+        if family is None:
+            return [att] * H
+        return [att if (h, k) == (0, 0) else family.head(d, keys, h, k) for h in range(H)]
+
+    period = getattr(config, "redraw", None)
+    redraw = None
+    if period is not None and family is not None and family.drawn:
+        redraw = Redraw(float(period), heads_of, "redrawn")
+    options = {k: getattr(config, k) for k in FLOW_KEYS if hasattr(config, k)}
+    return Dynamics(heads_of(0), redraw=redraw, **options)
 
 
 def describe(weights: str, d: int, rho0: InitialMeasure) -> str:
@@ -139,6 +188,7 @@ class Integration:
     rtol: float
     atol: float
     threads: int
+    seed: int = 0  # the seed of the noise (a Dynamics with noise > 0)
 
     def kwargs(self) -> dict[str, Any]:
         """Keywords of `attnflow.dynamics.integrate.simulate` (the tolerances go in `options`, for the
@@ -152,6 +202,7 @@ class Integration:
             "device": self.device,
             "options": {"rtol": self.rtol, "atol": self.atol} if adaptive else None,
             "threads": self.threads,
+            "seed": self.seed,
         }
 
     def tighter(self, factor: float = 10.0) -> Integration:
@@ -181,4 +232,5 @@ def integration(config: SimulationConfig) -> Integration:
         config.rtol,
         config.atol,
         config.threads,
+        config.seed,
     )

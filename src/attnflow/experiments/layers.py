@@ -118,7 +118,7 @@ class LayersInputs:
 def layers_inputs(config: LayersConfig) -> LayersInputs:
     model = model_inputs(config)
     return LayersInputs(
-        model.at(config.beta),
+        model.head_at(config.beta),
         model.rho0.nodes(config.N, config.seed),
         config.T,
         tuple(config.Ls),

@@ -4,8 +4,11 @@ that integrate the flow; their choices, descriptions and checks come from the re
     weights = a name of attnflow.attention.WEIGHTS:
               "worked-example"      d = 3 example of docs/math.md (the default)
               "worked-example-2d"   d = 2 example of docs/math.md
-              "random"              seeded by `weights_seed`, dimension `d` (default 3); V = S B^{-T}
-                                    with S symmetric (the theorem applies) unless symmetric = false
+              "random"              seeded by `weights_seed`, dimension `d` (default 3), of the law
+                                    `ensemble`: "conditioned" (V = S B^{-T} with S symmetric, the
+                                    theorem applies, unless symmetric = false), "gaussian" (N(0, 1/d)),
+                                    "goe" (Q = I, K and V symmetric Gaussian), "gpt2-init" (N(0, 0.02^2))
+              "identity"            Q = K = V = I in dimension `d` (default 3)
               or "path/to/file.npz" arrays Q, K, V (d x d)
     init    = a name of attnflow.measures.DISCRETISATIONS:
               "uniform"     N i.i.d. tokens from rho_0 (seeded), equal weights
@@ -24,6 +27,13 @@ weights are made (drawn, or read) when the config is made, once per distinct val
 (`weights_attention`): their entries must stay in float64's range, and they must meet what the
 experiment needs of them (its `needs`, attnflow.experiments.needs), else the config is refused in one
 line. `attnflow.experiments.inputs` turns these keys into objects, once per run.
+
+`FlowConfig` adds the keys of the model beyond the single head (attnflow.flow.Dynamics, of the same
+names): heads, mask, normalization, usa_time, layer_norm, alpha, noise, redraw. Drawn weights
+(weights = random) give `heads` independent draws and, with `redraw = T`, fresh draws every T units
+of time; other weights give `heads` copies of their one head (averaged: the flow of one head).
+Keys added after 0.1 enter the parts' fingerprint only when set to another value than their default
+(`NEW_KEY`), so that run folders made before them are reused.
 """
 
 from __future__ import annotations
@@ -32,21 +42,37 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from .._threads import blas_threads
-from ..attention import WEIGHTS, Attention
+from ..attention import ENSEMBLES, WEIGHTS, Attention
+from ..flow import LAYER_NORMS, MASKS, NORMALIZATIONS, USA_TIMES
 from ..measures import DISCRETISATIONS, MEASURES
 from ..measures.registry import or_list
 from .config import ExperimentConfig, Seed
 from .needs import Need, check_needs
 
 if TYPE_CHECKING:
+    from pydantic.json_schema import JsonDict
+
     Init = str
     DensityName = str
+    Ensemble = str
+    Mask = str
+    Normalization = str
+    LayerNorm = str
+    UsaTime = str
 else:
     Init = Literal[tuple(DISCRETISATIONS)]
     DensityName = Literal[tuple(MEASURES)]
+    Ensemble = Literal[ENSEMBLES]
+    Mask = Literal[MASKS]
+    Normalization = Literal[NORMALIZATIONS]
+    LayerNorm = Literal[LAYER_NORMS]
+    UsaTime = Literal[USA_TIMES]
+
+#: the extra of a key added after 0.1: it enters a part's fingerprint only when not at its default
+NEW_KEY: JsonDict = {"fingerprint": "when-set"}
 
 #: the experiment that builds rho_0 per beta (a discretisation with per_beta)
 PER_BETA_EXPERIMENT = "concentration"
@@ -82,7 +108,14 @@ class ModelConfig(ExperimentConfig):
     )
     weights_seed: Seed = Field(0, description="seed of weights = random")
     symmetric: bool = Field(
-        True, description="weights = random: A = V B^T symmetric with a gap (the theorem applies)"
+        True, description="weights = random, ensemble = conditioned: A = V B^T symmetric with a gap"
+    )
+    ensemble: Ensemble = Field(
+        "conditioned",
+        description="weights = random: conditioned (B well conditioned, A = S symmetric unless symmetric "
+        "= false), gaussian (Q, K, V ~ N(0, 1/d)), goe (Q = I, K, V symmetric Gaussian) or gpt2-init "
+        "(N(0, 0.02^2))",
+        json_schema_extra=NEW_KEY,
     )
     init: Init = Field("uniform", description=INIT_HELP)
     density: DensityName = Field("uniform", description=DENSITY_HELP)
@@ -99,11 +132,94 @@ class ModelConfig(ExperimentConfig):
     @model_validator(mode="after")
     def _model_keys(self):
         check_init(self, model_dimension(self))  # loads an .npz once, with its errors
+        if self.ensemble != "conditioned" and self.weights != "random":
+            raise ValueError(
+                f"ensemble = {self.ensemble} is the law of weights = random; weights = {self.weights} are "
+                "not drawn (leave ensemble unset, or use weights = random)"
+            )
         with blas_threads(1):  # d x d linear algebra: fastest on one thread, and on a busy machine
             att = weights_attention(self)
             check_needs(self, att)
             check_scores(self, att)
         return self
+
+
+class FlowConfig(ModelConfig):
+    """The keys of the model beyond the single head (attnflow.flow.Dynamics), for the experiments
+    that integrate the finite-temperature flow."""
+
+    heads: PositiveInt = Field(
+        1,
+        description="attention heads, averaged (W_O^h = I/H): independent draws of weights = random, "
+        "copies of the one head of other weights",
+        json_schema_extra=NEW_KEY,
+    )
+    mask: Mask = Field(
+        "none", description="none, or causal: token i attends to j <= i", json_schema_extra=NEW_KEY
+    )
+    normalization: Normalization = Field(
+        "softmax",
+        description="softmax, or usa: unnormalised attention exp(beta x^T B y) / N",
+        json_schema_extra=NEW_KEY,
+    )
+    usa_time: UsaTime = Field(
+        "model",
+        description="normalization = usa: the model's own time, or rescaled by e^(-beta max ||B_h||)",
+        json_schema_extra=NEW_KEY,
+    )
+    layer_norm: LayerNorm = Field(
+        "post",
+        description="post (the flow on the sphere), pre or peri (tokens in R^d, measured on x/|x|), ngpt",
+        json_schema_extra=NEW_KEY,
+    )
+    alpha: PositiveFloat = Field(
+        1.0, description="layer_norm = ngpt: its step alpha", json_schema_extra=NEW_KEY
+    )
+    noise: NonNegativeFloat = Field(
+        0.0,
+        description="sigma of the noise sigma P_x^perp o dW (seeded by seed; a fixed-step integrator)",
+        json_schema_extra=NEW_KEY,
+    )
+    redraw: PositiveFloat | None = Field(
+        None,
+        description="weights = random: fresh weights every redraw units of time (unset: fixed weights)",
+        json_schema_extra=NEW_KEY,
+    )
+
+    # whether the experiment measures against one head's A (Pi, its eigenspaces): set by those that do
+    one_head: ClassVar[bool] = False
+
+    @model_validator(mode="after")
+    def _flow_keys(self):
+        check_flow(self)
+        return self
+
+
+def check_flow(config: FlowConfig) -> None:
+    """The flow keys fit the weights, the integrator and the experiment: else ValueError naming them."""
+    drawn = config.weights in WEIGHTS and WEIGHTS[config.weights].drawn
+    if config.redraw is not None and not drawn:
+        raise ValueError(
+            f"redraw = {config.redraw:g} draws fresh weights; weights = {config.weights} are not drawn "
+            "(use weights = random, or leave redraw unset)"
+        )
+    if config.noise > 0 and getattr(config, "integrator", None) == "adaptive":
+        raise ValueError(
+            f"noise = {config.noise:g} needs a fixed-step integrator (euler, heun or rk4, step dt), not "
+            "integrator = adaptive"
+        )
+    if config.init == "graded" and flow_departures(config):
+        raise ValueError(
+            f"init = graded grades rho_0 toward the separatrices of one softmax head's flow; with "
+            f"{', '.join(flow_departures(config))} use init = quadrature or uniform"
+        )
+    if config.one_head and drawn and (config.heads > 1 or config.redraw is not None):
+        experiment = getattr(config, "experiment", "this experiment")
+        what = f"heads = {config.heads} distinct heads" if config.heads > 1 else f"redraw = {config.redraw:g}"
+        raise ValueError(
+            f"{experiment} measures against one head's A (Pi, its eigenspaces); {what} of weights = random "
+            "have no such A: use the phase-diagram experiment"
+        )
 
 
 #: the largest attention score beta ||B|| a run computes with, by arithmetic: the softmax subtracts
@@ -208,3 +324,18 @@ def check_init(config: ModelConfig, d: int) -> None:
             f"init = {init.name} carries density = {or_list(init.densities)} only: for density = "
             f"{density.name} use init = {others}"
         )
+
+
+def flow_departures(config: FlowConfig) -> list[str]:
+    """The flow keys of a config that depart from the paper's flow, as `key = value` (empty: none).
+    (Copies of one head are one head: heads counts for drawn weights only.)"""
+    drawn = config.weights in WEIGHTS and WEIGHTS[config.weights].drawn
+    defaults = {
+        "mask": "none",
+        "normalization": "softmax",
+        "layer_norm": "post",
+        "noise": 0.0,
+        "redraw": None,
+    }
+    out = [f"{k} = {getattr(config, k)}" for k, v in defaults.items() if getattr(config, k) != v]
+    return ([f"heads = {config.heads}"] if drawn and config.heads > 1 else []) + out

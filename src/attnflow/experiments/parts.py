@@ -101,13 +101,25 @@ def fingerprint(
     from .. import __version__
 
     skip = {*exclude, "threads", "device"}  # where and on how many threads does not change results
-    data = {k: v for k, v in config.model_dump().items() if k not in skip}
+    fields = type(config).model_fields
+    data = {
+        k: v
+        for k, v in config.model_dump().items()
+        if k not in skip and not _new_key_at_default(fields.get(k), v)
+    }
     data["attnflow_version"] = __version__
     digests = {**input_digests(config), **(inputs or {})}
     if digests:  # (without inputs, the fingerprint of a config is what it always was)
         data["input_digests"] = digests
     text = json.dumps(data, sort_keys=True, default=str)
     return Fingerprint(hashlib.sha256(text.encode()).hexdigest()[:16], digests)
+
+
+def _new_key_at_default(field: Any, value: Any) -> bool:
+    """A key added after 0.1 (json_schema_extra {"fingerprint": "when-set"}) at its default: left out
+    of the fingerprint, so that parts computed before the key existed are still this run's."""
+    extra = getattr(field, "json_schema_extra", None)
+    return isinstance(extra, dict) and extra.get("fingerprint") == "when-set" and value == field.default
 
 
 def _value(v: Any) -> str:

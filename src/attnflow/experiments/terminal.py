@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
@@ -48,7 +48,7 @@ from .common import (
 )
 from .config import Angle, SimulationConfig, check_betas
 from .inputs import Integration, ModelInputs, integration, model_inputs
-from .model import ModelConfig
+from .model import FlowConfig
 from .parts import cached_part, fingerprint, part_name
 from .registry import Experiment, doc_summary
 
@@ -56,10 +56,11 @@ if TYPE_CHECKING:
     import xarray as xr
 
 
-class TerminalConfig(SimulationConfig, ModelConfig):
+class TerminalConfig(SimulationConfig, FlowConfig):
     """Config of the `terminal` experiment."""
 
     experiment: Literal["terminal"] = "terminal"
+    one_head: ClassVar[bool] = True  # the eigenspaces of one head's A and V
     betas: list[PositiveFloat] = Field([10.0, 30.0, 100.0], description="inverse temperatures beta")
     N: PositiveInt = Field(500, description="number of tokens")
     t_max: PositiveFloat = Field(20.0, description="final time (long: the terminal phase comes last)")
@@ -201,6 +202,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
         solver=[json_attr(p, "solver", {}) for p in parts],
         terminal_notes=notes,
         model=inputs.model.description,
+        theorem=dict(zip(("applies", "reason"), inputs.model.theorem(), strict=True)),
         eigenvalues_V_top_real=[str(v) for v in np.atleast_1d(sp.v_top_real.eigenvalues)],
         eigenvalues_V_top_magnitude=[str(v) for v in np.atleast_1d(sp.v_top_magnitude.eigenvalues)],
     )

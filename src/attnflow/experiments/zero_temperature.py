@@ -151,7 +151,7 @@ def _reference(inputs: ZeroTemperatureInputs, reporter: Reporter) -> dict | None
     try:
         with reporter.task("N = infinity reference", total=1.0):
             ref = reference_w2(
-                inputs.model.at(math.inf),
+                inputs.model.head_at(math.inf),
                 inputs.times,
                 density.name,
                 rtol=inputs.reference_rtol,
@@ -175,7 +175,7 @@ def _cloud(inputs: ZeroTemperatureInputs, reporter: Reporter) -> dict | None:
 
     if inputs.reference_only or inputs.N == 0:
         return None
-    att, times = inputs.model.at(math.inf), inputs.times
+    att, times = inputs.model.head_at(math.inf), inputs.times
     nodes = inputs.model.rho0.nodes(inputs.N, inputs.seed)
     keep = token_subset(inputs.N, inputs.n_keep, inputs.seed)
     with reporter.task(f"exact flow of {inputs.N} tokens", total=float(times[-1])):
@@ -197,7 +197,7 @@ def _fits(inputs: ZeroTemperatureInputs, main: dict, cloud: dict | None, reporte
     from ..science.fits import fit_decay_rate
 
     rates = {
-        k: v for k, v in reference_rates(inputs.model.at(math.inf)).items() if isinstance(v, int | float)
+        k: v for k, v in reference_rates(inputs.model.head_at(math.inf)).items() if isinstance(v, int | float)
     }
     fit = fit_or_reason(fit_decay_rate, inputs.times, main["w2"], tail=inputs.fit_window)
     fits: dict[str, Any] = {"fit": fit, **rates, "local_rates": main["local_rates"]}

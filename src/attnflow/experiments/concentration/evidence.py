@@ -146,7 +146,11 @@ def claim_data(
     inputs: ConcentrationInputs, betas: Sequence[BetaData], zero: Any, zero_info: Mapping[str, Any]
 ) -> ClaimData:
     """The ClaimData of a run: its saved times, betas, weights and zero-temperature curve (zero: the
-    zero part, zero_info its attrs["zero"]; a part without w2_zero_error has no error bound)."""
+    zero part, zero_info its attrs["zero"]; a part without w2_zero_error has no error bound, a model
+    the theorem does not speak about has no zero-temperature curve: None)."""
+    weights = weights_data(inputs.model.attention)
+    if "w2_zero" not in zero.variables:
+        return ClaimData(inputs.times, tuple(betas), weights, None)
     err = zero["w2_zero_error"].values if "w2_zero_error" in zero.variables else np.zeros(inputs.times.size)
     zero_data = ZeroData(
         np.asarray(zero.w2_zero.values, dtype=float),
@@ -154,4 +158,4 @@ def claim_data(
         tuple(zero_info.get("local_rates") or ()),
         str(zero_info.get("kind", "")),
     )
-    return ClaimData(inputs.times, tuple(betas), weights_data(inputs.model.attention), zero_data)
+    return ClaimData(inputs.times, tuple(betas), weights, zero_data)

@@ -40,7 +40,7 @@ from ...science.uncertainty import Measured
 from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid, warn_assumptions
 from ..config import Angle, Seed, SimulationConfig, check_betas
 from ..inputs import integration, model_inputs
-from ..model import ModelConfig
+from ..model import FlowConfig
 from ..needs import INVERTIBLE_B, LIMIT, Need
 from ..parts import cached_part, fingerprint, part_done, part_name
 from ..registry import Experiment, doc_summary
@@ -66,13 +66,14 @@ from .presets import PRESETS
 LADDER_KEYS = frozenset({"betas", "N", "N_min", "N_max", "tol", "streak", "curve_atol", "curve_rtol"})
 
 
-class ConcentrationConfig(SimulationConfig, ModelConfig):
+class ConcentrationConfig(SimulationConfig, FlowConfig):
     """Config of the `concentration` experiment (the default of `attnflow run`)."""
 
     experiment: Literal["concentration"] = "concentration"
     graded_init: ClassVar[bool] = True  # init = graded: rho_0 per beta, N_min..N_max its levels
-    # W2 to Pi_# rho_0, and the zero-temperature curve beside the finite betas
+    # W2 to Pi_# rho_0 of one head's A, and the zero-temperature curve beside the finite betas
     needs: ClassVar[tuple[Need, ...]] = (INVERTIBLE_B, LIMIT)
+    one_head: ClassVar[bool] = True
     betas: list[PositiveFloat] = Field(
         [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0], description="inverse temperatures beta (finite, > 0)"
     )
@@ -239,11 +240,12 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     reporter.advance(costs[0])
     evidence = [beta_evidence(inputs, lad, probe) for lad in ladders]
     ds = _assemble(inputs, ladders, zero, evidence)
-    ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
+    if inputs.model.theorem()[0]:
+        ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
     timings["total_s"] = time.perf_counter() - start
     claims = claim_data(inputs, evidence, zero, zero_info)
     ds.attrs = base_attrs(config, reporter, timings, **_attrs(inputs, ds, ladders, claims, probe, zero_info))
-    _long_names(ds, inputs.eps, zero_info)
+    _long_names(ds, inputs.eps, zero_info, inputs.model.theorem())
     return ds
 
 
@@ -365,7 +367,7 @@ def _tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np
     X = c.X0[0][c.keep][: ds.sizes["token"]]
     if not len(X):  # n_keep = 0: no token is stored
         return np.zeros((len(inputs.times), 0, inputs.model.d), dtype=np.float32)
-    return simulate_zero_temperature(X, inputs.model.at(math.inf), inputs.times).x.astype(np.float32)
+    return simulate_zero_temperature(X, inputs.model.head_at(math.inf), inputs.times).x.astype(np.float32)
 
 
 #: the columns of the ladder table (beta, level): N, the window's end, the windowed quantities, ratio
@@ -479,19 +481,25 @@ def _attrs(
 ) -> dict[str, Any]:
     """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
     per beta, the time-step probe, the solver infos, the model, the separatrix searches; every
-    theorem row "not applicable" when the weights fail assumption 1 (e.g. symmetric = false: W2 is
-    then measured to the limit of the spectral projector)."""
+    theorem row "not applicable" when the model is not the theorem's (several heads, a mask, usa,
+    another layer norm, noise: its bound is then not fitted) or the weights fail assumption 1 (e.g.
+    symmetric = false: W2 is then measured to the limit of the spectral projector)."""
     from ...science.assumptions import FAILS, check_assumptions
     from ...science.claims import claims_table, not_applicable
 
     rows = [row.to_dict() for row in claims_table(claims)]
+    applies, why = inputs.model.theorem()
     first = check_assumptions(inputs.model.attention)[0]
-    if first.status == FAILS:
+    if not applies:
+        rows = not_applicable(rows, why)
+    elif first.status == FAILS:
         rows = not_applicable(
             rows, f"assumption 1 of the theorem fails: {first.reason} It says nothing here."
         )
     fits: dict[str, Any] = {"claims_betas": {r["key"]: r["betas"] for r in rows}}
-    fits["theorem_bound"] = _theorem_bound(inputs, ds, claims)
+    fits["theorem_bound"] = (
+        _theorem_bound(inputs, ds, claims) if applies else {"error": f"not applicable: {why}"}
+    )
     solver = [json_attr(lad.parts[-1], "solver", {}) for lad in ladders]
     kernel = inputs.solver.kernel
     if kernel == "auto":
@@ -506,15 +514,17 @@ def _attrs(
         "time_step": probe.to_dict(),
         "zero": zero_info,
         "model": inputs.model.description,
+        "theorem": {"applies": applies, "reason": why},
         "separatrices": {
             f"{lad.beta:g}": _separatrix_record(lad.search) for lad in ladders if lad.search is not None
         },
     }
 
 
-def _long_names(ds, eps: float, zero_info: dict) -> None:
+def _long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> None:
+    beyond = "" if theorem[0] else " of head 0's A, a reference only (the theorem does not apply)"
     long = {
-        "w2": "exact W2(rho^beta_t, Pi_# rho_0), chordal cost",
+        "w2": f"exact W2(rho^beta_t, Pi_# rho_0), chordal cost{beyond}",
         "coupling_bound": "synchronous coupling UPPER BOUND on W2(rho^beta_t, Pi_# rho_0)",
         "w2_zero": f"W2(rho^inf_t, Pi_# rho_0) of the zero-temperature flow ({zero_info.get('kind')})",
         "mass_A": f"mass within {eps:g} rad of A's top eigenspace",
@@ -523,7 +533,8 @@ def _long_names(ds, eps: float, zero_info: dict) -> None:
         "status": f"{' | '.join(STATUSES)} (attnflow.science.convergence)",
     }
     for k, v in long.items():
-        ds[k].attrs["long_name"] = v
+        if k in ds.variables:
+            ds[k].attrs["long_name"] = v
 
 
 def _headline(ds, key: str, beta: float) -> Any:
@@ -564,9 +575,10 @@ def summarize(ds) -> dict[str, Any]:
         "convergence": conv,
         "time_step": json_attr(ds, "time_step", {}),
         "zero_temperature": {
-            k: zero.get(k) for k in ("kind", "guaranteed", "c_star", "local_rates") if k in zero
+            k: zero.get(k) for k in ("kind", "reason", "guaranteed", "c_star", "local_rates") if k in zero
         },
         "separatrices": json_attr(ds, "separatrices", {}),
+        "theorem": json_attr(ds, "theorem", {"applies": True, "reason": ""}),
         "warnings": json_attr(ds, "warnings", []),
         "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
     }

@@ -144,7 +144,7 @@ def separatrix_part(inputs: ConcentrationInputs, beta: float, reporter: Reporter
 
     start = time.perf_counter()
     with torch_threads(inputs.solver.threads), reporter.task(f"beta = {beta:g}: separatrix search"):
-        res = inputs.model.rho0.search(inputs.model.at(beta), inputs.t_max, inputs.solver.kernel)
+        res = inputs.model.rho0.search(inputs.model.head_at(beta), inputs.t_max, inputs.solver.kernel)
     return xr.Dataset(
         {"angles": (("separatrix",), res.angles), "brackets": (("separatrix", "end"), res.brackets)},
         attrs={
@@ -162,7 +162,7 @@ def graded_clouds(inputs: ConcentrationInputs, beta: float, search: Any) -> Iter
     from ...dynamics.separatrix import SeparatrixSearch
 
     found = SeparatrixSearch(search.angles.values, search.brackets.values)
-    att = inputs.model.at(beta)
+    att = inputs.model.head_at(beta)
     for level in itertools.count():
         nodes = inputs.model.rho0.graded_nodes(att, inputs.t_max, level, found)
         if level and len(nodes.X) > inputs.rules.N_max:
@@ -334,7 +334,9 @@ def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud):
     symmetric A with a one-dimensional top eigenspace; rho_0 uniform or von Mises-Fisher) and was
     asked for (zero_reference), else the exact flow of the cloud (labelled so). A Dataset with w2_zero
     (time), w2_zero_error (time; the reference's error bound, NaN for a cloud) and attrs["zero"]
-    (JSON: kind, the reference rates, local rates or the reason)."""
+    (JSON: kind, the reference rates, local rates or the reason). A model the theorem does not speak
+    about (several heads, a mask, usa, another layer norm, noise) has no zero-temperature flow here:
+    no w2_zero, kind "not applicable" and the reason."""
     import xarray as xr
 
     from ...dynamics.reference import local_rates, reference_w2
@@ -342,7 +344,12 @@ def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud):
     from ...science.assumptions import reference_rates
     from ...transport.wasserstein import w2_to_target
 
-    att, times, density = inputs.model.at(math.inf), inputs.times, inputs.model.rho0.density
+    applies, why = inputs.model.theorem()
+    if not applies:  # no zero-temperature flow of this model: said, not computed
+        return xr.Dataset(
+            coords={"time": inputs.times}, attrs={"zero": to_json({"kind": "not applicable", "reason": why})}
+        )
+    att, times, density = inputs.model.head_at(math.inf), inputs.times, inputs.model.rho0.density
     info: dict[str, Any] = {
         k: float(v) for k, v in reference_rates(att).items() if isinstance(v, int | float)
     }
