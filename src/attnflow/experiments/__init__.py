@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 #: modules of the built-in experiments, in the order `attnflow list` shows them
-BUILTIN = ("concentration", "terminal", "zero_temperature", "layers", "heads")
+BUILTIN = ("concentration", "terminal", "zero_temperature", "layers", "heads", "metastability")
 #: what `attnflow run` runs without a name, and a config file without `experiment = ...`
 DEFAULT_EXPERIMENT = "concentration"
 
