@@ -41,7 +41,42 @@ def test_options_per_method():
         with pytest.raises(RuntimeError, match="max_steps = 3 reached"):
             simulate(X0, att, [0.5], method=method, options={"max_steps": 3})
     assert set(OPTIONS["rk4"]) == {"max_steps"}
-    assert set(OPTIONS["adaptive"]) == {"rtol", "atol", "max_steps", "first_step"}
+    assert set(OPTIONS["adaptive"]) == {"rtol", "atol", "max_steps", "first_step", "norm"}
+
+
+def test_error_norms_over_the_tokens():
+    """norm "max" is the largest per-token RMS over coordinates, "rms" the RMS over tokens and
+    coordinates: equal for tokens with equal errors; one token's error counts sqrt(N) times more."""
+    from attnflow.dynamics.steppers import _error_norm
+
+    X = torch.nn.functional.normalize(torch.randn(2, 64, 3, dtype=torch.float64), dim=-1)
+    even = torch.full((2, 64, 3), 1e-6, dtype=torch.float64)
+    assert _error_norm(even, X, X, 1e-6, 0.0, "max") == pytest.approx(
+        _error_norm(even, X, X, 1e-6, 0.0, "rms")
+    )
+    one = torch.zeros(2, 64, 3, dtype=torch.float64)
+    one[1, 5] = 1e-6  # one token of the second cloud, every coordinate at the tolerance
+    assert _error_norm(one, X, X, 1e-6, 0.0, "max") == pytest.approx(1.0)
+    assert _error_norm(one, X, X, 1e-6, 0.0, "rms") == pytest.approx(1 / np.sqrt(64))
+
+
+def test_max_norm_holds_the_few_fast_tokens():
+    """A collapsed cluster and a few tokens far from it, which move: with norm "max" the worst
+    token's error against a tight reference is smaller than with "rms" at the same tolerance (whose
+    mean over the many still tokens lets the moving ones err more), for more steps."""
+    att = af.worked_example(100.0, d=2)
+    u1 = np.array([1.0, 1.0]) / np.sqrt(2)
+    theta = np.concatenate([np.pi / 4 + 1e-3 * np.linspace(-1, 1, 252), [-0.6, -0.7, 2.3, 2.5]])
+    X0 = np.stack([np.cos(theta), np.sin(theta)], axis=1)
+    assert np.abs(X0[:252] @ u1).min() > 0.999
+    ref = simulate(X0, att, [3.0], method="adaptive", options={"rtol": 1e-11, "atol": 1e-13}).x[-1]
+    worst, steps = {}, {}
+    for norm in ("rms", "max"):
+        tr = simulate(X0, att, [3.0], method="adaptive", options={"rtol": 1e-4, "atol": 1e-6, "norm": norm})
+        worst[norm] = float(np.linalg.norm(tr.x[-1] - ref, axis=1).max())
+        steps[norm] = tr.info["n_steps"]
+        assert tr.info.get("norm", "rms") == norm
+    assert worst["max"] < 0.5 * worst["rms"] and steps["max"] > steps["rms"]
 
 
 @pytest.mark.parametrize(("method", "options", "error", "match"), [
@@ -50,6 +85,7 @@ def test_options_per_method():
     ("adaptive", {"max_steps": 2.5}, TypeError, r"options\['max_steps'\] must be a positive integer"),
     ("adaptive", {"first_step": 0.0}, ValueError, r"options\['first_step'\] must be a finite number > 0"),
     ("adaptive", [("rtol", 1e-8)], TypeError, "options must be a dict"),
+    ("adaptive", {"norm": "l1"}, ValueError, r"options\['norm'\] must be one of \['rms', 'max'\], got 'l1'"),
 ])  # fmt: skip
 def test_bad_options(method, options, error, match):
     with pytest.raises(error, match=match):

@@ -58,7 +58,8 @@ def conc(tmp_path_factory):
 
 def test_registry_contract():
     # `resolution` is now a preset of concentration (its N ladder has one home: attnflow.science.convergence)
-    expected = {"concentration", "terminal", "zero-temperature", "layers", "heads", "phase-diagram"}
+    expected = {"concentration", "terminal", "zero-temperature", "layers", "heads"}
+    expected |= {"phase-diagram", "metastability"}
     assert set(REGISTRY) == expected
     for name, exp in REGISTRY.items():
         assert exp.name == name and exp.description

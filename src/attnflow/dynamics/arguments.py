@@ -21,9 +21,18 @@ from ..flow import Dynamics, check_model
 from ..kernels import plain
 
 # the solver settings of each method (simulate's `options`) with their defaults; first_step None:
-# chosen by the Hairer-Norsett-Wanner starting-step rule
+# chosen by the Hairer-Norsett-Wanner starting-step rule; norm: how the tokens' local errors make the
+# step's error (steppers.ERROR_NORMS)
 _FIXED_OPTIONS: dict[str, Any] = {"max_steps": 10_000_000}
-_ADAPTIVE_OPTIONS: dict[str, Any] = {"rtol": 1e-6, "atol": 1e-9, "max_steps": 10_000_000, "first_step": None}
+_ADAPTIVE_OPTIONS: dict[str, Any] = {
+    "rtol": 1e-6,
+    "atol": 1e-9,
+    "max_steps": 10_000_000,
+    "first_step": None,
+    "norm": "rms",
+}
+#: the adaptive method's error norms over the tokens (steppers._error_norm)
+ERROR_NORMS = ("rms", "max")
 OPTIONS: dict[str, dict[str, Any]] = {
     "euler": _FIXED_OPTIONS,
     "heun": _FIXED_OPTIONS,
@@ -122,6 +131,8 @@ def solver_options(method: str, options: Any) -> dict[str, Any]:
     out["max_steps"] = int(check_positive(out["max_steps"], "options['max_steps']", integer=True))
     if out.get("first_step") is not None:
         out["first_step"] = check_positive(out["first_step"], "options['first_step']")
+    if "norm" in out and out["norm"] not in ERROR_NORMS:
+        raise ValueError(f"options['norm'] must be one of {list(ERROR_NORMS)}, got {out['norm']!r}")
     return out
 
 

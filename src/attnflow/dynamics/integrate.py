@@ -126,8 +126,9 @@ def simulate(
     device: where to compute: None (X0's device for a torch tensor, else the CPU), "cpu", "cuda",
     "cuda:<k>" or a torch.device; an unavailable one is a ValueError.
     options: the method's solver settings (OPTIONS): fixed steps {"max_steps"}; adaptive {"rtol"
-    (1e-6), "atol" (1e-9), "max_steps" (1e7), "first_step" (automatic)}; another key is a
-    ValueError.  float32 needs rtol >= 1e-5 (`_checks.check_rtol_for_dtype`).
+    (1e-6), "atol" (1e-9), "max_steps" (1e7), "first_step" (automatic), "norm" ("rms" over tokens
+    and coordinates, or "max": every token within the tolerance)}; another key is a ValueError.
+    float32 needs rtol >= 1e-5 (`_checks.check_rtol_for_dtype`).
     dtype: "float64" or "float32".
     progress: True for a progress bar over t (tqdm's notebook bar in Jupyter, Rich on stderr
     elsewhere), None or False for none, or a callable progress(t, t_final), called now and then.
@@ -359,6 +360,8 @@ def _info(numerics: _Numerics, clouds: _Clouds, f: _Tally, wall_time_s: float, n
         info["betas"] = list(temps.betas)
     if numerics.method == "adaptive":
         info.update(rtol=numerics.options["rtol"], atol=numerics.options["atol"])
+        if numerics.options["norm"] != "rms":
+            info["norm"] = numerics.options["norm"]
     else:
         info["dt"] = numerics.dt
     if isinstance(temps.att, Dynamics):

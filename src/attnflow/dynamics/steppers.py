@@ -92,12 +92,14 @@ class Output:
 @dataclass(frozen=True)
 class AdaptiveSettings:
     """Dormand-Prince's settings (simulate's options for method "adaptive"): tolerances, the most
-    attempted steps, and the first step (None: the Hairer-Norsett-Wanner starting-step rule)."""
+    attempted steps, the first step (None: the Hairer-Norsett-Wanner starting-step rule) and the
+    norm over the tokens of their local errors ("rms" or "max", `_error_norm`)."""
 
     rtol: float
     atol: float
     max_steps: int
     first_step: float | None = None
+    norm: str = "rms"
 
 
 @dataclass(frozen=True)
@@ -256,19 +258,26 @@ def run_fixed(
     return Steps(n_steps)
 
 
-def _error_norm(err_vec, X, Xn, rtol: float, atol: float) -> float:
-    """Largest over the clouds of a batch of the RMS of err_ik / (atol + rtol max(|x_i|, |x_i new|)).
+def _error_norm(err_vec, X, Xn, rtol: float, atol: float, norm: str = "rms") -> float:
+    """Largest over the clouds of a batch of the RMS of err_ik / (atol + rtol max(|x_i|, |x_i new|))
+    over tokens i and coordinates k (norm "rms"), or of its largest per-token RMS over k (norm "max").
 
     |x_i| is the norm of token i (1 on the sphere), not of its coordinate k: coordinates have no
     scale of their own on the sphere, and a per-coordinate scale would make the tolerance depend
     on the frame (near-zero coordinates would demand errors of atol, and the steps would change
     under rotations).  The maximum over clouds, not the RMS over the whole batch: every cloud is
-    integrated at least as accurately as it would be alone.
+    integrated at least as accurately as it would be alone.  "max" holds every token to the
+    tolerance (tokens with equal errors give both norms the same value); with "rms" one token's error
+    may reach sqrt(N) times it, which matters where a few tokens decide what is measured (the last
+    tokens near a separatrix, which hold a cluster: docs/experiments.md, "metastability").
     """
     import torch
 
     sc = atol + rtol * torch.maximum(X.norm(dim=-1, keepdim=True), Xn.norm(dim=-1, keepdim=True))
-    err = float((err_vec / sc).pow(2).mean(dim=(-2, -1)).sqrt().max())
+    if norm == "max":
+        err = float((err_vec / sc).pow(2).mean(dim=-1).amax(dim=-1).sqrt().max())
+    else:
+        err = float((err_vec / sc).pow(2).mean(dim=(-2, -1)).sqrt().max())
     return err if math.isfinite(err) else math.inf
 
 
@@ -308,7 +317,7 @@ def _dp_attempt(f: Field, X, k1, h: float, opts: AdaptiveSettings) -> _Attempt:
         Y = X + h * sum(a * k for a, k in zip(a_row, ks, strict=False) if a != 0.0)
         ks.append(f(Y))
     err_vec = h * sum(e * k for e, k in zip(DP_E, ks, strict=True) if e != 0.0)
-    return _Attempt(ks, Y, _error_norm(err_vec, X, Y, opts.rtol, opts.atol))
+    return _Attempt(ks, Y, _error_norm(err_vec, X, Y, opts.rtol, opts.atol, opts.norm))
 
 
 @dataclass(frozen=True)

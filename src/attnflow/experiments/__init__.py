@@ -58,7 +58,15 @@ __all__ = [
 ]
 
 #: modules of the built-in experiments, in the order `attnflow list` shows them
-BUILTIN = ("concentration", "terminal", "zero_temperature", "layers", "heads", "phase_diagram")
+BUILTIN = (
+    "concentration",
+    "terminal",
+    "zero_temperature",
+    "layers",
+    "heads",
+    "phase_diagram",
+    "metastability",
+)
 #: what `attnflow run` runs without a name, and a config file without `experiment = ...`
 DEFAULT_EXPERIMENT = "concentration"
 

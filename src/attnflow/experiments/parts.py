@@ -132,9 +132,9 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def part_name(**coords: float) -> str:
+def part_name(**coords: float | str) -> str:
     """File-safe name of one part, e.g. beta=1000, N=256 -> 'beta=1000_N=256' (values exact: two
-    betas never share a name)."""
+    betas never share a name; a word, e.g. a cloud kind, as it is)."""
     return "_".join(f"{k}={_value(v)}" for k, v in coords.items())
 
 

@@ -13,6 +13,8 @@ A curve is known at its saved times t (T,) only, and what is read off it lies be
   points that bracket it (likewise one order larger than the quadratic's own).
 - `band`: the times around the minimum where the curve stays within (1 + tol) of it, each edge a
   crossing; inside one saved step the parabola gives the edges (sqrt(tol m / k) from the vertex).
+- `departure`: the first time after a mass curve has reached a level that it falls below it again
+  (a cluster's departure), a crossing.
 
 Plain NumPy on 1-D arrays; records are frozen dataclasses.
 """
@@ -25,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["Band", "Crossing", "Minimum", "band", "crossing", "locate_minimum"]
+__all__ = ["Band", "Crossing", "Minimum", "band", "crossing", "departure", "locate_minimum"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,17 @@ def crossing(
     if root is None:
         return Crossing(linear, abs(t1 - t0), j)
     return Crossing(root, abs(root - linear), j)
+
+
+def departure(t: np.ndarray, mass: np.ndarray, level: float = 0.5) -> Crossing:
+    """The first time after mass (T,) has reached `level` that it falls below it again, between
+    saved times t (T,), with its grid error; NaN (index -1) if never: the mass never reached the
+    level (no metastable phase), or has not fallen back by t[-1]."""
+    mass = np.asarray(mass, dtype=np.float64)
+    above = np.flatnonzero(mass >= level)
+    if above.size == 0:
+        return Crossing(math.nan, math.nan, -1)
+    return crossing(t, mass, level, "down", start=int(above[0]))
 
 
 def band(t: np.ndarray, w: np.ndarray, minimum: Minimum, tol: float) -> Band:

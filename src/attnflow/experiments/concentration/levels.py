@@ -310,13 +310,11 @@ def resolution_ratio_of(inputs: ConcentrationInputs, beta: float, cloud: Cloud) 
 
 def departure_time(times: np.ndarray, mass: np.ndarray, level: float = 0.5) -> Crossing:
     """The first time after mass (T,) has reached `level` that it falls below it again, between
-    saved times, with its grid error (NaN if never: no metastable phase, or no departure by t_max)."""
-    from ...science.curves import crossing
+    saved times, with its grid error (NaN if never: no metastable phase, or no departure by t_max):
+    `attnflow.science.curves.departure`."""
+    from ...science.curves import departure
 
-    above = np.flatnonzero(mass >= level)
-    if above.size == 0:
-        return Crossing(math.nan, math.nan, -1)
-    return crossing(times, mass, level, "down", start=int(above[0]))
+    return departure(times, mass, level)
 
 
 #: about the width of the windows of the zero-temperature reference's local rates (zero-temperature's)
