@@ -32,7 +32,12 @@ def test_tour_runs(tmp_path):
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
     nb = nbformat.read(TOUR, as_version=4)
-    env = {"HF_HUB_OFFLINE": "1", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    # TMPDIR: the tour's own temporary folder lies under tmp_path, which pytest cleans up
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "TMPDIR": str(tmp_path),
+    }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

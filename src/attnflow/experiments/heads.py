@@ -7,9 +7,13 @@ for a head), so the theorem's Pi does not apply; the nearest thing is Pi_S(x) = 
 P_S the orthogonal projector onto the top eigenspace of the symmetric part S = (A + A^T)/2.
 Reported against t: exact W2(rho_t, (Pi_S)_# rho_0), the mass near the top eigenspace of S and near
 V's top eigenspace (largest real part), the mean |P_S x| and the cluster diameter (largest chordal
-distance between two tokens). With `compare_model`, also exact W2 to the model's own token states
-after the layer (normalised): a comparison, not a test (a head's pure attention has no MLP, no
-residual bookkeeping and no other heads).
+distance between two tokens), and the number of clusters (tokens within `cluster_eps` joined).
+With `layer_flow = "heads"` the whole layer moves as the real multi-head layer, a time-homogeneous
+flow (as ALBERT iterates its shared layer): attnflow.Dynamics of its heads, a softmax per head and
+its output block W_O^h, summed; with "single" (the default, as in 0.1) as one Attention whose scores
+are the heads' summed (B = W_Q^T W_K, one softmax). With `compare_model`, also exact W2 to the
+model's own token states after the layer (normalised): a comparison, not a test (a head's pure
+attention has no MLP, no residual bookkeeping and no other heads).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
 
 from .._text import format_value
+from ..flow import Dynamics, padded_head
 from ..io import json_attr
 from ..plot import (
     DPI,
@@ -50,7 +55,9 @@ from .common import (
     unit_float64,
 )
 from .config import Angle, SimulationConfig
+from .model import NEW_KEY
 from .parts import cached_part, fingerprint, part_name
+from .phase_diagram import GLPR_EPS
 from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
@@ -82,6 +89,17 @@ class HeadsConfig(SimulationConfig):
     compare_model: bool = Field(
         True, description="also W2 to the model's own token states after the layer (a comparison)"
     )
+    layer_flow: Literal["single", "heads"] = Field(
+        "single",
+        description="the whole layer (-1) as one Attention (single: the heads' scores summed, one softmax) "
+        "or as the multi-head layer (heads: a softmax per head, its output block W_O, summed; Dynamics)",
+        json_schema_extra=NEW_KEY,
+    )
+    cluster_eps: Angle = Field(
+        GLPR_EPS,
+        description="angle (radians) within which tokens are joined into a cluster (clusters)",
+        json_schema_extra=NEW_KEY,
+    )
 
     @field_validator("checkpoint")
     @classmethod
@@ -93,7 +111,23 @@ class HeadsConfig(SimulationConfig):
 
 PRESETS = {
     "heads-tiny": {"heads": [0, 1], "t_max": 1.0, "dt_save": 0.1, "integrator": "rk4", "dt": 0.02},
+    # MiniLM's layer 0 as the multi-head flow (12 heads, output blocks), its clusters over time
+    "heads-dynamics-tiny": {
+        "heads": [WHOLE_LAYER],
+        "layer_flow": "heads",
+        "t_max": 8.0,
+        "dt_save": 0.4,
+        "integrator": "rk4",
+        "dt": 0.02,
+    },
 }
+
+
+def layer_dynamics(layer: Any, beta_scale: float) -> Dynamics:
+    """The layer's heads as one Dynamics: head h is Q_h, K_h, W_V^h (d_h x d, padded by zero rows)
+    at its beta times beta_scale, its output block W_O^h (d x d_h); the layer's causal mask."""
+    heads = [padded_head(h.Q, h.K, h.W_V, h.beta * beta_scale) for h in layer.heads]
+    return Dynamics(heads, W_O=[h.W_O for h in layer.heads], mask="causal" if layer.causal else "none")
 
 
 def resolve_checkpoint(name: str) -> str:
@@ -117,12 +151,14 @@ def pi_symmetric(X: np.ndarray, S1: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: HeadsConfig, head: int, reporter):
-    """One attention's run: S1 (d, m) basis of the symmetric part's top eigenspace, VU V's top,
-    Y1 (N, d) the model's normalised token states after the layer (or None)."""
+    """One attention's run (att an Attention or a Dynamics): S1 (d, m) basis of the symmetric part's
+    top eigenspace, VU V's top, Y1 (N, d) the model's normalised token states after the layer (or
+    None)."""
     import xarray as xr
 
     from ..dynamics.integrate import simulate
     from ..science import metrics
+    from ..science.clusters import count_clusters
     from ..transport.wasserstein import w2_to_target
 
     label = "whole layer" if head == WHOLE_LAYER else f"head {head}"
@@ -142,10 +178,11 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
         "mass_V": (("head", "time"), np.asarray(metrics.subspace_mass(Xt, VU, config.eps))[None]),
         "alignment": (("head", "time"), np.linalg.norm(Xt @ S1, axis=-1).mean(axis=-1)[None]),
         "diameter": (("head", "time"), np.sqrt((diff**2).sum(-1)).max(axis=(1, 2))[None]),
+        "clusters": (("head", "time"), np.asarray(count_clusters(Xt, config.cluster_eps))[None]),
         "w2_pi_S": (("head", "time"), w2_pi[None]),
         "pi_undefined": (("head",), [int((~ok).sum())]),
         "dim_S": (("head",), [S1.shape[1]]),
-        "beta_eff": (("head",), [att.beta]),
+        "beta_eff": (("head",), [float(att.beta)]),
     }
     if Y1 is not None:
         data["w2_model"] = (("head", "time"), w2_to_target(Xt, Y1).values[None])
@@ -215,8 +252,11 @@ def _parts(inp: HeadsInputs, config: HeadsConfig, out: Path | None, reporter: Re
         att = base.with_beta(base.beta * config.beta_scale)
         S1 = P.symmetric_top(att).basis
         VU = top_eigenspace(att.V, "real").basis  # V's top eigenspace, without A's spectrum
+        model = att
+        if h == WHOLE_LAYER and config.layer_flow == "heads":  # measured against the layer's S and V
+            model = layer_dynamics(inp.layer, config.beta_scale)
         t0 = time.perf_counter()
-        task = partial(_head_part, att, inp.X0, inp.times, S1, VU, inp.Y1, config, h, reporter)
+        task = partial(_head_part, model, inp.X0, inp.times, S1, VU, inp.Y1, config, h, reporter)
         parts.append(cached_part(out, part_name(head=h), fp, task, reporter))
         timings[f"head={h}_s"] = time.perf_counter() - t0
         reporter.advance()
@@ -260,6 +300,7 @@ def _long_names(ds: xr.Dataset, config: HeadsConfig) -> None:
         "mass_S": f"fraction of tokens within {config.eps:g} rad of the top eigenspace of (A+A^T)/2",
         "mass_V": f"fraction of tokens within {config.eps:g} rad of V's top eigenspace",
         "diameter": "largest chordal distance between two tokens",
+        "clusters": f"number of clusters (tokens within {config.cluster_eps:.3g} rad joined)",
         "alignment": "mean |P_S x| for P_S the top eigenspace of (A+A^T)/2",
         "w2_pi_S": "exact W2(rho_t, (Pi_S)_# rho_0), chordal, Pi_S(x) = P_S x / |P_S x| (tokens with "
         "P_S x = 0 left out)",
@@ -316,6 +357,7 @@ def summarize(ds) -> dict[str, Any]:
         rec = {
             "beta_eff": float(sel.beta_eff),
             "diameter_final": float(sel.diameter.values[-1]),
+            **({"clusters_final": int(sel.clusters.values[-1])} if "clusters" in sel else {}),
             "mass_S_final": float(sel.mass_S.values[-1]),
             "mass_V_final": float(sel.mass_V.values[-1]),
             "alignment_final": float(sel.alignment.values[-1]),
