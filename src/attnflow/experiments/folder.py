@@ -207,7 +207,7 @@ def discard_unfinished(out: Path, created: bool) -> None:
         shutil.rmtree(out)
 
 
-def write_config(out: Path, config: Any) -> None:
+def write_config(out: Path, config: BaseModel) -> None:
     """out/config.toml, atomically: the full config, to rerun (`attnflow run out/config.toml`)."""
     from ..io import atomic_write_text, inside
     from .config import to_toml

@@ -28,6 +28,7 @@ from ..measures.registry import or_list
 
 if TYPE_CHECKING:
     from ..attention import Attention
+    from .model import ModelConfig
 
 __all__ = ["INVERTIBLE_B", "LIMIT", "NEEDS", "REFERENCE", "Need", "check_needs", "needs_of"]
 
@@ -47,7 +48,7 @@ class Need:
     problem: Callable[[Attention], str | None]
     when: Callable[[Any], bool] | None = None
 
-    def applies(self, config: Any) -> bool:
+    def applies(self, config: ModelConfig) -> bool:
         return self.when is None or bool(self.when(config))
 
 
@@ -57,7 +58,7 @@ def _singular_B(att: Attention) -> str | None:
     return f"B = Q^T K is singular (condition number {att.cond_B:.3g} > {COND_B_MAX:.0e})"
 
 
-def _quadrature(config: Any) -> bool:
+def _quadrature(config: ModelConfig) -> bool:
     return getattr(config, "init", None) == "quadrature"
 
 
@@ -89,7 +90,7 @@ def needs_of(Config: type) -> tuple[Need, ...]:
     return tuple(getattr(Config, "needs", ()))
 
 
-def check_needs(config: Any, att: Attention) -> None:
+def check_needs(config: ModelConfig, att: Attention) -> None:
     """ValueError (one line) naming the first need of config's experiment that `att` misses."""
     for need in needs_of(type(config)):
         if not need.applies(config):
@@ -99,7 +100,7 @@ def check_needs(config: Any, att: Attention) -> None:
             raise ValueError(_refusal(config, need, problem))
 
 
-def _refusal(config: Any, need: Need, problem: str) -> str:
+def _refusal(config: ModelConfig, need: Need, problem: str) -> str:
     experiment = getattr(config, "experiment", "this experiment")
     fixes = _weights_fixes(config, need) + _other_experiments(need)
     weights = config.weights
@@ -110,7 +111,7 @@ def _refusal(config: Any, need: Need, problem: str) -> str:
     )
 
 
-def _weights_fixes(config: Any, need: Need) -> list[str]:
+def _weights_fixes(config: ModelConfig, need: Need) -> list[str]:
     """What to change of the weights keys."""
     if config.weights not in WEIGHTS:
         return ["other weights"]

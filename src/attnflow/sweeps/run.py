@@ -99,7 +99,7 @@ class _Plan:
 
     store: Store
     keys: list[str]
-    config: Any
+    config: BaseModel
     manifest: dict[str, dict]
     todo: list[str]
     skipped: list[str]
@@ -221,7 +221,7 @@ def _plan(st: Store, config: BaseModel, grid: dict[str, Any], yes: bool) -> _Pla
     return plan
 
 
-def _stale_inputs(st: Store, key: str, config: Any, point: dict[str, Any]) -> str | None:
+def _stale_inputs(st: Store, key: str, config: BaseModel, point: dict[str, Any]) -> str | None:
     """Why a complete point is not what the sweep computes now (its input files changed), or None."""
     from ..experiments.parts import input_digests
 
