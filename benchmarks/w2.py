@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from attnflow.sphere import sample_uniform
-from attnflow.wasserstein import w2
+from attnflow.measures.sphere import sample_uniform
+from attnflow.transport.wasserstein import w2
 
 
 def best_time(fn, repeat: int) -> tuple[float, object]:

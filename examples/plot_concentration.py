@@ -21,8 +21,8 @@ import numpy as np
 import xarray as xr
 
 import attnflow as af
-from attnflow import fits, metrics
 from attnflow.experiments import plot_run, write_report
+from attnflow.science import fits, metrics
 
 N, SEED, EPS = 150, 0, 0.1
 BETAS = (3.0, 30.0, 300.0)

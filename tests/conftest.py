@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
+
+_CACHE_ENV = "ATTNFLOW_CACHE_DIR"  # attnflow.kernels.cache.CACHE_ENV
+
+
+def pytest_configure(config):
+    """The kernels' cache (the compiled fused core, calibrated cost constants) lives in a temporary
+    directory for the whole session: tests never read or write the user's cache."""
+    config._attnflow_cache = tempfile.mkdtemp(prefix="attnflow-cache-")
+    os.environ[_CACHE_ENV] = config._attnflow_cache
+
+
+def pytest_unconfigure(config):
+    path = getattr(config, "_attnflow_cache", None)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ import torch
 import attnflow as af
 from attnflow import _checks
 from attnflow._checks import (
-    check_attention,
+    check_beta,
+    check_betas,
     check_device,
     check_points,
     check_rtol_for_dtype,
@@ -13,6 +14,7 @@ from attnflow._checks import (
     check_times,
     check_weights,
 )
+from attnflow.attention import check_attention
 
 
 def test_points_ok_and_batched():
@@ -50,6 +52,47 @@ def test_points_mismatched_d_and_normalize():
     np.testing.assert_allclose(Y, [[0.6, 0.8]])
     with pytest.raises(ValueError, match="zero row"):
         check_points(np.zeros((1, 2)), normalize=True)
+
+
+def test_beta_scalar():
+    assert check_beta(2) == 2.0 and isinstance(check_beta(np.float32(2.5)), float)
+    assert check_beta(np.inf) == np.inf
+    with pytest.raises(ValueError, match=r"^beta must be in \(0, inf\], got 0$"):
+        check_beta(0)
+    with pytest.raises(ValueError, match=r"^--beta must be in \(0, inf\], got nan$"):
+        check_beta(float("nan"), "--beta")
+    with pytest.raises(ValueError, match=r"^beta must be in \(0, inf\) \(beta = inf, the zero-temperature"):
+        check_beta(np.inf, finite=True)
+    with pytest.raises(TypeError, match=r"^beta must be a real number in \(0, inf\], got 'x'$"):
+        check_beta("x")
+
+
+def test_betas_list():
+    out = check_betas([10, 2.0, 30])
+    assert out.dtype == np.float64 and out.tolist() == [10.0, 2.0, 30.0]  # kept in order
+    assert check_betas(torch.tensor([1.0, 2.0])).tolist() == [1.0, 2.0]
+    assert check_betas([1.0, np.inf], finite=False).tolist() == [1.0, np.inf]
+    assert check_betas([3.0, 3.0]).tolist() == [3.0, 3.0]  # duplicates only refused on request
+
+
+@pytest.mark.parametrize(
+    ("betas", "kw", "error", "match"),
+    [
+        ([], {}, ValueError, r"^betas must be a non-empty 1-D sequence of numbers, got shape \(0,\)$"),
+        ([[1.0, 2.0]], {}, ValueError, r"^betas must be a non-empty 1-D .* got shape \(1, 2\)$"),
+        (5.0, {}, ValueError, r"^betas must be a non-empty 1-D .* got shape \(\)$"),
+        (["a"], {}, TypeError, r"^betas must be a sequence of numbers, got \['a'\]$"),
+        ([1.0, -1.0], {}, ValueError, r"^betas must be finite and > 0, got \[1.0, -1.0\]$"),
+        ([1.0, np.nan], {"finite": False}, ValueError, r"^betas must be in \(0, inf\], got \[1.0, nan\]$"),
+        ([1.0, np.inf], {}, ValueError, r"^betas must be finite and > 0 \(beta = inf, the zero-temperature"),
+        ([2.0, 1.0, 2.0], {"distinct": True}, ValueError, r"^my betas must be distinct, got \[2.0, 1.0"),
+    ],
+)
+def test_betas_bad(betas, kw, error, match):
+    name = "my betas" if kw.get("distinct") else "betas"
+    with pytest.raises(error, match=match) as info:
+        check_betas(betas, name, **kw)
+    assert "\n" not in str(info.value)  # one line
 
 
 def test_times():
@@ -97,3 +140,21 @@ def test_saved_memory(monkeypatch):
     monkeypatch.setattr(_checks, "available_memory", lambda device=None: 10**6)
     with pytest.raises(ValueError, match=r"10 times x N = 100000 tokens x d = 3 x 4 bytes"):
         check_saved_memory(10, (100_000, 3), 4)
+
+
+def test_torch_build_read_without_importing_torch(tmp_path, monkeypatch):
+    """The CPU/GPU build of torch is read from its version file: a CPU build says no, a CUDA build yes,
+    a file without the fields cannot tell (None)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    pkg = tmp_path / "torch"
+    pkg.mkdir()
+    spec = SimpleNamespace(submodule_search_locations=[str(pkg)])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    (pkg / "version.py").write_text("cuda: Optional[str] = None\nhip: Optional[str] = None\n")
+    assert _checks.torch_build_has_gpu() is False
+    (pkg / "version.py").write_text("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\n")
+    assert _checks.torch_build_has_gpu() is True
+    (pkg / "version.py").write_text("__version__ = '2.13.0'\n")
+    assert _checks.torch_build_has_gpu() is None

@@ -3,6 +3,7 @@ thread policy (`threads=` on simulate, the configs' `threads`)."""
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from typing import ClassVar
@@ -13,9 +14,9 @@ import torch
 
 import attnflow.progress as progress
 from attnflow import _threads
-from attnflow.integrate import simulate
-from attnflow.model import worked_example
-from attnflow.sphere import sample_uniform
+from attnflow.attention import worked_example
+from attnflow.dynamics.integrate import simulate
+from attnflow.measures.sphere import sample_uniform
 
 
 class FakeBar:
@@ -23,8 +24,9 @@ class FakeBar:
 
     made: ClassVar[list[FakeBar]] = []
 
-    def __init__(self, description, total, unit=""):
+    def __init__(self, description, total, unit="", steps=False):
         self.description, self.total, self.updates, self.closed = description, float(total), [], False
+        self.steps = steps
         FakeBar.made.append(self)
 
     def update(self, completed, total=None):
@@ -37,9 +39,26 @@ class FakeBar:
         self.closed = True
 
 
+class FakeWidget(FakeBar):
+    """A notebook widget bar (stands in for `progress.Bar`): records resets too."""
+
+    made: ClassVar[list[FakeBar]] = []
+
+    def __init__(self, description, total, unit="", notebook=None, *, steps=False, leave=True):
+        super().__init__(description, total, unit, steps)
+        FakeBar.made.pop()
+        FakeWidget.made.append(self)
+        self.resets = []
+
+    def reset(self, description, total):
+        self.resets.append((description, total))
+        self.description = description
+
+
 @pytest.fixture
 def bars(monkeypatch):
     FakeBar.made = []
+    FakeWidget.made = []
     monkeypatch.setattr(progress, "open_bar", FakeBar)
     return FakeBar.made
 
@@ -94,16 +113,87 @@ def test_simulate_progress_true_shows_a_bar_to_t_final(bars):
         simulate(X0, worked_example(5.0), times, progress="bar")
 
 
-def test_a_real_bar_in_a_terminal_and_in_a_notebook(capsys):
-    """Both kinds of bar run (Rich on stderr; tqdm, the notebook's, here on its text fallback)."""
-    for notebook in (False, True):
+def test_a_real_bar_in_a_terminal_and_in_a_notebook(capsys, monkeypatch):
+    """Every kind of bar runs: Rich on stderr; in a notebook tqdm's widget (where ipywidgets is
+    installed) or plain lines on stdout."""
+    kinds = [(False, False), (True, False)] + ([(True, True)] if progress.has_widgets() else [])
+    for notebook, widgets in kinds:
+        monkeypatch.setattr(progress, "has_widgets", lambda widgets=widgets: widgets)
         bar = progress.Bar("work", 3.0, unit="time", notebook=notebook)
         bar.update(1.5)
         bar.update(3.0, total=3.0)
         bar.describe("work (done)")
         bar.close()
         bar.close()  # twice is harmless
-    assert "work" in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "work" in out.err
+    assert re.match(r"work \(done\): 3/3 time in \d+\.\d s\n", out.out)  # lines (then a widget's text)
+
+
+def test_notebook_bars_without_ipywidgets_are_a_few_plain_lines(capsys, monkeypatch):
+    """No tqdm text bar in a notebook's stored output: a bar over t is one line when it closes, a bar
+    of steps (a sweep's points) one line per step; no carriage returns or escape codes."""
+    monkeypatch.setattr(progress, "has_widgets", lambda: False)
+    bar = progress.Bar("simulate", 6.0, unit="time", notebook=True)
+    for t in np.linspace(0.0, 6.0, 200):
+        bar.update(t)
+    bar.close()
+    points = progress.Bar("sweep seed", 3, unit="points", notebook=True, steps=True)
+    for done in (1, 1, 2):
+        points.update(done)
+    points.describe("sweep seed (1 failed)")
+    points.update(3)
+    points.close()
+    unfinished = progress.Bar("beta = 10", 5.0, unit="time", notebook=True)
+    unfinished.update(2.5)
+    unfinished.close()  # interrupted: the line says how far it got
+    out = capsys.readouterr()
+    said = [line.split(" in ")[0] for line in out.out.splitlines()]
+    assert said == [
+        "simulate: 6/6 time",
+        "sweep seed: 1/3 points",
+        "sweep seed: 2/3 points",
+        "sweep seed (1 failed): 3/3 points",
+        "beta = 10: 2.5/5 time",
+    ]
+    assert out.err == "" and "\r" not in out.out and "\x1b" not in out.out
+
+
+def test_tqdm_reporter_without_ipywidgets_prints_a_line_per_task(capsys, monkeypatch):
+    monkeypatch.setattr(progress, "has_widgets", lambda: False)
+    rep = progress.TqdmReporter()
+    rep.overall(2, "run: 2 betas")
+    for beta in (10, 30):
+        with rep.task(f"beta = {beta}", total=4.0) as cb:
+            cb(2.0, 4.0)
+            cb(4.0, 4.0)
+        rep.advance()
+    rep.info("run: done in 1.0 s")
+    rep.warn("a warning")
+    rep.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" in ")[0] for line in lines[:2]] == ["beta = 10: 4/4 time", "beta = 30: 4/4 time"]
+    assert lines[2:] == ["run: done in 1.0 s", "attnflow: warning: a warning"]
+
+
+def test_tqdm_reporter_with_widgets_reuses_one_task_bar(monkeypatch, bars):
+    """With ipywidgets, the tasks take one widget in turn (few widgets: a small saved widget state);
+    a task inside a task gets its own; close() closes them all."""
+    monkeypatch.setattr(progress, "has_widgets", lambda: True)
+    monkeypatch.setattr(progress, "Bar", FakeWidget)
+    rep = progress.TqdmReporter()
+    rep.overall(3, "run")
+    for beta in (10, 30):
+        with rep.task(f"beta = {beta}", total=4.0) as cb:
+            cb(4.0, 4.0)
+        rep.advance()
+    with rep.task("outer", total=1.0), rep.task("inner", total=2.0) as inner:
+        inner(1.0, 2.0)
+    rep.close()
+    made = FakeWidget.made
+    assert [b.description for b in made] == ["run", "outer", "inner"]  # the task bar: "beta = 10", ...
+    assert made[1].resets == [("beta = 30", 4.0), ("outer", 1.0)] and made[2].updates == [(1.0, 2.0)]
+    assert all(b.closed for b in made)
 
 
 def test_reporter_for_each_kind_of_progress(monkeypatch):
@@ -173,6 +263,7 @@ def test_sweep_progress_bar_counts_points(bars):
     bar.after(failed=1)
     bar.close()
     assert bars[0].updates == [(1.0, None)] and "1 failed" in bars[0].description and bars[0].closed
+    assert bars[0].steps  # where a bar is plain lines, one per point
     assert ProgressBar(None, 2, "s").bar is None and ProgressBar(False, 2, "s").bar is None
 
 
@@ -214,3 +305,48 @@ def test_one_thread_policy_for_api_and_configs():
     with _threads.torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_the_overall_bar_of_a_ladder_weighs_each_level_by_its_cost():
+    """concentration: the zero-temperature part and the time-step probe count as a first level each,
+    each level advances the bar by N^2, a ladder that stops early advances by the levels it skips; the
+    bar ends at its total.
+    Then `done` closes the bars before the run's last line."""
+    from attnflow.experiments import load_config, run_experiment
+
+    class Recording(progress.Reporter):
+        def __init__(self):
+            super().__init__()
+            self.total, self.steps, self.events = 0.0, [], []
+
+        def overall(self, total, description):
+            self.total = total
+
+        def advance(self, n=1):
+            self.steps.append(n)
+
+        def done(self, message):
+            self.events.append("done")
+            super().done(message)
+
+        def info(self, message):
+            self.events.append("info")
+            super().info(message)
+
+    levels = [8.0**2, 16.0**2, 32.0**2]
+    ran_levels = []
+    for overrides in (["tol=10.0", "curve_atol=10.0"], ["tol=1e-9", "curve_atol=1e-9", "curve_rtol=1e-9"]):
+        reporter = Recording()
+        config = load_config(
+            "concentration-tiny",
+            ['N="auto"', "N_min=8", "N_max=32", "streak=1", "betas=[10.0, 30.0]", "t_max=1.0", *overrides],
+        )
+        ds = run_experiment(config, progress=reporter)
+        assert reporter.total == 2 * levels[0] + 2 * sum(levels)  # (the time-step probe: one more)
+        assert sum(reporter.steps) == reporter.total and reporter.steps[0] == levels[0]
+        ran = int(np.isfinite(ds.ladder_N.values[0]).sum())
+        ran_levels.append(ran)
+        assert reporter.steps[1 : 1 + ran] == levels[:ran]  # the first beta's levels, as they finish
+        assert reporter.events[-2:] == ["done", "info"]  # (done prints its line through info)
+        assert reporter.messages[-1].startswith("concentration: done in")
+    assert ran_levels[0] < 3 == ran_levels[1]  # the loose tolerances stopped early, the strict ones did not

@@ -1,4 +1,5 @@
-"""The tour notebook (examples/tour.ipynb): stored without outputs, and it runs from top to bottom.
+"""The tour notebook (examples/tour.ipynb): stored without outputs, and it runs from top to bottom
+with short outputs (`make tour` runs it the same way, with `jupyter execute`).
 
 Running it needs the `test` extra's notebook tools (nbclient, nbformat, ipykernel), which
 `make test` installs.
@@ -31,7 +32,12 @@ def test_tour_runs(tmp_path):
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
     nb = nbformat.read(TOUR, as_version=4)
-    env = {"HF_HUB_OFFLINE": "1", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    # TMPDIR: the tour's own temporary folder lies under tmp_path, which pytest cleans up
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "TMPDIR": str(tmp_path),
+    }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -49,4 +55,11 @@ def test_tour_runs(tmp_path):
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "t_star" in text and "2 run, 0 already done, 0 failed" in text and "beta_eff" in text
+    # the claims cell: the demo preset decides the theorem rows it is meant to decide
+    for key in ("error_vanishes", "guaranteed_duration", "best_concentration"):
+        assert f"{key} (theorem): consistent" in text or f"{key} (theorem): inconsistent" in text
+    # progress=True leaves a few plain lines or widgets in the saved outputs, never tqdm's text bar
+    # (redrawn with carriage returns and cursor-up escapes) nor its warning about a missing IProgress
+    assert "\r" not in text and "\x1b" not in text and "TqdmWarning" not in text
+    assert len(text) < 20_000 and sum(o.output_type == "stream" for o in outputs) < 100
     assert sum(o.output_type == "display_data" and "image/png" in o.data for o in outputs) >= 4

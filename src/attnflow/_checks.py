@@ -11,7 +11,22 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from .model import Attention
+
+SeedLike = int | np.random.Generator | None
+
+
+def rng_from(seed: SeedLike, name: str = "seed") -> np.random.Generator:
+    """A NumPy Generator from an int seed (>= 0), a Generator (used as is) or None (fresh entropy);
+    any other seed is a ValueError naming `name`."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name} must be a non-negative integer, a numpy Generator or None, got {seed!r}"
+        ) from None
+
 
 UNIT_TOL = 1e-8  # largest accepted | |x_i| - 1 | for a token
 WEIGHT_SUM_TOL = 1e-12  # largest accepted |sum_j w_j - 1| of quadrature weights
@@ -27,23 +42,68 @@ def to_numpy(a: Any) -> np.ndarray:
     return np.asarray(a)
 
 
-def check_beta(beta: Any, name: str = "beta") -> float:
-    """Inverse temperature in (0, inf]; returns a float (math.inf allowed)."""
+#: why a list of finite betas refuses beta = inf, said where one is found
+INF_BETA_HINT = "beta = inf, the zero-temperature limit, is computed separately"
+
+
+def _beta_range(finite: bool) -> str:
+    return "(0, inf)" if finite else "(0, inf]"
+
+
+def check_beta(beta: Any, name: str = "beta", *, finite: bool = False) -> float:
+    """An inverse temperature in (0, inf] ((0, inf) with finite=True), as a float (math.inf allowed).
+    Lists of betas: `check_betas`, with the same rule and words."""
     try:
         b = float(beta)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number in (0, inf], got {beta!r}") from None
-    if math.isnan(b) or b <= 0:
-        raise ValueError(f"{name} must be in (0, inf], got {beta!r}")
+        raise TypeError(f"{name} must be a real number in {_beta_range(finite)}, got {beta!r}") from None
+    if math.isnan(b) or b <= 0 or (finite and math.isinf(b)):
+        hint = f" ({INF_BETA_HINT})" if finite and b == math.inf else ""
+        raise ValueError(f"{name} must be in {_beta_range(finite)}{hint}, got {beta!r}")
     return b
 
 
-def check_matrix(M: Any, name: str, d: int | None = None) -> np.ndarray:
-    """A finite square float64 matrix, of size d x d when d is given."""
+def check_betas(
+    betas: Any, name: str = "betas", *, finite: bool = True, distinct: bool = False
+) -> np.ndarray:
+    """Inverse temperatures: a non-empty 1-D float64 array (B,), each in (0, inf) ((0, inf] with
+    finite=False), pairwise different with distinct=True.  Every message is one line naming `name`."""
     try:
-        A = to_numpy(M).astype(np.float64, copy=True)
+        arr = to_numpy(betas).astype(np.float64)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real (d, d) array, got {type(M).__name__}") from None
+        shown = betas.tolist() if isinstance(betas, np.ndarray) else betas
+        raise TypeError(f"{name} must be a sequence of numbers, got {shown!r}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence of numbers, got shape {arr.shape}")
+    bad = np.isnan(arr) | (arr <= 0) | (np.isinf(arr) if finite else False)
+    if bad.any():
+        want = "finite and > 0" if finite else "in (0, inf]"
+        hint = f" ({INF_BETA_HINT})" if finite and bool(np.any(arr == math.inf)) else ""
+        raise ValueError(f"{name} must be {want}{hint}, got {arr.tolist()}")
+    if distinct and np.unique(arr).size != arr.size:
+        raise ValueError(f"{name} must be distinct, got {arr.tolist()}")
+    return arr
+
+
+def check_matrix(M: Any, name: str, d: int | None = None) -> np.ndarray:
+    """A finite square float64 matrix, of size d x d when d is given. Complex entries are refused
+    (NumPy would drop their imaginary parts with a warning), unless every imaginary part is 0."""
+    not_real = f"{name} must be a real (d, d) array, got {type(M).__name__}"
+    try:
+        raw = to_numpy(M)
+    except (TypeError, ValueError):
+        raise TypeError(not_real) from None
+    if raw.dtype.kind == "c":
+        if np.any(raw.imag != 0):
+            raise ValueError(
+                f"{name} must be a real matrix, got complex entries (dtype {raw.dtype}, largest "
+                f"imaginary part {float(np.max(np.abs(raw.imag))):.3g}): attention weights are real"
+            )
+        raw = raw.real
+    try:
+        A = raw.astype(np.float64, copy=True)
+    except (TypeError, ValueError):
+        raise TypeError(not_real) from None
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"{name} must be a square (d, d) matrix, got shape {A.shape}")
     if A.shape[0] < 2:
@@ -199,13 +259,24 @@ def check_weights(w: Any, shape: int | tuple[int, ...], name: str = "weights") -
     return W
 
 
-def check_attention(att: Any, name: str = "att") -> Attention:
-    """An attnflow.Attention (TypeError otherwise)."""
-    from .model import Attention
+def torch_build_has_gpu() -> bool | None:
+    """Whether the installed torch was built for CUDA (or ROCm), read from its version file without
+    importing torch (seconds on a loaded machine); None when that cannot be told."""
+    import importlib.util
+    import re
+    from pathlib import Path
 
-    if not isinstance(att, Attention):
-        raise TypeError(f"{name} must be an attnflow.Attention, got {type(att).__name__}")
-    return att
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except (OSError, ImportError, ValueError, StopIteration):
+        return None
+    found = {k: v for k, v in re.findall(r"^(cuda|hip)\b[^=]*=\s*(.+)$", text, flags=re.M)}
+    if set(found) != {"cuda", "hip"}:
+        return None
+    return any(v.strip() != "None" for v in found.values())
 
 
 def check_device(device: Any, X: Any = None) -> torch.device:

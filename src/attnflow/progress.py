@@ -1,27 +1,38 @@
 """Progress and messages of a run, and the progress bars of the API (one home for which bar where).
 
 `Reporter` is silent (tests, library use); `RichReporter` draws Rich progress bars (the command line,
-a terminal); `TqdmReporter` draws tqdm's bars (Jupyter: its notebook widget). `reporter_for(progress)`
-turns the `progress` argument of `run_experiment` into a Reporter, `time_bar(progress, ...)` that of
-`simulate` into a callback, and `open_bar` makes the one bar of a sweep: `progress=True` gives
-tqdm's notebook bar in Jupyter (`in_notebook`) and a Rich bar on stderr elsewhere; None or False,
-nothing; a callable is called as before. Light on purpose: no pydantic, no NumPy; Rich and tqdm are
-imported when a bar is made.
+a terminal); `TqdmReporter` shows progress in Jupyter: tqdm's notebook widget where ipywidgets is
+installed (`has_widgets`), plain lines otherwise (one per level, never tqdm's text bar: its redraws
+would fill a notebook's stored output). `reporter_for(progress)` turns the `progress` argument of
+`run_experiment` into a Reporter, `time_bar(progress, ...)` that of `simulate` into a callback, and
+`open_bar` makes the one bar of a sweep: `progress=True` gives the notebook's kind in Jupyter
+(`in_notebook`) and a Rich bar on stderr elsewhere; None or False, nothing; a callable is called as
+before. Light on purpose: no pydantic, no NumPy; Rich and tqdm are imported when a bar is made.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
+    "PIPED_WIDTH",
     "Bar",
     "Reporter",
     "RichReporter",
     "TqdmReporter",
+    "console",
+    "has_widgets",
     "in_notebook",
+    "is_terminal",
     "open_bar",
     "reporter_for",
     "time_bar",
@@ -41,40 +52,113 @@ def in_notebook() -> bool:
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
+def has_widgets() -> bool:
+    """Whether tqdm's notebook widget can be drawn: ipywidgets is installed (`attnflow[notebook]`)."""
+    return importlib.util.find_spec("ipywidgets") is not None
+
+
+# ------------------------------------------------------------------------------------ consoles
+
+#: width of output that is not a terminal: wide enough that no table of attnflow folds
+PIPED_WIDTH = 1000
+
+
+def is_terminal(stderr: bool = False) -> bool:
+    """Whether stdout (stderr) is a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+def console(stderr: bool = False, **kwargs: Any) -> Console:
+    """A Rich Console on stdout (stderr): the terminal's width in a terminal, PIPED_WIDTH columns
+    when piped or redirected (unless COLUMNS is set), no colour codes in a file."""
+    from rich.console import Console
+
+    if "width" not in kwargs and not is_terminal(stderr) and not os.environ.get("COLUMNS"):
+        kwargs["width"] = PIPED_WIDTH
+    return Console(stderr=stderr, **kwargs)
+
+
 # ------------------------------------------------------------------------------------------ bars
+
+
+class _Lines:
+    """A bar as plain lines on stdout, for Jupyter without ipywidgets: one line when it closes (how far
+    it got, in how long), and with steps=True one line per step completed (a sweep's points)."""
+
+    def __init__(self, description: str, total: float, unit: str, steps: bool) -> None:
+        self.description, self.total, self.unit, self.steps = description, total, unit, steps
+        self.n, self.said = 0.0, -1.0
+        self.start = time.perf_counter()
+
+    def update(self, completed: float, total: float) -> None:
+        self.n, self.total = float(completed), total
+        if self.steps and int(self.n) > self.said:
+            self.say()
+
+    def say(self) -> None:
+        unit = f" {self.unit}" if self.unit else ""
+        elapsed = time.perf_counter() - self.start
+        print(f"{self.description}: {self.n:.4g}/{self.total:.4g}{unit} in {elapsed:.1f} s", flush=True)
+        self.said = self.n
+
+    def close(self) -> None:
+        if self.said != self.n:  # a step's line already says where it ended
+            self.say()
 
 
 class Bar:
     """One progress bar: `update(completed, total=None)`, `describe(text)`, `close()`.
 
-    Made by `open_bar`: tqdm (its notebook widget in Jupyter, where ipywidgets is installed) or Rich
-    (a live bar on stderr).
+    Made by `open_bar`; three kinds, by where it runs: a live Rich bar on stderr (a terminal, a
+    script); in Jupyter (`notebook`, default `in_notebook()`), tqdm's notebook widget where ipywidgets
+    is installed (leave=False: it disappears when closed), plain lines on stdout otherwise (`_Lines`:
+    one when it closes, and one per step with steps=True).
     """
 
-    def __init__(self, description: str, total: float, unit: str = "", notebook: bool | None = None) -> None:
+    def __init__(
+        self,
+        description: str,
+        total: float,
+        unit: str = "",
+        notebook: bool | None = None,
+        *,
+        steps: bool = False,
+        leave: bool = True,
+    ) -> None:
         self.total = float(total)
         self._tqdm: Any = None
         self._rich: Any = None
-        if in_notebook() if notebook is None else notebook:
-            from tqdm.auto import tqdm
+        self._lines: _Lines | None = None
+        if not (in_notebook() if notebook is None else notebook):
+            self._rich_bar(description, unit)
+        elif has_widgets():
+            from tqdm.notebook import tqdm
 
             fmt = "{desc}: {percentage:3.0f}%|{bar}| {n:.4g}/{total:.4g}" + (f" {unit}" if unit else "")
-            self._tqdm = tqdm(total=self.total, desc=description, bar_format=fmt + " [{elapsed}<{remaining}]")
-        else:
-            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-
-            from ._console import console
-
-            self._rich = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TaskProgressColumn(),
-                TextColumn("{task.completed:.4g}/{task.total:.4g}" + (f" {unit}" if unit else "")),
-                TimeElapsedColumn(),
-                console=console(stderr=True),
+            self._tqdm = tqdm(
+                total=self.total, desc=description, bar_format=fmt + " [{elapsed}<{remaining}]", leave=leave
             )
-            self._task = self._rich.add_task(description, total=self.total)
-            self._rich.start()
+        else:
+            self._lines = _Lines(description, self.total, unit, steps)
+
+    def _rich_bar(self, description: str, unit: str) -> None:
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+        self._rich = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.completed:.4g}/{task.total:.4g}" + (f" {unit}" if unit else "")),
+            TimeElapsedColumn(),
+            console=console(stderr=True),
+        )
+        self._task = self._rich.add_task(description, total=self.total)
+        self._rich.start()
 
     def update(self, completed: float, total: float | None = None) -> None:
         if total is not None:
@@ -85,12 +169,28 @@ class Bar:
             self._tqdm.update(float(completed) - self._tqdm.n)
         elif self._rich is not None:
             self._rich.update(self._task, completed=float(completed), total=self.total)
+        elif self._lines is not None:
+            self._lines.update(completed, self.total)
+
+    def reset(self, description: str, total: float) -> None:
+        """Start again from 0 towards a new total, under a new description (one bar for tasks in turn)."""
+        self.total = float(total)
+        if self._tqdm is not None:
+            self._tqdm.reset(total=self.total)
+        elif self._rich is not None:
+            self._rich.reset(self._task, total=self.total)
+        elif self._lines is not None:
+            self._lines.close()
+            self._lines = _Lines(description, self.total, self._lines.unit, self._lines.steps)
+        self.describe(description)
 
     def describe(self, text: str) -> None:
         if self._tqdm is not None:
             self._tqdm.set_description_str(text)
         elif self._rich is not None:
             self._rich.update(self._task, description=text)
+        elif self._lines is not None:
+            self._lines.description = text
 
     def close(self) -> None:
         if self._tqdm is not None:
@@ -99,11 +199,16 @@ class Bar:
         if self._rich is not None:
             self._rich.stop()
             self._rich = None
+        if self._lines is not None:
+            self._lines.close()
+            self._lines = None
 
 
-def open_bar(description: str, total: float, unit: str = "") -> Bar:
-    """A progress bar from 0 to total: tqdm's notebook bar in Jupyter, a Rich bar on stderr elsewhere."""
-    return Bar(description, total, unit)
+def open_bar(description: str, total: float, unit: str = "", *, steps: bool = False) -> Bar:
+    """A progress bar from 0 to total: the notebook's kind in Jupyter (tqdm's widget, or plain lines
+    without ipywidgets), a Rich bar on stderr elsewhere.  steps: it counts whole steps (a sweep's
+    points), each worth a line where the bar is plain lines."""
+    return Bar(description, total, unit, steps=steps)
 
 
 @contextmanager
@@ -147,19 +252,28 @@ class Reporter:
 
     The command line subclasses it with Rich progress bars. Experiments call:
     `overall(total, description)` once, `task(description, total)` as a context manager whose
-    value is a `progress(t, t_final)` callback for `simulate`, `advance()` after each unit of
-    work, `info(msg)` and `warn(msg)`.
+    value is a `progress(t, t_final)` callback for `simulate`, `advance(n)` after each piece of
+    work, `info(msg)` and `warn(msg)`. The total and the advances are in units of the work's cost
+    (e.g. N^2 per level of an N ladder, so that the ETA weighs each level by its cost), not counts.
+    `warnings` are about the result (they are stored with it); `notice(msg)` is about the run's
+    circumstances (a lock taken over from a process that died): shown like a warning, even when
+    quiet, and kept in `messages` only. `run_experiment` ends with `done(msg)`: the bars close, then
+    the run's last line.
     """
 
     def __init__(self) -> None:
         self.messages: list[str] = []
         self.warnings: list[str] = []
 
-    def overall(self, total: int, description: str) -> None:
+    def overall(self, total: float, description: str) -> None:
         pass
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: float = 1) -> None:
         pass
+
+    def done(self, message: str) -> None:
+        """The run's last line, after its bars are closed."""
+        self.info(message)
 
     @contextmanager
     def task(self, description: str, total: float = 1.0) -> Iterator[Callable[[float, float], None]]:
@@ -170,6 +284,9 @@ class Reporter:
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
+
+    def notice(self, message: str) -> None:
+        self.messages.append(message)
 
     def close(self) -> None:
         pass
@@ -189,8 +306,6 @@ class RichReporter(Reporter):
             TimeRemainingColumn,
         )
 
-        from ._console import console
-
         self.quiet = quiet
         self.console = console(stderr=True)
         self.progress = Progress(
@@ -202,18 +317,22 @@ class RichReporter(Reporter):
             TimeRemainingColumn(),
             console=self.console,
             disable=quiet,
-            transient=False,
+            transient=True,  # gone when the run ends: its last line says how long it took
         )
         self._overall: Any = None
         if not quiet:
             self.progress.start()
 
-    def overall(self, total: int, description: str) -> None:
+    def overall(self, total: float, description: str) -> None:
         self._overall = self.progress.add_task(description, total=total)
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: float = 1) -> None:
         if self._overall is not None and n:
             self.progress.advance(self._overall, n)
+
+    def done(self, message: str) -> None:
+        self.progress.stop()
+        self.info(message)
 
     @contextmanager
     def task(self, description: str, total: float = 1.0):
@@ -239,57 +358,90 @@ class RichReporter(Reporter):
         super().warn(message)
         self.console.print(f"attnflow: warning: {message}", markup=False, highlight=False, style="bold")
 
+    def notice(self, message: str) -> None:
+        super().notice(message)
+        self.console.print(f"attnflow: {message}", markup=False, highlight=False)
+
     def close(self) -> None:
         self.progress.stop()
 
 
 class TqdmReporter(Reporter):
-    """tqdm bars (the notebook widget in Jupyter): the overall one and one per running task, which
-    disappears when done; messages and warnings printed below them (`tqdm.write`)."""
+    """Progress in Jupyter. With ipywidgets: two of tqdm's widgets, the overall one and one that the
+    tasks take in turn (it disappears at the end; few widgets keep a saved notebook's widget state
+    small), with messages and warnings printed below them (`tqdm.write`).  Without: plain lines, one
+    per task when it ends (`Bar`), and the messages and warnings."""
 
     def __init__(self, quiet: bool = False) -> None:
         super().__init__()
         self.quiet = quiet
+        self.widgets = has_widgets()
         self._overall: Bar | None = None
-        self._done = 0
+        self._task_bar: Bar | None = None  # the widget the tasks take in turn
+        self._task_busy = False
+        self._done = 0.0
 
-    def overall(self, total: int, description: str) -> None:
-        if not self.quiet:
+    def overall(self, total: float, description: str) -> None:
+        if not self.quiet and self.widgets:  # as lines, the tasks' lines are the overall progress
             self._overall = Bar(description, total, notebook=True)
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: float = 1) -> None:
         self._done += n
         if self._overall is not None and n:
             self._overall.update(self._done)
+
+    def done(self, message: str) -> None:
+        self.close()
+        self.info(message)
 
     @contextmanager
     def task(self, description: str, total: float = 1.0):
         if self.quiet:
             yield lambda t, t_final: None
             return
-        bar = Bar(description, total, unit="time", notebook=True)
+        if not self.widgets or self._task_busy:  # lines, or a task inside a task: a bar of its own
+            bar = Bar(description, total, unit="time", notebook=True, leave=False)
+            try:
+                yield bar.update
+            finally:
+                bar.close()
+            return
+        if self._task_bar is None:
+            self._task_bar = Bar(description, total, unit="time", notebook=True, leave=False)
+        else:
+            self._task_bar.reset(description, total)
+        self._task_busy = True
         try:
-            yield bar.update
+            yield self._task_bar.update
         finally:
-            bar.close()
+            self._task_busy = False
+
+    def _print(self, message: str) -> None:
+        if self.widgets:
+            from tqdm.notebook import tqdm
+
+            tqdm.write(message)
+        else:
+            print(message, flush=True)
 
     def info(self, message: str) -> None:
         super().info(message)
         if not self.quiet:
-            from tqdm.auto import tqdm
-
-            tqdm.write(message)
+            self._print(message)
 
     def warn(self, message: str) -> None:
         super().warn(message)
-        from tqdm.auto import tqdm
+        self._print(f"attnflow: warning: {message}")
 
-        tqdm.write(f"attnflow: warning: {message}")
+    def notice(self, message: str) -> None:
+        super().notice(message)
+        self._print(f"attnflow: {message}")
 
     def close(self) -> None:
-        if self._overall is not None:
-            self._overall.close()
-            self._overall = None
+        for bar in (self._task_bar, self._overall):
+            if bar is not None:
+                bar.close()
+        self._task_bar = self._overall = None
 
 
 def reporter_for(progress: Any) -> tuple[Reporter, bool]:

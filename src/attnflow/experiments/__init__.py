@@ -14,22 +14,23 @@ modules are imported on first use.
 from __future__ import annotations
 
 import importlib
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._lock import LockedError
+from ..io.lock import LockedError
 from ..progress import Reporter
-from . import _layout as layout
-from ._folder import RunFolderError
-from ._registry import ConfigError, Experiment
+from . import layout
+from .folder import RunFolderError
+from .registry import ConfigError, Experiment
 
 if TYPE_CHECKING:
     import xarray as xr
     from pydantic import BaseModel
 
-    from ._config import ExperimentConfig, SimulationConfig, to_toml
+    from .config import ExperimentConfig, SimulationConfig, config_warnings, to_toml
 
 __all__ = [
     "BUILTIN",
@@ -43,6 +44,7 @@ __all__ = [
     "Reporter",
     "RunFolderError",
     "SimulationConfig",
+    "config_warnings",
     "get_experiment",
     "load_config",
     "plot_run",
@@ -56,7 +58,15 @@ __all__ = [
 ]
 
 #: modules of the built-in experiments, in the order `attnflow list` shows them
-BUILTIN = ("concentration", "terminal", "zero_temperature", "layers", "heads")
+BUILTIN = (
+    "concentration",
+    "terminal",
+    "zero_temperature",
+    "layers",
+    "heads",
+    "phase_diagram",
+    "metastability",
+)
 #: what `attnflow run` runs without a name, and a config file without `experiment = ...`
 DEFAULT_EXPERIMENT = "concentration"
 
@@ -163,8 +173,8 @@ def __getattr__(name: str) -> Any:
         return _all()
     if name == "PRESETS":
         return _all_presets()
-    if name in ("ExperimentConfig", "SimulationConfig", "to_toml"):
-        return getattr(importlib.import_module("._config", __name__), name)
+    if name in ("ExperimentConfig", "SimulationConfig", "config_warnings", "to_toml"):
+        return getattr(importlib.import_module(".config", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -178,9 +188,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     word is a string). An unknown name, missing or unreadable file, unknown key or wrong type raises
     ConfigError naming the key or file.
     """
-    import tomllib
-
-    from ._config import build_config, parse_override
+    from .config import build_config, parse_override
 
     target = str(name_or_path)
     values: dict[str, Any]
@@ -194,10 +202,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
         path = Path(target)
         if not path.is_file():
             raise ConfigError(f"config file {target}: not found (experiments: {_names()})")
-        try:
-            values = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-            raise ConfigError(f"config file {target}: not valid TOML ({err})") from None
+        values = _read_toml(path)
         exp = _lookup(str(values.get("experiment", DEFAULT_EXPERIMENT)))
         if exp is None:
             raise ConfigError(
@@ -221,12 +226,32 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     return build_config(Config, values, source)
 
 
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The values of a TOML config file (ConfigError naming the file when it cannot be read)."""
+    import tomllib
+
+    from .._text import check_depth
+
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path}: not valid TOML ({err})") from None
+    except RecursionError:
+        raise ConfigError(
+            f"config file {path}: a value nests lists or tables too deeply to be read"
+        ) from None
+    try:
+        return check_depth(values, "a value")
+    except ValueError as err:
+        raise ConfigError(f"config file {path}: {err}") from None
+
+
 def _names() -> str:
     """Every experiment and preset name, for messages."""
     return ", ".join([*_all(), *_all_presets()])
 
 
-def _experiment_of(config: Any) -> Experiment:
+def _experiment_of(config: object) -> Experiment:
     name = getattr(config, "experiment", None)
     exp = _lookup(name) if isinstance(name, str) else None
     if exp is None or not isinstance(config, exp.Config):
@@ -249,56 +274,14 @@ def _experiment_of_dataset(ds: Any) -> Experiment:
 # -------------------------------------------------------------------------------------------- run
 
 
-def summary_markdown(summary: dict[str, Any], title: str = "") -> str:
-    """The headline numbers as Markdown: one table per nested section (a list of records, such as
-    the claims table, is a table with one row per record)."""
-    lines = [f"# {title or summary.get('experiment', 'attnflow run')}", ""]
-    flat = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
-    if flat:
-        lines += ["| quantity | value |", "|---|---|"]
-        lines += [f"| {k} | {_cell(v)} |" for k, v in flat.items()]
-        lines.append("")
-    for key, value in summary.items():
-        rows: dict[str, Any] | None = None
-        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
-            rows = value
-        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            rows = {str(i + 1): v for i, v in enumerate(value)}
-        if rows is not None:
-            cols = list(dict.fromkeys(c for row in rows.values() for c in row if c not in _HIDDEN))
-            lines += [f"## {key}", "", "| | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-            lines += [
-                f"| {r} | " + " | ".join(_cell(row.get(c)) for c in cols) + " |" for r, row in rows.items()
-            ]
-            lines.append("")
-        elif isinstance(value, dict) and value:
-            lines += [f"## {key}", "", "| | value |", "|---|---|"]
-            lines += [f"| {k} | {_cell(v)} |" for k, v in value.items()]
-            lines.append("")
-        elif isinstance(value, list) and value:
-            lines += [f"## {key}", ""] + [f"- {_cell(v)}" for v in value] + [""]
-    return "\n".join(lines)
+def summary_markdown(summary: Mapping[str, Any], title: str = "") -> str:
+    """The headline numbers as Markdown (summary.md): the table model of `tables.summary_document`
+    (a table of the scalars, one table per nested section, the warnings as a list) rendered by
+    `render.to_markdown`, as `attnflow show` and the report show them."""
+    from .render import to_markdown
+    from .tables import summary_document
 
-
-_HIDDEN = {"reason", "estimate", "left_out"}  # long or derived fields: in summary.json, not in the tables
-
-
-def _cell(v: Any) -> str:
-    """A table cell: a measured quantity {value, error, converged} as "v ± e ✓"; other dicts as
-    "k = v; ..."; pipes escaped."""
-    from .._text import format_value
-
-    if isinstance(v, dict) and "value" in v:
-        text = format_value(v.get("value"))
-        if v.get("error") is not None:
-            text += f" ± {format_value(v['error'])}"
-        if "converged" in v:
-            text += " ✓" if v["converged"] else " (not converged)"
-    elif isinstance(v, dict):
-        text = "; ".join(f"{k} = {_cell(x)}" for k, x in v.items() if k not in _HIDDEN)
-    else:
-        text = format_value(v)
-    return text.replace("|", "\\|").replace("\n", " ")
+    return to_markdown(summary_document(summary, title))
 
 
 def run_experiment(
@@ -317,18 +300,25 @@ def run_experiment(
     out is checked before anything is written there (RunFolderError naming what is there): a folder
     holding something else than a run is refused, and so is a run of another experiment or other
     parameters unless overwrite=True, which replaces it. A run may change the experiment's
-    `part_keys` (e.g. add betas): the parts it shares are reused. One process at a time writes into
-    out (LockedError naming the holder); a lock left by a process that died is taken over, with a
-    warning.
+    `part_keys` (e.g. add betas): the parts it shares are reused, and config.toml is rewritten only
+    once the new result is, so the folder's config and result always agree. A part is reused only if
+    it is what this run computes (`attnflow.experiments.parts`); summary.json and summary.md are
+    written with their checksums (`attnflow.io.files`). One process at a time writes into out
+    (LockedError naming the holder); a lock left by a process that died is taken over, with a notice
+    (shown, and not stored with the result: it is about the folder, not the result).
+
+    The config is validated again first (a copy made with `model_copy(update=...)` skipped its
+    checks) and its device must be available here: else ConfigError, and nothing is written. A new
+    run that fails before finishing any part leaves nothing behind in out either.
     """
-    from .._lock import check_free, folder_lock
+    from ..io.lock import check_free, folder_lock
     from ..progress import reporter_for
-    from ._folder import plan_folder
+    from .folder import discard_unfinished, plan_folder
 
     exp = _experiment_of(config)
-    if out is None:
-        state = "new"
-    else:
+    config = _checked(exp, config)
+    state = ""
+    if out is not None:
         out = Path(out)
         if out.is_dir():
             check_free(out)  # a live writer first: what it writes is not what the folder holds
@@ -336,30 +326,65 @@ def run_experiment(
     reporter, own = (Reporter(), False) if quiet else reporter_for(progress)
     try:
         if out is None:
-            return _run(exp, config, None, reporter, state)
-        out.mkdir(parents=True, exist_ok=True)
-        with folder_lock(out, on_stale=reporter.warn):
-            state = plan_folder(out, config, exp, overwrite)  # again: another writer may have been first
-            return _run(exp, config, out, reporter, state)
+            return _run(exp, config, None, reporter, "new")
+        created = not out.exists()
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            with folder_lock(out, on_stale=reporter.notice):
+                state = plan_folder(out, config, exp, overwrite)  # again: another writer may have been first
+                return _run(exp, config, out, reporter, state)
+        except BaseException:
+            if state == "new":
+                discard_unfinished(out, created)
+            raise
     finally:
         if own:
             reporter.close()
 
 
+def _checked(exp: Experiment, config: BaseModel) -> BaseModel:
+    """config validated again by its class (ConfigError naming the key), with its device available."""
+    from pydantic import ValidationError
+
+    from .._checks import check_device, torch_build_has_gpu
+    from .config import format_validation_error
+
+    try:
+        config = exp.Config.model_validate(config.model_dump())
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+    device = getattr(config, "device", "cpu")
+    if device != "cpu" and "torch" not in sys.modules and torch_build_has_gpu() is False:
+        raise ConfigError(
+            f"config: device {device!r} is not available: the installed torch is a CPU build; use "
+            "device = cpu, or install a CUDA build of torch"
+        )
+    if device != "cpu":
+        try:
+            check_device(device)
+        except ValueError as err:
+            raise ConfigError(f"config: {err}") from None
+    return config
+
+
 def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str):
     """The run of `run_experiment`, its folder (if any) checked and locked."""
     from .._threads import torch_threads
-    from ..io import atomic_write_text, clean_stale, json_attr, to_json, write_dataset
-    from . import _folder
-    from ._config import count_reused, to_toml
+    from ..io import clean_stale, json_attr, to_json
+    from . import folder as _folder
+    from .config import config_warnings
+    from .parts import count_reused
 
+    for message in config_warnings(config):  # printed by the reporter, and stored with the result
+        reporter.warn(message)
     if out is not None:
         if state == "replace":
             _folder.remove(out)
             reporter.info(f"{out}: replaced the run that was there")
         clean_stale(out)
         clean_stale(out / layout.PARTS_DIR)
-        atomic_write_text(out / layout.CONFIG_FILE, to_toml(config))
+        if state != "extend":  # an extend keeps the config of the result there until the new one is written
+            _folder.write_config(out, config)
     t0 = time.perf_counter()
     with count_reused() as reused, torch_threads(getattr(config, "threads", 0)):
         ds = exp.run(config, out, reporter)
@@ -373,15 +398,17 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
             "n_reused_parts": len(reused),
         }
         ds.attrs["provenance"] = to_json(prov)
+    if "timings" in ds.attrs:  # one wall time: the summary's is this run's, as provenance and the last line
+        ds.attrs["timings"] = to_json({**json_attr(ds, "timings", {}), "total_s": this_run})
     summary = exp.summarize(ds)
     if out is not None:
         if state == "extend":
             _folder.remove(out, _folder.DRAWN)  # figures and report of the previous result
-        write_dataset(ds, out / layout.RESULT_STORE)
-        atomic_write_text(out / layout.SUMMARY_JSON, to_json(summary, indent=2) + "\n")
-        md = summary_markdown(summary, f"attnflow run: {exp.name}") + "\n"
-        atomic_write_text(out / layout.SUMMARY_MD, md)
-    reporter.info(f"{exp.name}: done in {this_run:.1f} s")
+        md = summary_markdown(summary, f"attnflow run: {exp.name}")
+        _folder.write_result(out, ds, to_json(summary, indent=2) + "\n", md)
+        if state == "extend":
+            _folder.write_config(out, config)
+    reporter.done(f"{exp.name}: done in {this_run:.1f} s")
     return ds
 
 
@@ -415,10 +442,14 @@ def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None, pdf: 
 
 
 def write_report(ds: xr.Dataset, summary: Mapping[str, Any], figures: list[Path], outdir: str | Path) -> Path:
-    """`attnflow.report.write_report` with the titles and captions of ds's experiment."""
-    from ..report import write_report as write
+    """`attnflow.experiments.report.write_report` with the titles and captions of ds's experiment;
+    report.md and report.html get their checksums in outdir's record (`attnflow.io.files`)."""
+    from ..io import record_files
+    from .report import write_report as write
 
     name = ds.attrs.get("experiment")
     exp = _lookup(name) if isinstance(name, str) else None
     captions = dict(exp.captions) if exp is not None else {}
-    return write(ds, summary, figures, outdir, captions=captions)
+    path = write(ds, summary, figures, outdir, captions=captions)
+    record_files(outdir, [layout.REPORT_MD, layout.REPORT_HTML])  # what `verify` checks them against
+    return path

@@ -7,15 +7,20 @@ for a head), so the theorem's Pi does not apply; the nearest thing is Pi_S(x) = 
 P_S the orthogonal projector onto the top eigenspace of the symmetric part S = (A + A^T)/2.
 Reported against t: exact W2(rho_t, (Pi_S)_# rho_0), the mass near the top eigenspace of S and near
 V's top eigenspace (largest real part), the mean |P_S x| and the cluster diameter (largest chordal
-distance between two tokens). With `compare_model`, also exact W2 to the model's own token states
-after the layer (normalised): a comparison, not a test (a head's pure attention has no MLP, no
-residual bookkeeping and no other heads).
+distance between two tokens), and the number of clusters (tokens within `cluster_eps` joined).
+With `layer_flow = "heads"` the whole layer moves as the real multi-head layer, a time-homogeneous
+flow (as ALBERT iterates its shared layer): attnflow.Dynamics of its heads, a softmax per head and
+its output block W_O^h, summed; with "single" (the default, as in 0.1) as one Attention whose scores
+are the heads' summed (B = W_Q^T W_K, one softmax). With `compare_model`, also exact W2 to the
+model's own token states after the layer (normalised): a comparison, not a test (a head's pure
+attention has no MLP, no residual bookkeeping and no other heads).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,6 +29,7 @@ import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
 
 from .._text import format_value
+from ..flow import Dynamics, padded_head
 from ..io import json_attr
 from ..plot import (
     DPI,
@@ -38,7 +44,8 @@ from ..plot import (
     series_styles,
 )
 from ..plot.style import STAR_STYLE
-from ._common import (
+from ..progress import Reporter
+from .common import (
     base_attrs,
     finite_or_none,
     integrator_label,
@@ -47,8 +54,11 @@ from ._common import (
     torch_threads,
     unit_float64,
 )
-from ._config import Angle, Reporter, SimulationConfig, cached_part, fingerprint, part_name
-from ._registry import Experiment, doc_summary
+from .config import Angle, SimulationConfig
+from .model import NEW_KEY
+from .parts import cached_part, fingerprint, part_name
+from .phase_diagram import GLPR_EPS
+from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -79,6 +89,17 @@ class HeadsConfig(SimulationConfig):
     compare_model: bool = Field(
         True, description="also W2 to the model's own token states after the layer (a comparison)"
     )
+    layer_flow: Literal["single", "heads"] = Field(
+        "single",
+        description="the whole layer (-1) as one Attention (single: the heads' scores summed, one softmax) "
+        "or as the multi-head layer (heads: a softmax per head, its output block W_O, summed; Dynamics)",
+        json_schema_extra=NEW_KEY,
+    )
+    cluster_eps: Angle = Field(
+        GLPR_EPS,
+        description="angle (radians) within which tokens are joined into a cluster (clusters)",
+        json_schema_extra=NEW_KEY,
+    )
 
     @field_validator("checkpoint")
     @classmethod
@@ -90,7 +111,23 @@ class HeadsConfig(SimulationConfig):
 
 PRESETS = {
     "heads-tiny": {"heads": [0, 1], "t_max": 1.0, "dt_save": 0.1, "integrator": "rk4", "dt": 0.02},
+    # MiniLM's layer 0 as the multi-head flow (12 heads, output blocks), its clusters over time
+    "heads-dynamics-tiny": {
+        "heads": [WHOLE_LAYER],
+        "layer_flow": "heads",
+        "t_max": 8.0,
+        "dt_save": 0.4,
+        "integrator": "rk4",
+        "dt": 0.02,
+    },
 }
+
+
+def layer_dynamics(layer: Any, beta_scale: float) -> Dynamics:
+    """The layer's heads as one Dynamics: head h is Q_h, K_h, W_V^h (d_h x d, padded by zero rows)
+    at its beta times beta_scale, its output block W_O^h (d x d_h); the layer's causal mask."""
+    heads = [padded_head(h.Q, h.K, h.W_V, h.beta * beta_scale) for h in layer.heads]
+    return Dynamics(heads, W_O=[h.W_O for h in layer.heads], mask="causal" if layer.causal else "none")
 
 
 def resolve_checkpoint(name: str) -> str:
@@ -114,13 +151,15 @@ def pi_symmetric(X: np.ndarray, S1: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: HeadsConfig, head: int, reporter):
-    """One attention's run: S1 (d, m) basis of the symmetric part's top eigenspace, VU V's top,
-    Y1 (N, d) the model's normalised token states after the layer (or None)."""
+    """One attention's run (att an Attention or a Dynamics): S1 (d, m) basis of the symmetric part's
+    top eigenspace, VU V's top, Y1 (N, d) the model's normalised token states after the layer (or
+    None)."""
     import xarray as xr
 
-    from .. import metrics
-    from ..integrate import simulate
-    from ..wasserstein import w2_to_target
+    from ..dynamics.integrate import simulate
+    from ..science import metrics
+    from ..science.clusters import count_clusters
+    from ..transport.wasserstein import w2_to_target
 
     label = "whole layer" if head == WHOLE_LAYER else f"head {head}"
     with torch_threads(config.threads), reporter.task(label, total=float(times[-1])) as cb:
@@ -139,10 +178,11 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
         "mass_V": (("head", "time"), np.asarray(metrics.subspace_mass(Xt, VU, config.eps))[None]),
         "alignment": (("head", "time"), np.linalg.norm(Xt @ S1, axis=-1).mean(axis=-1)[None]),
         "diameter": (("head", "time"), np.sqrt((diff**2).sum(-1)).max(axis=(1, 2))[None]),
+        "clusters": (("head", "time"), np.asarray(count_clusters(Xt, config.cluster_eps))[None]),
         "w2_pi_S": (("head", "time"), w2_pi[None]),
         "pi_undefined": (("head",), [int((~ok).sum())]),
         "dim_S": (("head",), [S1.shape[1]]),
-        "beta_eff": (("head",), [att.beta]),
+        "beta_eff": (("head",), [float(att.beta)]),
     }
     if Y1 is not None:
         data["w2_model"] = (("head", "time"), w2_to_target(Xt, Y1).values[None])
@@ -153,115 +193,157 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
     )
 
 
-def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None = None):
-    """Simulate the sentence's tokens under each selected head and the whole layer."""
-    import xarray as xr
+@dataclass(frozen=True)
+class HeadsInputs:
+    """The frozen inputs of a heads run, made once from its config: the checkpoint's source, the
+    layer (its heads), the heads to simulate (WHOLE_LAYER first), the token strings, the unit cloud
+    X0 entering the layer, the model's next states Y1 (or None) and the saved times."""
 
-    from .. import pretrained as P
-    from ..model import top_eigenspace
+    source: str
+    layer: Any
+    selected: list[int]
+    tokens: list[str]
+    X0: np.ndarray
+    Y1: np.ndarray | None
+    times: np.ndarray
 
-    reporter = progress or Reporter()
-    start = time.perf_counter()
-    ck = P.open_checkpoint(resolve_checkpoint(config.checkpoint))
-    if config.layer >= ck.num_layers:
-        raise ValueError(f"layer = {config.layer} but the checkpoint has {ck.num_layers} layers")
-    run_text = P.token_states(ck, config.text)  # tokenized once, the model run once
-    (layer,) = P.load_heads(ck, states=run_text, layers=[config.layer])
-    n_heads = len(layer.heads)
+
+def _selected(config: HeadsConfig, n_heads: int) -> list[int]:
     bad = [h for h in config.heads if not (h == WHOLE_LAYER or 0 <= h < n_heads)]
     if bad:
         raise ValueError(
             f"heads {bad} out of range: the layer has heads 0..{n_heads - 1} (and -1, the layer)"
         )
-    selected = [WHOLE_LAYER, *sorted({h for h in config.heads or range(n_heads) if h != WHOLE_LAYER})]
-    X0 = run_text.cloud(config.layer)
-    Y1 = run_text.cloud(config.layer + 1) if config.compare_model else None
-    tokens = run_text.tokens
-    times = time_grid(config.t_max, config.dt_save)
-    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
-    reporter.overall(len(selected), f"heads: layer {config.layer}, {len(selected)} attentions, N = {len(X0)}")
-    parts, timings = [], {}
-    for h in selected:
-        base = layer.attention if h == WHOLE_LAYER else layer.heads[h].attention
-        att = base.with_beta(base.beta * config.beta_scale)
-        P1 = P.symmetric_top(att).basis
-        VU = top_eigenspace(att.V, "real").basis  # V's top eigenspace, without A's spectrum
-        t0 = time.perf_counter()
-        part = cached_part(
-            out,
-            part_name(head=h),
-            fp,
-            partial(_head_part, att, X0, times, P1, VU, Y1, config, h, reporter),
-            reporter,
+    return [WHOLE_LAYER, *sorted({h for h in config.heads or range(n_heads) if h != WHOLE_LAYER})]
+
+
+def heads_inputs(config: HeadsConfig) -> HeadsInputs:
+    """Open the checkpoint, run the model once on the text and pick the layer and heads."""
+    from .. import pretrained as P
+
+    ck = P.open_checkpoint(resolve_checkpoint(config.checkpoint))
+    if config.layer >= ck.num_layers:
+        raise ValueError(f"layer = {config.layer} but the checkpoint has {ck.num_layers} layers")
+    run_text = P.token_states(ck, config.text)  # tokenized once, the model run once
+    (layer,) = P.load_heads(ck, states=run_text, layers=[config.layer])
+    if layer.causal or layer.rope is not None:
+        raise ValueError(
+            f"checkpoint {config.checkpoint!r} is a causal model with rotary positions ({ck.layout}): the "
+            "heads experiment simulates each head as the attention of MATH.md (all pairs, no positions), "
+            "which is not this model's; read its heads with `attnflow heads` instead"
         )
+    Y1 = run_text.cloud(config.layer + 1) if config.compare_model else None
+    times = time_grid(config.t_max, config.dt_save)
+    selected = _selected(config, len(layer.heads))
+    return HeadsInputs(
+        str(ck.source), layer, selected, run_text.tokens, run_text.cloud(config.layer), Y1, times
+    )
+
+
+def _parts(inp: HeadsInputs, config: HeadsConfig, out: Path | None, reporter: Reporter):
+    """One part per selected attention (cached in the run folder); their timings."""
+    from .. import pretrained as P
+    from ..attention import top_eigenspace
+
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
+    parts, timings = [], {}
+    for h in inp.selected:
+        base = inp.layer.attention if h == WHOLE_LAYER else inp.layer.heads[h].attention
+        att = base.with_beta(base.beta * config.beta_scale)
+        S1 = P.symmetric_top(att).basis
+        VU = top_eigenspace(att.V, "real").basis  # V's top eigenspace, without A's spectrum
+        model = att
+        if h == WHOLE_LAYER and config.layer_flow == "heads":  # measured against the layer's S and V
+            model = layer_dynamics(inp.layer, config.beta_scale)
+        t0 = time.perf_counter()
+        task = partial(_head_part, model, inp.X0, inp.times, S1, VU, inp.Y1, config, h, reporter)
+        parts.append(cached_part(out, part_name(head=h), fp, task, reporter))
         timings[f"head={h}_s"] = time.perf_counter() - t0
-        parts.append(part)
         reporter.advance()
-    methods = {int(p["head"].values[0]): p.attrs.get("w2_pi_S_method", "?") for p in parts}
-    ds = xr.concat([p.drop_attrs() for p in parts], dim="head")
-    ds = ds.assign_coords(token=np.arange(len(tokens)), token_text=("token", tokens))
+    return parts, timings
+
+
+def _pi_note(ds: xr.Dataset, n_tokens: int, reporter: Reporter) -> str:
+    """What w2_pi_S leaves out (the tokens where Pi_S is undefined), warned and written down."""
     undefined = {
         int(h): int(n) for h, n in zip(ds["head"].values, ds["pi_undefined"].values, strict=True) if n
     }
-    pi_note = (
+    for h, n in undefined.items():
+        reporter.warn(
+            f"head {h}: {n} of {n_tokens} tokens have P_S x = 0 (Pi_S undefined), left out of w2_pi_S"
+        )
+    note = (
         f"Pi_S(x) = P_S x / |P_S x| is undefined where |P_S x| <= {PI_UNDEFINED_TOL:g}; those tokens are "
         "left out of both rho_t and the target in w2_pi_S (count per head: pi_undefined). "
     )
-    pi_note += f"Left out: {undefined}." if undefined else "No token was left out."
-    for h, n in undefined.items():
-        reporter.warn(
-            f"head {h}: {n} of {len(X0)} tokens have P_S x = 0 (Pi_S undefined), left out of w2_pi_S"
-        )
-    extra: dict[str, Any] = {
-        "checkpoint": str(ck.source),
-        "norm_source": layer.norm_source,
-        "w2_pi_S_note": pi_note,
-        "w2_pi_S_method": {str(k): v for k, v in methods.items()},
+    return note + (f"Left out: {undefined}." if undefined else "No token was left out.")
+
+
+def _model_comparison(ds: xr.Dataset, times: np.ndarray, layer: int) -> str:
+    """t_model, w2_model_min and w2_model_ref from w2_model; returns the note that says what it is."""
+    w2m = ds["w2_model"].transpose("head", "time").values
+    k = np.argmin(w2m, axis=1)
+    ds["t_model"] = (("head",), times[k])
+    ds["w2_model_min"] = (("head",), w2m[np.arange(len(k)), k])
+    ds["w2_model_ref"] = ((), float(w2m[0, 0]))  # every head starts from rho_0
+    return (
+        f"w2_model compares each head's pure-attention flow with the model's own token states "
+        f"after layer {layer} (hidden states {layer + 1}, rows normalised). A head "
+        "alone (no MLP, no residual bookkeeping, no other heads, no layer norms) is not expected "
+        "to reproduce the layer: this is a comparison, not a test. w2_model_ref = W2(rho_0, "
+        "model's next states) is how far the layer moves the cloud at all."
+    )
+
+
+def _long_names(ds: xr.Dataset, config: HeadsConfig) -> None:
+    names = {
+        "mass_S": f"fraction of tokens within {config.eps:g} rad of the top eigenspace of (A+A^T)/2",
+        "mass_V": f"fraction of tokens within {config.eps:g} rad of V's top eigenspace",
+        "diameter": "largest chordal distance between two tokens",
+        "clusters": f"number of clusters (tokens within {config.cluster_eps:.3g} rad joined)",
+        "alignment": "mean |P_S x| for P_S the top eigenspace of (A+A^T)/2",
+        "w2_pi_S": "exact W2(rho_t, (Pi_S)_# rho_0), chordal, Pi_S(x) = P_S x / |P_S x| (tokens with "
+        "P_S x = 0 left out)",
+        "pi_undefined": "tokens with |P_S x_i(0)| <= PI_UNDEFINED_TOL (left out of w2_pi_S)",
+        "dim_S": "dimension of the top eigenspace of (A+A^T)/2",
+        "w2_model": f"exact W2(rho_t, model's normalised token states after layer {config.layer}), chordal",
+        "t_model": "time where w2_model is smallest",
+        "w2_model_min": "smallest w2_model over t",
+        "w2_model_ref": "W2(rho_0, model's next-layer states): how far the layer moves",
     }
-    if Y1 is not None:
-        w2m = ds["w2_model"].transpose("head", "time").values
-        k = np.argmin(w2m, axis=1)
-        ds["t_model"] = (("head",), times[k])
-        ds["w2_model_min"] = (("head",), w2m[np.arange(len(k)), k])
-        ds["w2_model_ref"] = ((), float(w2m[0, 0]))  # every head starts from rho_0
-        extra["model_comparison"] = (
-            f"w2_model compares each head's pure-attention flow with the model's own token states "
-            f"after layer {config.layer} (hidden states {config.layer + 1}, rows normalised). A head "
-            "alone (no MLP, no residual bookkeeping, no other heads, no layer norms) is not expected "
-            "to reproduce the layer: this is a comparison, not a test. w2_model_ref = W2(rho_0, "
-            "model's next states) is how far the layer moves the cloud at all."
-        )
+    for var, name in names.items():
+        if var in ds.variables:
+            ds[var].attrs["long_name"] = name
+
+
+def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None = None):
+    """Simulate the sentence's tokens under each selected head and the whole layer."""
+    import xarray as xr
+
+    reporter = progress or Reporter()
+    start = time.perf_counter()
+    inp = heads_inputs(config)
+    n = len(inp.X0)
+    reporter.overall(
+        len(inp.selected), f"heads: layer {config.layer}, {len(inp.selected)} attentions, N = {n}"
+    )
+    parts, timings = _parts(inp, config, out, reporter)
+    methods = {str(int(p["head"].values[0])): p.attrs.get("w2_pi_S_method", "?") for p in parts}
+    ds = xr.concat([p.drop_attrs() for p in parts], dim="head")
+    ds = ds.assign_coords(token=np.arange(len(inp.tokens)), token_text=("token", inp.tokens))
+    extra: dict[str, Any] = {
+        "checkpoint": inp.source,
+        "norm_source": inp.layer.norm_source,
+        "w2_pi_S_note": _pi_note(ds, n, reporter),
+        "w2_pi_S_method": methods,
+    }
+    if inp.Y1 is not None:
+        extra["model_comparison"] = _model_comparison(ds, inp.times, config.layer)
     timings["total_s"] = time.perf_counter() - start
     ds.attrs = base_attrs(
-        config,
-        reporter,
-        timings,
-        kernel=config.kernel,
-        integrator=integrator_label(config),
-        **extra,
+        config, reporter, timings, kernel=config.kernel, integrator=integrator_label(config), **extra
     )
-    ds["mass_S"].attrs["long_name"] = (
-        f"fraction of tokens within {config.eps:g} rad of the top eigenspace of (A+A^T)/2"
-    )
-    ds["mass_V"].attrs["long_name"] = f"fraction of tokens within {config.eps:g} rad of V's top eigenspace"
-    ds["diameter"].attrs["long_name"] = "largest chordal distance between two tokens"
-    ds["alignment"].attrs["long_name"] = "mean |P_S x| for P_S the top eigenspace of (A+A^T)/2"
-    ds["w2_pi_S"].attrs["long_name"] = (
-        "exact W2(rho_t, (Pi_S)_# rho_0), chordal, Pi_S(x) = P_S x / |P_S x| (tokens with P_S x = 0 left out)"
-    )
-    ds["pi_undefined"].attrs["long_name"] = (
-        "tokens with |P_S x_i(0)| <= PI_UNDEFINED_TOL (left out of w2_pi_S)"
-    )
-    ds["dim_S"].attrs["long_name"] = "dimension of the top eigenspace of (A+A^T)/2"
-    if Y1 is not None:
-        ds["w2_model"].attrs["long_name"] = (
-            f"exact W2(rho_t, model's normalised token states after layer {config.layer}), chordal"
-        )
-        ds["t_model"].attrs["long_name"] = "time where w2_model is smallest"
-        ds["w2_model_min"].attrs["long_name"] = "smallest w2_model over t"
-        ds["w2_model_ref"].attrs["long_name"] = (
-            "W2(rho_0, model's next-layer states): how far the layer moves"
-        )
+    _long_names(ds, config)
     return ds
 
 
@@ -275,6 +357,7 @@ def summarize(ds) -> dict[str, Any]:
         rec = {
             "beta_eff": float(sel.beta_eff),
             "diameter_final": float(sel.diameter.values[-1]),
+            **({"clusters_final": int(sel.clusters.values[-1])} if "clusters" in sel else {}),
             "mass_S_final": float(sel.mass_S.values[-1]),
             "mass_V_final": float(sel.mass_V.values[-1]),
             "alignment_final": float(sel.alignment.values[-1]),
@@ -329,6 +412,69 @@ def _heads_title(ds: xr.Dataset, what: str) -> str:
     return f"{what}\n" + ", ".join(parts)
 
 
+def _head_labels(ds: xr.Dataset):
+    """A head's legend label: its name, and its beta when the heads' betas differ."""
+    beta = ds["beta_eff"] if "beta_eff" in ds.variables else None
+    if beta is not None and np.unique(np.asarray(beta.values, dtype=float)).size == 1:
+        beta = None  # one beta for all: it is in the title
+
+    def label(h: int) -> str:
+        name = "whole layer (head = −1)" if h == WHOLE_LAYER else f"head {h}"
+        return name if beta is None else f"{name}, β = {format_value(float(beta.sel(head=h)))}"
+
+    return label
+
+
+def _heads_panels(ds: xr.Dataset) -> list[tuple[str, str, str]]:
+    """(variable, title, y label) of each panel; the W2-to-model panel when the run has it."""
+    eps = config_value(ds, "eps")
+    within = f"within ε = {format_value(eps)} rad" if isinstance(eps, int | float) else "within ε"
+    panels = [
+        ("mass_S", "mass near the top eigenspace of (A+Aᵀ)/2", f"fraction of tokens {within}"),
+        ("mass_V", "mass near V's top eigenspace (largest Re)", f"fraction of tokens {within}"),
+        ("w2_pi_S", r"exact $W_2(\rho_t,\, (\Pi_S)_\#\rho_0)$", r"$W_2$, chordal (log scale)"),
+        ("diameter", "diameter of the cloud", r"largest $|x_i - x_j|$"),
+    ]
+    if "w2_model" in ds.variables:
+        panels.insert(3, ("w2_model", "W2 to the model's next-layer states (comparison)", r"$W_2$, chordal"))
+    return panels
+
+
+def _model_marks(ax, ds: xr.Dataset) -> None:
+    """The reference W2(rho_0, model) and each head's smallest W2 to the model, with their legend."""
+    n_lines = len(ax.get_lines())
+    if "w2_model_ref" in ds.variables:
+        ref = float(ds["w2_model_ref"].values)
+        ax.axhline(ref, color="0.45", ls=(0, (1, 1.5)), lw=1.4, label=f"W2(ρ₀, model) = {format_value(ref)}")
+    if "t_model" in ds.variables and "w2_model_min" in ds.variables:
+        t_min = np.asarray(ds["t_model"].values, dtype=float)
+        w2_min = np.asarray(ds["w2_model_min"].values, dtype=float)
+        ax.plot(t_min, w2_min, ms=12, mew=1.2, label="smallest over t", **STAR_STYLE)
+    extra = ax.get_lines()[n_lines:]
+    if extra:
+        ax.legend(extra, [ln.get_label() for ln in extra], fontsize="x-small", loc="best")
+
+
+def _heads_panel(ax, ds: xr.Dataset, panel: tuple[str, str, str], styles: dict[int, dict], label) -> None:
+    var, subtitle, ylab = panel
+    t = np.asarray(ds["time"].values, dtype=float)
+    vals = ds[var].transpose(*HEADS_DIMS)
+    for h in (int(h) for h in ds["head"].values):
+        y = np.asarray(vals.sel(head=h).values, dtype=float)
+        st = WHOLE_LAYER_STYLE if h == WHOLE_LAYER else {**styles[h], "lw": 1.4, "ms": 4}
+        ax.plot(t, positive(y) if var == "w2_pi_S" else y, label=label(h), markevery=markevery(len(t)), **st)
+    if var == "w2_model":
+        _model_marks(ax, ds)
+    if var == "w2_pi_S":
+        log_axis_plain_ticks(ax)
+    elif var.startswith("mass"):
+        ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("time t")
+    ax.set_ylabel(ylab)
+    ax.set_title(subtitle, fontsize="medium")
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def plot_heads(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
     """A pretrained layer's heads on a sentence's tokens, against t, one line per head (the whole
     layer, head = -1, thick black): mass within eps of the top eigenspace of (A + A^T)/2 and of V's
@@ -342,68 +488,16 @@ def plot_heads(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]
     dims: dict[str, tuple[str, ...]] = {v: HEADS_DIMS for v in [*need, "w2_model"]}
     dims.update({v: ("head",) for v in ("t_model", "w2_model_min", "beta_eff")})
     require(ds, need, "plot_heads", dims)
-    t = np.asarray(ds["time"].values, dtype=float)
-    heads = [int(h) for h in ds["head"].values]
-    others = [h for h in heads if h != WHOLE_LAYER]
+    others = [int(h) for h in ds["head"].values if int(h) != WHOLE_LAYER]
     styles = dict(zip(others, series_styles(len(others), SERIES_CMAP), strict=True))
-    beta = ds["beta_eff"] if "beta_eff" in ds.variables else None
-    if beta is not None and np.unique(np.asarray(beta.values, dtype=float)).size == 1:
-        beta = None  # one beta for all: it is in the title
-
-    def label(h: int) -> str:
-        name = "whole layer (head = −1)" if h == WHOLE_LAYER else f"head {h}"
-        return name if beta is None else f"{name}, β = {format_value(float(beta.sel(head=h)))}"
-
-    eps = config_value(ds, "eps")
-    within = f"within ε = {format_value(eps)} rad" if isinstance(eps, int | float) else "within ε"
-    panels = [
-        ("mass_S", "mass near the top eigenspace of (A+Aᵀ)/2", f"fraction of tokens {within}"),
-        ("mass_V", "mass near V's top eigenspace (largest Re)", f"fraction of tokens {within}"),
-        ("w2_pi_S", r"exact $W_2(\rho_t,\, (\Pi_S)_\#\rho_0)$", r"$W_2$, chordal (log scale)"),
-        ("diameter", "diameter of the cloud", r"largest $|x_i - x_j|$"),
-    ]
-    has_model = "w2_model" in ds.variables
-    if has_model:
-        panels.insert(3, ("w2_model", "W2 to the model's next-layer states (comparison)", r"$W_2$, chordal"))
+    label = _head_labels(ds)
+    panels = _heads_panels(ds)
     ncols = 3 if len(panels) > 4 else 2
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = new_figure(nrows, ncols, (4.4 * ncols + 1.8, 3.9 * nrows + 0.6))
     flat = [ax for row in axes for ax in row]
-    for ax, (var, subtitle, ylab) in zip(flat, panels, strict=False):
-        vals = ds[var].transpose(*HEADS_DIMS)
-        for h in heads:
-            y = np.asarray(vals.sel(head=h).values, dtype=float)
-            if var == "w2_pi_S":
-                y = positive(y)
-            st = WHOLE_LAYER_STYLE if h == WHOLE_LAYER else {**styles[h], "lw": 1.4, "ms": 4}
-            ax.plot(t, y, label=label(h), markevery=markevery(len(t)), **st)
-        if var == "w2_model":
-            n_lines = len(ax.get_lines())
-            if "w2_model_ref" in ds.variables:
-                ref = float(ds["w2_model_ref"].values)
-                ax.axhline(
-                    ref, color="0.45", ls=(0, (1, 1.5)), lw=1.4, label=f"W2(ρ₀, model) = {format_value(ref)}"
-                )
-            if "t_model" in ds.variables and "w2_model_min" in ds.variables:
-                ax.plot(
-                    np.asarray(ds["t_model"].values, dtype=float),
-                    np.asarray(ds["w2_model_min"].values, dtype=float),
-                    ms=12,
-                    mew=1.2,
-                    label="smallest over t",
-                    **STAR_STYLE,
-                )
-            extra = ax.get_lines()[n_lines:]
-            if extra:
-                ax.legend(extra, [ln.get_label() for ln in extra], fontsize="x-small", loc="best")
-        if var == "w2_pi_S":
-            log_axis_plain_ticks(ax)
-        elif var.startswith("mass"):
-            ax.set_ylim(-0.03, 1.03)
-        ax.set_xlabel("time t")
-        ax.set_ylabel(ylab)
-        ax.set_title(subtitle, fontsize="medium")
-        ax.grid(True, which="both", alpha=0.3)
+    for ax, panel in zip(flat, panels, strict=False):
+        _heads_panel(ax, ds, panel, styles, label)
     for ax in flat[len(panels) :]:
         ax.set_axis_off()
     handles, labels = flat[0].get_legend_handles_labels()
@@ -412,7 +506,7 @@ def plot_heads(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]
     else:
         fig.legend(handles, labels, loc="outside right upper", fontsize="small")
     what = "Heads of a pretrained layer on a sentence's tokens (pure attention at β_eff)"
-    if has_model:
+    if "w2_model" in ds.variables:
         what += "; W2 to the model is a comparison, not a test"
     fig.suptitle(_heads_title(ds, what))
     return save(fig, outdir, "heads", dpi)

@@ -9,24 +9,35 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from .._text import format_value
 from .._threads import DEFAULT_THREADS, THREADS_HELP
 from ..io import json_attr
+from ..measures import Nodes
 from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save, ticks_at
 from ..progress import Reporter
-from ._common import base_attrs, torch_threads
-from ._config import KERNEL_HELP, DeviceConfig, Kernel
-from ._model import ModelConfig, attention_of, initial_measure
-from ._registry import Experiment, doc_summary
+from .common import base_attrs, torch_threads
+from .config import KERNEL_HELP, DeviceConfig, Kernel, Threads
+from .inputs import model_inputs
+from .model import ModelConfig
+from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
     import xarray as xr
+
+    from ..attention import Attention
+
+
+#: the smallest depth T: the Euler error h T (about T^2 / L) must stand above float64's round-off for
+#: an order to be fitted (T = 1e-12 fitted order -1, the round-off's), and the adaptive reference's
+#: first step underflows at T = 1e-50
+MIN_DEPTH = 1e-3
 
 
 class LayersConfig(ModelConfig, DeviceConfig):
@@ -35,14 +46,19 @@ class LayersConfig(ModelConfig, DeviceConfig):
     experiment: Literal["layers"] = "layers"
     beta: PositiveFloat = Field(10.0, description="inverse temperature (finite)")
     N: PositiveInt = Field(128, description="number of tokens")
-    T: PositiveFloat = Field(2.0, description="depth in time units: L layers of step h = T/L")
+    T: float = Field(
+        2.0,
+        ge=MIN_DEPTH,
+        description=f"depth in time units: L layers of step h = T/L (at least {MIN_DEPTH:g}: below, the "
+        "layers' error is round-off)",
+    )
     Ls: list[PositiveInt] = Field([4, 8, 16, 32, 64, 128, 256, 512], description="numbers of layers L")
     fit_min_L: PositiveInt = Field(
         16, description="the order is fitted on L >= fit_min_L (asymptotic regime)"
     )
     kernel: Kernel = Field("auto", description=KERNEL_HELP)
     reference_rtol: PositiveFloat = Field(1e-11, description="rtol of the adaptive reference solution")
-    threads: NonNegativeInt = Field(DEFAULT_THREADS, description=THREADS_HELP)
+    threads: Threads = Field(DEFAULT_THREADS, description=THREADS_HELP)
 
     @field_validator("beta")
     @classmethod
@@ -85,58 +101,99 @@ def transformer(
     return X
 
 
-def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None = None):
-    """Error of the L-layer transformer at depth T against the ODE, for every L; fitted order."""
-    import xarray as xr
-    from scipy.stats import linregress
+@dataclass(frozen=True, eq=False)
+class LayersInputs:
+    """What a layers run computes from, made from its config once (`layers_inputs`)."""
 
-    from ..integrate import simulate
+    att: Attention  # at the run's beta
+    nodes: Nodes
+    T: float
+    Ls: tuple[int, ...]
+    kernel: str
+    device: str
+    threads: int
+    reference_rtol: float
 
-    reporter = progress or Reporter()
-    start = time.perf_counter()
-    att = attention_of(config, config.beta)
-    X0, w = initial_measure(config, config.N, att, config.seed)
-    reporter.overall(len(config.Ls) + 1, f"layers: {len(config.Ls)} depths, N = {config.N}")
-    with torch_threads(config.threads), reporter.task("ODE reference", total=config.T) as cb:
-        ref = simulate(
-            X0,
-            att,
-            [config.T],
+
+def layers_inputs(config: LayersConfig) -> LayersInputs:
+    model = model_inputs(config)
+    return LayersInputs(
+        model.head_at(config.beta),
+        model.rho0.nodes(config.N, config.seed),
+        config.T,
+        tuple(config.Ls),
+        config.kernel,
+        config.device,
+        config.threads,
+        config.reference_rtol,
+    )
+
+
+def _ode_reference(inputs: LayersInputs, reporter: Reporter):
+    """The ODE at time T by the adaptive integrator at reference_rtol: its Trajectory."""
+    from ..dynamics.integrate import simulate
+
+    with torch_threads(inputs.threads), reporter.task("ODE reference", total=inputs.T) as cb:
+        return simulate(
+            inputs.nodes.X,
+            inputs.att,
+            [inputs.T],
             method="adaptive",
-            options={"rtol": config.reference_rtol, "atol": 1e-13},
-            kernel=config.kernel,
-            weights=w,
-            device=config.device,
+            options={"rtol": inputs.reference_rtol, "atol": 1e-13},
+            kernel=inputs.kernel,
+            weights=inputs.nodes.weights,
+            device=inputs.device,
             progress=cb,
         )
-    X_T = ref.x[-1]
-    reporter.advance()
+
+
+def _depth_errors(inputs: LayersInputs, X_T: np.ndarray, reporter: Reporter) -> np.ndarray:
+    """max_i |x_i^L - x_i(T)| for every L (L,)."""
     errors = []
-    for L in config.Ls:
-        with torch_threads(config.threads), reporter.task(f"L = {L}", total=1.0):
-            XL = transformer(X0, att, L, config.T, config.kernel, weights=w, device=config.device)
+    for L in inputs.Ls:
+        with torch_threads(inputs.threads), reporter.task(f"L = {L}", total=1.0):
+            XL = transformer(
+                inputs.nodes.X, inputs.att, L, inputs.T, inputs.kernel, inputs.nodes.weights, inputs.device
+            )
         errors.append(float(np.max(np.linalg.norm(XL - X_T, axis=-1))))
         reporter.advance()
         reporter.info(f"L = {L}: max_i |x_i^L - x_i(T)| = {errors[-1]:.3g}")
-    errors_a = np.asarray(errors)
+    return np.asarray(errors)
+
+
+def fit_order(h: np.ndarray, errors: np.ndarray, use: np.ndarray) -> dict[str, Any]:
+    """The slope of log error against log h over the steps `use` (bool (L,)): order, its standard
+    error, prefactor, r2; {"error": why} when an error is exactly 0."""
+    from scipy.stats import linregress
+
+    if not np.all(errors[use] > 0):
+        return {"error": "an error is exactly 0: no order can be fitted"}
+    lr = linregress(np.log(h[use]), np.log(errors[use]))
+    return {
+        "order": float(lr.slope),
+        "order_err": float(lr.stderr),
+        "prefactor": float(math.exp(lr.intercept)),
+        "r2": float(lr.rvalue**2),
+    }
+
+
+def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None = None):
+    """Error of the L-layer transformer at depth T against the ODE, for every L; fitted order."""
+    import xarray as xr
+
+    reporter = progress or Reporter()
+    start = time.perf_counter()
+    inputs = layers_inputs(config)
+    reporter.overall(len(config.Ls) + 1, f"layers: {len(config.Ls)} depths, N = {config.N}")
+    ref = _ode_reference(inputs, reporter)
+    reporter.advance()
+    errors_a = _depth_errors(inputs, ref.x[-1], reporter)
     h = config.T / np.asarray(config.Ls, dtype=float)
-    fits: dict[str, Any]
-    sel = np.asarray(config.Ls) >= config.fit_min_L
-    if np.all(errors_a[sel] > 0):
-        lr = linregress(np.log(h[sel]), np.log(errors_a[sel]))
-        fits = {
-            "order": float(lr.slope),
-            "order_err": float(lr.stderr),
-            "prefactor": float(math.exp(lr.intercept)),
-        }
-        fits.update(r2=float(lr.rvalue**2), fit_min_L=config.fit_min_L)
-    else:
-        fits = {"error": "an error is exactly 0: no order can be fitted"}
+    fits = fit_order(h, errors_a, np.asarray(config.Ls) >= config.fit_min_L)
+    if "order" in fits:
+        fits["fit_min_L"] = config.fit_min_L
     timings = {"reference_s": float(ref.info.get("wall_time_s", 0.0)), "total_s": time.perf_counter() - start}
-    ds = xr.Dataset(
-        {"error": (("L",), errors_a), "h": (("L",), h)},
-        coords={"L": np.asarray(config.Ls)},
-    )
+    ds = xr.Dataset({"error": (("L",), errors_a), "h": (("L",), h)}, coords={"L": np.asarray(config.Ls)})
     ds.attrs = base_attrs(
         config,
         reporter,

@@ -9,15 +9,17 @@ eigenspace (largest real part) first reaches `threshold`; V's top eigenspace by 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
 
 from .._text import format_value
 from ..io import json_attr, to_json
+from ..measures import Nodes
 from ..plot import (
     DPI,
     TOKEN_CAPTIONS,
@@ -35,28 +37,30 @@ from ..plot import (
 )
 from ..plot.style import ZERO_TEMPERATURE_STYLE
 from ..progress import Reporter
-from ._common import (
+from .common import (
     base_attrs,
     finite_or_none,
-    integrator_label,
-    simulate_kwargs,
     time_grid,
     token_subset,
     torch_threads,
     unit_float64,
+    warn_assumptions,
 )
-from ._config import Angle, SimulationConfig, cached_part, check_betas, fingerprint, part_name
-from ._model import ModelConfig, attention_of, describe_model, initial_measure
-from ._registry import Experiment, doc_summary
+from .config import Angle, SimulationConfig, check_betas
+from .inputs import Integration, ModelInputs, integration, model_inputs
+from .model import FlowConfig
+from .parts import cached_part, fingerprint, part_name
+from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
     import xarray as xr
 
 
-class TerminalConfig(SimulationConfig, ModelConfig):
+class TerminalConfig(SimulationConfig, FlowConfig):
     """Config of the `terminal` experiment."""
 
     experiment: Literal["terminal"] = "terminal"
+    one_head: ClassVar[bool] = True  # the eigenspaces of one head's A and V
     betas: list[PositiveFloat] = Field([10.0, 30.0, 100.0], description="inverse temperatures beta")
     N: PositiveInt = Field(500, description="number of tokens")
     t_max: PositiveFloat = Field(20.0, description="final time (long: the terminal phase comes last)")
@@ -91,25 +95,62 @@ PRESETS = {
 }
 
 
-def _beta_part(config: TerminalConfig, beta: float, X0, w, times, keep, spaces, reporter: Reporter):
+@dataclass(frozen=True, eq=False)
+class TerminalInputs:
+    """What every beta of a terminal run shares, made from its config once (`terminal_inputs`)."""
+
+    model: ModelInputs
+    solver: Integration
+    nodes: Nodes
+    times: np.ndarray
+    keep: np.ndarray  # indices of the tokens whose positions are stored
+    eps: float
+    threshold: float
+
+    @property
+    def spaces(self) -> dict[str, np.ndarray]:
+        """The eigenspaces whose mass is followed: name -> orthonormal basis (d, m)."""
+        sp = self.model.spectrum
+        return {
+            "mass_A": sp.top.basis,
+            "mass_V": sp.v_top_real.basis,
+            "mass_V_magnitude": sp.v_top_magnitude.basis,
+        }
+
+
+def terminal_inputs(config: TerminalConfig) -> TerminalInputs:
+    model = model_inputs(config)
+    return TerminalInputs(
+        model,
+        integration(config),
+        model.rho0.nodes(config.N, config.seed),
+        time_grid(config.t_max, config.dt_save),
+        token_subset(config.N, config.n_keep, config.seed),
+        config.eps,
+        config.threshold,
+    )
+
+
+def _beta_part(inputs: TerminalInputs, beta: float, reporter: Reporter):
     import xarray as xr
 
-    from .. import metrics
-    from ..fits import terminal_time
-    from ..integrate import simulate
+    from ..dynamics.integrate import simulate
+    from ..science import metrics
+    from ..science.fits import terminal_time
 
-    with torch_threads(config.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
-        traj = simulate(
-            X0, attention_of(config, beta), times, weights=w, progress=cb, **simulate_kwargs(config)
-        )
+    times, w, solver = inputs.times, inputs.nodes.weights, inputs.solver
+    with torch_threads(solver.threads), reporter.task(f"beta = {beta:g}", total=float(times[-1])) as cb:
+        att = inputs.model.at(beta)
+        traj = simulate(inputs.nodes.X, att, times, weights=w, progress=cb, **solver.kwargs())
     Xt = unit_float64(traj.x)
     masses = {
-        name: np.asarray(metrics.subspace_mass(Xt, spaces[name], config.eps, weights=w)) for name in spaces
+        name: np.asarray(metrics.subspace_mass(Xt, basis, inputs.eps, weights=w))
+        for name, basis in inputs.spaces.items()
     }
-    tt = terminal_time(times, masses["mass_V"], config.threshold)
+    tt = terminal_time(times, masses["mass_V"], inputs.threshold)
     data: dict[str, Any] = {k: (("beta", "time"), v[None]) for k, v in masses.items()}
     data["terminal_time"] = (("beta",), [tt.t])
-    data["x"] = (("beta", "time", "token", "dim"), Xt[:, keep].astype(np.float32)[None])
+    data["x"] = (("beta", "time", "token", "dim"), Xt[:, inputs.keep].astype(np.float32)[None])
     info = {k: v for k, v in traj.info.items() if isinstance(v, (int, float, str, dict))}
     return xr.Dataset(
         data,
@@ -118,61 +159,54 @@ def _beta_part(config: TerminalConfig, beta: float, X0, w, times, keep, spaces, 
     )
 
 
+#: what the mass variables measure, for their long names
+_WHICH = {
+    "mass_A": "A's top",
+    "mass_V": "V's top (largest real part)",
+    "mass_V_magnitude": "V's top (largest modulus)",
+}
+
+
 def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | None = None):
     """Simulate every beta for long times; mass fractions near A's and V's top eigenspaces."""
     import xarray as xr
 
     reporter = progress or Reporter()
     start = time.perf_counter()
-    att = attention_of(config, 1.0)
-    sp = att.spectrum()
-    X0, w = initial_measure(config, config.N, att, config.seed)
-    times = time_grid(config.t_max, config.dt_save)
-    keep = token_subset(config.N, config.n_keep, config.seed)
-    spaces = {
-        "mass_A": sp.top.basis,
-        "mass_V": sp.v_top_real.basis,
-        "mass_V_magnitude": sp.v_top_magnitude.basis,
-    }
+    inputs = terminal_inputs(config)
+    warn_assumptions(inputs.model.attention, reporter)
     fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     reporter.overall(len(config.betas), f"terminal: {len(config.betas)} betas, N = {config.N}")
     parts, timings, notes = [], {}, {}
     for beta in config.betas:
         t0 = time.perf_counter()
-        part = cached_part(
-            out,
-            part_name(beta=beta),
-            fp,
-            partial(_beta_part, config, beta, X0, w, times, keep, spaces, reporter),
-            reporter,
-        )
+        compute = partial(_beta_part, inputs, beta, reporter)
+        part = cached_part(out, part_name(beta=beta), fp, compute, reporter)
         timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
         notes[f"{beta:g}"] = part.attrs.get("terminal_note", "")
         parts.append(part)
         reporter.advance()
         reporter.info(f"beta = {beta:g}: terminal time {float(part.terminal_time[0]):.3g}")
+    sp = inputs.model.spectrum
     ds = xr.concat([p.drop_attrs() for p in parts], dim="beta")
     ds["basis_A"] = (("dim", "k"), sp.top.basis)
     ds["basis_V"] = (("dim", "kv"), sp.v_top_real.basis)
-    ds = ds.assign_coords(dim=np.arange(att.d), token=keep)
+    ds = ds.assign_coords(dim=np.arange(inputs.model.d), token=inputs.keep)
     timings["total_s"] = time.perf_counter() - start
-    solver = [json_attr(p, "solver", {}) for p in parts]
     ds.attrs = base_attrs(
         config,
         reporter,
         timings,
         kernel=config.kernel,
-        integrator=integrator_label(config),
-        solver=solver,
+        integrator=inputs.solver.label,
+        solver=[json_attr(p, "solver", {}) for p in parts],
         terminal_notes=notes,
-        model=describe_model(config),
+        model=inputs.model.description,
+        theorem=dict(zip(("applies", "reason"), inputs.model.theorem(), strict=True)),
         eigenvalues_V_top_real=[str(v) for v in np.atleast_1d(sp.v_top_real.eigenvalues)],
         eigenvalues_V_top_magnitude=[str(v) for v in np.atleast_1d(sp.v_top_magnitude.eigenvalues)],
     )
-    for name in spaces:
-        which = {"mass_A": "A's top", "mass_V": "V's top (largest real part)"}.get(
-            name, "V's top (largest modulus)"
-        )
+    for name, which in _WHICH.items():
         ds[name].attrs["long_name"] = f"mass within {config.eps:g} rad of {which} eigenspace"
     return ds
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator, model_validator
 
 from .._text import format_value
 from ..io import json_attr
+from ..measures import DISCRETISATIONS
 from ..plot import (
     DPI,
     TOKEN_CAPTIONS,
@@ -32,25 +34,37 @@ from ..plot import (
     token_figures,
 )
 from ..progress import Reporter
-from ._common import base_attrs, fit_or_reason, time_grid, token_subset
-from ._model import ModelConfig, attention_of, describe_model, initial_measure
-from ._registry import Experiment, doc_summary
+from .common import base_attrs, fit_or_reason, time_grid, token_subset, warn_assumptions
+from .inputs import ModelInputs, model_inputs
+from .model import ModelConfig, init_choice
+from .needs import INVERTIBLE_B, LIMIT, REFERENCE, Need
+from .registry import Experiment, doc_summary
 
 if TYPE_CHECKING:
     import xarray as xr
+    from matplotlib.axes import Axes
 
 ZERO_TEMPERATURE_LABEL = "β = ∞ (zero temperature)"
+
+#: the discretisations of the cloud beside the reference: those that do not depend on beta
+CLOUD_INITS = tuple(name for name, entry in DISCRETISATIONS.items() if not entry.per_beta)
+if TYPE_CHECKING:
+    CloudInit = str
+else:
+    CloudInit = Literal[CLOUD_INITS]
+CLOUD_INIT_HELP = (
+    "the token cloud shown beside the N = infinity reference: "
+    + ", ".join(init_choice(n) for n in CLOUD_INITS if n != "quadrature")
+    + ", or quadrature: the reference alone"
+)
 
 
 class ZeroTemperatureConfig(ModelConfig):
     """Config of the `zero-temperature` experiment."""
 
     experiment: Literal["zero-temperature"] = "zero-temperature"
-    init: Literal["uniform", "fibonacci", "quadrature"] = Field(
-        "fibonacci",
-        description="the token cloud shown beside the N = infinity reference: fibonacci (lattice, d = 3), "
-        "uniform (i.i.d., seeded), or quadrature: the reference alone",
-    )
+    needs: ClassVar[tuple[Need, ...]] = (INVERTIBLE_B, LIMIT, REFERENCE)
+    init: CloudInit = Field("fibonacci", description=CLOUD_INIT_HELP)
     N: NonNegativeInt = Field(50_000, description="tokens of the cloud beside the reference (0: none)")
     reference_rtol: PositiveFloat = Field(1e-3, description="relative accuracy of the N = infinity reference")
     t_max: PositiveFloat = Field(20.0, description="final time")
@@ -73,6 +87,14 @@ class ZeroTemperatureConfig(ModelConfig):
     def _window_in_span(self):
         if self.fit_window[1] > self.t_max:
             raise ValueError(f"fit_window {self.fit_window} ends after t_max = {self.t_max}")
+        k = self.rate_window / self.dt_save
+        if round(k) < 1 or abs(k - round(k)) > 1e-9 * k or self.rate_window > self.t_max:
+            near = self.dt_save * max(1, min(round(k), math.floor(self.t_max / self.dt_save + 1e-9)))
+            raise ValueError(
+                f"rate_window = {self.rate_window:g} must be a multiple of dt_save = {self.dt_save:g}, at "
+                f"most t_max = {self.t_max:g} (the windows' ends are saved times): e.g. rate_window = "
+                f"{near:g}"
+            )
         return self
 
 
@@ -88,77 +110,100 @@ PRESETS = {
 }
 
 
-def _reference(config: ZeroTemperatureConfig, att: Any, times: np.ndarray, reporter: Reporter) -> dict | None:
+@dataclass(frozen=True, eq=False)
+class ZeroTemperatureInputs:
+    """What a zero-temperature run computes from, made from its config once."""
+
+    model: ModelInputs
+    times: np.ndarray
+    N: int  # tokens of the cloud beside the reference (0: none)
+    seed: int
+    n_keep: int
+    reference_rtol: float
+    rate_window: float
+    fit_window: tuple[float, float]
+
+    @property
+    def reference_only(self) -> bool:
+        """init = quadrature: the N = infinity reference stands for the quadrature, no cloud."""
+        return self.model.rho0.init.name == "quadrature"
+
+
+def zero_temperature_inputs(config: ZeroTemperatureConfig) -> ZeroTemperatureInputs:
+    return ZeroTemperatureInputs(
+        model_inputs(config),
+        time_grid(config.t_max, config.dt_save),
+        config.N,
+        config.seed,
+        config.n_keep,
+        config.reference_rtol,
+        config.rate_window,
+        (config.fit_window[0], config.fit_window[1]),
+    )
+
+
+def _reference(inputs: ZeroTemperatureInputs, reporter: Reporter) -> dict | None:
     """The N = infinity reference (W2, its error, local rates), or None with a message where the
     exact formula does not apply (and init = quadrature asked for it: an error)."""
-    from ..zero_temperature_reference import local_rates, reference_w2
+    from ..dynamics.reference import local_rates, reference_w2
 
-    kw: dict[str, Any] = {}
-    rho0 = config.density
-    if rho0 == "vmf":
-        kw = {"mean": att.spectrum().top.basis[:, 0], "kappa": config.kappa}
+    density = inputs.model.rho0.density
     try:
         with reporter.task("N = infinity reference", total=1.0):
-            ref = reference_w2(att, times, rho0, rtol=config.reference_rtol, **kw)
+            ref = reference_w2(
+                inputs.model.head_at(math.inf),
+                inputs.times,
+                density.name,
+                rtol=inputs.reference_rtol,
+                **density.params,
+            )
     except ValueError as err:
-        if config.init == "quadrature":
+        if inputs.reference_only:
             raise ValueError(f"init = quadrature needs the N = infinity reference, which {err}") from None
         reporter.warn(f"no N = infinity reference ({err}): the token cloud alone is shown")
         return None
-    rates = local_rates(ref.times, ref.w2, ref.w2_err, width=config.rate_window)
+    rates = local_rates(ref.times, ref.w2, ref.w2_err, width=inputs.rate_window)
     return {"w2": ref.w2, "w2_err": ref.w2_err, "local_rates": rates, "nodes": int(ref.info.get("nodes", 0))}
 
 
-def _cloud(config: ZeroTemperatureConfig, att: Any, times: np.ndarray, reporter: Reporter) -> dict | None:
+def _cloud(inputs: ZeroTemperatureInputs, reporter: Reporter) -> dict | None:
     """The exact flow of a token cloud of N tokens (None when N = 0 or init = quadrature)."""
-    from .. import metrics
-    from ..wasserstein import w2_to_target
-    from ..zero_temperature import project, simulate_zero_temperature
-    from ..zero_temperature_reference import local_rates
+    from ..dynamics.reference import local_rates
+    from ..dynamics.zero_temperature import project, simulate_zero_temperature
+    from ..science import metrics
+    from ..transport.wasserstein import w2_to_target
 
-    if config.init == "quadrature" or config.N == 0:
+    if inputs.reference_only or inputs.N == 0:
         return None
-    X0, w = initial_measure(config, config.N, att, config.seed)
-    keep = token_subset(config.N, config.n_keep, config.seed)
-    with reporter.task(f"exact flow of {config.N} tokens", total=float(times[-1])):
-        traj = simulate_zero_temperature(X0, att, times)
-    w2 = w2_to_target(traj.x, project(X0, att), weights=w).values
+    att, times = inputs.model.head_at(math.inf), inputs.times
+    nodes = inputs.model.rho0.nodes(inputs.N, inputs.seed)
+    keep = token_subset(inputs.N, inputs.n_keep, inputs.seed)
+    with reporter.task(f"exact flow of {inputs.N} tokens", total=float(times[-1])):
+        traj = simulate_zero_temperature(nodes.X, att, times)
+    w = nodes.weights
+    w2 = w2_to_target(traj.x, project(nodes.X, att, spectral=True), weights=w).values
     return {
         "w2": w2,
         "lyapunov": np.asarray(metrics.lyapunov(traj.x, att.spectrum().top_projector, weights=w)),
         "x": traj.x[:, keep].astype(np.float32),
-        "local_rates": local_rates(times, w2, width=config.rate_window) if np.all(w2 > 0) else [],
+        "local_rates": local_rates(times, w2, width=inputs.rate_window) if np.all(w2 > 0) else [],
         "note": traj.info.get("note", ""),
     }
 
 
-def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Reporter | None = None):
-    """Exact zero-temperature flow: the N = infinity reference and/or a token cloud; W2 to Pi_# rho_0,
-    local rates per window next to the guaranteed rate and c*."""
-    import xarray as xr
+def _fits(inputs: ZeroTemperatureInputs, main: dict, cloud: dict | None, reporter: Reporter) -> dict:
+    """The rate fitted on the main curve next to the guaranteed rate and c*, and the local rates."""
+    from ..science.assumptions import reference_rates
+    from ..science.fits import fit_decay_rate
 
-    from ..assumptions import reference_rates
-    from ..fits import fit_decay_rate
-
-    reporter = progress or Reporter()
-    start = time.perf_counter()
-    att = attention_of(config, math.inf)
-    sp = att.spectrum()
-    times = time_grid(config.t_max, config.dt_save)
-    reporter.overall(2, "zero-temperature")
-    ref = _reference(config, att, times, reporter)
-    reporter.advance()
-    cloud = _cloud(config, att, times, reporter)
-    reporter.advance()
-    main = ref if ref is not None else cloud
-    if main is None:
-        raise ValueError("nothing to compute: N = 0 and no N = infinity reference for these weights")
-    rates: dict[str, Any] = {k: v for k, v in reference_rates(att).items() if isinstance(v, int | float)}
-    fit = fit_or_reason(fit_decay_rate, times, main["w2"], tail=tuple(config.fit_window))
+    rates = {
+        k: v for k, v in reference_rates(inputs.model.head_at(math.inf)).items() if isinstance(v, int | float)
+    }
+    fit = fit_or_reason(fit_decay_rate, inputs.times, main["w2"], tail=inputs.fit_window)
     fits: dict[str, Any] = {"fit": fit, **rates, "local_rates": main["local_rates"]}
     if "rate" in fit:
         fits.update(fitted=fit["rate"], fitted_err=fit["rate_err"])
-    if cloud is not None and ref is not None:
+    if cloud is not None and cloud is not main:
         fits["cloud_local_rates"] = cloud["local_rates"]
     for r in main["local_rates"]:
         reporter.info(f"rate on [{r['window'][0]:g}, {r['window'][1]:g}]: {r['rate']:.5g}")
@@ -166,16 +211,48 @@ def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Report
         reporter.info(
             f"predicted c* = {rates['c_star']:.5g}, guaranteed {rates.get('guaranteed', math.nan):.4g}"
         )
-    data: dict[str, Any] = {"w2": (("time",), main["w2"]), "basis_A": (("dim", "k"), sp.top.basis)}
+    return fits
+
+
+def _dataset(inputs: ZeroTemperatureInputs, ref: dict | None, cloud: dict | None):
+    """The curves: w2 (the reference's, else the cloud's), w2_err, w2_cloud, lyapunov, x."""
+    import xarray as xr
+
+    main = ref if ref is not None else cloud
+    assert main is not None
+    data: dict[str, Any] = {
+        "w2": (("time",), main["w2"]),
+        "basis_A": (("dim", "k"), inputs.model.spectrum.top.basis),
+    }
     if ref is not None:
         data["w2_err"] = (("time",), ref["w2_err"])
     if cloud is not None:
         data["w2_cloud" if ref is not None else "w2"] = (("time",), cloud["w2"])
         data["lyapunov"] = (("time",), cloud["lyapunov"])
         data["x"] = (("time", "token", "dim"), cloud["x"])
-    ds = xr.Dataset(data, coords={"time": times, "dim": np.arange(att.d)})
+    ds = xr.Dataset(data, coords={"time": inputs.times, "dim": np.arange(inputs.model.d)})
     if "x" in ds.variables:
         ds = ds.assign_coords(token=np.arange(ds.sizes["token"]))
+    return ds
+
+
+def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Reporter | None = None):
+    """Exact zero-temperature flow: the N = infinity reference and/or a token cloud; W2 to Pi_# rho_0,
+    local rates per window next to the guaranteed rate and c*."""
+    reporter = progress or Reporter()
+    start = time.perf_counter()
+    inputs = zero_temperature_inputs(config)
+    warn_assumptions(inputs.model.attention, reporter)
+    reporter.overall(2, "zero-temperature")
+    ref = _reference(inputs, reporter)
+    reporter.advance()
+    cloud = _cloud(inputs, reporter)
+    reporter.advance()
+    main = ref if ref is not None else cloud
+    if main is None:
+        raise ValueError("nothing to compute: N = 0 and no N = infinity reference for these weights")
+    fits = _fits(inputs, main, cloud, reporter)
+    ds = _dataset(inputs, ref, cloud)
     kind = "N = infinity reference (adaptive cubature)" if ref is not None else f"token cloud, N = {config.N}"
     timings = {"total_s": time.perf_counter() - start}
     ds.attrs = base_attrs(
@@ -186,7 +263,7 @@ def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Report
         integrator="exact: expm(A s) with the scalar clock ODE",
         fits=fits,
         main=kind,
-        model=describe_model(config),
+        model=inputs.model.description,
     )
     ds["w2"].attrs["long_name"] = f"exact W2(rho^inf_t, Pi_# rho_0), chordal cost: {kind}"
     if "w2_cloud" in ds.variables:
@@ -216,6 +293,44 @@ def summarize(ds) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------- figures
 
 
+#: the rate lines of `plot_zero_temperature`: attrs["fits"] key, line style, name
+RATE_LINES = (
+    ("fitted", "--", "fitted"),
+    ("guaranteed", ":", "guaranteed γ/(2‖B‖)"),
+    ("c_star", "-.", "predicted c*"),
+)
+
+
+def _rate_lines(ax: Axes, t: np.ndarray, w: np.ndarray, fits: dict[str, Any]) -> None:
+    """Lines of slope -rate (log y) for each rate of RATE_LINES in fits, through the data point at
+    mid-time; the y range kept to the data's."""
+    fin = np.flatnonzero(np.isfinite(w))
+    if not fin.size:
+        return
+    k0 = int(fin[len(fin) // 2])
+    for key, ls, name in RATE_LINES:
+        rate = fits.get(key)
+        if not (isinstance(rate, int | float) and math.isfinite(rate)):
+            continue
+        err = (
+            f" ± {format_value(float(fits['fitted_err']))}"
+            if key == "fitted" and "fitted_err" in fits
+            else ""
+        )
+        label = f"slope −{format_value(float(rate))}{err} ({name})"
+        ax.plot(t, w[k0] * np.exp(-rate * (t - t[k0])), color="0.4", ls=ls, lw=1.5, label=label)
+    ax.set_ylim(np.nanmin(w[fin]) / 3, np.nanmax(w[fin]) * 3)
+
+
+def _lyapunov_panel(ax: Axes, t: np.ndarray, lyapunov: np.ndarray) -> None:
+    ax.plot(t, positive(lyapunov), color="black", ls="-", marker="s", markevery=markevery(len(t)))
+    ax.set_yscale("log", nonpositive="mask")
+    ax.set_xlabel("time t")
+    ax.set_ylabel(r"$\int |P_1^\perp x|^2\, d\rho_t$ (log scale)")
+    ax.set_title("Lyapunov functional", fontsize="medium")
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def plot_zero_temperature(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
     """Zero-temperature convergence: W2(rho_t, Pi_# rho_0) against t (log y) with lines of slope
     -fitted, -guaranteed (gamma / 2||B||) and -c* from attrs["fits"], each drawn through the data
@@ -229,15 +344,8 @@ def plot_zero_temperature(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) ->
     has_lyap = "lyapunov" in ds.variables
     fig, axes = new_figure(1, 2 if has_lyap else 1, (11 if has_lyap else 6.5, 4.6))
     ax = axes[0][0]
-    ax.plot(
-        t,
-        w,
-        color="black",
-        lw=2,
-        marker="o",
-        markevery=markevery(len(t)),
-        label=r"$W_2(\rho_t, \Pi_\#\rho_0)$, " + str(ds.attrs.get("main", "exact")),
-    )
+    main = r"$W_2(\rho_t, \Pi_\#\rho_0)$, " + str(ds.attrs.get("main", "exact"))
+    ax.plot(t, w, color="black", lw=2, marker="o", markevery=markevery(len(t)), label=main)
     if "w2_cloud" in ds.variables:
         ax.plot(
             t,
@@ -247,51 +355,14 @@ def plot_zero_temperature(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) ->
             ls="--",
             label=f"token cloud, N = {config_value(ds, 'N')} (Monte Carlo: misses the slow tokens)",
         )
-    fits = fits_of(ds)
-    fin = np.flatnonzero(np.isfinite(w))
-    if fin.size:
-        k0 = int(fin[len(fin) // 2])
-        for key, ls, name in (
-            ("fitted", "--", "fitted"),
-            ("guaranteed", ":", "guaranteed γ/(2‖B‖)"),
-            ("c_star", "-.", "predicted c*"),
-        ):
-            rate = fits.get(key)
-            if isinstance(rate, int | float) and math.isfinite(rate):
-                err = (
-                    f" ± {format_value(float(fits['fitted_err']))}"
-                    if key == "fitted" and "fitted_err" in fits
-                    else ""
-                )
-                ax.plot(
-                    t,
-                    w[k0] * np.exp(-rate * (t - t[k0])),
-                    color="0.4",
-                    ls=ls,
-                    lw=1.5,
-                    label=f"slope −{format_value(float(rate))}{err} ({name})",
-                )
-        ax.set_ylim(np.nanmin(w[fin]) / 3, np.nanmax(w[fin]) * 3)
+    _rate_lines(ax, t, w, fits_of(ds))
     ax.set_yscale("log", nonpositive="mask")
     ax.set_xlabel("time t")
     ax.set_ylabel(r"$W_2$, chordal (log scale)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
     if has_lyap:
-        ax2 = axes[0][1]
-        ax2.plot(
-            t,
-            positive(ds["lyapunov"].values),
-            color="black",
-            ls="-",
-            marker="s",
-            markevery=markevery(len(t)),
-        )
-        ax2.set_yscale("log", nonpositive="mask")
-        ax2.set_xlabel("time t")
-        ax2.set_ylabel(r"$\int |P_1^\perp x|^2\, d\rho_t$ (log scale)")
-        ax2.set_title("Lyapunov functional", fontsize="medium")
-        ax2.grid(True, which="both", alpha=0.3)
+        _lyapunov_panel(axes[0][1], t, ds["lyapunov"].values)
     fig.suptitle(
         run_title(ds, r"Zero temperature ($\beta = \infty$): exponential convergence to $\Pi_\#\rho_0$")
     )

@@ -15,10 +15,16 @@ Kernels may take further keyword arguments of their own after these (truncated: 
 
     "sdpa"       fused torch scaled_dot_product_attention, memory O(N d)       (dense.py)
     "blocked"    explicit max-subtracted softmax over blocks of queries         (dense.py)
+    "fused"      every pair, softmax fused with its sums (compiled core, or torch) (fused.py)
     "zero"       zero-temperature field P_x^perp A x / |B^T x| (weights ignored) (zero.py)
     "truncated"  low-temperature kernel, keys near the row maximum only        (truncated.py)
     "cluster"    collapsed clusters: certified series between cells of tokens  (cluster.py, cells.py)
     "auto"       chosen per state by `auto.choose_kernel`
+
+A `Dynamics` beyond the single head (several heads, a causal mask, unnormalised attention, another
+layer norm: attnflow.flow) is computed by "fused", "blocked" or "sdpa" with their model paths
+(variants.py; `kernel_function(name, model)`), and "auto" picks among them (`variants.choose`); a
+Dynamics that is the paper's flow is its one Attention, for every kernel.
 
 A new kernel is one module plus one line in KERNELS.  This module imports nothing heavy: the
 kernels (and torch) load on first use.
@@ -33,12 +39,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._checks import check_attention, check_device, check_points, check_weights
+from .._checks import check_device, check_points, check_weights
+from ..flow import Dynamics, check_model
 
 if TYPE_CHECKING:
     import torch
 
-    from ..model import Attention
+    from ..attention import Attention
+
+    Model = Attention | Dynamics
 
 Kernel = Callable[..., "torch.Tensor"]
 
@@ -46,11 +55,12 @@ Kernel = Callable[..., "torch.Tensor"]
 KERNELS: dict[str, tuple[str, str]] = {
     "sdpa": ("dense", "velocity_sdpa"),
     "blocked": ("dense", "velocity_blocked"),
+    "fused": ("fused", "velocity_fused"),
     "zero": ("zero", "velocity_zero"),
     "truncated": ("truncated", "velocity_truncated"),
     "cluster": ("cluster", "velocity_cluster"),
 }
-FINITE_KERNELS = ("sdpa", "blocked", "truncated", "cluster")
+FINITE_KERNELS = ("sdpa", "blocked", "fused", "truncated", "cluster")
 DTYPES = ("float64", "float32")
 
 
@@ -85,15 +95,51 @@ def get_kernel(name: str) -> Kernel:
     return getattr(importlib.import_module(f".{module}", __name__), func)
 
 
+def plain(model: Model) -> Model:
+    """The model's one Attention when it is the paper's flow (`Dynamics.single`), else the model."""
+    if isinstance(model, Dynamics) and model.single is not None:
+        return model.single
+    return model
+
+
+def kernel_function(name: str, model: Model) -> Kernel:
+    """The kernel `name` (resolved, not "auto") for `model`: the registered function for an
+    Attention, its model path (variants.velocity_model) for a Dynamics beyond the single head."""
+    if not isinstance(model, Dynamics):
+        return get_kernel(name)
+    from functools import partial
+
+    from . import variants
+
+    why = variants.unsupported(name, model)
+    if why:
+        raise ValueError(why)
+    return partial(variants.velocity_model, impl=name)
+
+
 def resolve_kernel(
-    kernel: str, att: Attention, X: torch.Tensor | None = None, weights: torch.Tensor | None = None
+    kernel: str, att: Model, X: torch.Tensor | None = None, weights: torch.Tensor | None = None
 ) -> str:
     """Concrete kernel name for `kernel` on state X: "auto" asks auto.choose_kernel (with the
-    quadrature weights (N,) or (M, N) of X's tokens, None: uniform).
+    quadrature weights (N,) or (M, N) of X's tokens, None: uniform); for a Dynamics beyond the single
+    head, variants.choose.
 
     A finite-temperature kernel with beta = inf is an error.
     """
     kernel = check_kernel_name(kernel)
+    if isinstance(att, Dynamics):
+        from . import variants
+
+        if math.isinf(att.beta):
+            raise ValueError(
+                "a Dynamics beyond the single head needs a finite beta: there is no zero-temperature "
+                f"flow of a model with {', '.join(att.departures())}"
+            )
+        name = variants.choose(att, X) if kernel == "auto" else kernel
+        why = variants.unsupported(name, att)
+        if why:
+            raise ValueError(why)
+        return name
     if kernel == "auto":
         from .auto import choose_kernel
 
@@ -137,7 +183,7 @@ def unless_uniform(w: np.ndarray | None) -> np.ndarray | None:
 
 def velocity(
     X: Any,
-    att: Attention,
+    att: Model,
     kernel: str = "auto",
     dtype: Any = "float64",
     weights: Any = None,
@@ -146,6 +192,10 @@ def velocity(
 ):
     """Velocity v_i = P_{x_i}^perp(sum_j w_ij V x_j) of every token (MATH.md, "Finite temperature").
 
+    att: an Attention, or a Dynamics (attnflow.flow: several heads, a causal mask, unnormalised
+    attention, another layer norm), whose field this is (docs/math.md, "Beyond the single head"):
+    for layer_norm "pre" and "peri" the field in R^d at x, a function of x / |x| (rows of X need
+    not be unit there).
     X: (N, d) or (M, N, d) unit rows (NumPy array, list or torch tensor); rows off the sphere are an
     error unless normalize=True.  kernel: "auto" or a name of KERNELS.
     dtype: "float64" (default) or "float32" for the computation and the result.
@@ -158,10 +208,11 @@ def velocity(
     """
     import torch
 
-    att = check_attention(att)
+    att = plain(check_model(att))
     is_torch = isinstance(X, torch.Tensor)
     dev = check_device(device, X)
-    Xn = check_points(X, "X", d=att.d, normalize=normalize)
+    in_space = isinstance(att, Dynamics) and not att.on_sphere  # pre, peri: a field of x / |x|
+    Xn = check_points(X, "X", d=att.d, normalize=normalize or in_space)
     name = check_dtype(dtype)
     kernel = check_kernel_name(kernel)
     N = Xn.shape[-2]
@@ -171,7 +222,7 @@ def velocity(
     X3 = torch.as_tensor(per_cloud(Xn, M, 3), dtype=getattr(torch, name), device=dev)
     wt = None if w is None else torch.as_tensor(per_cloud(w, M, 2), dtype=X3.dtype, device=dev)
     kernel = resolve_kernel(kernel, att, X3, wt)
-    out = get_kernel(kernel)(X3, att, weights=wt)
+    out = kernel_function(kernel, att)(X3, att, weights=wt)
     if not bool(torch.isfinite(out).all()):
         raise FloatingPointError(f"kernel {kernel!r} returned NaN or inf (beta = {att.beta:g}, dtype {name})")
     if M is None:
@@ -185,6 +236,8 @@ __all__ = [
     "check_dtype",
     "check_kernel_name",
     "get_kernel",
+    "kernel_function",
+    "plain",
     "resolve_kernel",
     "velocity",
 ]

@@ -1,171 +1,311 @@
-"""Automatic kernel choice: the kernel with the smallest predicted cost on the state.
+"""Automatic kernel choice: the kernel with the smallest predicted cost on the state, decided cheaply.
 
-Predicted CPU seconds of one evaluation on a state X of M clouds of N tokens in d dimensions:
+Predicted CPU seconds of one evaluation (costs.py: the formulas and the constants, calibrated per
+machine by `python -m attnflow.kernels.calibrate`):
 
-    sdpa       M N^2 (SDPA[dtype][0] + SDPA[dtype][1] d)
-    truncated  TRUNCATED[dtype][0] M N + TRUNCATED[dtype][1] pairs       pairs: candidate_pairs
-    cluster    token M N + cell_pair (expanded + direct cell pairs)
-               + direct_pair direct_pairs + direct_cell_pair direct_cell_pairs
-               + series (C(p + d + 1, d) moment_rows + C(p + d, d) (d + 1) eval_rows)
-               + expanded_pair expanded_pairs                            the constants: CLUSTER,
-                                                                         counts: cells.plan(...)
+    fused, sdpa   closed forms in M, N and d
+    truncated     from its plan's counts (truncated.candidate_counts: tree, nearest neighbours,
+                  cells and ball counts, no exponential)
+    cluster       from its plan's counts (cluster.cloud_plans, cells.Plan.counts)
 
-The cluster kernel uses the same constants to choose, cell pair by cell pair, between its series
-and direct sums.  The statistics come from the kernels' own plans (trees, nearest neighbours, cells,
-ball counts), which compute no exponential: the truncated kernel's plan only where a sampled lower
-bound on its pairs (the kept fraction) leaves it a chance.  All constants were measured on this
-kind of machine (one thread, CPU time: benchmarks/cluster.py --calibrate, docs/benchmarks.md);
-re-measure them on another.  The integrator re-decides every AUTO_EVERY steps.
+How a decision stays cheap:
+
+1. Bounds before plans.  SAMPLE queries, each against every token, give the kept fraction f and
+   the median number of tokens within the cluster kernel's series scale of a token, its
+   neighbours (`sample_state`).  Then truncated >= call + token M N + pair f M N^2 and cluster >=
+   call + token M N.  Candidates are planned in increasing order of their bound, and one whose
+   bound exceeds the best prediction so far is not planned.  The cluster kernel is not planned
+   where tokens have fewer than SPARSE neighbours, or fewer than DENSE in a hot state (f > HOT):
+   there its cells stay as small as the truncated kernel's, it sums nearly every kept pair directly
+   after a heavier plan, and it was measured at 0.9 to 1.5 times the truncated kernel's time where
+   those are few pairs and far slower than the fused kernel where they are many
+   (docs/benchmarks.md, "Choosing the kernel").
+2. Plans are kept for the kernel (reuse.py): they are the kernels' own first stage, so the kernel
+   picked takes its plan instead of computing it again; only the losers' planning is extra.
+3. Decisions are kept per cloud (`decide`): a state of the same shape, dtype, device, attention and
+   weights whose SAMPLE_ROWS fixed rows moved by less than MOVE_TOL (chordal, every cloud) since a
+   decision takes that decision again, at most REUSE_MAX times; then it is decided afresh.
+
+The integrator asks again every AUTO_EVERY steps (dynamics/steppers.py); a loop of `velocity(...,
+kernel="auto")` calls asks at every call and gets the kept decision while the state has not moved.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._checks import check_positive
+from . import costs as _costs
 
 if TYPE_CHECKING:
     import torch
 
-    from ..model import Attention
+    from ..attention import Attention
 
-MIN_N = 4096  # below this the dense kernel takes milliseconds: no decision needed
+MIN_N = 4096  # below this the dense kernel takes milliseconds: no decision needed ("sdpa")
 TRUNCATED_MAX_D = 6  # cells of directions stop paying off in higher dimension
 CLUSTER_MAX_D = 5  # C(p + d, d) moments per cell pair grow too fast beyond
-SAMPLE = 256  # queries of the kept-fraction sample (all clouds of a batch together)
-# above this sampled kept fraction the truncated kernel does dense work plus gathers from many small
-# blocks and runs at 0.2 to 1x the dense speed (docs/benchmarks.md): it is not planned at all
-SKIP_FRACTION = 0.25
-
-# Measured on an AMD EPYC (2 cores, AVX2, MKL), one torch thread, CPU seconds, with other jobs on the
-# machine (benchmarks/cluster.py --calibrate: uniform clouds at N = 8192 for sdpa; for the others
-# non-negative least squares, relative to each time, over uniform and clustered clouds at N = 65536;
-# docs/benchmarks.md):
-SDPA = {"float64": (6.2e-9, 0.41e-9), "float32": (2.3e-9, 0.0)}  # per pair: a + b d
-TRUNCATED = {"float64": (6.1e-6, 7.2e-9), "float32": (2.9e-6, 4.2e-9)}  # per token, per evaluated pair
-# cluster kernel: the plan per token and per cell pair; direct sums per key-query pair and per cell
-# pair; series per row, monomial and output (moments and evaluation) and per expanded cell pair
-CLUSTER = {
-    "token": 2.6e-6,
-    "cell_pair": 1.2e-6,
-    "direct_pair": 17e-9,
-    "direct_cell_pair": 0.0,
-    "series": 0.44e-9,
-    "expanded_pair": 0.0,
-}
-CANDIDATES = ("sdpa", "truncated", "cluster")
-FLOOR_MARGIN = 0.5  # the truncated kernel is planned unless half its sampled floor exceeds the best
+SAMPLE = 32  # queries of the kept-fraction sample (all clouds of a batch together)
+HOT = 0.1  # above this sampled kept fraction a state is hot ...
+DENSE = 256  # ... and the cluster kernel is not planned unless tokens have this many neighbours
+SPARSE = 64  # nor, in any state, unless they have this many (2 LEAF_MIN: its cells stay small)
+CANDIDATES = ("fused", "sdpa", "truncated", "cluster")
+SAMPLE_ROWS = 64  # rows compared to tell whether a state has moved since its decision
+MOVE_TOL = 0.05  # largest move of a sampled row (chordal) that keeps a decision
+REUSE_MAX = 100  # uses of a kept decision before it is made afresh
+KEEP = 8  # decisions kept (the most recent)
 
 
-def kept_fraction(
+@dataclass(frozen=True)
+class Sampled:
+    """What SAMPLE queries tell about a state, exactly on the sample: `kept`, the fraction of keys
+    within the truncated kernel's cutoff of each query's maximum score; `neighbours`, the median
+    number of tokens within the cluster kernel's expansion scale h = sqrt(rho / (beta ||B||)) of a
+    sampled token (rho: its series radius), which says how large its cells can grow."""
+
+    kept: float
+    neighbours: float
+
+
+def sample_state(
     X: torch.Tensor, att: Attention, cutoff: float | None = None, sample: int = SAMPLE, seed: int = 0
-) -> float:
-    """Estimated fraction of key-query pairs with beta (x_i^T B x_j - max_k x_i^T B x_k) > -cutoff.
-
-    X: (M, N, d) or (N, d) tensor; att: Attention (finite beta); cutoff: the truncated kernel's
-    default when None.  Exact for `sample` queries drawn with `seed` (spread over the M clouds), each
-    against all N keys of its cloud.  Returns a float in (0, 1] (0.0 when beta = inf).
-    """
+) -> Sampled:
+    """`Sampled` statistics of X (M, N, d) or (N, d) for att (finite beta): `sample` queries drawn
+    with `seed`, spread over the M clouds, each against all N tokens of its cloud."""
     import torch
 
+    from . import cells
+    from .cluster import DEFAULT_TOL, default_order
     from .truncated import DEFAULT_CUTOFF
 
     cutoff = DEFAULT_CUTOFF if cutoff is None else check_positive(cutoff, "cutoff")
     sample = int(check_positive(sample, "sample", integer=True))
     beta = float(att.beta)
     if math.isinf(beta):
-        return 0.0
+        return Sampled(0.0, 0.0)
     X3 = X if X.dim() == 3 else X.unsqueeze(0)
-    M, N, _ = X3.shape
+    M, N, d = X3.shape
     per = max(1, min(N, math.ceil(sample / M)))
     rng = np.random.default_rng(seed)
-    idx = torch.as_tensor(np.stack([rng.choice(N, size=per, replace=False) for _ in range(M)]))
-    Xd = X3.to(torch.float64)
     B = torch.tensor(att.B, dtype=torch.float64, device=X3.device)
-    q = torch.gather(Xd, 1, idx.to(X3.device)[..., None].expand(-1, -1, Xd.shape[-1])) @ B  # (M, per, d)
-    S = q @ Xd.transpose(1, 2)  # (M, per, N) unscaled scores <b_i, x_j>
-    kept = torch.count_nonzero(S > S.amax(dim=-1, keepdim=True) - cutoff / beta)
-    return float(kept) / (M * per * N)
+    rho = cells.series(default_order(d), cells.TOL_SHARE * DEFAULT_TOL)[0]
+    h = math.sqrt(rho / (beta * max(att.norm_B, 1e-300)))
+    kept, near = 0, []
+    for m in range(M):
+        Xm = X3[m].to(torch.float64)
+        xs = Xm[torch.as_tensor(rng.choice(N, size=per, replace=False), device=X3.device)]  # (per, d)
+        S = torch.mm(xs @ B, Xm.T)  # (per, N) unscaled scores <b_i, x_j>
+        kept += int(torch.count_nonzero(S > S.amax(dim=1, keepdim=True) - cutoff / beta))
+        near.append(torch.count_nonzero(torch.mm(xs, Xm.T) >= 1.0 - h * h / 2, dim=1))  # |x_j - x_i| <= h
+    return Sampled(kept / (M * per * N), float(torch.cat(near).double().median()))
+
+
+def kept_fraction(
+    X: torch.Tensor, att: Attention, cutoff: float | None = None, sample: int = SAMPLE, seed: int = 0
+) -> float:
+    """Estimated fraction of key-query pairs with beta (x_i^T B x_j - max_k x_i^T B x_k) > -cutoff:
+    `sample_state(...).kept` (exact for `sample` queries, each against all N keys; 0.0 when beta
+    = inf)."""
+    return sample_state(X, att, cutoff, sample, seed).kept
 
 
 def _dtype(X: torch.Tensor) -> str:
     return "float32" if str(X.dtype).endswith("float32") else "float64"
 
 
-def cluster_cost(counts: dict[str, int], d: int) -> float:
-    """Predicted seconds of the cluster kernel from the work counts of cells.Plan.counts()."""
-    c, p = CLUSTER, counts["order"]
+def _variant(X: torch.Tensor) -> str:
+    from .fused import variant
+
+    return variant(X.shape[-1], X.device)
+
+
+def dense_cost(kernel: str, M: int, N: int, d: int, variant: str, constants: dict | None = None) -> float:
+    """Predicted seconds of "fused" (variant: backend) or "sdpa" (variant: dtype) on M clouds of N;
+    constants: the kernel's terms (default: costs.active())."""
+    c = _costs.active()[kernel][variant] if constants is None else constants
+    return M * (c["call"] + N * N * (c["pair"] + c["pair_d"] * d))
+
+
+def truncated_cost(
+    counts: dict[str, int], M: int, N: int, variant: str, constants: dict | None = None
+) -> float:
+    """Predicted seconds of the truncated kernel from `truncated.candidate_counts` (or its stats)."""
+    c = _costs.active()["truncated"][variant] if constants is None else constants
+    return M * c["call"] + c["token"] * M * N + c["pair"] * counts["pairs"] + c["key"] * counts["keys"]
+
+
+def cluster_cost(
+    counts: dict[str, int], d: int, variant: str = "compiled", clouds: int = 1, constants: dict | None = None
+) -> float:
+    """Predicted seconds of the cluster kernel from the work counts of cells.Plan.counts (summed over
+    `clouds` clouds, the largest series order)."""
+    c = _costs.active()["cluster"][variant] if constants is None else constants
+    p = counts["order"]
     rows = (
         math.comb(p + 1 + d, d) * counts["moment_rows"] + math.comb(p + d, d) * (d + 1) * counts["eval_rows"]
     )
     return (
-        c["token"] * counts["tokens"]
+        clouds * c["call"]
+        + c["token"] * counts["tokens"]
+        + c["cell"] * counts["cells"]
         + c["cell_pair"] * (counts["expanded_pairs"] + counts["direct_cell_pairs"])
         + c["direct_pair"] * counts["direct_pairs"]
+        + c["direct_key"] * counts["direct_keys"]
         + c["direct_cell_pair"] * counts["direct_cell_pairs"]
         + c["series"] * rows
         + c["expanded_pair"] * counts["expanded_pairs"]
     )
 
 
-def _numpy64(a) -> np.ndarray:
-    """A float64 NumPy copy of an array or a tensor on any device."""
-    if hasattr(a, "detach"):
-        return a.detach().to("cpu").double().numpy()
-    return np.asarray(a, float)
-
-
 def cluster_counts(X: torch.Tensor, att: Attention, weights=None) -> dict[str, int]:
-    """Work counts of the cluster kernel on X (M, N, d), summed over the clouds (largest order)."""
-    from . import cells
-    from .cluster import DEFAULT_TOL, default_order
+    """Work counts of the cluster kernel on X (M, N, d), summed over the clouds (largest order), from
+    its plans (cluster.cloud_plans: kept for the kernel)."""
+    from .cluster import cloud_plans
 
-    X3 = X if X.dim() == 3 else X.unsqueeze(0)
-    M, N, d = X3.shape
-    w = np.full((M, N), 1.0 / N) if weights is None else np.broadcast_to(_numpy64(weights), (M, N))
-    w = w / w.sum(axis=-1, keepdims=True)  # as the kernel scales them
     total: dict[str, int] = {}
-    for m in range(M):
-        Xm = X3[m].detach().to("cpu").double().numpy()
-        counts = cells.plan(
-            Xm, w[m], np.asarray(att.B, float), float(att.beta), DEFAULT_TOL, default_order(d)
-        )
-        for key, value in counts.counts().items():
+    for plan in cloud_plans(X, att, weights=weights):
+        for key, value in plan.counts().items():
             total[key] = max(total.get(key, 0), value) if key == "order" else total.get(key, 0) + value
     return total
+
+
+def _bounds(X: torch.Tensor, att: Attention) -> dict[str, float]:
+    """Lower bounds on the truncated and cluster kernels' seconds: inf where they do not apply, and
+    for the cluster kernel where its cells cannot grow (module docstring, 1.)."""
+    M, N, d = X.shape
+    v = _variant(X)
+    out = {"truncated": math.inf, "cluster": math.inf}
+    if d > TRUNCATED_MAX_D:
+        return out
+    sampled = sample_state(X, att)
+    c = _costs.active()["truncated"][v]
+    out["truncated"] = M * c["call"] + c["token"] * M * N + c["pair"] * sampled.kept * M * N * N
+    sparse = sampled.neighbours < SPARSE or (sampled.kept > HOT and sampled.neighbours < DENSE)
+    if d <= CLUSTER_MAX_D and not sparse:
+        c = _costs.active()["cluster"][v]
+        out["cluster"] = M * (c["call"] + c["cell"]) + c["token"] * M * N
+    return out
 
 
 def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, float]:
     """Predicted seconds of one evaluation of each candidate kernel on X (M, N, d) (finite beta).
 
-    "truncated" is inf where it cannot win (d > TRUNCATED_MAX_D, a sampled kept fraction above
-    SKIP_FRACTION, or FLOOR_MARGIN times its sampled lower bound above the best other prediction),
-    "cluster" where d > CLUSTER_MAX_D; neither plan is run then.
+    "truncated" and "cluster" are inf where they do not apply (d above TRUNCATED_MAX_D,
+    CLUSTER_MAX_D) or cannot win (their lower bound, `_bounds`, above the best prediction made
+    before them): their plans are not computed then.
     """
+    from .truncated import candidate_counts
+
     X3 = X if X.dim() == 3 else X.unsqueeze(0)
     M, N, d = X3.shape
-    dt = _dtype(X3)
-    a, b = SDPA[dt]
-    costs = {"sdpa": M * N * N * (a + b * d), "truncated": math.inf, "cluster": math.inf}
-    if d <= CLUSTER_MAX_D:
-        costs["cluster"] = cluster_cost(cluster_counts(X3, att, weights), d)
-    if d <= TRUNCATED_MAX_D:
-        per_token, per_pair = TRUNCATED[dt]
-        kept = kept_fraction(X3, att)
-        floor = per_token * M * N + per_pair * kept * M * N * N
-        if kept <= SKIP_FRACTION and FLOOR_MARGIN * floor < min(costs.values()):
-            from .truncated import candidate_pairs
+    v = _variant(X3)
+    out = {
+        "fused": dense_cost("fused", M, N, d, "torch" if v == "torch" else "compiled"),
+        "sdpa": dense_cost("sdpa", M, N, d, _dtype(X3)),
+        "truncated": math.inf,
+        "cluster": math.inf,
+    }
+    if X3.device.type != "cpu":
+        out["fused"] = out["sdpa"]  # the fused kernel runs torch's SDPA there
+    bounds = _bounds(X3, att)
+    for name in sorted(bounds, key=lambda k: bounds[k]):
+        if not bounds[name] < min(out.values()):
+            break
+        if name == "truncated":
+            out[name] = truncated_cost(candidate_counts(X, att, weights=weights), M, N, v)
+        else:
+            out[name] = cluster_cost(cluster_counts(X, att, weights), d, v, clouds=M)
+    return out
 
-            costs["truncated"] = per_token * M * N + per_pair * candidate_pairs(X3, att, weights=weights)
-    return costs
+
+@dataclass
+class Decision:
+    """A kernel choice: the kernel, the predicted seconds of every candidate (inf: not planned),
+    the CPU seconds the decision took, and how often it has been taken again (`decide`)."""
+
+    kernel: str
+    costs: dict[str, float]
+    seconds: float
+    reused: int = 0
+    fingerprint: tuple = ()
+    rows: Any = field(default=None, repr=False)  # the sampled rows of the state decided on
+
+
+_decisions: list[Decision] = []
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=16)
+def _sample_rows(N: int) -> np.ndarray:
+    return np.sort(np.random.default_rng(0).choice(N, size=min(N, SAMPLE_ROWS), replace=False))
+
+
+def _fingerprint(X: torch.Tensor, att: Attention, weights) -> tuple[tuple, Any]:
+    """(what must be equal, the sampled rows) for a kept decision on X (M, N, d)."""
+    import torch
+
+    M, N, d = X.shape
+    idx = torch.as_tensor(_sample_rows(N))
+    rows = X[:, idx.to(X.device)].detach().to("cpu", torch.float64).clone()
+    w: tuple = ()
+    if weights is not None:
+        wt = torch.as_tensor(weights).detach().to("cpu", torch.float64)
+        w = (tuple(wt.shape), *wt.reshape(-1, wt.shape[-1])[:, idx].reshape(-1).tolist())
+    key = (M, N, d, str(X.dtype), str(X.device), float(att.beta), att.B.tobytes(), _costs.source(), w)
+    return key, rows
+
+
+def _kept(key: tuple, rows) -> Decision | None:
+    with _lock:
+        for dec in reversed(_decisions):
+            if dec.fingerprint == key and dec.reused < REUSE_MAX:
+                moved = float((rows - dec.rows).norm(dim=-1).max())
+                if moved < MOVE_TOL:
+                    dec.reused += 1
+                    return dec
+    return None
+
+
+def decide(X: torch.Tensor, att: Attention, weights=None, keep: bool = True) -> Decision:
+    """The kernel for the state X (M, N, d) (finite beta, N >= MIN_N): a kept decision where the
+    state has not moved since (module docstring), else the candidate with the smallest
+    `predict_costs`, kept when `keep`."""
+    X3 = X if X.dim() == 3 else X.unsqueeze(0)
+    key, rows = _fingerprint(X3, att, weights)
+    if keep:
+        found = _kept(key, rows)
+        if found is not None:
+            return found
+    c0 = time.process_time()
+    predicted = predict_costs(X, att, weights)
+    kernel = min(CANDIDATES, key=lambda k: predicted[k])
+    dec = Decision(kernel, predicted, time.process_time() - c0, fingerprint=key, rows=rows)
+    if keep:
+        with _lock:
+            _decisions.append(dec)
+            del _decisions[:-KEEP]
+    return dec
+
+
+def forget() -> None:
+    """Drop every kept decision (and the plans kept for the kernels, reuse.py)."""
+    from . import reuse
+
+    with _lock:
+        _decisions.clear()
+    reuse.clear()
 
 
 def choose_kernel(X: torch.Tensor | None, att: Attention, weights=None) -> str:
     """Name of the kernel to use on the state X (M, N, d): "zero" when beta = inf, "sdpa" for small
-    N (< MIN_N) or no state, else the candidate with the smallest `predict_costs`.
+    N (< MIN_N) or no state, else `decide(X, att, weights).kernel`.
 
     weights: optional (N,) or (M, N) quadrature weights of the tokens (the cluster kernel's cutoff
     depends on them).
@@ -174,5 +314,4 @@ def choose_kernel(X: torch.Tensor | None, att: Attention, weights=None) -> str:
         return "zero"
     if X is None or X.shape[-2] < MIN_N:
         return "sdpa"
-    costs = predict_costs(X, att, weights)
-    return min(CANDIDATES, key=lambda k: costs[k])
+    return decide(X, att, weights).kernel

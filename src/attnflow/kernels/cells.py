@@ -13,6 +13,8 @@ from itertools import chain
 
 import numpy as np
 
+from .costs import DEFAULTS
+
 LEAF_MIN = 32  # cells are not cut below this many tokens
 LEAF_MAX = 4096  # nor left above it (bounds the padded batches)
 _SLACK = 1e-9  # relative widening of radii: rounding never drops a kept key
@@ -23,7 +25,9 @@ COUNTS = (  # the work counts of Plan.counts
     "moment_rows",
     "eval_rows",
     "direct_pairs",
+    "direct_keys",
     "direct_cell_pairs",
+    "kept_pairs",
     "order",
 )
 TOL_SHARE = 0.24  # tol_e = tol_d = TOL_SHARE tol: 2 (tol_e + tol_d) / ((1 - tol_e)(1 - tol_d)) <= tol
@@ -217,14 +221,17 @@ class Plan:
     def counts(self) -> dict[str, int]:
         """Work counts of the evaluation (what the cost model of auto.py prices)."""
         sizes = np.diff(self.starts)
+        direct_pairs = int(np.dot(sizes[self.dir_T], sizes[self.dir_S]))
         return {
             "tokens": int(self.starts[-1]),
             "cells": self.n_cells,
             "expanded_pairs": len(self.exp_T),
             "moment_rows": int(sizes[self.exp_S].sum()),
             "eval_rows": int(sizes[self.exp_T].sum()),
-            "direct_pairs": int(np.dot(sizes[self.dir_T], sizes[self.dir_S])),
+            "direct_pairs": direct_pairs,
+            "direct_keys": int(sizes[self.dir_S].sum()),  # keys gathered, once per query cell
             "direct_cell_pairs": len(self.dir_T),
+            "kept_pairs": direct_pairs + int(np.dot(sizes[self.exp_T], sizes[self.exp_S])),
             "order": self.order if len(self.exp_T) else 0,  # series order p in use
         }
 
@@ -235,33 +242,24 @@ def _offsets(keys: np.ndarray, n: int) -> np.ndarray:
     return off
 
 
-def plan(
-    X: np.ndarray,
-    w: np.ndarray,
-    B: np.ndarray,
-    beta: float,
-    tol: float,
-    order: int,
-    leaf_min: int = LEAF_MIN,
-    leaf_max: int = LEAF_MAX,
-    threads: int = 1,
-    costs: dict[str, float] | None = None,
-) -> Plan:
-    """Cells, row maxima and the cell pairs of the cloud X (N, d) with weights w (N,) (module
-    docstring of cluster.py for the bound).  costs: seconds per "direct_pair" (key-query pair),
-    "direct_cell_pair", "series" (row, monomial and output of the moments and the evaluation) and
-    "expanded_pair" (auto.CLUSTER by default): a cell pair is expanded where its series is valid and
-    cheaper than its direct sums.
-    """
+@dataclass(frozen=True)
+class _Rows:
+    """Per token, original order: b_i = B^T x_i, the lifted keys and queries, the tree on the lifted
+    keys, the exact row maxima m_i and the kept radii r_keep (module docstring of cluster.py)."""
+
+    b: np.ndarray  # (N, d)
+    Xa: np.ndarray  # (N, d + 1) keys lifted to one sphere of radius R
+    ua: np.ndarray  # (N, d + 1) queries b_i / |b_i| lifted (0 where b_i = 0)
+    R2: float  # R^2 = max |x_j|^2
+    tree: object  # scipy cKDTree on Xa
+    row_max: np.ndarray  # (N,)
+    r_keep: np.ndarray  # (N,)
+
+
+def _rows(X: np.ndarray, w: np.ndarray, B: np.ndarray, beta: float, tol_d: float, threads: int) -> _Rows:
+    """Nearest lifted key of every query (the row maximum) and its kept radius."""
     from scipy.spatial import cKDTree
 
-    if costs is None:
-        from .auto import CLUSTER
-
-        costs = CLUSTER
-    d = X.shape[1]
-    tol_d = TOL_SHARE * tol
-    rho_max, coef = series(order, TOL_SHARE * tol)
     b = X @ B  # rows b_i = B^T x_i
     bnorm = np.linalg.norm(b, axis=1)
     u = b / np.where(bnorm > 0, bnorm, 1.0)[:, None]
@@ -279,58 +277,132 @@ def plan(
     cutoff = np.log(1.0 / (w[jstar] * tol_d))
     with np.errstate(divide="ignore"):
         r_keep = np.sqrt(dmin * dmin + 2.0 * cutoff / (beta * bnorm)) * (1 + _SLACK) + _SLACK
+    return _Rows(b, Xa, ua, R2, tree, row_max, r_keep)
 
-    perm, starts = split_cells(tree, X, b, beta, rho_max, leaf_min, leaf_max)
-    n_cells = len(starts) - 1
+
+@dataclass(frozen=True)
+class _Cells:
+    """The cells' geometry: sizes, boxes of x_j (centres, half-widths hx) and of b_i (bcentres, hb),
+    the lifted keys' centres and radii, the query directions' centres and reaches R_T."""
+
+    sizes: np.ndarray
+    centres: np.ndarray
+    hx: np.ndarray
+    bcentres: np.ndarray
+    hb: np.ndarray
+    acentres: np.ndarray
+    r: np.ndarray
+    ucentres: np.ndarray
+    reach: np.ndarray
+
+
+def _cell_geometry(X: np.ndarray, rows: _Rows, perm: np.ndarray, starts: np.ndarray) -> _Cells:
     sizes = np.diff(starts)
-    Xp, up, Xap = X[perm], ua[perm], Xa[perm]
+    Xp, up, Xap = X[perm], rows.ua[perm], rows.Xa[perm]
     centres, hx = boxes(Xp, starts[:-1], starts[1:])
-    bcentres, hb = boxes(b[perm], starts[:-1], starts[1:])
+    bcentres, hb = boxes(rows.b[perm], starts[:-1], starts[1:])
     acentres, _ = boxes(Xap, starts[:-1], starts[1:])
     r = radii(Xap, starts, acentres)  # of the lifted keys
     ucentres = np.add.reduceat(up, starts[:-1], axis=0) / sizes[:, None]
-    reach = radii(up, starts, ucentres) + np.maximum.reduceat(r_keep[perm], starts[:-1])  # R_T
+    reach = radii(up, starts, ucentres) + np.maximum.reduceat(rows.r_keep[perm], starts[:-1])  # R_T
     r, hx, hb = (a * (1 + _SLACK) + _SLACK for a in (r, hx, hb))
+    return _Cells(sizes, centres, hx, bcentres, hb, acentres, r, ucentres, reach)
 
-    # cell pairs with a key of S possibly kept for a query of T: |u~_T - c~_S| <= R_T + r~_S
-    rmax = float(r.max())
-    everything = reach + rmax >= 1.0 + math.sqrt(R2)  # the ball holds every lifted key
+
+RADIUS_CLASSES = 4  # key cells are searched in this many classes of radius (powers of 4 apart)
+
+
+def _cell_pairs(c: _Cells, R2: float, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """(T, S): the cell pairs with a key of S possibly kept for a query of T, |u~_T - c~_S| <= R_T + r~_S.
+
+    Key cells are searched by classes of radius r~_S (each class in its own tree, with its largest
+    radius), so that a few wide cells do not widen every query cell's search."""
+    from scipy.spatial import cKDTree
+
+    n_cells = len(c.sizes)
+    rmax = float(c.r.max())
+    everything = c.reach + rmax >= 1.0 + math.sqrt(R2)  # the ball holds every lifted key
     Ts = [np.repeat(np.flatnonzero(everything), n_cells)]
     Ss = [np.tile(np.arange(n_cells), int(everything.sum()))]
     todo = np.flatnonzero(~everything)
-    if todo.size:
-        found = cKDTree(acentres).query_ball_point(
-            ucentres[todo], reach[todo] + rmax, workers=threads, return_sorted=False
+    level = np.minimum(
+        np.floor(np.log(np.maximum(rmax / np.maximum(c.r, 1e-300), 1.0)) / np.log(4.0)), RADIUS_CLASSES - 1
+    )
+    for cls in np.unique(level) if todo.size else []:
+        members = np.flatnonzero(level == cls)
+        found = cKDTree(c.acentres[members]).query_ball_point(
+            c.ucentres[todo], c.reach[todo] + float(c.r[members].max()), workers=threads, return_sorted=False
         )
         lens = np.fromiter((len(f) for f in found), dtype=np.int64, count=len(found))
         Ts.append(np.repeat(todo, lens))
-        Ss.append(np.fromiter(chain.from_iterable(found), dtype=np.int64, count=int(lens.sum())))
+        Ss.append(members[np.fromiter(chain.from_iterable(found), dtype=np.int64, count=int(lens.sum()))])
     T, S = np.concatenate(Ts), np.concatenate(Ss)
-    ok = np.linalg.norm(ucentres[T] - acentres[S], axis=1) <= reach[T] + r[S]
-    T, S = T[ok], S[ok]
+    ok = np.linalg.norm(c.ucentres[T] - c.acentres[S], axis=1) <= c.reach[T] + c.r[S]
+    return T[ok], S[ok]
 
-    # expand where the series holds and costs less than the direct sums
+
+def _expand(
+    c: _Cells, T: np.ndarray, S: np.ndarray, beta: float, order: int, tol_e: float, costs: dict[str, float]
+) -> tuple[np.ndarray, int]:
+    """Which cell pairs (T, S) are expanded (their series holds and costs less than their direct sums),
+    and the lowest series order whose radius covers the expanded pairs (the cells come in halvings:
+    it may be below `order`)."""
+    d = c.centres.shape[1]
+    rho_max = series(order, tol_e)[0]
     P, P1 = math.comb(order + d, d), math.comb(order + 1 + d, d)
-    nT, nS = sizes[T].astype(float), sizes[S].astype(float)
-    valid = beta * z_bound(hb[T], hx[S]) <= rho_max
+    nT, nS = c.sizes[T].astype(float), c.sizes[S].astype(float)
+    valid = beta * z_bound(c.hb[T], c.hx[S]) <= rho_max
     series_cost = costs["series"] * (P1 * nS + P * (d + 1) * nT) + costs["expanded_pair"]
-    expand = valid & (series_cost < costs["direct_pair"] * nT * nS + costs["direct_cell_pair"])
+    direct_cost = (
+        costs["direct_pair"] * nT * nS + costs.get("direct_key", 0.0) * nS + costs["direct_cell_pair"]
+    )
+    expand = valid & (series_cost < direct_cost)
+    rho_used = float(beta * z_bound(c.hb[T[expand]], c.hx[S[expand]]).max()) if expand.any() else 0.0
+    used = next((q for q in range(1, order) if series(q, tol_e)[0] >= rho_used), order)
+    return expand, used
+
+
+def plan(
+    X: np.ndarray,
+    w: np.ndarray,
+    B: np.ndarray,
+    beta: float,
+    tol: float,
+    order: int,
+    leaf_min: int = LEAF_MIN,
+    leaf_max: int = LEAF_MAX,
+    threads: int = 1,
+    costs: dict[str, float] | None = None,
+) -> Plan:
+    """Cells, row maxima and the cell pairs of the cloud X (N, d) with weights w (N,) (module
+    docstring of cluster.py for the bound).  costs: seconds per "direct_pair" (key-query pair),
+    "direct_key" (key gathered per query cell), "direct_cell_pair", "series" (row, monomial and
+    output of the moments and the evaluation) and "expanded_pair" (default: the compiled cluster
+    kernel's constants in costs.DEFAULTS): a cell pair is expanded where its series is valid and
+    cheaper than its direct sums.
+    """
+    if costs is None:
+        costs = DEFAULTS["cluster"]["compiled"]
+    tol_e = TOL_SHARE * tol
+    rows = _rows(X, w, B, beta, TOL_SHARE * tol, threads)
+    perm, starts = split_cells(rows.tree, X, rows.b, beta, series(order, tol_e)[0], leaf_min, leaf_max)
+    c = _cell_geometry(X, rows, perm, starts)
+    T, S = _cell_pairs(c, rows.R2, threads)
+    expand, order = _expand(c, T, S, beta, order, tol_e, costs)
     o = np.lexsort((S, T))
     T, S, expand = T[o], S[o], expand[o]
     eT, eS, dT, dS = T[expand], S[expand], T[~expand], S[~expand]
-    # the cells come in halvings: the pairs kept for expansion may need a lower order than `order`
-    rho_used = float(beta * z_bound(hb[eT], hx[eS]).max()) if eT.size else 0.0
-    order = next((q for q in range(1, order) if series(q, TOL_SHARE * tol)[0] >= rho_used), order)
-    rho_max, coef = series(order, TOL_SHARE * tol)
+    rho_max, coef = series(order, tol_e)
+    n_cells = len(starts) - 1
     return Plan(
         perm=perm,
         starts=starts,
-        centres=centres,
-        bcentres=bcentres,
-        row_max=row_max,
+        centres=c.centres,
+        bcentres=c.bcentres,
+        row_max=rows.row_max,
         h=math.sqrt(rho_max / (beta * max(float(np.linalg.norm(B, 2)), 1e-300))),
         order=order,
-        table=monomials(d, order + 1),
+        table=monomials(X.shape[1], order + 1),
         series_coefficients=coef,
         exp_T=eT,
         exp_S=eS,

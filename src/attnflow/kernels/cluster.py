@@ -21,7 +21,7 @@ interpolates e^z at the p + 1 Chebyshev points of [-rho, rho].  By the multinomi
 q(delta . dy) = sum_{|a|<=p} c_|a| |a|!/a! delta^a dy^a, so the pair (T, S) costs the moments
 sum_j w_j e^{tilt_j} dy_j^a (|a| <= p + 1, which also give the moments of x_j = c_S + dy_j) and one
 dot product per query and output: O((n_T + n_S) C(p + d, d) d) work instead of O(n_T n_S d).
-Pairs with rho_TS > rho, and pairs too small for the series to pay (auto.CLUSTER), are summed
+Pairs with rho_TS > rho, and pairs too small for the series to pay (costs.py), are summed
 directly, by torch's fused attention on the padded keys of each query cell with a sink key that
 returns the shifted sums themselves (`_fused`).
 
@@ -66,10 +66,13 @@ import torch
 from .._checks import check_positive
 from .._threads import intra_op_threads as _threads
 from . import cells as _cells
-from .dense import _batched, _finite_beta, _weights, tangent
+from . import compiled, reuse
+from . import costs as _costs
+from .common import batched, finite_beta, matrices_like, tangent
+from .fused import LOG2E, MAX_D, variant
 
 if TYPE_CHECKING:
-    from ..model import Attention
+    from ..attention import Attention
 
 DEFAULT_TOL = 1e-10  # |v^ - v| <= tol ||V||_2 for every token (times max |x_j| off the sphere)
 ORDERS = {1: 10, 2: 8, 3: 6, 4: 5, 5: 4}  # series order p by d (measured, benchmarks/cluster.py)
@@ -268,24 +271,43 @@ def _evaluate(cl: _Cloud, t0: int, t1: int, moments: torch.Tensor, tilt_max: tor
             cl.acc.index_add_(0, tok[tmask], out[tmask])
 
 
-def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp: torch.Tensor) -> None:
-    """Add the directly evaluated cell pairs to cl.acc, in Xp's dtype (the tokens of cl.Xp, float32
-    or float64): the keys of each query cell's direct key cells, padded, through `_fused`."""
-    plan, dev = cl.plan, Xp.device
-    d, sizes = Xp.shape[1], cl.sizes
+def _direct_keys(plan: _cells.Plan, sizes: np.ndarray):
+    """The query cells with direct pairs and their keys: (query_cells, K, keys_of) with K the number
+    of keys of every cell and keys_of(cells) the token positions of those cells' direct key cells,
+    concatenated cell after cell."""
     K = np.zeros(plan.n_cells, dtype=np.int64)
     np.add.at(K, plan.dir_T, sizes[plan.dir_S])  # keys of each query cell
     query_cells = np.flatnonzero(K > 0)
+
+    def keys_of(cells: np.ndarray) -> np.ndarray:
+        pr = _cells.ranges(plan.dir_by_T[cells], plan.dir_by_T[cells + 1] - plan.dir_by_T[cells])
+        S = plan.dir_S[pr]
+        return _cells.ranges(plan.starts[S], sizes[S])
+
+    return query_cells, K, keys_of
+
+
+def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp: torch.Tensor) -> None:
+    """Add the directly evaluated cell pairs to cl.acc, in Xp's dtype (the tokens of cl.Xp, float32
+    or float64): the keys of each query cell's direct key cells, through the fused kernel's compiled
+    core (in float64) where there is one, else padded through `_fused`."""
+    plan, dev = cl.plan, Xp.device
+    d, sizes = Xp.shape[1], cl.sizes
+    query_cells, K, keys_of = _direct_keys(plan, sizes)
     n_T, K_T = sizes[query_cells], K[query_cells]
     cl.count("direct_pairs", int(np.dot(n_T, K_T)))
+    if not query_cells.size:
+        return
+    core = compiled.core() if dev.type == "cpu" and d <= MAX_D else None
+    if core is not None:
+        _direct_compiled(core, cl, query_cells, K_T, keys_of(query_cells))
+        return
     logw = torch.log(wp)
     for g in _groups(n_T, K_T, lambda s, c: s * c + 2 * c * (d + 2), BLOCK_ELEMENTS):
         cells = query_cells[g]
         n, Kmax = int(n_T[g].max()), int(K_T[g].max())
         # the keys of each query cell: the token ranges of its direct key cells, one padded row each
-        pr = _cells.ranges(plan.dir_by_T[cells], plan.dir_by_T[cells + 1] - plan.dir_by_T[cells])
-        S = plan.dir_S[pr]
-        flat = _cells.ranges(plan.starts[S], sizes[S])
+        flat = keys_of(cells)
         row = np.repeat(np.arange(len(cells)), K[cells])
         col = np.arange(flat.size) - np.repeat(np.cumsum(K[cells]) - K[cells], K[cells])
         keys_np = np.zeros((len(cells), Kmax), dtype=np.int64)
@@ -296,6 +318,35 @@ def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp
             tok, tmask = cl.tokens(cells, n)
             out = _fused(bp[tok], mp[tok], Xp[keys], logw[keys].masked_fill_(~kmask, -1e5), cl.beta)
             cl.acc.index_add_(0, tok[tmask], out[tmask].to(cl.acc.dtype))
+
+
+def _direct_compiled(core, cl: _Cloud, query_cells: np.ndarray, K_T: np.ndarray, keys: np.ndarray) -> None:
+    """The direct pairs by the compiled core (fused.c, `fused_cells`): every query cell against its
+    direct keys, in float64 and base 2, its sums brought from the core's shift to m_i and added to
+    cl.acc."""
+    f64, d = torch.float64, cl.Xp.shape[1]
+    starts, sizes = cl.plan.starts, cl.sizes
+    qs = np.zeros(len(query_cells) + 1, dtype=np.int64)
+    np.cumsum(sizes[query_cells], out=qs[1:])
+    ks = np.zeros(len(query_cells) + 1, dtype=np.int64)
+    np.cumsum(K_T, out=ks[1:])
+    qidx = np.ascontiguousarray(_cells.ranges(starts[query_cells], sizes[query_cells]), dtype=np.int64)
+    rows = torch.cat([cl.Xp, (LOG2E * torch.log(cl.wp))[:, None], cl.Xp], dim=1).contiguous()
+    out = torch.zeros((cl.Xp.shape[0], d + 2), dtype=f64)
+    core.cells(
+        (LOG2E * cl.beta) * cl.bp,
+        qidx,
+        qs,
+        rows,
+        np.ascontiguousarray(keys, dtype=np.int64),
+        ks,
+        out,
+        cl.threads,
+    )
+    tok = torch.as_tensor(qidx)
+    # sum_j w_j e^{s_ij - m_i} = 2^{shift_i - log2(e) m_i} Z_i (<= 2^(1/2): the subset's maximum is <= m_i)
+    scale = torch.exp2(out[tok, d + 1] - LOG2E * cl.mp[tok])
+    cl.acc.index_add_(0, tok, out[tok, : d + 1] * scale[:, None])
 
 
 def _fused(b: torch.Tensor, m: torch.Tensor, x: torch.Tensor, logw: torch.Tensor, beta: float):
@@ -325,17 +376,15 @@ def _fused(b: torch.Tensor, m: torch.Tensor, x: torch.Tensor, logw: torch.Tensor
 
 
 def _average_one(
-    X, w, att: Attention, beta: float, settings: dict, threads: int, stats: dict
+    X, w, att: Attention, beta: float, plan: _cells.Plan, threads: int, stats: dict
 ) -> torch.Tensor:
-    """Softmax average sum_j w_ij x_j of one cloud X (N, d) with weights w (N,): (N, d), X's dtype.
+    """Softmax average sum_j w_ij x_j of one cloud X (N, d) with weights w (N,) and its plan: (N, d),
+    X's dtype.
 
-    Adds to stats the work counts and the CPU seconds of the plan, the moments, the series
-    evaluation and the direct sums ("plan_s", "expand_s", "direct_s")."""
+    Adds to stats the work counts and the CPU seconds of the moments and series evaluation and of
+    the direct sums ("expand_s", "direct_s")."""
     f64, dev = torch.float64, X.device
     c0 = time.process_time()
-    Xn = X.detach().to("cpu", f64).numpy()
-    wn = w.detach().to("cpu", f64).numpy()
-    plan = _cells.plan(Xn, wn, np.asarray(att.B, dtype=float), beta, threads=threads, **settings)
     perm = torch.as_tensor(plan.perm, device=dev)
     B = torch.tensor(att.B, dtype=f64, device=dev)
     Xp = X[perm].to(f64)
@@ -350,9 +399,8 @@ def _average_one(
         threads=threads,
         stats=stats,
     )
-    c1 = time.process_time()
     _expand(cl)
-    c2 = time.process_time()
+    c1 = time.process_time()
     if X.dtype == f64:
         _direct(cl, cl.Xp, cl.bp, cl.wp, cl.mp)
     else:
@@ -360,12 +408,12 @@ def _average_one(
         _direct(cl, X32, X32 @ B.to(X.dtype), cl.wp.to(X.dtype), cl.mp.to(X.dtype))
     out = torch.empty_like(X)
     out[perm] = (cl.acc[:, 1:] / cl.acc[:, :1]).to(X.dtype)
-    c3 = time.process_time()
+    c2 = time.process_time()
     counts = plan.counts()
-    for key in ("tokens", "cells", "expanded_pairs", "direct_cell_pairs"):  # others: as they are done
+    for key in ("tokens", "cells", "expanded_pairs", "direct_cell_pairs", "direct_keys", "kept_pairs"):
         cl.count(key, counts[key])
     stats["order"] = max(stats["order"], counts["order"])
-    for key, value in (("plan_s", c1 - c0), ("expand_s", c2 - c1), ("direct_s", c3 - c2)):
+    for key, value in (("expand_s", c1 - c0), ("direct_s", c2 - c1)):
         stats[key] = stats.get(key, 0.0) + value
     return out
 
@@ -385,6 +433,74 @@ def _cloud_weights(weights, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
             "weights must be finite and > 0 (a quadrature measure); got a zero, negative or NaN entry"
         )
     return w / w.sum(-1, keepdim=True)
+
+
+def _cloud_betas(att: Attention, betas, M: int) -> list[float]:
+    """The inverse temperature of each of the M clouds: betas (M,) (finite, > 0) or att.beta."""
+    beta0 = finite_beta(att, "cluster", betas)
+    if betas is None:
+        return [beta0] * M
+    bt = torch.as_tensor(betas, dtype=torch.float64).reshape(-1)
+    if bt.numel() != M:
+        raise ValueError(f"betas has {bt.numel()} entries for a batch of {M} clouds")
+    if not bool((bt > 0).all()):
+        raise ValueError(f"every beta in betas must be > 0, got {bt.tolist()}")
+    return bt.tolist()
+
+
+def settings(
+    d: int, device, tol: float, order: int | None, leaf_min: int, leaf_max: int, costs: dict | None
+) -> dict:
+    """The plan's settings, checked: tol in (0, 1), order (default by d), leaf sizes, and the cost
+    constants (default: the active constants of costs.py for the backend that runs on `device`)."""
+    tol = check_positive(tol, "tol")
+    if tol >= 1.0:
+        raise ValueError(f"tol must be < 1 (a relative error bound), got {tol}")
+    leaf_min = int(check_positive(leaf_min, "leaf_min", integer=True))
+    leaf_max = max(leaf_min, int(check_positive(leaf_max, "leaf_max", integer=True)))
+    p = default_order(d) if order is None else int(check_positive(order, "order", integer=True))
+    if costs is None:
+        costs = _costs.active()["cluster"][variant(d, device)]
+    return {"tol": tol, "order": p, "leaf_min": leaf_min, "leaf_max": leaf_max, "costs": dict(costs)}
+
+
+def cloud_plans(
+    X: torch.Tensor,
+    att: Attention,
+    *,
+    betas: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    tol: float = DEFAULT_TOL,
+    order: int | None = None,
+    leaf_min: int = _cells.LEAF_MIN,
+    leaf_max: int = _cells.LEAF_MAX,
+    costs: dict[str, float] | None = None,
+) -> list[_cells.Plan]:
+    """The plan (`cells.plan`) of every cloud of X (M, N, d) (or (N, d)), as `velocity_cluster` makes
+    them; kept for the next call on the same, unmodified tensors (reuse.py): `kernel="auto"` prices
+    the kernel by these plans and the kernel then takes them."""
+    X3 = batched(X, "X")
+    M, N, d = X3.shape
+    beta_list = _cloud_betas(att, betas, M)
+    s = settings(d, X3.device, tol, order, leaf_min, leaf_max, costs)
+    tensors = tuple(t if isinstance(t, torch.Tensor) else None for t in (X, weights, betas))
+    settings_key = tuple((k, v) for k, v in s.items() if k != "costs")
+    key = ("cluster", att.B.tobytes(), tuple(beta_list), tuple(sorted(s["costs"].items())), settings_key)
+    cacheable = all(t is None or isinstance(t, torch.Tensor) for t in (weights, betas))
+    plans = reuse.get(tensors, key) if cacheable else None
+    if plans is None:
+        w = _cloud_weights(weights, M, N, X3).to("cpu").numpy()
+        B = np.asarray(att.B, dtype=float)
+        threads = torch.get_num_threads()
+        plans = [
+            _cells.plan(
+                X3[m].detach().to("cpu", torch.float64).numpy(), w[m], B, beta_list[m], threads=threads, **s
+            )
+            for m in range(M)
+        ]
+        if cacheable:
+            reuse.put(tensors, key, plans)
+    return plans
 
 
 def velocity_cluster(
@@ -407,42 +523,40 @@ def velocity_cluster(
     quadrature weights (None: uniform).  tol: |v^_i - v_i| <= tol ||V||_2 for every token (see the
     module docstring).  order: series order p (default by d, ORDERS).  leaf_min, leaf_max: cells hold
     at most leaf_max tokens and are not cut below leaf_min.  costs: the cost constants deciding which
-    valid cell pairs are expanded (`cells.plan`; default auto.CLUSTER).  stats: a dict to fill
-    with the work counts of `cells.Plan.counts`, summed over the clouds (the largest series order
-    for "order"), and the CPU seconds of the plan, the expansions and the direct sums ("plan_s",
-    "expand_s", "direct_s").
+    valid cell pairs are expanded (`cells.plan`; default: the active constants of costs.py).
+    stats: a dict to fill with the work counts of `cells.Plan.counts`, summed over the clouds (the
+    largest series order for "order"), and the CPU seconds of the plans (0 where a plan made for
+    `kernel="auto"` was reused), the expansions and the direct sums ("plan_s", "expand_s",
+    "direct_s").
     Returns (M, N, d) (or (N, d)) like X.
     """
-    beta0 = _finite_beta(att, "cluster", betas)
-    tol = check_positive(tol, "tol")
-    if tol >= 1.0:
-        raise ValueError(f"tol must be < 1 (a relative error bound), got {tol}")
-    leaf_min = int(check_positive(leaf_min, "leaf_min", integer=True))
-    leaf_max = max(leaf_min, int(check_positive(leaf_max, "leaf_max", integer=True)))
     squeeze = X.dim() == 2
-    X3 = _batched(X, "X")
-    M, N, d = X3.shape
-    p = default_order(d) if order is None else int(check_positive(order, "order", integer=True))
-    if betas is not None:
-        bt = torch.as_tensor(betas, dtype=torch.float64).reshape(-1)
-        if bt.numel() != M:
-            raise ValueError(f"betas has {bt.numel()} entries for a batch of {M} clouds")
-        if not bool((bt > 0).all()):
-            raise ValueError(f"every beta in betas must be > 0, got {bt.tolist()}")
-        beta_list = bt.tolist()
-    else:
-        beta_list = [beta0] * M
+    X3 = batched(X, "X")
+    M, N, _ = X3.shape
+    c0 = time.process_time()
+    plans = cloud_plans(
+        X,
+        att,
+        betas=betas,
+        weights=weights,
+        tol=tol,
+        order=order,
+        leaf_min=leaf_min,
+        leaf_max=leaf_max,
+        costs=costs,
+    )
+    beta_list = _cloud_betas(att, betas, M)
     w = _cloud_weights(weights, M, N, X3)
     stats = {} if stats is None else stats
     for key in _cells.COUNTS:
         stats.setdefault(key, 0)
-    _, V = _weights(att, X3)
+    stats["plan_s"] = stats.get("plan_s", 0.0) + time.process_time() - c0
+    _, V = matrices_like(att, X3)
     out = torch.empty_like(X3)
-    settings = {"tol": tol, "order": p, "leaf_min": leaf_min, "leaf_max": leaf_max, "costs": costs}
     threads = torch.get_num_threads()
     with _threads(1):  # small operations run on one thread; large batches take all (PARALLEL_WORK)
         for m in range(M):
-            y = _average_one(X3[m].contiguous(), w[m], att, beta_list[m], settings, threads, stats)
+            y = _average_one(X3[m].contiguous(), w[m], att, beta_list[m], plans[m], threads, stats)
             out[m] = y @ V.T
     out = tangent(X3, out)
     return out.squeeze(0) if squeeze else out

@@ -20,77 +20,18 @@ keys and values from X): the velocity kernels are the case Y = X.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 
+from .common import batched, betas_per_cloud, finite_beta, log_weights, matrices_like, tangent
+
 if TYPE_CHECKING:
-    from ..model import Attention
+    from ..attention import Attention
 
 BLOCK_ELEMENTS = 2**22  # scores per block in velocity_blocked (32 MiB in float64)
 PAD_TO = 16  # float32 sdpa pads d up to this many columns (measured 1.45x faster at d = 3 on CPU)
-
-
-def tangent(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """P_x^perp w = w - <x, w> x row by row, (..., d) x (..., d) -> (..., d)."""
-    return W - (X * W).sum(-1, keepdim=True) * X
-
-
-def _finite_beta(att: Attention, kernel: str, betas: torch.Tensor | None = None) -> float:
-    """att.beta, checked finite; 1.0 when per-cloud `betas` (checked finite) replace it."""
-    if betas is not None:
-        if not bool(torch.isfinite(torch.as_tensor(betas)).all()):
-            raise ValueError(f"kernel {kernel!r} needs finite betas, got {torch.as_tensor(betas).tolist()}")
-        return 1.0
-    beta = float(att.beta)
-    if not math.isfinite(beta):
-        raise ValueError(
-            f"kernel {kernel!r} needs a finite beta, got beta = inf: use kernel='zero' (or 'auto') "
-            "for the zero-temperature field"
-        )
-    return beta
-
-
-def _batched(T: torch.Tensor, name: str) -> torch.Tensor:
-    if T.dim() == 2:
-        return T.unsqueeze(0)
-    if T.dim() != 3:
-        raise ValueError(f"{name} must be a tensor of shape (N, d) or (M, N, d), got {tuple(T.shape)}")
-    return T
-
-
-def _weights(att: Attention, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """B and V as tensors with the dtype and device of `like`."""
-    B = torch.tensor(att.B, dtype=like.dtype, device=like.device)
-    V = torch.tensor(att.V, dtype=like.dtype, device=like.device)
-    return B, V
-
-
-def _per_cloud(betas: torch.Tensor | None, M: int, like: torch.Tensor) -> torch.Tensor | None:
-    """betas (M,) as a (M, 1, 1) tensor like `like`, or None."""
-    if betas is None:
-        return None
-    betas = torch.as_tensor(betas, dtype=like.dtype, device=like.device).reshape(-1)
-    if betas.shape[0] != M:
-        raise ValueError(f"betas has {betas.shape[0]} entries for a batch of {M} clouds")
-    return betas.view(M, 1, 1)
-
-
-def log_weights(weights: torch.Tensor | None, M: int, N: int, like: torch.Tensor) -> torch.Tensor | None:
-    """log w_j as an (M, N) tensor like `like` from weights (N,) or (M, N) (> 0), or None for None.
-
-    The kernels take the weights as given (the public functions check that they are positive and sum
-    to 1; a common factor changes no softmax)."""
-    if weights is None:
-        return None
-    w = torch.as_tensor(weights, device=like.device)
-    if w.dim() == 1:
-        w = w.unsqueeze(0)
-    if w.dim() != 2 or w.shape[-1] != N or w.shape[0] not in (1, M):
-        raise ValueError(f"weights must have shape (N,) or (M, N) = ({M}, {N}), got {tuple(w.shape)}")
-    return torch.log(w.to(torch.float64)).to(like.dtype).expand(M, N)
 
 
 def field_sdpa(
@@ -110,16 +51,16 @@ def field_sdpa(
     weights: optional (M, N) or (N,) quadrature weights w_j > 0 (None: uniform), one extra coordinate
     (q_i, 1) . (k_j, log(w_j) / scale).
     """
-    beta = _finite_beta(att, "sdpa", betas)
+    beta = finite_beta(att, "sdpa", betas)
     if X.device.type != "cpu" and X.dtype == torch.float64:
         # CUDA's fused attention kernels take no float64: torch would fall back to its math path,
         # which builds the N x N matrix.  The blocked kernel computes the same field in O(N d) memory.
         return field_blocked(Y, X, att, betas=betas, weights=weights)
     squeeze = Y.dim() == 2
-    Y3, X3 = _batched(Y, "Y"), _batched(X, "X")
-    B, V = _weights(att, X3)
+    Y3, X3 = batched(Y, "Y"), batched(X, "X")
+    B, V = matrices_like(att, X3)
     q = Y3 @ B
-    per = _per_cloud(betas, Y3.shape[0], q)
+    per = betas_per_cloud(betas, Y3.shape[0], q)
     if per is not None:
         q = q * per
     k, v = X3, X3 @ V.T
@@ -158,11 +99,11 @@ def field_blocked(
     weights: optional (M, N) or (N,) quadrature weights: log w_j is added to the scores before the
     row maximum is subtracted.
     """
-    beta = _finite_beta(att, "blocked", betas)
+    beta = finite_beta(att, "blocked", betas)
     squeeze = Y.dim() == 2
-    Y3, X3 = _batched(Y, "Y"), _batched(X, "X")
-    B, V = _weights(att, X3)
-    per = _per_cloud(betas, Y3.shape[0], Y3)
+    Y3, X3 = batched(Y, "Y"), batched(X, "X")
+    B, V = matrices_like(att, X3)
+    per = betas_per_cloud(betas, Y3.shape[0], Y3)
     if per is not None:
         B = B * per  # (M, d, d): beta_m B
     M, Nq, _ = Y3.shape

@@ -44,18 +44,22 @@ the fused softmax calls, where the exponentials are, run on the tensors' device.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from .._checks import check_positive
 from .._threads import intra_op_threads as _threads
-from .dense import _batched, _finite_beta, _weights, log_weights, tangent
+from . import compiled, reuse
+from .cells import ranges
+from .common import batched, finite_beta, log_weights, matrices_like, tangent
+from .fused import LOG2E, MAX_D
 
 if TYPE_CHECKING:
-    from ..model import Attention
+    from ..attention import Attention
 
 DEFAULT_CUTOFF = 45.0  # N e^{-45} <= 1e-12 for N <= 3.4e7
 LEAF = 256  # most queries per cell
@@ -214,7 +218,19 @@ def _settings(cutoff: float, leaf: int, leaf_min: int, ratio: float) -> tuple[fl
     return cutoff, leaf, leaf_min, check_positive(ratio, "ratio")
 
 
-def candidate_pairs(
+@dataclass(frozen=True)
+class Geometry:
+    """One cloud's cells of queries (`_geometry`): cell k holds the queries perm[starts[k]:starts[k + 1]]
+    and needs every key within radii[k] of centres[k]; tree: the cKDTree on the keys."""
+
+    tree: Any
+    perm: np.ndarray
+    starts: np.ndarray
+    centres: np.ndarray
+    radii: np.ndarray
+
+
+def cloud_geometry(
     X: torch.Tensor,
     att: Attention,
     *,
@@ -224,38 +240,62 @@ def candidate_pairs(
     leaf: int = LEAF,
     leaf_min: int = LEAF_MIN,
     ratio: float = CELL_RATIO,
-) -> int:
-    """Number of key-query pairs `velocity_truncated` would evaluate on X (M, N, d), summed over the
-    M clouds (before padding); M N^2 is what a dense kernel evaluates.  Costs the kernel's geometry
-    (tree, nearest-neighbour queries, cells, ball counts) without its exponentials.  betas, weights:
-    as for `velocity_truncated`.
-    """
+) -> list[Geometry]:
+    """The geometry of every cloud of X (M, N, d) (or (N, d)), as `velocity_truncated` makes it (in
+    float64 whatever X's dtype); kept for the next call on the same, unmodified tensors (reuse.py):
+    `kernel="auto"` prices the kernel by it and the kernel then takes it."""
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
-    X3 = _batched(X, "X")
+    X3 = batched(X, "X")
     M, N, _ = X3.shape
     cloud_betas = _cloud_betas(att, betas, M)
+    tensors = tuple(t if isinstance(t, torch.Tensor) else None for t in (X, weights, betas))
+    key = ("truncated", att.B.tobytes(), tuple(cloud_betas), cutoff, leaf, leaf_min, ratio)
+    cacheable = all(t is None or isinstance(t, torch.Tensor) for t in (weights, betas))
+    found = reuse.get(tensors, key) if cacheable else None
+    if found is not None:
+        return found
     logw = log_weights(weights, M, N, X3.to(torch.float64))
-    B = np.asarray(att.B)
-    total = 0
+    B = np.asarray(att.B, dtype=float)
+    out = []
     for m in range(M):
         Xn = _numpy64(X3[m])
         lw = None if logw is None else _numpy64(logw[m])
-        tree, _, starts, centres, radii = _geometry(
-            Xn, Xn @ B, cloud_betas[m], cutoff, leaf, leaf_min, ratio, lw
-        )
-        counts = np.full(radii.size, Xn.shape[0], dtype=np.int64)
-        small = radii < 2.0
+        out.append(Geometry(*_geometry(Xn, Xn @ B, cloud_betas[m], cutoff, leaf, leaf_min, ratio, lw)))
+    if cacheable:
+        reuse.put(tensors, key, out)
+    return out
+
+
+def candidate_counts(X: torch.Tensor, att: Attention, **kwargs) -> dict[str, int]:
+    """What `velocity_truncated` would do on X (M, N, d), summed over the clouds: "pairs" (key-query
+    pairs, before padding; M N^2 for a dense kernel), "keys" (candidate keys gathered, once per
+    cell), "cells".  Costs the kernel's geometry (tree, nearest neighbours, cells; kept for the kernel,
+    `cloud_geometry`) and the ball counts, without an exponential.  kwargs: betas, weights and the
+    settings of `velocity_truncated`."""
+    pairs = keys = cells = 0
+    for g in cloud_geometry(X, att, **kwargs):
+        N = len(g.perm)
+        counts = np.full(g.radii.size, N, dtype=np.int64)
+        small = g.radii < 2.0
         if small.any():
-            counts[small] = tree.query_ball_point(
-                centres[small], radii[small], workers=-1, return_length=True
+            counts[small] = g.tree.query_ball_point(
+                g.centres[small], g.radii[small], workers=-1, return_length=True
             )
-        total += int(np.dot(counts, np.diff(starts)))
-    return total
+        pairs += int(np.dot(counts, np.diff(g.starts)))
+        keys += int(counts.sum())
+        cells += g.radii.size
+    return {"pairs": pairs, "keys": keys, "cells": cells}
+
+
+def candidate_pairs(X: torch.Tensor, att: Attention, **kwargs) -> int:
+    """Number of key-query pairs `velocity_truncated` would evaluate on X (M, N, d), summed over the
+    M clouds (before padding): `candidate_counts(X, att, **kwargs)["pairs"]`."""
+    return candidate_counts(X, att, **kwargs)["pairs"]
 
 
 def _cloud_betas(att: Attention, betas: torch.Tensor | None, M: int) -> list[float]:
     """The inverse temperature of each of the M clouds: betas (M,) when given, else att.beta (finite)."""
-    _finite_beta(att, "truncated", betas)
+    finite_beta(att, "truncated", betas)
     if betas is None:
         return [float(att.beta)] * M
     values = torch.as_tensor(betas).reshape(-1).tolist()
@@ -264,25 +304,12 @@ def _cloud_betas(att: Attention, betas: torch.Tensor | None, M: int) -> list[flo
     return [float(b) for b in values]
 
 
-def _average_one(X, Bq, VX, logw, beta, cutoff, leaf, leaf_min, ratio, stats: dict, threads: int):
-    """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d);
-    logw: (N,) log-weights of the keys, or None (uniform)."""
-    N, d = X.shape
-    lw = None if logw is None else _numpy64(logw)
-    tree, perm, starts, centres, radii = _geometry(
-        _numpy64(X), _numpy64(Bq), beta, cutoff, leaf, leaf_min, ratio, lw
-    )
-    n_cells = radii.size
-    if logw is not None:  # one extra coordinate: (b_i, 1) . (x_j, log(w_j) / beta)
-        Bq = torch.cat([Bq, torch.ones_like(Bq[:, :1])], dim=1)
-        X = torch.cat([X, (logw / beta).unsqueeze(1)], dim=1)
-        # and a zero one in the values: the fused kernel needs equal head dimensions (dense.py)
-        VX = torch.nn.functional.pad(VX, (0, 1))
+def _chunks_of_cells(tree, centres: np.ndarray, radii: np.ndarray, N: int, d: int):
+    """The cells in chunks with their candidate keys: yields (chunk, flat, offsets) (`_candidates`).
 
-    out = torch.empty_like(VX)
-    perm_t = torch.from_numpy(perm).to(X.device)
-    # ball queries in chunks of cells, so the Python index lists stay bounded: key counts are
-    # estimated for a uniform cloud, then corrected by the counts seen so far (clusters hold more)
+    Ball queries in chunks of cells, so the Python index lists stay bounded: key counts are estimated
+    for a uniform cloud, then corrected by the counts seen so far (clusters hold more)."""
+    n_cells = radii.size
     order = np.argsort(radii, kind="stable")
     est = N * np.minimum(1.0, (radii**2 / 4.0) ** ((d - 1) / 2.0)) + 1.0
     factor, start = 1.0, 0
@@ -294,10 +321,62 @@ def _average_one(X, Bq, VX, logw, beta, cutoff, leaf, leaf_min, ratio, stats: di
         chunk = order[start:stop]
         flat, offsets = _candidates(tree, centres[chunk], radii[chunk], N)
         factor = max(factor, flat.size / est[chunk].sum())
-        _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats, threads)
+        yield chunk, flat, offsets
         start = stop
-    stats["cells"] = stats.get("cells", 0) + n_cells
+
+
+def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads: int):
+    """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d);
+    logw: (N,) log-weights of the keys, or None (uniform); geometry: its cells (`cloud_geometry`).
+    The cells run through the fused kernel's compiled core where there is one (CPU, d <= 8), else
+    through torch's fused attention."""
+    N, d = X.shape
+    tree, perm, starts, centres, radii = (
+        geometry.tree,
+        geometry.perm,
+        geometry.starts,
+        geometry.centres,
+        geometry.radii,
+    )
+    stats["cells"] = stats.get("cells", 0) + radii.size
+    chunks = _chunks_of_cells(tree, centres, radii, N, d)
+    core = compiled.core() if X.device.type == "cpu" and d <= MAX_D else None
+    if core is not None:
+        return _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats, threads)
+    if logw is not None:  # one extra coordinate: (b_i, 1) . (x_j, log(w_j) / beta)
+        Bq = torch.cat([Bq, torch.ones_like(Bq[:, :1])], dim=1)
+        X = torch.cat([X, (logw / beta).unsqueeze(1)], dim=1)
+        # and a zero one in the values: the fused kernel needs equal head dimensions (dense.py)
+        VX = torch.nn.functional.pad(VX, (0, 1))
+    out = torch.empty_like(VX)
+    perm_t = torch.from_numpy(perm).to(X.device)
+    for chunk, flat, offsets in chunks:
+        _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats, threads)
     return out[:, :d]  # without the weights' zero column
+
+
+def _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats: dict, threads: int):
+    """`_average_one` through the compiled core: each cell's queries against its candidate keys, in
+    float64 (scores in base 2, fused.c), whatever X's dtype."""
+    f64 = torch.float64
+    N, d = X.shape
+    q = (LOG2E * beta) * Bq.to(f64)
+    lw = torch.zeros(N, dtype=f64) if logw is None else LOG2E * logw.to(f64)
+    rows = torch.cat([X.to(f64), lw[:, None], VX.to(f64)], dim=1).contiguous()
+    out = torch.empty((N, d + 2), dtype=f64)
+    group = core.group(d)
+    for chunk, flat, offsets in chunks:
+        sizes = starts[chunk + 1] - starts[chunk]
+        qs = np.zeros(len(chunk) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=qs[1:])
+        qidx = np.ascontiguousarray(perm[ranges(starts[chunk], sizes)], dtype=np.int64)
+        core.cells(q, qidx, qs, rows, np.ascontiguousarray(flat, dtype=np.int64), offsets, out, threads)
+        keys = np.diff(offsets)
+        stats["pairs"] = stats.get("pairs", 0) + int(np.dot(keys, sizes))
+        stats["keys"] = stats.get("keys", 0) + int(keys.sum())
+        padded = -(-sizes // group) * group
+        stats["padded_pairs"] = stats.get("padded_pairs", 0) + int(np.dot(keys, padded))
+    return (out[:, 1 : d + 1] / out[:, :1]).to(X.dtype)
 
 
 def _pad(flat: torch.Tensor, offsets: np.ndarray, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -322,6 +401,7 @@ def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, 
     lens = np.diff(offsets)
     nq = starts[chunk + 1] - starts[chunk]
     stats["pairs"] = stats.get("pairs", 0) + int(np.dot(lens, nq))
+    stats["keys"] = stats.get("keys", 0) + int(lens.sum())
     order = np.lexsort((lens, nq))  # by query count, then key count: little padding
     flat_t = torch.from_numpy(flat).to(X.device)
     groups = []
@@ -390,25 +470,27 @@ def velocity_truncated(
     cutoff: the relative error of each row sum is <= N e^{-cutoff} (default 45: <= 1e-12 for
     N <= 3.4e7).  leaf, leaf_min, ratio: cells hold at most `leaf` queries, and are cut down to
     `leaf_min` while wider than `ratio` times r_i.
-    stats: a dict to fill with counts: "cells", "pairs" (key-query pairs evaluated), "padded_pairs".
+    stats: a dict to fill with counts: "cells", "pairs" (key-query pairs evaluated), "keys" (keys
+    gathered, once per cell), "padded_pairs".
     Returns (M, N, d) (or (N, d)) like X.  Meant for small d (up to about 6) and large beta.
     """
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
     stats = {} if stats is None else stats
     squeeze = X.dim() == 2
-    X3 = _batched(X, "X")
+    X3 = batched(X, "X")
     M, N, _ = X3.shape
     cloud_betas = _cloud_betas(att, betas, M)
     logw = log_weights(weights, M, N, X3)
-    B, V = _weights(att, X3)
+    geometries = cloud_geometry(
+        X, att, betas=betas, weights=weights, cutoff=cutoff, leaf=leaf, leaf_min=leaf_min, ratio=ratio
+    )
+    B, V = matrices_like(att, X3)
     out = torch.empty_like(X3)
     threads = torch.get_num_threads()
     with _threads(1):  # small operations: see PARALLEL_PAIRS
         for m in range(M):
             Xm = X3[m].contiguous()
             lw = None if logw is None else logw[m]
-            out[m] = _average_one(
-                Xm, Xm @ B, Xm @ V.T, lw, cloud_betas[m], cutoff, leaf, leaf_min, ratio, stats, threads
-            )
+            out[m] = _average_one(Xm, Xm @ B, Xm @ V.T, lw, cloud_betas[m], geometries[m], stats, threads)
     out = tangent(X3, out)
     return out.squeeze(0) if squeeze else out

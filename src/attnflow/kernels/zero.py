@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .dense import tangent
+from .common import tangent
 
 if TYPE_CHECKING:
-    from ..model import Attention
+    from ..attention import Attention
 
 SINGULAR_TOL = 1e-12  # |B^T x| <= SINGULAR_TOL * ||B|| counts as B^T x = 0
 

@@ -42,6 +42,15 @@ FORMATS = ("png", "pdf")
 _formats: ContextVar[tuple[str, ...]] = ContextVar("attnflow_figure_formats", default=("png",))
 
 
+class NothingToPlot(ValueError):
+    """A figure whose data are all missing (e.g. no finite t* in a run whose betas are all
+    under-resolved): the figures of a run leave it out, with a FigureWarning, and draw the others."""
+
+
+class FigureWarning(UserWarning):
+    """A figure of a run was left out (`NothingToPlot`)."""
+
+
 def check_ds(ds: Any) -> None:
     """TypeError unless ds is an xarray Dataset."""
     if not (hasattr(ds, "data_vars") and hasattr(ds, "attrs") and hasattr(ds, "sizes")):
@@ -92,11 +101,13 @@ def values_label(name: str, values: Any) -> str:
 
 
 def run_title(ds: xr.Dataset, what: str) -> str:
-    """Figure title: what is shown and what was run (experiment, N, d, beta, seed; swept values for
-    dims of a sweep or of the resolution ladder)."""
+    """Figure title: what is shown and what was run (experiment, N (the N used where the run chose it
+    per beta: `N_used`), d, beta, seed; swept values for dims of a sweep or of the resolution ladder)."""
     parts = [str(ds.attrs.get("experiment", "?"))]
     if "N" in ds.dims and "N" in ds.coords:
         parts.append(values_label("N", ds["N"].values))
+    elif "N_used" in ds.variables and ds["N_used"].ndim == 1:  # the N each beta ended at (N = auto)
+        parts.append(values_label("N", np.unique(np.asarray(ds["N_used"].values, dtype=int))))
     else:
         N = config_value(ds, "N", "n_tokens", "n")
         if N is not None and not isinstance(N, list | dict):
@@ -289,3 +300,21 @@ def log_axis_plain_ticks(ax: Axes) -> None:
     lo, hi = ax.get_ylim()
     if hi / lo < 10:
         ax.yaxis.set_minor_formatter(plain)
+
+
+def plain_log_ticks(axis: Any, n: int = 6) -> None:
+    """Ticks of a log `axis` (ax.xaxis or ax.yaxis, its limits set) labelled as plain numbers, at
+    least three where its span is less than a decade: about n round values (1, 2, 5 steps) inside
+    the limits instead of the one or two decades' marks a log axis would show."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter
+
+    lo, hi = sorted(axis.get_view_interval())
+    if not (lo > 0 and hi / lo < 10):
+        axis.set_major_formatter(FuncFormatter(lambda v, _: format_value(float(v), 3)))
+        return
+    ticks = [v for v in MaxNLocator(n, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi) if lo <= v <= hi]
+    if len(ticks) < 3:
+        ticks = list(np.geomspace(lo, hi, 4)[1:-1])
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: format_value(float(v), 3)))
+    axis.set_minor_formatter(NullFormatter())

@@ -13,6 +13,7 @@ import itertools
 import math
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,94 @@ def _x_axis(ds: xr.Dataset, dims: Sequence[Any]) -> str:
     return str(dims[0])
 
 
+@dataclass(frozen=True)
+class _Grid:
+    """What the panels of a sweep figure share: the variables, the x axis and its values, the
+    series (one per combination of the other axes but seed) and the seeds."""
+
+    variables: list[str]
+    x: str
+    raw: np.ndarray  # the x axis's values as stored
+    xs: np.ndarray  # ... as floats (positions 0, 1, ... for a non-numeric axis)
+    numeric: bool
+    log_x: bool
+    series: list[dict[str, int]]  # isel of each series
+    seeded: bool
+    nseed: int
+
+
+def _grid(ds: xr.Dataset, variables: Sequence[str] | None, x: str | None) -> _Grid:
+    """The variables (checked: present, sharing dims with x among them) and the axes of the figure."""
+    chosen = list(variables) if variables is not None else sweep_variables(ds)[:MAX_PANELS]
+    if not chosen:
+        raise ValueError("plot_sweep: ds has no numeric variable with one value per grid point")
+    require(ds, chosen, "plot_sweep")
+    dims = ds[chosen[0]].dims
+    x = x or _x_axis(ds, dims)
+    for v in chosen:
+        if x not in ds[v].dims:
+            raise ValueError(f"plot_sweep needs ds[{v!r}] with a {x!r} dim, got dims {ds[v].dims}")
+        if set(ds[v].dims) != set(dims):
+            raise ValueError(f"plot_sweep: {chosen} must share dims, got {dims} and {ds[v].dims}")
+    others = [str(d) for d in dims if d not in (x, "seed")]
+    combos = itertools.product(*[range(ds.sizes[d]) for d in others])
+    raw = np.asarray(ds[x].values)
+    numeric = raw.dtype.kind in "fiu"
+    xs = raw.astype(float) if numeric else np.arange(raw.size, dtype=float)
+    return _Grid(
+        variables=chosen,
+        x=x,
+        raw=raw,
+        xs=xs,
+        numeric=numeric,
+        log_x=numeric and bool(np.all(xs > 0)) and xs.max() >= 10 * xs.min(),
+        series=[dict(zip(others, c, strict=True)) for c in combos],
+        seeded="seed" in dims,
+        nseed=ds.sizes["seed"] if "seed" in dims else 1,
+    )
+
+
+def _draw_series(ax: Axes, ds: xr.Dataset, g: _Grid, var: str, sel: dict[str, int], style: dict, log: bool):
+    """One series of one panel: the median over seeds with min-max bars and band (several seeds)."""
+    a = ds[var].isel(sel).transpose(g.x, *(["seed"] if g.seeded else []))
+    vals = np.asarray(a.values, dtype=float).reshape(len(g.xs), -1)
+    if log:
+        vals = positive(vals)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN, wanted
+        med, lo, hi = np.nanmedian(vals, 1), np.nanmin(vals, 1), np.nanmax(vals, 1)
+    label = ", ".join(f"{d} = {format_value(ds[d].values[i].item())}" for d, i in sel.items())
+    label = label or ("median over seeds" if g.nseed > 1 else "grid points")  # the one series
+    ax.errorbar(
+        g.xs,
+        med,
+        yerr=np.vstack([med - lo, hi - med]) if g.nseed > 1 else None,
+        capsize=3,
+        label=label,
+        color=style["color"],
+        ls=style["linestyle"],
+        marker=style["marker"],
+        mfc="white",
+    )
+    if g.nseed > 1:
+        ax.fill_between(g.xs, lo, hi, color=style["color"], alpha=0.15, lw=0)
+
+
+def _finish_panel(ax: Axes, g: _Grid, var: str, log: bool, y_label: str, x_label: str) -> None:
+    """Scales, ticks, labels, grid and legend of one panel."""
+    if g.log_x:
+        ax.set_xscale("log")
+    if log:
+        ax.set_yscale("log", nonpositive="mask")
+    if not g.numeric:
+        ax.set_xticks(g.xs, [str(v) for v in g.raw])
+    ax.set_xlabel(x_label + (" (log scale)" if g.log_x else ""))
+    ax.set_ylabel(y_label + (" (log scale)" if log else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    spread = f"median over {g.nseed} seeds, bars and band: min–max" if g.nseed > 1 else "single seed"
+    ax.legend(fontsize="small", title=spread, title_fontsize="x-small")
+
+
 def plot_sweep(
     ds: xr.Dataset,
     outdir: str | Path,
@@ -77,70 +166,20 @@ def plot_sweep(
     label (default: the axis name); decorate(ax, var, xs): draws
     extra lines (references) on a panel, xs the finite positive x values.  Writes STEM.png / .pdf.
     """
-    variables = list(variables) if variables is not None else sweep_variables(ds)[:MAX_PANELS]
-    if not variables:
-        raise ValueError("plot_sweep: ds has no numeric variable with one value per grid point")
-    require(ds, variables, "plot_sweep")
-    dims = ds[variables[0]].dims
-    x = x or _x_axis(ds, dims)
-    for v in variables:
-        if x not in ds[v].dims:
-            raise ValueError(f"plot_sweep needs ds[{v!r}] with a {x!r} dim, got dims {ds[v].dims}")
-        if set(ds[v].dims) != set(dims):
-            raise ValueError(f"plot_sweep: {variables} must share dims, got {dims} and {ds[v].dims}")
-    series_dims = [dd for dd in dims if dd not in (x, "seed")]
-    combos = list(itertools.product(*[range(ds.sizes[dd]) for dd in series_dims]))
-    raw = np.asarray(ds[x].values)
-    numeric = raw.dtype.kind in "fiu"
-    xs = raw.astype(float) if numeric else np.arange(raw.size, dtype=float)
-    log_x = numeric and bool(np.all(xs > 0)) and xs.max() >= 10 * xs.min()
-    styles = series_styles(len(combos), SERIES_CMAP)
-    nseed = ds.sizes["seed"] if "seed" in dims else 1
-    ncols = min(len(variables), 3)
-    nrows = math.ceil(len(variables) / ncols)
+    g = _grid(ds, variables, x)
+    ncols = min(len(g.variables), 3)
+    nrows = math.ceil(len(g.variables) / ncols)
     fig, axes = new_figure(nrows, ncols, (5.6 * ncols + 0.4, 4.6 * nrows + 0.3))
     flat = [ax for row in axes for ax in row]
-    for ci, combo in enumerate(combos):
-        sel = dict(zip(series_dims, combo, strict=True))
-        lab = ", ".join(f"{dd} = {format_value(ds[dd].values[i].item())}" for dd, i in sel.items()) or "all"
-        for ax, var in zip(flat, variables, strict=False):
-            a = ds[var].isel(sel).transpose(x, *(["seed"] if "seed" in dims else []))
-            vals = np.asarray(a.values, dtype=float).reshape(len(xs), -1)
-            if var in log_y:
-                vals = positive(vals)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN, wanted
-                med, lo, hi = np.nanmedian(vals, 1), np.nanmin(vals, 1), np.nanmax(vals, 1)
-            st = styles[ci]
-            ax.errorbar(
-                xs,
-                med,
-                yerr=np.vstack([med - lo, hi - med]) if nseed > 1 else None,
-                capsize=3,
-                label=lab,
-                color=st["color"],
-                ls=st["linestyle"],
-                marker=st["marker"],
-                mfc="white",
-            )
-            if nseed > 1:
-                ax.fill_between(xs, lo, hi, color=st["color"], alpha=0.15, lw=0)
-    spread = f"median over {nseed} seeds, bars and band: min–max" if nseed > 1 else "single seed"
-    ok = xs[np.isfinite(xs) & (xs > 0)]
-    for ax, var in zip(flat, variables, strict=False):
+    styles = series_styles(len(g.series), SERIES_CMAP)
+    ok = g.xs[np.isfinite(g.xs) & (g.xs > 0)]
+    for ax, var in zip(flat, g.variables, strict=False):
+        for sel, style in zip(g.series, styles, strict=True):
+            _draw_series(ax, ds, g, var, sel, style, var in log_y)
         if decorate is not None and ok.size:
             decorate(ax, var, ok)
-        if log_x:
-            ax.set_xscale("log")
-        if var in log_y:
-            ax.set_yscale("log", nonpositive="mask")
-        if not numeric:
-            ax.set_xticks(xs, [str(v) for v in raw])
-        ax.set_xlabel((x_label or x) + (" (log scale)" if log_x else ""))
-        ax.set_ylabel((labels or {}).get(var, var) + (" (log scale)" if var in log_y else ""))
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small", title=spread, title_fontsize="x-small")
-    for ax in flat[len(variables) :]:
+        _finish_panel(ax, g, var, var in log_y, (labels or {}).get(var, var), x_label or g.x)
+    for ax in flat[len(g.variables) :]:
         ax.set_axis_off()
     fig.suptitle(run_title(ds, title))
     return save(fig, outdir, stem, dpi)

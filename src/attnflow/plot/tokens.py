@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,15 @@ def _directions(ds: xr.Dataset, X: np.ndarray, want: int) -> tuple[np.ndarray, l
     return U, labels
 
 
+_SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+LABEL_BOX = {"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1}  # behind an axis label on the sphere
+
+
+def _sub(label: str) -> str:
+    """A direction's label as drawn: u1 -> u₁ (its index as a subscript)."""
+    return label.translate(_SUBSCRIPTS)
+
+
 def _hemisphere_groups(X0: np.ndarray, u: np.ndarray) -> list[tuple[np.ndarray, dict[str, Any]]]:
     """Tokens split by the sign of <x_i(0), u1>: filled circles and open triangles (greyscale-safe).
 
@@ -112,8 +122,8 @@ def _hemisphere_groups(X0: np.ndarray, u: np.ndarray) -> list[tuple[np.ndarray, 
     s = X0 @ u >= 0
     dots = {"ls": "", "ms": 4}
     return [
-        (s, {**dots, "marker": "o", "mec": "#1f3b73", "mfc": "#1f3b73", "label": "⟨x(0), u1⟩ ≥ 0"}),
-        (~s, {**dots, "marker": "^", "mec": "#b2520e", "mfc": "white", "label": "⟨x(0), u1⟩ < 0"}),
+        (s, {**dots, "marker": "o", "mec": "#1f3b73", "mfc": "#1f3b73", "label": "⟨x(0), u₁⟩ ≥ 0"}),
+        (~s, {**dots, "marker": "^", "mec": "#b2520e", "mfc": "white", "label": "⟨x(0), u₁⟩ < 0"}),
     ]
 
 
@@ -185,7 +195,7 @@ def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | N
     for j, (lab, ls) in enumerate(zip(labels, ("-", "--", ":"), strict=False)):
         u = 1.25 * U[:, j]
         ax.plot([-u[0], u[0]], [-u[1], u[1]], [-u[2], u[2]], color="black", lw=1.6 if j == 0 else 1.0, ls=ls)
-        ax.text(*(1.1 * u), f"±{lab}", fontsize=8, bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
+        ax.text(*(1.1 * u), f"±{_sub(lab)}", fontsize=8, bbox=LABEL_BOX)
     if U.shape[1] and labels[0] == "u1":
         u = U[:, 0]
         ax.plot(
@@ -202,8 +212,8 @@ def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | N
     if v is not None:
         w = 1.25 * v
         ax.plot([-w[0], w[0]], [-w[1], w[1]], [-w[2], w[2]], color="0.45", lw=1.2, ls="-.")
-        ax.plot([v[0], -v[0]], [v[1], -v[1]], [v[2], -v[2]], label="±v1 (top of V)", **V_STYLE)
-        ax.text(*(1.1 * w), "±v1", fontsize=8, bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
+        ax.plot([v[0], -v[0]], [v[1], -v[1]], [v[2], -v[2]], label="±v₁ (top of V)", **V_STYLE)
+        ax.text(*(1.1 * w), "±v₁", fontsize=8, bbox=LABEL_BOX)
     ax.set_xlim(-1, 1)
     ax.set_ylim(-1, 1)
     ax.set_zlim(-1, 1)
@@ -218,7 +228,7 @@ def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | N
 def _plane_axes(ax: Axes, li: str, lj: str, v: np.ndarray | None = None) -> None:
     """Unit circle, axes labelled <x, li>, <x, lj>; v: V's top eigenvector in plane coordinates."""
     if v is not None:
-        ax.plot([v[0], -v[0]], [v[1], -v[1]], label="±v1 (top of V), projected", **V_STYLE)
+        ax.plot([v[0], -v[0]], [v[1], -v[1]], label="±v₁ (top of V), projected", **V_STYLE)
     g = np.linspace(0, 2 * np.pi, 200)
     ax.plot(np.cos(g), np.sin(g), color="0.8", lw=0.8)
     ax.axhline(0, color="0.85", lw=0.6)
@@ -226,13 +236,91 @@ def _plane_axes(ax: Axes, li: str, lj: str, v: np.ndarray | None = None) -> None
     ax.set_xlim(-1.08, 1.08)
     ax.set_ylim(-1.08, 1.08)
     ax.set_aspect("equal")
-    ax.set_xlabel(f"⟨x, {li}⟩")
-    ax.set_ylabel(f"⟨x, {lj}⟩")
+    ax.set_xlabel(f"⟨x, {_sub(li)}⟩")
+    ax.set_ylabel(f"⟨x, {_sub(lj)}⟩")
+
+
+def _legend_below(fig: Any, ax: Any) -> None:
+    """The markers' legend under the panels, off the data."""
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize="small")
 
 
 def _planes(labels: list[str]) -> list[tuple[int, int]]:
     n = len(labels)
     return [(i, j) for i in range(n) for j in range(i + 1, n)][:3]
+
+
+SNAPSHOT_SIZE = 3.2  # inches per snapshot panel
+
+
+@dataclass(frozen=True)
+class _Scene:
+    """What a token figure draws: saved times t (T,), positions X (T, n, d) at one beta and its label,
+    directions U (d, k) with their labels (`_directions`), V's top eigenvector v (d,) or None, and
+    the marker groups (`_hemisphere_groups`)."""
+
+    t: np.ndarray
+    X: np.ndarray
+    label: str
+    U: np.ndarray
+    labels: list[str]
+    v: np.ndarray | None
+    groups: list[tuple[np.ndarray, dict[str, Any]]]
+
+    @property
+    def d(self) -> int:
+        return self.X.shape[-1]
+
+
+def _scene(ds: xr.Dataset, beta: float | None, label: str, n_flat: int) -> _Scene:
+    """The scene of ds's `x` at beta: three directions on S^2 (d = 3), n_flat in plane projections."""
+    t, X, label = _select_positions(ds, beta, label=label)
+    d = X.shape[-1]
+    U, labels = _directions(ds, X, 3 if d == 3 else n_flat)
+    return _Scene(t, X, label, U, labels, _v_direction(ds, d), _hemisphere_groups(X[0], U[:, 0]))
+
+
+def _second_row(ds: xr.Dataset, second: tuple[str, str] | None, n: int) -> list[tuple[np.ndarray, str]]:
+    """[(positions (T, n, d), label)] of `second` = (variable, label) when ds holds it for the same n
+    tokens, else []."""
+    if second is None or second[0] not in ds.variables or ds[second[0]].sizes.get("token", 0) != n:
+        return []
+    return [(_select_positions(ds, None, *second)[1], second[1])]
+
+
+def _sphere_grid(sc: _Scene, rows: list[tuple[np.ndarray, str]], idx: list[int]) -> Figure:
+    """Snapshots on the sphere (d = 3): one row per (positions (T, n, 3), label), one column per time."""
+    size = SNAPSHOT_SIZE
+    fig, _ = new_figure(1, 1, (size * len(idx) + 0.4, size * len(rows) + 0.8))
+    fig.clear()
+    for r, (Xr, lab) in enumerate(rows):
+        for c, k in enumerate(idx):
+            ax = fig.add_subplot(len(rows), len(idx), r * len(idx) + c + 1, projection="3d")
+            _sphere_axes(ax, sc.U, sc.labels, sc.v)
+            for mask, st in sc.groups:
+                P = Xr[k][mask]
+                ax.plot(P[:, 0], P[:, 1], P[:, 2], **st, alpha=0.9)
+            ax.set_title(f"{lab}, t = {sc.t[k]:.3g}", fontsize="medium")
+    _legend_below(fig, fig.axes[0])
+    return fig
+
+
+def _plane_grid(sc: _Scene, idx: list[int]) -> Figure:
+    """Snapshots projected onto planes of pairs of directions (d != 3): one row per plane."""
+    planes = _planes(sc.labels)
+    size = SNAPSHOT_SIZE
+    fig, axes = new_figure(len(planes), len(idx), (size * len(idx) + 0.4, size * len(planes) + 0.8))
+    for r, (i, j) in enumerate(planes):
+        for c, k in enumerate(idx):
+            ax = axes[r][c]
+            _plane_axes(ax, sc.labels[i], sc.labels[j], None if sc.v is None else sc.v @ sc.U[:, [i, j]])
+            for mask, st in sc.groups:
+                P = sc.X[k][mask] @ sc.U[:, [i, j]]
+                ax.plot(P[:, 0], P[:, 1], **st, alpha=0.9)
+            if r == 0:
+                ax.set_title(f"{sc.label}, t = {sc.t[k]:.3g}", fontsize="medium")
+    _legend_below(fig, axes[0][0])
+    return fig
 
 
 def plot_snapshots(
@@ -260,47 +348,55 @@ def plot_snapshots(
     positions without beta drawn as a second row at the same times (d = 3), e.g. the
     zero-temperature flow.  label: the row label when `x` has no beta.  Writes snapshots.png / .pdf.
     """
-    t, X, label = _select_positions(ds, beta, label=label)
-    t_key = _marked_time(ds, mark, label)
-    idx = _time_indices(t, times, t_key)
-    v = _v_direction(ds, X.shape[-1])
-    d = X.shape[-1]
-    rows = [(X, label)]
-    if second is not None and second[0] in ds.variables and ds[second[0]].sizes.get("token", 0) == X.shape[1]:
-        rows.append((_select_positions(ds, None, *second)[1], second[1]))
-    U, labels = _directions(ds, X, 3)
-    groups = _hemisphere_groups(X[0], U[:, 0])
-    size = 3.2
-    if d == 3:
-        fig, _ = new_figure(1, 1, (size * len(idx) + 0.4, size * len(rows) + 0.8))
-        fig.clear()
-        for r, (Xr, lab) in enumerate(rows):
-            for c, k in enumerate(idx):
-                ax = fig.add_subplot(len(rows), len(idx), r * len(idx) + c + 1, projection="3d")
-                _sphere_axes(ax, U, labels, v)
-                for mask, st in groups:
-                    P = Xr[k][mask]
-                    ax.plot(P[:, 0], P[:, 1], P[:, 2], **st, alpha=0.9)
-                ax.set_title(f"{lab}, t = {t[k]:.3g}", fontsize="medium")
-        fig.axes[0].legend(loc="upper left", fontsize="x-small", framealpha=0.9)
-    else:
-        planes = _planes(labels)
-        fig, axes = new_figure(len(planes), len(idx), (size * len(idx) + 0.4, size * len(planes) + 0.8))
-        for r, (i, j) in enumerate(planes):
-            for c, k in enumerate(idx):
-                ax = axes[r][c]
-                _plane_axes(ax, labels[i], labels[j], None if v is None else v @ U[:, [i, j]])
-                for mask, st in groups:
-                    P = X[k][mask] @ U[:, [i, j]]
-                    ax.plot(P[:, 0], P[:, 1], **st, alpha=0.9)
-                if r == 0:
-                    ax.set_title(f"{label}, t = {t[k]:.3g}", fontsize="medium")
-        axes[0][0].legend(loc="lower left", fontsize="x-small", framealpha=0.9)
-    what = f"Tokens on $S^{{{d - 1}}}$ ({X.shape[1]} shown)"
-    if d != 3:
+    sc = _scene(ds, beta, label, n_flat=3)
+    idx = _time_indices(sc.t, times, _marked_time(ds, mark, sc.label))
+    rows = [(sc.X, sc.label), *_second_row(ds, second, sc.X.shape[1])]
+    fig = _sphere_grid(sc, rows, idx) if sc.d == 3 else _plane_grid(sc, idx)
+    what = f"Tokens on $S^{{{sc.d - 1}}}$ ({sc.X.shape[1]} shown)"
+    if sc.d != 3:
         what += ": projections onto planes of A's top eigenvectors u_k (w_k: principal axes ⊥ u)"
     fig.suptitle(run_title(ds, what))
     return save(fig, outdir, "snapshots", dpi)
+
+
+def _animation_axes(sc: _Scene) -> tuple[Figure, Any]:
+    """The figure and axes of an animation: the sphere (d = 3) or the plane of the two leading
+    directions."""
+    if sc.d == 3:
+        fig, _ = new_figure(1, 1, (5.0, 5.2))
+        fig.clear()
+        ax = fig.add_subplot(1, 1, 1, projection="3d")
+        _sphere_axes(ax, sc.U, sc.labels, sc.v)
+    else:
+        fig, axes = new_figure(1, 1, (5.0, 5.2))
+        ax = axes[0][0]
+        _plane_axes(ax, sc.labels[0], sc.labels[1], None if sc.v is None else sc.v @ sc.U[:, :2])
+    return fig, ax
+
+
+def _frame_drawer(ds: xr.Dataset, sc: _Scene, fig: Figure, ax: Any) -> Callable[[int], None]:
+    """draw(k): the tokens at saved time k, and a title saying which."""
+    lines = []
+    for _, st in sc.groups:
+        (ln,) = ax.plot([], [], **st)
+        lines.append(ln)
+    ax.legend(loc="upper left", fontsize="x-small")
+    title = fig.suptitle("", fontsize="medium")
+    N = config_value(ds, "N", "n_tokens", "n")
+    shown = f"{sc.X.shape[1]} of N = {N} tokens" if isinstance(N, int) else f"{sc.X.shape[1]} tokens"
+    head = f"{ds.attrs.get('experiment', '')}: {shown} on $S^{{{sc.d - 1}}}$, {sc.label}".lstrip(": ")
+
+    def draw(k: int) -> None:
+        for ln, (mask, _) in zip(lines, sc.groups, strict=True):
+            P = sc.X[k][mask]
+            if sc.d == 3:
+                ln.set_data_3d(P[:, 0], P[:, 1], P[:, 2])
+            else:
+                Q = P @ sc.U[:, :2]
+                ln.set_data(Q[:, 0], Q[:, 1])
+        title.set_text(f"{head}\nt = {sc.t[k]:.4g}  (frame {k + 1}/{len(sc.t)})")
+
+    return draw
 
 
 def animate(
@@ -318,62 +414,40 @@ def animate(
     plane of the two leading directions (u1, u2 or principal axes).  Needs `x`; beta and label as
     in `plot_snapshots`.  path: the .gif file.  Returns the written paths.
     """
-    from matplotlib import rc_context
-    from matplotlib.animation import FFMpegWriter
-
     path = Path(path)
     if path.suffix.lower() != ".gif":
         raise ValueError(f"path must name a .gif file, got {str(path)!r}")
     fps = int(check_positive(fps, "fps", integer=True))
     dpi = int(check_positive(dpi, "dpi", integer=True))
-    t, X, label = _select_positions(ds, beta, label=label)
-    d = X.shape[-1]
-    U, labels = _directions(ds, X, 3 if d == 3 else 2)
-    groups = _hemisphere_groups(X[0], U[:, 0])
-    v = _v_direction(ds, d)
-    if d == 3:
-        fig, _ = new_figure(1, 1, (5.0, 5.2))
-        fig.clear()
-        ax = fig.add_subplot(1, 1, 1, projection="3d")
-        _sphere_axes(ax, U, labels, v)
-    else:
-        fig, axes = new_figure(1, 1, (5.0, 5.2))
-        ax = axes[0][0]
-        _plane_axes(ax, labels[0], labels[1], None if v is None else v @ U[:, :2])
-    lines = []
-    for _, st in groups:
-        (ln,) = ax.plot([], [], **st)
-        lines.append(ln)
-    ax.legend(loc="upper left", fontsize="x-small")
-    title = fig.suptitle("", fontsize="medium")
-    N = config_value(ds, "N", "n_tokens", "n")
-    shown = f"{X.shape[1]} of N = {N} tokens" if isinstance(N, int) else f"{X.shape[1]} tokens"
-    head = f"{ds.attrs.get('experiment', '')}: {shown} on $S^{{{d - 1}}}$, {label}".lstrip(": ")
-
-    def draw(k: int) -> None:
-        for ln, (mask, _) in zip(lines, groups, strict=True):
-            P = X[k][mask]
-            if d == 3:
-                ln.set_data_3d(P[:, 0], P[:, 1], P[:, 2])
-            else:
-                Q = P @ U[:, :2]
-                ln.set_data(Q[:, 0], Q[:, 1])
-        title.set_text(f"{head}\nt = {t[k]:.4g}  (frame {k + 1}/{len(t)})")
-
+    sc = _scene(ds, beta, label, n_flat=2)
+    fig, ax = _animation_axes(sc)
+    draw = _frame_drawer(ds, sc, fig, ax)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_gif(fig, path, len(t), draw, fps, dpi)
+    _write_gif(fig, path, len(sc.t), draw, fps, dpi)
     written = [path]
-    ffmpeg = ffmpeg_path()
-    if ffmpeg:
-        mp4 = path.with_suffix(".mp4")
-        writer = FFMpegWriter(fps=fps)
-        with rc_context({"animation.ffmpeg_path": ffmpeg}), writer.saving(fig, str(mp4), dpi):
-            for k in range(len(t)):
-                draw(k)
-                writer.grab_frame()
+    mp4 = _write_mp4(fig, path.with_suffix(".mp4"), len(sc.t), draw, fps, dpi)
+    if mp4 is not None:
         written.append(mp4)
     fig.clear()
     return written
+
+
+def _write_mp4(
+    fig: Figure, path: Path, n_frames: int, draw: Callable[[int], None], fps: int, dpi: int
+) -> Path | None:
+    """The frames as an MP4 at `path` when an ffmpeg program is found (`ffmpeg_path`), else None."""
+    ffmpeg = ffmpeg_path()
+    if not ffmpeg:
+        return None
+    from matplotlib import rc_context
+    from matplotlib.animation import FFMpegWriter
+
+    writer = FFMpegWriter(fps=fps)
+    with rc_context({"animation.ffmpeg_path": ffmpeg}), writer.saving(fig, str(path), dpi):
+        for k in range(n_frames):
+            draw(k)
+            writer.grab_frame()
+    return path
 
 
 def _write_gif(

@@ -2,29 +2,47 @@
 
 A checkpoint is read as (Q, K, V, beta) per layer and per head, in the notation of MATH.md:
 
-- `checkpoint`: layouts (BERT-style, MultiheadAttention, Hugging Face model objects) and an opened
-  `Checkpoint`; `files`: safetensors and PyTorch files, shard indexes, config.json; `sources`: a
-  checkpoint named by a path or by an installed package.
-- `heads`: each layer and head as an `Attention` at its effective beta (`Layer`, `Head`).
-- `forward`: the tokenizer and a NumPy BERT encoder, for the model's own token states.
-- `diagnostics`: the theorem's assumptions on every head, checked by `attnflow.assumptions`.
+- `readers/`: one module per file format behind one interface (`READERS`: safetensors, pytorch,
+  gguf, onnx), each returning tensors, config, tokenizer and notes; `sources`: a checkpoint named
+  by a path or by an installed package.
+- `architectures`: the layout of each model family (`ARCHITECTURES`: bert, llama, mha);
+  `checkpoint`: an opened `Checkpoint` (from a path, a state dict, a module).
+- `heads`: each layer and head as an `Attention` at its effective beta (`Layer`, `Head`, `Norm`),
+  with grouped key/value heads and rotary offsets (`rope`).
+- `forward`: the tokenizer and NumPy forward passes (BERT, LLaMA), for the model's own token states.
+- `diagnostics`: the theorem's assumptions on one head, checked by `attnflow.science.assumptions`;
+  `report`: every head of a checkpoint with summaries; `beta`: beta fitted from the logits.
 """
 
+from .architectures import ARCHITECTURES, Architecture
+from .beta import BetaFit, fit_beta
 from .checkpoint import Checkpoint, CheckpointError, open_checkpoint
-from .diagnostics import _spectra as _spectra  # the tests compare it with dense spectra
-from .diagnostics import diagnose, report, symmetric_part_attention, symmetric_top
-from .forward import TokenStates, hidden_states, token_cloud, token_states, tokenize
-from .heads import Head, Layer, attention_output, head_attention, load_heads
+from .diagnostics import diagnose, symmetric_part_attention, symmetric_top
+from .diagnostics import spectra as spectra  # the tests compare it with dense spectra
+from .forward import TokenStates, attention_logits, hidden_states, token_cloud, token_states, tokenize
+from .heads import Head, Layer, Norm, attention_output, head_attention, load_heads
+from .readers import READERS, MissingExtra
+from .report import report
+from .rope import RoPE
 from .sources import resolve_checkpoint
 
 __all__ = [
+    "ARCHITECTURES",
+    "READERS",
+    "Architecture",
+    "BetaFit",
     "Checkpoint",
     "CheckpointError",
     "Head",
     "Layer",
+    "MissingExtra",
+    "Norm",
+    "RoPE",
     "TokenStates",
+    "attention_logits",
     "attention_output",
     "diagnose",
+    "fit_beta",
     "head_attention",
     "hidden_states",
     "load_heads",

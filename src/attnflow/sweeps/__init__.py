@@ -19,7 +19,7 @@ from __future__ import annotations
 from .config import point_config
 from .grid import SweepError, check_grid, expand_grid, parse_grid, point_key
 from .point import RunFn, run_point
-from .read import open_sweep, show_sweep, summary_table, sweep_info, verify_sweep
+from .read import open_sweep, show_sweep, summary_table, sweep_document, sweep_info, verify_sweep
 from .run import SweepResult, sweep
 from .store import (
     FORMAT,
@@ -54,6 +54,7 @@ __all__ = [
     "show_sweep",
     "summary_table",
     "sweep",
+    "sweep_document",
     "sweep_info",
     "verify_sweep",
 ]

@@ -7,15 +7,22 @@ Experiments are reached only through `attnflow.experiments`' public API (`load_c
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from pydantic import BaseModel
 
-__all__ = ["base_config", "experiment_name", "field_for", "point_config", "resolve_config"]
+    #: what `sweep` takes as its config: a pydantic config (an experiment's, or any model a run_fn
+    #: takes), an experiment name or TOML path, or a dict with "experiment"
+    ConfigLike: TypeAlias = BaseModel | str | os.PathLike[str] | dict[str, Any]
+
+__all__ = ["base_config", "experiment_name", "field_for", "point_config", "point_warnings", "resolve_config"]
 
 
-def resolve_config(config: Any) -> Any:
+def resolve_config(config: ConfigLike) -> BaseModel:
     """A pydantic config object; a name or TOML path, or a dict with "experiment", is loaded."""
     from pydantic import BaseModel
 
@@ -54,7 +61,7 @@ def field_for(Config: type[BaseModel], key: str) -> tuple[str, bool]:
     )
 
 
-def point_config(config: Any, point: dict[str, Any]) -> Any:
+def point_config(config: BaseModel, point: dict[str, Any]) -> BaseModel:
     """The config of one grid point, validated again (bad value -> ValueError naming the key)."""
     from pydantic import ValidationError
 
@@ -70,13 +77,21 @@ def point_config(config: Any, point: dict[str, Any]) -> Any:
         raise ValueError(f"grid point {point}: invalid config ({probs})") from None
 
 
-def base_config(config: Any, grid: dict[str, list]) -> dict[str, Any]:
+def point_warnings(configs: Iterable[BaseModel]) -> list[str]:
+    """What may make the points' configs mislead (`attnflow.experiments.config_warnings`, e.g. t_max
+    shorter than ln beta), each message once."""
+    from ..experiments import config_warnings
+
+    return list(dict.fromkeys(w for c in configs for w in config_warnings(c)))
+
+
+def base_config(config: BaseModel, grid: dict[str, list]) -> dict[str, Any]:
     """The config's fields that the grid does not set: what every point shares."""
     Config = type(config)
     skip = {field_for(Config, k)[0] for k in grid}
     return {k: v for k, v in config.model_dump().items() if k not in skip}
 
 
-def experiment_name(config: Any) -> str:
+def experiment_name(config: BaseModel) -> str:
     """The config's `experiment` field, else its class name (a config of no registered experiment)."""
     return str(getattr(config, "experiment", type(config).__name__))

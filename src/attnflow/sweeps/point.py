@@ -1,8 +1,9 @@
 """The task of one grid point, run on a Dask worker: run its config, write its result, commit it.
 
-`run_point` writes `points/<key>.zarr` atomically, then the `.done` marker that commits it; a retry
-reuses the finished parts the experiment kept in `work/<key>/`. xarray and torch are imported
-inside the functions.
+`run_point` writes `points/<key>.zarr` atomically, then the `.done` marker that commits it (its
+record: timing, worker, scalars, summary, the digests of the point's input files), whose SHA-256 the
+zarr store holds; a retry reuses the finished parts the experiment kept in `work/<key>/`. xarray and
+torch are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -15,14 +16,31 @@ import uuid
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import experiment_name
-from .store import POINTS_DIR, Store, as_read_back, done_rel, now, read_record, work_rel, write_json, zarr_rel
+from .store import (
+    POINTS_DIR,
+    RECORD_ATTR,
+    Store,
+    as_read_back,
+    done_rel,
+    now,
+    read_record,
+    record_digest,
+    work_rel,
+    write_json,
+    zarr_rel,
+)
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from ..experiments import Experiment
 
 __all__ = ["RunFn", "cpus", "run_point", "set_threads", "threads_on_host", "worker_device"]
 
-RunFn = Callable[[Any], Any]  # config -> xarray.Dataset
+RunFn = Callable[[Any], Any]  # config (a pydantic model) -> xarray.Dataset
 
 
 # --------------------------------------------------------------------------------------- threads
@@ -62,7 +80,7 @@ def set_threads(torch_threads: int | None) -> int:
     return n
 
 
-def worker_device(config: Any) -> Any:
+def worker_device(config: BaseModel) -> BaseModel:
     """One GPU per Dask worker: a config asking for device "cuda" runs on cuda:k, k the worker's
     number (its name on a LocalCluster, else a hash of its address) modulo the GPUs of its host.
     Other configs, and hosts with one GPU or none, are returned unchanged."""
@@ -86,14 +104,14 @@ def worker_device(config: Any) -> Any:
 # ------------------------------------------------------------------------------------ the result
 
 
-def _experiment(config: Any) -> Any:
+def _experiment(config: BaseModel) -> Experiment | None:
     """The registered experiment of the config (`REGISTRY[config.experiment]`), None if none."""
     from ..experiments import REGISTRY
 
     return REGISTRY.get(experiment_name(config))
 
 
-def _default_run(config: Any, workdir: Path | None) -> Any:
+def _default_run(config: BaseModel, workdir: Path | None) -> Any:
     """The registered experiment's run; its finished parts are kept in `workdir` for a retry.
 
     Not `run_experiment`: it would also write the result, its summary and config into `workdir`
@@ -106,15 +124,16 @@ def _default_run(config: Any, workdir: Path | None) -> Any:
 
 
 def _scalars(ds: Any) -> dict[str, Any]:
-    """The point's one-element numeric variables (t_star, min_w2, ... of one beta) as numbers."""
+    """The point's one-element variables (t_star, min_w2, status, ... of one beta) as numbers and
+    strings."""
     out = {}
     for name, var in ds.data_vars.items():
-        if var.size == 1 and var.dtype.kind in "fiub":
+        if var.size == 1 and var.dtype.kind in "fiubU":
             out[str(name)] = var.values.reshape(()).item()
     return out
 
 
-def _summarize(config: Any, ds: Any) -> dict[str, Any] | None:
+def _summarize(config: BaseModel, ds: Any) -> dict[str, Any] | None:
     """The experiment's own `summarize` (JSON-able), None for an unregistered experiment."""
     exp = _experiment(config)
     if exp is None or not hasattr(exp, "summarize"):
@@ -172,7 +191,7 @@ def _reused(st: Store, key: str, workdir: Path | None) -> dict[str, Any]:
 # -------------------------------------------------------------------------------------- the task
 
 
-def _compute(config: Any, key: str, run_fn: RunFn | None, workdir: Path | None) -> Any:
+def _compute(config: BaseModel, key: str, run_fn: RunFn | None, workdir: Path | None) -> Any:
     """The point's Dataset, run by `run_fn` or the registered experiment."""
     import xarray as xr
 
@@ -182,7 +201,7 @@ def _compute(config: Any, key: str, run_fn: RunFn | None, workdir: Path | None) 
     return ds
 
 
-def _label(ds: Any, config: Any, key: str, point: dict[str, Any]) -> Any:
+def _label(ds: Any, config: BaseModel, key: str, point: dict[str, Any]) -> Any:
     """The Dataset with the point it belongs to in its attrs."""
     from ..io import to_json
 
@@ -194,7 +213,7 @@ def _label(ds: Any, config: Any, key: str, point: dict[str, Any]) -> Any:
 
 
 def run_point(
-    config: Any,
+    config: BaseModel,
     point: dict[str, Any],
     key: str,
     store: str,
@@ -203,10 +222,13 @@ def run_point(
 ) -> dict[str, Any]:
     """One sweep task (runs on a worker): run the point's config and write its result.
 
-    Writes `points/<key>.zarr` atomically, then `points/<key>.done` (JSON: timing, worker, summary).
-    Returns that record. If the point is already complete (another attempt finished first), the
-    existing record is returned and nothing is written.
+    Writes `points/<key>.zarr` atomically, with the SHA-256 of its record in its attrs, then
+    `points/<key>.done` (JSON: timing, worker, summary, input digests). Returns that record. If the
+    point is already complete (another attempt finished first), the existing record is returned and
+    nothing is written.
     """
+    from ..experiments.parts import input_digests
+
     st = Store(store)
     workdir = None if st.url else Path(st.path(work_rel(key)))
     if st.exists(done_rel(key)):
@@ -218,15 +240,15 @@ def run_point(
     started, t0 = now(), time.perf_counter()
     ds = _label(_compute(config, key, run_fn, workdir), config, key, point)
     seconds = time.perf_counter() - t0
-    scalars, summary = _scalars(ds), _summarize(config, ds)
+    rec = {"key": key, "point": point, "started": started, "finished": now(), "seconds": seconds}
+    rec |= {"worker": f"{socket.gethostname()}:{os.getpid()}", "torch_threads": threads}
+    rec |= {"device": getattr(config, "device", None), "inputs": input_digests(config)}
+    rec |= {"scalars": _scalars(ds), "summary": _summarize(config, ds)}
+    ds.attrs[RECORD_ATTR] = record_digest(rec)  # of the record as its .done file gives it back
     st.makedirs(POINTS_DIR)
     wrote = (_write_url if st.url else _write_local)(st, ds, key)
     if not wrote and st.exists(done_rel(key)):
         return _reused(st, key, workdir)
-    rec = {"key": key, "point": point, "started": started, "finished": now(), "seconds": seconds}
-    rec |= {"worker": f"{socket.gethostname()}:{os.getpid()}", "torch_threads": threads}
-    rec |= {"device": getattr(config, "device", None)}
-    rec |= {"scalars": scalars, "summary": summary}
     write_json(st, done_rel(key), rec)
     if workdir is not None:
         st.remove(work_rel(key))

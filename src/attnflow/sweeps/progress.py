@@ -12,8 +12,9 @@ __all__ = ["ProgressBar"]
 class ProgressBar:
     """Counts finished tasks (done or failed) and shows them; `close()` stops the bar.
 
-    progress: True for a bar (tqdm's notebook bar in Jupyter, Rich on stderr elsewhere), False or
-    None for nothing, or a callable told (done, total) after each finished task.
+    progress: True for a bar (in Jupyter tqdm's notebook widget, or a line per point without
+    ipywidgets; Rich on stderr elsewhere), False or None for nothing, or a callable told
+    (done, total) after each finished task.
     """
 
     def __init__(self, progress: bool | Callable[[int, int], None] | None, total: int, name: str) -> None:
@@ -24,7 +25,7 @@ class ProgressBar:
         if progress and self.callback is None:
             from ..progress import open_bar
 
-            self.bar = open_bar(f"sweep {name}", total, unit="points")
+            self.bar = open_bar(f"sweep {name}", total, unit="points", steps=True)
 
     def advance(self, n: int) -> None:
         self.done += n

@@ -22,7 +22,7 @@ from .store import (
     zarr_rel,
 )
 
-__all__ = ["open_sweep", "show_sweep", "summary_table", "sweep_info", "verify_sweep"]
+__all__ = ["open_sweep", "show_sweep", "summary_table", "sweep_document", "sweep_info", "verify_sweep"]
 
 
 def sweep_info(store: str | os.PathLike) -> dict[str, Any]:
@@ -166,20 +166,37 @@ def open_sweep(store: str | os.PathLike) -> Any:
 # -------------------------------------------------------------------------------------- text
 
 
+#: the columns of a sweep's table after the grid keys: the point's state, its attempts and seconds
+POINT_COLUMNS = ("run", "attempts", "seconds")
+
+
 def summary_table(store: str | os.PathLike, max_columns: int = 6) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): one row per grid point with its values, status, attempts, seconds and the
-    first `max_columns` one-element variables of its Dataset (t_star, min_w2, ...)."""
+    """(header, rows): one row per grid point with its values, its state (column "run": done, failed,
+    pending), attempts, seconds, then its results: the one-element variables of its Dataset, those
+    the experiment names first (`Experiment.sweep_columns`, e.g. concentration's status and
+    resolution ratio: whether a t* is a result at all), at least `max_columns` of them."""
     return _table(sweep_info(store), max_columns)
 
 
+def _first_columns(experiment: str) -> tuple[str, ...]:
+    """The experiment's sweep_columns (none for an experiment attnflow does not know)."""
+    from ..experiments import get_experiment
+
+    try:
+        return get_experiment(experiment).sweep_columns
+    except ValueError:  # a run_fn's config, not a registered experiment
+        return ()
+
+
 def _table(info: dict[str, Any], max_columns: int) -> tuple[list[str], list[list[str]]]:
-    cols: list[str] = []
+    seen: list[str] = []
     for e in info["entries"].values():
         for k, v in (e.get("scalars") or {}).items():
-            if k not in cols and isinstance(v, (int, float)) and not isinstance(v, bool):
-                cols.append(k)
-    cols = cols[:max_columns]
-    header = [*info["grid"], "status", "attempts", "seconds", *cols]
+            if k not in seen and isinstance(v, int | float | str) and not isinstance(v, bool):
+                seen.append(k)
+    first = [c for c in _first_columns(info["experiment"]) if c in seen]
+    cols = (first + [c for c in seen if c not in first])[: max(max_columns, len(first))]
+    header = [*info["grid"], *POINT_COLUMNS, *cols]
     rows = []
     for e in info["entries"].values():
         s = e.get("scalars") or {}
@@ -192,48 +209,64 @@ def _table(info: dict[str, Any], max_columns: int) -> tuple[list[str], list[list
     return header, rows
 
 
-def show_sweep(store: str | os.PathLike, width: int = 120) -> str:
-    """Text summary of a sweep store: counts, then a table over the grid, then failures."""
-    import io as _io
-
-    from rich.console import Console
-    from rich.table import Table
+def sweep_document(store: str | os.PathLike) -> Any:
+    """A sweep store as a document of the table model (`attnflow.experiments.tables`): its counts,
+    the table over the grid (`summary_table`), its failed and damaged points; drawn by `show_sweep`
+    and `attnflow show` like a run's summary."""
+    from ..experiments.tables import Document, Prose, Section, Table
 
     info = sweep_info(store)
     counts = {s: 0 for s in STATUSES}
     for e in info["entries"].values():
         counts[e["status"]] = counts.get(e["status"], 0) + 1
     header, rows = _table(info, 6)
-    table = Table(title=None, show_lines=False)
-    for h in header:
-        table.add_column(h, justify="left" if h == "status" else "right")
-    for r in rows:
-        table.add_row(*r)
-    buf = _io.StringIO()
-    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
     grid_txt = ", ".join(f"{k}: {len(v)}" for k, v in info["grid"].items())
     total_s = sum(e.get("seconds") or 0.0 for e in info["entries"].values())
-    con.print(f"sweep of {info['experiment']}: {len(info['keys'])} points ({grid_txt})")
-    con.print(
+    head = (
         f"done {counts['done']}, failed {counts['failed']}, pending {counts['pending'] + counts['running']}; "
         f"compute {total_s:.1f} s"
     )
-    con.print(table)
-    for key, e in info["entries"].items():
-        if e["status"] == "failed" and e.get("error"):
-            last = e["error"].strip().splitlines()[-1]
-            con.print(f"FAILED {key} after {e.get('attempts', 0)} attempts: {last}")
-        if e.get("damaged"):
-            dmg = e["damaged"]
-            con.print(f"DAMAGED {key}: {dmg['file']}: {dmg['problem']} (a rerun of the sweep recomputes it)")
+    blocks: list[Any] = [Prose((head,)), Table(tuple(header), tuple(tuple(r) for r in rows))]
+    problems = [_problem(key, e) for key, e in info["entries"].items()]
+    if any(problems):
+        blocks.append(Prose(tuple(p for p in problems if p)))
+    title = f"sweep of {info['experiment']}: {len(info['keys'])} points ({grid_txt})"
+    return Document(title, (Section("", tuple(blocks)),))
+
+
+def _problem(key: str, e: dict[str, Any]) -> str:
+    """What went wrong with a point (failed, damaged), or ""."""
+    if e.get("damaged"):
+        dmg = e["damaged"]
+        return f"DAMAGED {key}: {dmg['file']}: {dmg['problem']} (a rerun of the sweep recomputes it)"
+    if e["status"] == "failed" and e.get("error"):
+        last = e["error"].strip().splitlines()[-1]
+        return f"FAILED {key} after {e.get('attempts', 0)} attempts: {last}"
+    return ""
+
+
+def show_sweep(store: str | os.PathLike, width: int = 120) -> str:
+    """Text summary of a sweep store (`sweep_document`) for a terminal `width` columns wide: its table
+    fitted to the width as `attnflow show` fits a run's (attnflow.experiments.render.to_terminal)."""
+    import io as _io
+
+    from rich.console import Console
+
+    from ..experiments.render import to_terminal
+
+    buf = _io.StringIO()
+    to_terminal(
+        sweep_document(store), Console(file=buf, width=width, force_terminal=False, color_system=None)
+    )
     return buf.getvalue()
 
 
 def verify_sweep(store: str | os.PathLike) -> tuple[list[str], list[str]]:
     """(problems, notes) of a sweep store: its sweep.json, each committed point against its checksums
-    (and its .done record), uncommitted points, leftovers of unfinished points, a live lock.
+    (and its .done record against the checksum its store holds), uncommitted points, leftovers of
+    unfinished points, a live lock, a lock that is no regular file and links out of the store.
     FileNotFoundError when `store` is not a sweep store; a damaged sweep.json is the one problem."""
-    from .._lock import lock_holder
+    from ..io.lock import lock_holder
     from .grid import SweepError
     from .store import MANIFEST_FILE, WORK_DIR, check_point, done_rel, read_json
 
@@ -263,8 +296,13 @@ def verify_sweep(store: str | os.PathLike) -> tuple[list[str], list[str]]:
         except ValueError:
             notes.append(f"{st.path(MANIFEST_FILE)}: not JSON; the next sweep rebuilds it")
     if not st.url and (holder := lock_holder(st.root)) is not None:
-        from .._lock import describe
+        from ..io.lock import describe
 
         notes.append(f"a sweep is running on this store: {describe(holder)}")
+    if not st.url:
+        from .store import links_problem
+
+        if (problem := links_problem(st.root)) is not None:
+            problems.append(problem)
     notes.append(f"{n_done} of {len(keys)} points complete and verified")
     return problems, notes

@@ -3,14 +3,18 @@
 One Dask task per grid point that is not yet complete; a failing point is resubmitted `retries`
 times, then reported as failed, never dropped. Only this client writes the manifest, and it leaves
 it honest whatever stops the loop (Ctrl-C included): running points go back to pending.
-The config, the grid and the store's location are checked before anything is written; a local
-store is locked for the duration of the sweep (one client at a time). A committed point that fails
-its checksums is recomputed, with a warning naming the file.
+The config, the grid (its size first: `check_grid_size`) and the store's location are checked
+before anything is written; a local store is locked for the duration of the sweep (one client at a
+time), and one holding a symbolic link out of it is refused. The grid is iterated, never held as
+configs: a point's config is made when its task is submitted, and at most SUBMIT_WINDOW tasks are
+in flight. A committed point that fails its checksums, or whose input files changed since it was
+computed, is recomputed, with a warning naming it.
 Dask is imported inside the functions.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 import traceback
@@ -19,18 +23,16 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .config import base_config, experiment_name, field_for, point_config, resolve_config
-from .grid import SweepError, check_grid, expand_grid, point_keys
+from .config import base_config, experiment_name, field_for, point_config, point_warnings, resolve_config
+from .grid import SweepError, check_grid, check_grid_size, iter_grid, point_keys
 from .point import RunFn, cpus, run_point
 from .progress import ProgressBar
 from .read import open_sweep
 from .store import (
-    MANIFEST_FILE,
-    POINTS_DIR,
+    STORE_FILES,
     SWEEP_FILE,
-    WORK_DIR,
     Store,
     clean_temporaries,
     complete,
@@ -38,16 +40,24 @@ from .store import (
     current_entry,
     done_rel,
     extend_meta,
+    links_problem,
     now,
     read_manifest,
+    read_record,
     write_manifest,
     write_meta,
     zarr_rel,
 )
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from .config import ConfigLike
+
 __all__ = ["SweepResult", "sweep"]
 
 MANIFEST_EVERY_S = 0.5  # the manifest is rewritten at most this often while tasks finish
+SUBMIT_WINDOW = 1000  # tasks in flight at most: more are submitted as these finish
 WORKER_EXIT_S = 60.0  # time a worker of our LocalCluster gets to exit at the end of a sweep
 
 
@@ -84,15 +94,17 @@ class SweepResult:
 
 @dataclass
 class _Plan:
-    """The grid points against the store: their configs, the manifest, what is left to run."""
+    """The grid points against the store: the base config, the manifest (each entry has its point),
+    what is left to run, the points' config warnings (each once)."""
 
     store: Store
     keys: list[str]
-    configs: dict[str, Any]
+    config: BaseModel
     manifest: dict[str, dict]
     todo: list[str]
     skipped: list[str]
     damaged: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -113,9 +125,12 @@ class _Tasks:
 # ---------------------------------------------------------------------------------- before Dask
 
 
-def _validate(config: Any, grid: Any, retries: int) -> tuple[Any, dict[str, list], int]:
-    """(config object, normalised grid, retries), or an error naming the bad argument; the config of
-    every point of the grid is checked too."""
+def _validate(
+    config: ConfigLike, grid: Any, retries: int, yes: bool
+) -> tuple[BaseModel, dict[str, Any], int]:
+    """(config object, normalised grid, retries), or an error naming the bad argument; a grid above
+    the size a sweep takes (without `yes`, above CONFIRM_POINTS) is refused before any point is made,
+    then the config of every point is checked, one point at a time."""
     config = resolve_config(config)
     grid = check_grid(grid)
     retries = int(retries)
@@ -123,24 +138,23 @@ def _validate(config: Any, grid: Any, retries: int) -> tuple[Any, dict[str, list
         raise ValueError(f"retries must be >= 0, got {retries}")
     for key in grid:
         field_for(type(config), key)
-    points = expand_grid(grid)
-    point_keys(points)
-    for p in points:
+    check_grid_size(grid, yes)
+    point_keys(iter_grid(grid))
+    for p in iter_grid(grid):
         point_config(config, p)
     return config, grid, retries
 
 
-# what a sweep writes into its store (besides hidden files: the lock, temporaries)
-_STORE_FILES = (SWEEP_FILE, MANIFEST_FILE, POINTS_DIR, WORK_DIR, "figures")
-
-
 def _check_location(st: Store) -> None:
-    """A local store must be a new or empty folder, or a sweep store, and writable (SweepError)."""
+    """A local store must be a new or empty folder, or a sweep store, and writable, without links out
+    of it (SweepError)."""
     if st.url:
         return
     root = Path(st.root)
     if root.exists() and not root.is_dir():
         raise SweepError("store", st.name, "exists and is not a folder")
+    if root.is_dir() and (problem := links_problem(root)) is not None:
+        raise SweepError("store", st.name, problem)
     existing = root
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -148,9 +162,7 @@ def _check_location(st: Store) -> None:
         raise SweepError("store", st.name, f"cannot be written ({existing} is not writable)")
     if not root.exists() or (root / SWEEP_FILE).exists():
         return
-    other = sorted(
-        p.name for p in root.iterdir() if not p.name.startswith(".") and p.name not in _STORE_FILES
-    )
+    other = sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and p.name not in STORE_FILES)
     if other:
         listed = ", ".join(other[:4]) + (f" and {len(other) - 4} more" if len(other) > 4 else "")
         raise SweepError(
@@ -162,7 +174,7 @@ def _check_location(st: Store) -> None:
 def _locked(st: Store, warnings: list[str]) -> Iterator[None]:
     """Hold the lock of a local store (a second client gets SweepError naming the holder); a lock
     taken over from a client that died adds a warning."""
-    from .._lock import LockedError, folder_lock
+    from ..io.lock import LockedError, folder_lock
 
     with ExitStack() as stack:
         if not st.url:
@@ -174,36 +186,51 @@ def _locked(st: Store, warnings: list[str]) -> Iterator[None]:
         yield
 
 
-def _plan(st: Store, config: Any, grid: dict[str, list]) -> _Plan:
+def _plan(st: Store, config: BaseModel, grid: dict[str, Any], yes: bool) -> _Plan:
     """Check the store against the sweep, extend its grid, and mark each point done or pending.
 
-    Every point's config is validated before anything is written to the store.
+    The extended grid is sized (`check_grid_size`) and every point's config validated before
+    anything is written to the store.
     """
     meta, changed = extend_meta(st, experiment_name(config), base_config(config, grid), grid)
-    points = expand_grid(meta["grid"])
-    keys = point_keys(points)
-    configs = {k: point_config(config, p) for k, p in zip(keys, points, strict=True)}
+    check_grid_size(meta["grid"], yes)
+    keys = point_keys(iter_grid(meta["grid"]))
+    warned = point_warnings(point_config(config, p) for p in iter_grid(meta["grid"]))  # each checked
     if changed:
         write_meta(st, meta)
     old = read_manifest(st)
     clean_temporaries(st)
-    plan = _Plan(st, keys, configs, {}, [], [])
-    for key, point in zip(keys, points, strict=True):
+    plan = _Plan(st, keys, config, {}, [], [], warnings=warned)
+    for key, point in zip(keys, iter_grid(meta["grid"]), strict=True):
         entry = current_entry(st, old.get(key), key, point)
-        if entry["status"] == "done":
-            plan.skipped.append(key)
-        else:
-            if damage := entry.pop("damaged", None):  # committed, but it fails its checksums
-                plan.damaged.append(f"{damage['file']}: {damage['problem']}; point {key} is recomputed")
-                st.remove(done_rel(key))
-            if st.exists(zarr_rel(key)):  # a store without its .done marker: never trusted
-                st.remove(zarr_rel(key))
-            entry.update(status="pending", attempts=0, error=None)
-            plan.todo.append(key)
         plan.manifest[key] = entry
+        if entry["status"] == "done":
+            stale = _stale_inputs(st, key, config, point)
+            if stale is None:
+                plan.skipped.append(key)
+                continue
+            plan.damaged.append(f"point {key}: {stale}; it is recomputed")
+        elif damage := entry.pop("damaged", None):  # committed, but it cannot be trusted
+            plan.damaged.append(f"{damage['file']}: {damage['problem']}; point {key} is recomputed")
+        st.remove(done_rel(key))
+        st.remove(zarr_rel(key))  # a store without its .done marker is never trusted
+        entry.update(status="pending", attempts=0, error=None)
+        plan.todo.append(key)
     plan.manifest |= {k: v for k, v in old.items() if k not in plan.manifest}  # points of no grid now
     write_manifest(st, plan.manifest)
     return plan
+
+
+def _stale_inputs(st: Store, key: str, config: BaseModel, point: dict[str, Any]) -> str | None:
+    """Why a complete point is not what the sweep computes now (its input files changed), or None."""
+    from ..experiments.parts import input_digests
+
+    before = read_record(st, key).get("inputs")
+    now = input_digests(point_config(config, point))
+    if before == now:
+        return None
+    changed = sorted(k for k in {*(before or {}), *now} if (before or {}).get(k) != now.get(k))
+    return f"the content of its input ({', '.join(changed)}) has changed since it was computed"
 
 
 def _client_for(client: Any, workers: int) -> tuple[Any, Any, int | None, bool]:
@@ -252,7 +279,7 @@ def _submit(tasks: _Tasks, key: str) -> Any:
     entry.update(status="running", submitted=now())
     fut = tasks.client.submit(
         run_point,
-        tasks.plan.configs[key],
+        point_config(tasks.plan.config, entry["point"]),
         entry["point"],
         key,
         st.target("") if st.url else st.root,
@@ -292,18 +319,20 @@ def _collect(tasks: _Tasks) -> None:
     from distributed import as_completed
 
     plan = tasks.plan
-    ac = as_completed([_submit(tasks, k) for k in plan.todo])
+    waiting = iter(plan.todo)
+    ac = as_completed([_submit(tasks, k) for k in itertools.islice(waiting, SUBMIT_WINDOW)])
     for fut in ac:
         key = tasks.futures.pop(fut, None)
-        if key is None or plan.manifest[key]["status"] == "done":
-            continue
-        if fut.status == "finished":
-            copy_record(plan.manifest[key], fut.result())
-            # a point recomputed after its worker died finds its own .done: it still ran once
-            tasks.result.ran.append(key)
-            tasks.bar.advance(1)
-        elif _failed(tasks, key, fut):
-            ac.add(_submit(tasks, key))
+        if key is not None and plan.manifest[key]["status"] != "done":
+            if fut.status == "finished":
+                copy_record(plan.manifest[key], fut.result())
+                # a point recomputed after its worker died finds its own .done: it still ran once
+                tasks.result.ran.append(key)
+                tasks.bar.advance(1)
+            elif _failed(tasks, key, fut):
+                ac.add(_submit(tasks, key))
+        for nxt in itertools.islice(waiting, max(0, SUBMIT_WINDOW - len(tasks.futures))):
+            ac.add(_submit(tasks, nxt))  # the window topped up as tasks leave it
         fut.release()
         if time.monotonic() - tasks.last_write > MANIFEST_EVERY_S or not tasks.futures:
             write_manifest(plan.store, plan.manifest)
@@ -332,8 +361,8 @@ def _stopped(tasks: _Tasks) -> None:
 
 
 def sweep(
-    config: Any,
-    grid: dict[str, list],
+    config: ConfigLike,
+    grid: dict[str, Any],
     client: Any = None,
     store: str | os.PathLike = "runs/sweep",
     workers: int = 2,
@@ -341,6 +370,7 @@ def sweep(
     progress: bool | Callable[[int, int], None] | None = True,
     run_fn: RunFn | None = None,
     torch_threads: int | None = None,
+    yes: bool = False,
 ) -> SweepResult:
     """Run an experiment at every point of `grid` as Dask tasks; results go to `store`.
 
@@ -356,20 +386,21 @@ def sweep(
     run_fn: config -> xarray.Dataset (default: the registered experiment's `run`), a test hook.
     torch_threads: torch threads per task (default: cores // workers on a local cluster; on another
         cluster, the usable cores of the task's host // the threads of all workers on that host).
+    yes: run a grid of more than CONFIRM_POINTS points (`attnflow.sweeps.grid`); without it such a
+        grid is a SweepError giving its count and estimated store size. Above MAX_POINTS: refused.
     Returns a SweepResult (ran, skipped, failed keys); `.ok` is False when a point failed.
     """
-    config, grid, retries = _validate(config, grid, retries)
+    config, grid, retries = _validate(config, grid, retries, yes)
     st = Store(store)
     _check_location(st)
     warnings: list[str] = []
     with _locked(st, warnings):
-        return _sweep(st, config, grid, client, workers, retries, progress, run_fn, torch_threads, warnings)
+        plan = _plan(st, config, grid, yes)
+        return _sweep(plan, client, workers, retries, progress, run_fn, torch_threads, warnings)
 
 
 def _sweep(
-    st: Store,
-    config: Any,
-    grid: dict[str, list],
+    plan: _Plan,
     client: Any,
     workers: int,
     retries: int,
@@ -378,10 +409,9 @@ def _sweep(
     torch_threads: int | None,
     warnings: list[str],
 ) -> SweepResult:
-    """The sweep on its checked, locked store."""
-    plan = _plan(st, config, grid)
+    """The sweep of its plan, on its checked, locked store."""
     result = SweepResult(store=plan.store.name, keys=plan.keys, skipped=plan.skipped)
-    result.warnings = [*warnings, *plan.damaged]
+    result.warnings = [*warnings, *plan.damaged, *plan.warnings]
     if not plan.todo:
         return result
     t0 = time.perf_counter()

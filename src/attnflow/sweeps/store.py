@@ -8,9 +8,14 @@
     STORE/work/<key>/         finished parts of a running point (reused by a retry), then removed
 
 Every path inside the store is relative, so a store moved elsewhere still opens. A point is complete
-only with its `.done` marker and a zarr store that passes its checksums (`attnflow.io`); a zarr store
-without a marker is never trusted, and a damaged one is recomputed by the next sweep. One client at a
-time runs a sweep on a local store: it holds the store's lock (`attnflow._lock`).
+only with its `.done` marker and a zarr store that passes its checksums (`attnflow.io`), written for
+that point (its attrs["sweep_key"]), whose attrs hold the SHA-256 of the `.done` record written with
+it (RECORD_ATTR: an edited record, whose numbers `show` would print, does not pass); a zarr store
+without a marker is never trusted, and a damaged one is recomputed by the next sweep. The record
+also keeps the digests of the point's input files (`attnflow.experiments.parts.input_digests`): a
+sweep recomputes a point whose inputs changed since. One client at a time runs a sweep on a local
+store: it holds the store's lock (`attnflow.io.lock`); nothing in a local store is read or written
+through a symbolic link out of it.
 
 The JSON files are standard JSON, written by `attnflow.io.to_json`: NaN and inf are null. Read back,
 a null result scalar is NaN again; grid values, which name the points, keep a non-finite float
@@ -38,6 +43,10 @@ WORK_DIR = "work"
 STATUSES = ("pending", "running", "done", "failed")
 # what the manifest copies from a point's .done record
 RECORD_KEYS = ("started", "finished", "seconds", "worker", "torch_threads", "device", "scalars", "summary")
+#: the attr of a point's zarr store holding the SHA-256 of its .done record (`record_digest`)
+RECORD_ATTR = "sweep_record_sha256"
+#: what a sweep writes into its store (besides hidden files: the lock, temporaries)
+STORE_FILES = (SWEEP_FILE, MANIFEST_FILE, POINTS_DIR, WORK_DIR, "figures")
 
 
 class Store:
@@ -85,10 +94,13 @@ class Store:
             atomic_write_text(self.path(rel), text)
 
     def remove(self, rel: str) -> None:
+        """Remove a file or folder of the store (a symbolic link itself, never what it points to)."""
         p = self.path(rel)
         if self.url:
             if self.fs.exists(p):
                 self.fs.rm(p, recursive=True)
+        elif Path(p).is_symlink():
+            Path(p).unlink()
         elif Path(p).is_dir():
             import shutil
 
@@ -248,6 +260,26 @@ def write_meta(st: Store, meta: dict[str, Any]) -> None:
     write_json(st, SWEEP_FILE, {**meta, "grid": _grid_to_json(meta["grid"])})
 
 
+def links_problem(root: str | os.PathLike) -> str | None:
+    """Why the local store `root` cannot be used as it is: a lock that is no regular file, or a
+    symbolic link out of it in place of one of its files or points; None when there is none."""
+    from ..io import link_out
+    from ..io.lock import lock_file_problem
+
+    root = Path(root)
+    problem = lock_file_problem(root)
+    if problem is not None:
+        return problem
+    names: list[tuple[str, ...]] = [(name,) for name in STORE_FILES]
+    for folder in (POINTS_DIR, WORK_DIR):
+        if (root / folder).is_dir() and link_out(root, folder) is None:
+            names += [(folder, p.name) for p in sorted((root / folder).iterdir())]
+    for name in names:
+        if (err := link_out(root, *name)) is not None:
+            return f"{err.path} {err.problem}"
+    return None
+
+
 # -------------------------------------------------------------------------- manifest and markers
 
 
@@ -267,25 +299,80 @@ def write_manifest(st: Store, entries: dict[str, dict]) -> None:
     write_json(st, MANIFEST_FILE, {"updated": now(), "counts": counts, "points": entries})
 
 
-def read_record(st: Store, key: str) -> dict[str, Any]:
-    """A point's .done record (timing, worker, scalars, summary); {} when unreadable."""
+def record_digest(rec: dict[str, Any]) -> str:
+    """SHA-256 of a .done record as the store's JSON gives it back (key order and spacing aside)."""
+    import hashlib
+
+    text = json.dumps(as_read_back(rec), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _raw_record(st: Store, key: str) -> dict[str, Any]:
     try:
         rec = read_json(st, done_rel(key))
     except json.JSONDecodeError:
         return {}
-    return _nan_scalars(rec) if isinstance(rec, dict) else {}
+    return rec if isinstance(rec, dict) else {}
+
+
+def read_record(st: Store, key: str) -> dict[str, Any]:
+    """A point's .done record (timing, worker, scalars, summary); {} when unreadable."""
+    return _nan_scalars(_raw_record(st, key))
+
+
+def _zarr_attrs(st: Store, key: str) -> dict[str, Any]:
+    """The attrs of a point's zarr store, from its consolidated metadata ({} when unreadable)."""
+    try:
+        meta = read_json(st, f"{zarr_rel(key)}/.zmetadata")
+        attrs = meta["metadata"][".zattrs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
+
+
+def _outside(st: Store, key: str) -> dict | None:
+    """Damage when a local point's files are symbolic links out of the store, else None."""
+    from ..io import link_out
+
+    if st.url:
+        return None
+    for rel in (zarr_rel(key), done_rel(key)):
+        err = link_out(st.root, *rel.split("/"))
+        if err is not None:
+            return {"file": err.path, "problem": err.problem}
+    return None
+
+
+def _record_damage(st: Store, key: str, raw: dict[str, Any]) -> dict | None:
+    """Damage when the point's verified zarr store and its .done record are not one point's pair."""
+    attrs = _zarr_attrs(st, key)
+    where = {"file": st.path(done_rel(key))}
+    if attrs.get("sweep_key") not in (None, key):
+        problem = f"holds point {attrs['sweep_key']} (moved or swapped)"
+        return {"file": st.path(zarr_rel(key)), "problem": problem}
+    if raw.get("key") != key:
+        return {**where, "problem": f"is the record of point {raw.get('key')} (moved or swapped)"}
+    written = attrs.get(RECORD_ATTR)
+    if written is None:
+        return {**where, "problem": "has no checksum in its point's store (written by an earlier attnflow)"}
+    if written != record_digest(raw):
+        return {**where, "problem": "altered (its SHA-256 differs from the one written with the point)"}
+    return None
 
 
 def check_point(st: Store, key: str) -> tuple[dict | None, dict | None]:
     """(record, damage) of a point: its .done record when it is complete (marker and zarr store, which
-    passes its checksums), else None; damage {"file", "problem"} when it is committed but cannot be
-    trusted (a record that is not JSON, a store missing or failing its checksums), else None."""
+    passes its checksums and holds that record's checksum), else None; damage {"file", "problem"}
+    when it is committed but cannot be trusted (a record that is not JSON or was altered, a store
+    missing or failing its checksums, a pair of another point's, a link out of the store), else None."""
     from ..io import dataset_problems
 
+    if (damage := _outside(st, key)) is not None:
+        return None, damage
     if not st.exists(done_rel(key)):
         return None, None
-    rec = read_record(st, key)
-    if not rec:
+    raw = _raw_record(st, key)
+    if not raw:
         return None, {"file": st.path(done_rel(key)), "problem": "damaged (not a JSON record)"}
     if not st.exists(zarr_rel(key)):
         return None, {"file": st.path(zarr_rel(key)), "problem": "missing (its .done marker is there)"}
@@ -293,7 +380,9 @@ def check_point(st: Store, key: str) -> tuple[dict | None, dict | None]:
     if problems:
         more = f" (and {len(problems) - 1} more file(s))" if len(problems) > 1 else ""
         return None, {"file": problems[0][0], "problem": problems[0][1] + more}
-    return rec, None
+    if (damage := _record_damage(st, key, raw)) is not None:
+        return None, damage
+    return _nan_scalars(raw), None
 
 
 def complete(st: Store, key: str) -> dict | None:
@@ -311,8 +400,9 @@ def copy_record(entry: dict[str, Any], rec: dict[str, Any]) -> None:
 def current_entry(st: Store, entry: dict | None, key: str, point: dict[str, Any]) -> dict[str, Any]:
     """A copy of a point's manifest entry brought up to date with the store.
 
-    Done with its record when the point is committed and sound; otherwise a point the manifest calls
-    done or running (a client that stopped) is pending. Failed points stay failed, with their error.
+    Done with its record when the point is committed and sound (the manifest's copy of a record is
+    never shown otherwise); otherwise a point the manifest calls done or running (a client that
+    stopped) is pending. Failed points stay failed, with their error.
     A committed point that cannot be trusted is pending with "damaged": {"file", "problem"}.
     """
     e = dict(entry or {"status": "pending", "attempts": 0})
@@ -321,8 +411,11 @@ def current_entry(st: Store, entry: dict | None, key: str, point: dict[str, Any]
     rec, damage = check_point(st, key)
     if rec is not None:
         copy_record(e, rec)
-    elif e.get("status") in ("done", "running") or damage is not None:
-        e["status"] = "pending"
+    else:  # what a point's record said is shown only from a record that is sound
+        for k in RECORD_KEYS:
+            e.pop(k, None)
+        if e.get("status") in ("done", "running") or damage is not None:
+            e["status"] = "pending"
     if damage is not None:
         e["damaged"] = damage
     return e

@@ -1,0 +1,5 @@
+"""`python -m attnflow.cli`: the `attnflow` command."""
+
+from .app import main
+
+main()

@@ -1,0 +1,217 @@
+"""The finite-temperature field on S^1 (d = 2) of a measure given by angles and log-weights.
+
+    dphi/dt = <e_perp(phi), sum_j p_j V x_j>,   p_j = softmax_j( beta x(phi)^T B x_j + log w_j )
+
+with x(theta) = (cos theta, sin theta) and e_perp(phi) = (-sin phi, cos phi): the tangential
+component of MATH.md's velocity, as an angular speed.  The weights enter as log w_j only, never as
+w_j, so masses far below float64's range (e^-4677 at beta = 1e4) are exact: torch's fused
+`scaled_dot_product_attention` with queries (beta B^T x(phi), 1), keys (x_j, log w_j) and scale 1
+(MATH.md, "Weighted measures": one extra coordinate; float64 keeps log w_j to 1e-16 relative).
+Also `importance`: how much each node can matter to the dynamics (used by the error control of
+`meanfield`).  Torch float64 tensors in and out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from ..attention import Attention
+
+__all__ = ["CircleField", "importance", "sparse_field"]
+
+
+class CircleField:
+    """The field of att (d = 2, finite beta) on angles: `field(phi, theta, logw)` -> (M,)."""
+
+    def __init__(self, att: Attention):
+        self.beta = float(att.beta)
+        self.B = torch.tensor(att.B, dtype=torch.float64)
+        self.V = torch.tensor(att.V, dtype=torch.float64)
+        self.n_evals = 0
+
+    def scores_parts(self, phi: torch.Tensor, theta: torch.Tensor):
+        """Queries beta x(phi)^T B (M, 2), keys x(theta) (N, 2) and values V x(theta) (N, 2)."""
+        xq = torch.stack([torch.cos(phi), torch.sin(phi)], -1)
+        xk = torch.stack([torch.cos(theta), torch.sin(theta)], -1)
+        return self.beta * (xq @ self.B), xk, xk @ self.V.T
+
+    def __call__(self, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor) -> torch.Tensor:
+        """Angular speed (M,) at the query angles phi (M,) of sum_j exp(logw_j) delta_{theta_j}:
+        by `sparse_field` from SPARSE_MIN_PAIRS query-key pairs on, else densely."""
+        self.n_evals += 1
+        if len(phi) * len(theta) >= SPARSE_MIN_PAIRS:
+            plan = _plan(self, phi, theta, logw)
+            if float(plan.keep.double().mean()) <= SPARSE_MAX_KEPT:
+                return _sparse(self, phi, plan)
+        return self.dense(phi, theta, logw)
+
+    def dense(self, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor) -> torch.Tensor:
+        """The field by the fused dense kernel (every key for every query)."""
+        q, k, v = self.scores_parts(phi, theta)
+        q = torch.cat([q, torch.ones_like(phi)[:, None]], -1)
+        k = torch.cat([k, logw[:, None]], -1)
+        v = torch.nn.functional.pad(v, (0, 1))  # the fused CPU kernel needs equal head dimensions
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q[None, None], k[None, None], v[None, None], scale=1.0
+        )[0, 0]
+        return -torch.sin(phi) * out[:, 0] + torch.cos(phi) * out[:, 1]
+
+
+def importance(
+    field: CircleField,
+    theta: torch.Tensor,
+    logw: torch.Tensor,
+    rounds: int = 2,
+    block: int = 2048,
+    queries: int | None = None,
+) -> torch.Tensor:
+    """How much node j can matter, I_j in [0, 1]: its mass relative to the heaviest node, raised to
+    max_i I_i p_ij (the share of j in the softmax of any node i that matters), `rounds` times.
+    queries: only the first `queries` nodes attend (the others, e.g. a patch's virtual nodes, are
+    keys only); None: all.
+
+    A node of mass e^-30 that no heavy node attends to (the thin stream that runs from a separatrix
+    toward a cluster from the far side) gets I ~ e^-30; the same mass near a cluster's maximiser y*,
+    where the cluster's softmax sits, gets I ~ 1.  Explicit softmax over blocks of `block` queries,
+    or the sparse path of the field (the same kept keys) from SPARSE_MIN_PAIRS pairs on.
+    """
+    n = len(theta) if queries is None else queries
+    base = torch.exp(logw - logw.max())
+    imp = base.clone()
+    sparse = (
+        n * len(theta) >= SPARSE_MIN_PAIRS
+        and float(_plan(field, theta[:n], theta, logw).keep.double().mean()) <= SPARSE_MAX_KEPT
+    )
+    q, k, _ = field.scores_parts(theta[:n], theta)
+    for _ in range(rounds):
+        if sparse:
+            imp = torch.maximum(base, _column_max(field, theta, logw, imp, n))
+            continue
+        new = base.clone()
+        for s in range(0, n, block):
+            P = torch.softmax(q[s : s + block] @ k.T + logw[None, :], dim=-1)
+            new = torch.maximum(new, (imp[s : min(s + block, n), None] * P).amax(0))
+        imp = new
+    return imp
+
+
+KEY_BLOCK = 32  # keys per block of the sparse path (sorted by angle)
+QUERY_BLOCK = 64  # queries per block of the sparse path (sorted by the direction of B^T x)
+CUTOFF = 45.0  # a dropped key's score is below the row maximum by more than this
+SPARSE_MIN_PAIRS = 400_000  # below this many (query, key) pairs the dense fused kernel is faster
+SPARSE_MAX_ELEMENTS = 1 << 23  # gathered scores per chunk of query blocks (64 MiB in float64)
+SPARSE_MAX_KEPT = 0.25  # above this fraction of kept key blocks (a wide kernel: small beta) dense is faster
+
+
+def _pad(x: torch.Tensor, n: int, value: float) -> torch.Tensor:
+    return torch.cat([x, x.new_full((n - len(x), *x.shape[1:]), value)]) if n > len(x) else x
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Keys sorted by angle in blocks, and which key blocks each query keeps."""
+
+    ang: torch.Tensor  # (n_blocks, KEY_BLOCK) key angles in [0, 2 pi), padding repeats the last
+    lw: torch.Tensor  # (n_blocks, KEY_BLOCK) log-weights, padding -inf
+    index: torch.Tensor  # (n_blocks + 1, KEY_BLOCK) original key index, -1 for padding
+    psi: torch.Tensor  # (M,) direction of B^T x(phi)
+    keep: torch.Tensor  # (M, n_blocks)
+
+
+def _plan(fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor) -> _Plan:
+    """Keys sorted by angle in blocks of KEY_BLOCK; for query i with b_i = B^T x_i = |b_i| (cos psi_i,
+    sin psi_i) the scores are beta |b_i| cos(theta_j - psi_i) + log w_j, bounded above on a block by
+    its largest log-weight and the largest cosine over its angles.  A block is kept when that bound
+    reaches the largest score of any block's heaviest key minus CUTOFF."""
+    two_pi = 2.0 * math.pi
+    order = torch.argsort(torch.remainder(theta, two_pi))
+    n_blocks = -(-len(theta) // KEY_BLOCK)
+    size = n_blocks * KEY_BLOCK
+    ang = _pad(torch.remainder(theta[order], two_pi), size, float("nan")).reshape(n_blocks, KEY_BLOCK)
+    lw = _pad(logw[order], size, -math.inf).reshape(n_blocks, KEY_BLOCK)
+    ang = torch.where(torch.isnan(ang), ang.nan_to_num(0.0).amax(1, keepdim=True), ang)
+    index = torch.cat([_pad(order, size, -1).reshape(n_blocks, KEY_BLOCK), torch.full((1, KEY_BLOCK), -1)])
+    top_lw, top_at = lw.max(1)
+    top_ang = ang.gather(1, top_at[:, None])[:, 0]
+    q, _, _ = fld.scores_parts(phi, phi[:0])
+    r, psi = q.norm(dim=1), torch.remainder(torch.atan2(q[:, 1], q[:, 0]), two_pi)
+    lo, hi, d = ang[:, 0], ang[:, -1], psi[:, None]
+    inside = (d >= lo[None]) & (d <= hi[None])
+    maxcos = torch.where(
+        inside, torch.ones_like(d * lo), torch.maximum(torch.cos(lo[None] - d), torch.cos(hi[None] - d))
+    )
+    best = (r[:, None] * torch.cos(top_ang[None] - d) + top_lw[None]).amax(1, keepdim=True)
+    return _Plan(ang, lw, index, psi, r[:, None] * maxcos + top_lw[None] >= best - CUTOFF)
+
+
+def _chunks(
+    fld: CircleField, phi: torch.Tensor, plan: _Plan
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(query indices (c, QB) with -1 padding, key indices (c, K) with -1 padding, softmax p (c, QB,
+    K), values V x_j (c, K, 2)) over chunks of query blocks.  Queries are sorted by psi in blocks
+    of QUERY_BLOCK sharing the union of their kept key blocks; blocks are taken in order of that
+    union's size, in chunks of sizes within a factor 2, each padded to its widest only."""
+    m, n_blocks = len(phi), plan.keep.shape[1]
+    n_qb = -(-m // QUERY_BLOCK)
+    qidx = _pad(torch.argsort(plan.psi), n_qb * QUERY_BLOCK, -1).reshape(n_qb, QUERY_BLOCK)
+    kq = _pad(plan.keep[qidx.reshape(-1).clamp(min=0)], n_qb * QUERY_BLOCK, False).reshape(
+        n_qb, QUERY_BLOCK, n_blocks
+    )
+    kq = (kq & (qidx >= 0)[..., None]).any(1)
+    count = kq.sum(1)
+    by_count = torch.argsort(count)
+    kept_first = torch.argsort((~kq).to(torch.int8), dim=1, stable=True)
+    ang_x = torch.cat([plan.ang, plan.ang[:1]])
+    lw_x = torch.cat([plan.lw, torch.full_like(plan.lw[:1], -math.inf)])
+    s = 0
+    while s < n_qb:
+        lo_w = max(1, int(count[by_count[s]]))
+        end = int(torch.searchsorted(count[by_count], 2 * lo_w, right=True))
+        chunk = by_count[
+            s : s + max(1, min(end - s, SPARSE_MAX_ELEMENTS // (QUERY_BLOCK * 2 * lo_w * KEY_BLOCK)))
+        ]
+        width = max(1, int(count[chunk].max()))
+        blocks = kept_first[chunk, :width]
+        blocks = torch.where(kq[chunk].gather(1, blocks), blocks, torch.full_like(blocks, n_blocks))
+        qi = qidx[chunk]
+        qv, xk, vk = fld.scores_parts(phi[qi.clamp(min=0)].reshape(-1), ang_x[blocks].reshape(-1))
+        scores = qv.reshape(len(chunk), QUERY_BLOCK, 2) @ xk.reshape(len(chunk), -1, 2).transpose(1, 2)
+        p = torch.softmax(scores + lw_x[blocks].reshape(len(chunk), 1, -1), dim=-1)
+        yield qi, plan.index[blocks].reshape(len(chunk), -1), p, vk.reshape(len(chunk), -1, 2)
+        s += len(chunk)
+
+
+def sparse_field(
+    fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor
+) -> torch.Tensor:
+    """The same field as `CircleField.dense`, from the keys near each query's row maximum only
+    (`_plan`, `_chunks`).  Every dropped key weighs at most e^-CUTOFF times the row maximum, so the
+    field is exact to N e^-CUTOFF relative (3e-16 at N = 1e4)."""
+    return _sparse(fld, phi, _plan(fld, phi, theta, logw))
+
+
+def _sparse(fld: CircleField, phi: torch.Tensor, plan: _Plan) -> torch.Tensor:
+    out = torch.empty(len(phi), 2, dtype=phi.dtype)
+    for qi, _, p, vk in _chunks(fld, phi, plan):
+        ok = qi.reshape(-1) >= 0
+        out[qi.reshape(-1)[ok]] = (p @ vk).reshape(-1, 2)[ok]
+    return -torch.sin(phi) * out[:, 0] + torch.cos(phi) * out[:, 1]
+
+
+def _column_max(
+    fld: CircleField, theta: torch.Tensor, logw: torch.Tensor, imp: torch.Tensor, n: int
+) -> torch.Tensor:
+    """max_i imp_i p_ij, queries the first n nodes, keys all (sparse: the dropped p_ij are < e^-CUTOFF)."""
+    out = torch.zeros_like(imp)
+    for qi, ki, p, _ in _chunks(fld, theta[:n], _plan(fld, theta[:n], theta, logw)):
+        w = torch.where(qi >= 0, imp[qi.clamp(min=0)], torch.zeros_like(qi, dtype=imp.dtype))
+        col = (w[..., None] * p).amax(1)  # (c, K)
+        ok = ki >= 0
+        out.scatter_reduce_(0, ki[ok], col[ok], reduce="amax")
+    return out

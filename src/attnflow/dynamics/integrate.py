@@ -1,0 +1,406 @@
+"""Integrators on the sphere for dx_i/dt = v(X)_i (MATH.md, "Finite temperature").
+
+Fixed-step "euler", "heun", "rk4" and the adaptive embedded pair Dormand-Prince 5(4) ("adaptive"),
+each step followed by renormalisation of the rows (a projection method: the sphere is invariant
+under the field extended to R^d, so the order of the underlying Runge-Kutta method is kept).
+Explicit Euler with renormalisation is exactly one transformer layer with layer normalisation:
+x <- (x + h v) / |x + h v|.
+
+A `Dynamics` (attnflow.flow) is integrated the same way: its tokens in R^d (layer_norm "pre",
+"peri") are not renormalised; its noise (sigma > 0) makes each fixed step a drift step, a Brownian
+kick and a projection (steppers.Noise; seeded by `seed`); its redrawn weights (`Redraw`) make the
+run a sequence of segments of length `period`, each with the weights of its segment, the state
+carried over.
+
+The state stays a torch tensor (M, N, d) on the compute device during the integration; the saved
+states go into one array allocated up front (its size checked against the memory available).
+This module is `simulate`: its checked arguments (`_Clouds`, `_Numerics`; the per-concern checks live
+in `arguments`), the set-up and the result; the steppers and their run loops live in `steppers`.
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from .._checks import (
+    check_device,
+    check_points,
+    check_positive,
+    check_rtol_for_dtype,
+    check_saved_memory,
+    check_times,
+    check_weights,
+)
+from .._threads import DEFAULT_THREADS, check_threads, torch_threads
+from ..attention import Attention
+from ..flow import Dynamics
+from ..kernels import batch_size, check_dtype, check_kernel_name, per_cloud, rows, unless_uniform
+from ..progress import time_bar
+from .arguments import (
+    OPTIONS,
+    Temperatures,
+    check_attentions,
+    deprecated_betas,
+    deprecated_options,
+    noise_seed,
+    solver_options,
+)
+from .steppers import AdaptiveSettings, Field, Noise, Output, Steps, run_adaptive, run_fixed
+from .trajectory import Trajectory
+
+__all__ = ["METHODS", "OPTIONS", "ORDERS", "SDE_ORDERS", "simulate"]
+
+METHODS = tuple(OPTIONS)  # "euler", "heun", "rk4", "adaptive"
+ORDERS = {"euler": 1, "heun": 2, "rk4": 4, "adaptive": 5}
+#: the noisy scheme (any fixed-step drift, then the kick and the projection): strong and weak orders
+SDE_ORDERS = {"strong": 0.5, "weak": 1.0}
+SDE_SCHEME = "step then project: the method's drift step, sigma P_y^perp dW at its end y, back to |y|"
+
+
+class _Saved:
+    """The saved states, written one by one into an array allocated once: NumPy on the host, or a
+    torch tensor on `device` (torch output)."""
+
+    def __init__(self, shape: tuple[int, ...], dtype, device=None):
+        import torch
+
+        if device is None:
+            self.x: Any = np.empty(shape, dtype=str(dtype).removeprefix("torch."))
+        else:
+            self.x = torch.empty(shape, dtype=dtype, device=device)
+        self.k = 0
+
+    def __call__(self, X) -> None:
+        if isinstance(self.x, np.ndarray):
+            self.x[self.k] = X.detach().cpu().numpy()
+        else:
+            self.x[self.k].copy_(X)
+        self.k += 1
+
+
+def simulate(
+    X0: Any,
+    att: Attention | Dynamics | Sequence[Attention | Dynamics],
+    times: Any,
+    method: str = "rk4",
+    dt: float = 1e-2,
+    kernel: str = "auto",
+    weights: Any = None,
+    device: Any = None,
+    *,
+    options: Mapping[str, Any] | None = None,
+    dtype: Any = "float64",
+    normalize: bool = False,
+    progress: bool | Callable[[float, float], Any] | None = None,
+    threads: int = DEFAULT_THREADS,
+    seed: Any = None,
+    **deprecated: Any,
+) -> Trajectory:
+    """Integrate the token dynamics dx_i/dt = P_{x_i}^perp(sum_j w_ij V x_j) from X0 at t = 0.
+
+    X0: (N, d) or (M, N, d) unit rows (error unless normalize=True); NumPy, list or torch tensor.
+    att: an Attention, or a list of M Attention objects that differ only in beta (one per cloud,
+    integrated together in one kernel call per stage: [att.with_beta(b) for b in betas]; X0 (N, d)
+    is then shared by all).  All clouds share the steps (the adaptive step is that of the hardest
+    one), so several betas pay off only where one call on M clouds is much cheaper than M calls:
+    small N (docs/benchmarks.md, "Several betas").  A Dynamics (attnflow.flow: several heads, a
+    causal mask, unnormalised attention, another layer norm, noise, redrawn weights), or a list of
+    them differing only in beta, is integrated as docs/math.md ("Beyond the single head") defines it;
+    a Dynamics that is the paper's flow is its Attention (the same run, bit for bit).  Tokens of
+    layer_norm "pre" and "peri" live in R^d: x comes back unnormalised (r = |x|, the direction x/|x|).
+    times: non-decreasing output times >= 0 (times[0] may be > 0: X0 is the state at t = 0).
+    method: "euler", "heun", "rk4" (fixed step dt, the last step before each output time shortened
+    to land on it) or "adaptive" (Dormand-Prince 5(4): the RMS over tokens and coordinates of the
+    local error, each token's divided by atol + rtol |x_i| with |x_i| = 1, is kept below 1, so
+    rtol + atol is a tolerance on positions in the sphere's own scale, the same in every frame).
+    kernel: "auto" (re-decided every AUTO_EVERY steps), "sdpa", "blocked", "zero", "truncated".
+    weights: (N,) or (M, N) quadrature weights w_j > 0 summing to 1 (rho = sum_j w_j delta_{x_j},
+    MATH.md "Weighted measures"); they stay as they are while the tokens move (mass is carried
+    along characteristics) and come back in `Trajectory.weights`.  None: uniform.
+    device: where to compute: None (X0's device for a torch tensor, else the CPU), "cpu", "cuda",
+    "cuda:<k>" or a torch.device; an unavailable one is a ValueError.
+    options: the method's solver settings (OPTIONS): fixed steps {"max_steps"}; adaptive {"rtol"
+    (1e-6), "atol" (1e-9), "max_steps" (1e7), "first_step" (automatic), "norm" ("rms" over tokens
+    and coordinates, or "max": every token within the tolerance)}; another key is a ValueError.
+    float32 needs rtol >= 1e-5 (`_checks.check_rtol_for_dtype`).
+    dtype: "float64" or "float32".
+    progress: True for a progress bar over t (tqdm's notebook bar in Jupyter, Rich on stderr
+    elsewhere), None or False for none, or a callable progress(t, t_final), called now and then.
+    threads: torch CPU threads for this call (default 1; 0: torch's setting), restored afterwards:
+    the package's one thread policy (docs/guide.md, "Threads").
+    seed: the seed of the noise of a Dynamics with noise > 0 (an int >= 0 or a NumPy Generator; None:
+    0): the same seed gives the same path. Noise needs a fixed-step method; the scheme has strong
+    order 1/2 and weak order 1 (SDE_ORDERS).
+    Deprecated: the flat rtol=, atol=, max_steps= (use options) and betas= (it overrides att.beta:
+    pass a list of Attention objects), each with a DeprecationWarning.
+    Returns Trajectory(t=times (T,), x (T, N, d), or (T, M, N, d) for a batch, weights, info): x is
+    NumPy for NumPy input and a torch tensor on X0's device for torch input; a saved array larger
+    than SAVE_MEMORY_FRACTION of the available memory is refused before the run (ValueError).
+    info = method, kernel (resolved), dt or rtol/atol, n_steps, n_rejected, n_evals, wall_time_s,
+    dtype, device, beta (or betas); for a Dynamics also model, layer_norm, noise (with seed and
+    sde_scheme), redraw_period and segments.
+    """
+    threads = check_threads(threads)
+    with torch_threads(threads), time_bar(progress, "simulate") as callback:
+        options = deprecated_options(method if method in METHODS else "rk4", options, deprecated)
+        clouds = _check_clouds(X0, att, device, normalize, deprecated.get("betas"))
+        t_out = check_times(times)
+        numerics = _check_numerics(method, dt, kernel, dtype, options)
+        clouds = _weighted(clouds, weights)
+        noise = _noise(clouds.temps.att, numerics, seed)
+        itemsize = 4 if numerics.dtype == "float32" else 8
+        check_saved_memory(len(t_out), clouds.shape, itemsize, clouds.out_device)
+        return _simulate(clouds, t_out, numerics, callback, noise)
+
+
+@dataclass(frozen=True)
+class _Clouds:
+    """simulate's initial clouds, checked: X0 (N, d) or (M, N, d) float64 unit rows, who moves them,
+    where to compute (a torch.device) and where the result goes (X0's device for torch input, None:
+    NumPy); their weights (N,) or (M, N) (None: uniform) and the batch size M (None: one cloud)."""
+
+    X0: np.ndarray
+    temps: Temperatures
+    device: Any
+    out_device: Any
+    weights: np.ndarray | None = None
+    M: int | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of one saved state: (N, d) or (M, N, d)."""
+        return (*((self.M,) if self.M is not None else ()), self.X0.shape[-2], self.temps.att.d)
+
+
+@dataclass(frozen=True)
+class _Numerics:
+    """How to integrate: the method, the kernel ("auto" or a name), the dtype's name, the fixed step
+    dt and the method's solver options (`arguments.solver_options`)."""
+
+    method: str
+    kernel: str
+    dtype: str
+    dt: float
+    options: dict[str, Any]
+
+
+def _check_clouds(X0: Any, att: Any, device: Any, normalize: bool, old_betas: Any) -> _Clouds:
+    """X0, att (one Attention or a list), device and the deprecated betas=, checked."""
+    import torch
+
+    temps = check_attentions(att)
+    dev = check_device(device, X0)
+    X0n = check_points(X0, "X0", d=temps.att.d, normalize=normalize)
+    temps = deprecated_betas(temps, old_betas, X0n)
+    out_device = X0.device if isinstance(X0, torch.Tensor) else None
+    return _Clouds(X0n, temps, dev, out_device)
+
+
+def _check_numerics(method: Any, dt: Any, kernel: Any, dtype: Any, options: Any) -> _Numerics:
+    """method, kernel, dtype, dt and options checked, in that order; float32 needs a loose rtol."""
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+    kernel = check_kernel_name(kernel)
+    name = check_dtype(dtype)
+    dt = check_positive(dt, "dt")
+    opts = solver_options(method, options)
+    if method == "adaptive":
+        check_rtol_for_dtype(opts["rtol"], name, method)
+    return _Numerics(method, kernel, name, dt, opts)
+
+
+def _noise(model: Attention | Dynamics, numerics: _Numerics, seed: Any) -> Noise | None:
+    """The noise of a Dynamics with noise > 0 (fixed steps only), seeded; None without noise."""
+    seed = noise_seed(seed)
+    sigma = getattr(model, "noise", 0.0)
+    if not sigma:
+        return None
+    if numerics.method == "adaptive":
+        raise ValueError(
+            f"noise = {sigma:g} needs a fixed-step method (euler, heun or rk4), not 'adaptive': the noisy "
+            "scheme is a step of dt, a Brownian kick and a projection"
+        )
+    return Noise(sigma, seed)
+
+
+def _weighted(clouds: _Clouds, weights: Any) -> _Clouds:
+    """The clouds with their checked weights and their common batch size."""
+    w = None if weights is None else check_weights(weights, clouds.X0.shape[-2])
+    M = batch_size(
+        X0=clouds.X0.shape[0] if clouds.X0.ndim == 3 else None,
+        att=clouds.temps.count,
+        weights=rows(w),
+    )
+    return replace(clouds, weights=w, M=M)
+
+
+def _field(clouds: _Clouds, kernel: str, X, segment: int = 0) -> Field:
+    """The velocity field of the state X (M, N, d): the kernel's, with the weights and the betas as
+    tensors beside X (uniform weights and one beta for all need none); with redrawn weights, that
+    of the given segment."""
+    import torch
+
+    w, betas = unless_uniform(clouds.weights), clouds.temps.betas
+    like = {"dtype": X.dtype, "device": X.device}
+    wt = None if w is None else torch.as_tensor(per_cloud(w, clouds.M, 2), **like)
+    bt = None if betas is None else torch.tensor(betas, **like)
+    model = clouds.temps.att
+    if isinstance(model, Dynamics):
+        model = model.segment(segment)
+    return Field(model, kernel, X, bt, wt)
+
+
+def _run(numerics: _Numerics, f: Field, X, out: Output, noise: Noise | None = None) -> Steps:
+    """The run loop of the method."""
+    opts = numerics.options
+    if numerics.method == "adaptive":
+        return run_adaptive(f, X, out, AdaptiveSettings(**opts))
+    return run_fixed(numerics.method, f, X, out, numerics.dt, opts["max_steps"], noise)
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """A stretch of constant weights: [start, end], the indices of the output times it saves."""
+
+    k: int
+    start: float
+    end: float
+    saves: np.ndarray
+
+
+def _segments(t_out: np.ndarray, period: float) -> list[_Segment]:
+    """The segments of weights redrawn every `period` up to t_out[-1] (inf: one segment). An output
+    time on a boundary belongs to the later segment (the state there is the same)."""
+    t_final = float(t_out[-1])
+    n = 1 if not math.isfinite(period) else max(1, math.ceil(t_final / period - 1e-12))
+    out = []
+    for k in range(n):
+        a, b, last = k * period if k else 0.0, t_final if k == n - 1 else (k + 1) * period, k == n - 1
+        saves = np.flatnonzero((t_out >= a) & ((t_out < b) | last)) if n > 1 else np.arange(len(t_out))
+        out.append(_Segment(k, a, b, saves))
+    return out
+
+
+class _Last:
+    """A segment's save: the saved array for its own output times, and the state at its end kept."""
+
+    def __init__(self, saved: Callable[[Any], None], n_saves: int):
+        self.saved, self.n_saves, self.k, self.X = saved, n_saves, 0, None
+
+    def __call__(self, X) -> None:
+        if self.k < self.n_saves:
+            self.saved(X)
+        self.k += 1
+        self.X = X
+
+
+@dataclass
+class _Tally:
+    """What the fields and run loops of every segment did, added up."""
+
+    name: str = ""
+    used: dict[str, int] | None = None
+    n_evals: int = 0
+    n_steps: int = 0
+    n_rejected: int = 0
+    segments: int = 0
+
+    def add(self, f: Field, steps: Steps) -> None:
+        self.name, self.used = f.name, {**(self.used or {})}
+        for k, v in f.used.items():
+            self.used[k] = self.used.get(k, 0) + v
+        self.n_evals += f.n_evals
+        self.n_steps += steps.n_steps
+        self.n_rejected += steps.n_rejected
+        self.segments += 1
+
+
+def _run_segments(
+    clouds: _Clouds, t_out: np.ndarray, numerics: _Numerics, X, out: Output, noise: Noise | None
+) -> _Tally:
+    """Every segment of the run (one without redrawn weights), the state carried from one to the next."""
+    model = clouds.temps.att
+    redraw = model.redraw if isinstance(model, Dynamics) else None
+    tally = _Tally()
+    for seg in _segments(t_out, redraw.period if redraw is not None else math.inf):
+        times = t_out[seg.saves]
+        if seg.end > float(times[-1]) if len(times) else True:
+            times = np.append(times, seg.end)  # the segment's end: its state starts the next
+        save = _Last(out.save, len(seg.saves))
+        f = _field(clouds, numerics.kernel, X, seg.k)
+        steps = _run(numerics, f, X, Output(times, save, out.progress, seg.start), noise)
+        tally.add(f, steps)
+        X = save.X
+    return tally
+
+
+def _info(numerics: _Numerics, clouds: _Clouds, f: _Tally, wall_time_s: float, noise: Noise | None) -> dict:
+    """Trajectory.info: what was run and what it took."""
+    temps = clouds.temps
+    info: dict[str, Any] = {
+        "method": numerics.method,
+        "kernel": f.name,
+        "kernel_requested": numerics.kernel,
+        "kernel_evals": dict(f.used or {}),
+        "n_steps": f.n_steps,
+        "n_rejected": f.n_rejected,
+        "n_evals": f.n_evals,
+        "wall_time_s": wall_time_s,
+        "dtype": numerics.dtype,
+        "device": str(clouds.device),
+        "beta": temps.att.beta if temps.betas is None else None,
+    }
+    if temps.betas is not None:
+        info["betas"] = list(temps.betas)
+    if numerics.method == "adaptive":
+        info.update(rtol=numerics.options["rtol"], atol=numerics.options["atol"])
+        if numerics.options["norm"] != "rms":
+            info["norm"] = numerics.options["norm"]
+    else:
+        info["dt"] = numerics.dt
+    if isinstance(temps.att, Dynamics):
+        info.update(_model_info(temps.att, f, noise))
+    return info
+
+
+def _model_info(model: Dynamics, f: _Tally, noise: Noise | None) -> dict[str, Any]:
+    """What Trajectory.info says of a Dynamics beyond the single head."""
+    info: dict[str, Any] = {"model": model.describe(), "layer_norm": model.layer_norm, "noise": model.noise}
+    if noise is not None:
+        info.update(seed=noise.seed, sde_scheme=SDE_SCHEME, sde_orders=dict(SDE_ORDERS))
+    if model.normalization == "usa":
+        info["usa_time"] = model.usa_time
+        info["log_time_scale"] = model.log_time_scale()
+    if model.redraw is not None:
+        info.update(redraw_period=model.redraw.period, segments=f.segments)
+    return info
+
+
+def _simulate(
+    clouds: _Clouds,
+    t_out: np.ndarray,
+    numerics: _Numerics,
+    progress: Callable[[float, float], Any] | None,
+    noise: Noise | None = None,
+) -> Trajectory:
+    """The run of checked arguments: state, field and saved array set up, the run loops, the result."""
+    import torch
+
+    wall0 = _time.perf_counter()
+    tdtype = getattr(torch, numerics.dtype)
+    X = torch.as_tensor(per_cloud(clouds.X0, clouds.M, 3), dtype=tdtype, device=clouds.device)
+    clouds = replace(clouds, temps=clouds.temps.collapsed())
+    is_torch = clouds.out_device is not None
+    saved = _Saved((len(t_out), *X.shape), tdtype if is_torch else numerics.dtype, clouds.out_device)
+    out = Output(t_out, saved, progress)
+    out.report(0.0)
+    tally = _run_segments(clouds, t_out, numerics, X, out, noise)
+    x = saved.x if clouds.M is not None else saved.x[:, 0]
+    info = _info(numerics, clouds, tally, _time.perf_counter() - wall0, noise)
+    return Trajectory(t=t_out.copy(), x=x, info=info, weights=clouds.weights)

@@ -1,0 +1,373 @@
+"""The units of work of `concentration`: one (beta, N) level, the zero-temperature reference, and
+(init = graded) the separatrix search of one beta; and `ConcentrationInputs`, what they compute from.
+
+A level simulates rho_0 with N tokens (one cloud, or one per seed in one kernel call) at one beta and
+reduces the trajectory to W2(rho_t, Pi_# rho_0) and the diagnostics; every level is a part of the
+run folder, so a ladder that is interrupted, or extended to a larger N_max, resumes. With init =
+graded the search is a part too: a resumed run grades its nodes from the stored separatrices.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...io import to_json
+from ...measures import Nodes
+from ...progress import Reporter
+from ...science.convergence import CurveQuantities, LadderDecision, LadderRules
+from ...science.curves import Crossing
+from ..common import token_subset, torch_threads, unit_float64
+from ..inputs import InitialMeasure, Integration, ModelInputs
+
+# Up to this N a fixed-step run integrates all betas in one kernel call per stage: 1.9x faster at
+# N = 64, 1.4x at 128, no gain from N = 600 on (benchmarks/betas.py).  Adaptive runs never do: the
+# clouds would share the steps of the largest beta.
+BATCH_BETAS_MAX_N = 128
+
+#: the per-seed curves of a level, in the order the Dataset holds them
+CURVES = ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V")
+
+
+@dataclass(frozen=True, eq=False)
+class ConcentrationInputs:
+    """What every beta and level of a concentration run computes from, made from its config once.
+
+    Ns: the levels of the ladder (one when N is fixed, auto = False; init = graded: the grading's own
+    node counts replace them for the finite betas); seeds: the config's (empty: one cloud drawn with
+    `seed`, which also draws the stored tokens); t_max: the config's (the horizon of a graded search
+    and of the fits), the saved times ending at times[-1]; band: the near-minimal band of t_entry.
+    """
+
+    model: ModelInputs
+    solver: Integration
+    times: np.ndarray
+    betas: tuple[float, ...]
+    Ns: tuple[int, ...]
+    auto: bool
+    seeds: tuple[int, ...]
+    seed: int
+    n_keep: int
+    eps: float
+    t_max: float
+    rules: LadderRules
+    curve_atol: float
+    curve_rtol: float
+    band: float
+    zero_reference: bool
+
+    @property
+    def graded(self) -> bool:
+        """init = graded: rho_0 built per beta, the ladder's levels being the grading's."""
+        return self.model.rho0.per_beta
+
+    @property
+    def cloud_seeds(self) -> tuple[int, ...]:
+        return self.seeds or (self.seed,)
+
+    @property
+    def rho0(self) -> InitialMeasure:
+        """rho_0 of the clouds that do not depend on beta (init = graded: its quadrature stand-in)."""
+        return self.model.rho0.without_beta()
+
+
+@dataclass(frozen=True)
+class Cloud:
+    """rho_0 with N tokens: X0 (M, N, d) (M = number of seeds), weights (N,) or None, Pi(X0), kept
+    token indices, and the seeds."""
+
+    N: int
+    X0: np.ndarray
+    weights: np.ndarray | None
+    PiX0: np.ndarray
+    keep: np.ndarray
+    seeds: list[int]
+
+
+@dataclass(frozen=True, eq=False)
+class Ladder:
+    """One beta's N ladder: the parts of its levels (coarsest first), what each level's curve says,
+    the verdict, the clouds by N (init = graded: its own), and its separatrix search (or None)."""
+
+    beta: float
+    parts: tuple[Any, ...]
+    quantities: tuple[CurveQuantities, ...]
+    decision: LadderDecision
+    clouds: Mapping[int, Cloud]
+    search: Any = None
+
+    @property
+    def cloud(self) -> Cloud:
+        """The cloud of the last level."""
+        return self.clouds[int(self.parts[-1].attrs["N"])]
+
+
+def make_cloud(inputs: ConcentrationInputs, N: int, nodes: Nodes | None = None) -> Cloud:
+    """rho_0 with N tokens (one cloud per seed), or the given nodes (as init = graded builds them)."""
+    from ...dynamics.zero_temperature import project
+
+    seeds = list(inputs.cloud_seeds)
+    if nodes is None:
+        drawn = [inputs.rho0.nodes(N, s) for s in seeds]
+        X0, w = np.stack([n.X for n in drawn]), drawn[-1].weights
+    else:
+        X0, w = nodes.X[None], nodes.weights
+    att = inputs.model.attention
+    PiX0 = np.stack([project(x, att, spectral=True) for x in X0])  # (the orthogonal one for symmetric A)
+    keep = token_subset(N, inputs.n_keep, inputs.seed)
+    return Cloud(N, X0, w, PiX0, keep, seeds)
+
+
+class CloudCache(dict[int, Cloud]):
+    """The beta-free clouds of a run by N, each made on first use and shared by every beta."""
+
+    def __init__(self, inputs: ConcentrationInputs) -> None:
+        super().__init__()
+        self.inputs = inputs
+
+    def __missing__(self, N: int) -> Cloud:
+        self[N] = cloud = make_cloud(self.inputs, N)
+        return cloud
+
+
+def separatrix_part(inputs: ConcentrationInputs, beta: float, reporter: Reporter):
+    """init = graded: the separatrices of the flow at beta (separatrix.mean_field_quadrature's search
+    from its default brackets, rho_0's density, up to t_max) as a Dataset: angles (separatrix,),
+    brackets (separatrix, end) in radians; attrs width (the widest bracket), passes (JSON), wall_s."""
+    import xarray as xr
+
+    start = time.perf_counter()
+    with torch_threads(inputs.solver.threads), reporter.task(f"beta = {beta:g}: separatrix search"):
+        res = inputs.model.rho0.search(inputs.model.head_at(beta), inputs.t_max, inputs.solver.kernel)
+    return xr.Dataset(
+        {"angles": (("separatrix",), res.angles), "brackets": (("separatrix", "end"), res.brackets)},
+        attrs={
+            "beta": beta,
+            "width": res.width,
+            "passes": to_json(res.passes),
+            "wall_s": time.perf_counter() - start,
+        },
+    )
+
+
+def graded_clouds(inputs: ConcentrationInputs, beta: float, search: Any) -> Iterator[Cloud]:
+    """init = graded: the clouds of levels 0, 1, 2, ... at beta, graded toward the separatrices of
+    `search` (a separatrix_part); level 0 always, then each level whose node count is <= N_max."""
+    from ...dynamics.separatrix import SeparatrixSearch
+
+    found = SeparatrixSearch(search.angles.values, search.brackets.values)
+    att = inputs.model.head_at(beta)
+    for level in itertools.count():
+        nodes = inputs.model.rho0.graded_nodes(att, inputs.t_max, level, found)
+        if level and len(nodes.X) > inputs.rules.N_max:
+            return
+        yield make_cloud(inputs, len(nodes.X), nodes)
+
+
+@dataclass(frozen=True)
+class LevelRun:
+    """The trajectory of a level: x (T, M, N, d) float64 unit rows and the solver's info."""
+
+    x: np.ndarray
+    info: dict[str, Any]
+
+
+def _squeeze(cloud: Cloud, a: np.ndarray) -> np.ndarray:
+    """A batch of one cloud as that cloud (simulate keeps (N, d) and (M, N, d) apart)."""
+    return a[0] if len(cloud.seeds) == 1 else a
+
+
+def simulate_level(
+    inputs: ConcentrationInputs,
+    beta: float,
+    cloud: Cloud,
+    reporter: Reporter,
+    solver: Integration | None = None,
+) -> LevelRun:
+    """The trajectory of `cloud` at inverse temperature beta (solver: the run's, unless another is
+    given, e.g. a tighter one to measure the time-step error)."""
+    from ...dynamics.integrate import simulate
+
+    times = inputs.times
+    label = f"beta = {beta:g}, N = {cloud.N}"
+    if solver is None:
+        solver = inputs.solver
+    else:
+        label += f", {solver.label}"
+    with torch_threads(solver.threads), reporter.task(label, total=float(times[-1])) as cb:
+        traj = simulate(
+            _squeeze(cloud, cloud.X0),
+            inputs.model.at(beta),
+            times,
+            weights=cloud.weights,
+            progress=cb,
+            **solver.kwargs(),
+        )
+    x = unit_float64(traj.x)
+    return LevelRun(x[:, None] if len(cloud.seeds) == 1 else x, traj.info)
+
+
+def batch_betas(inputs: ConcentrationInputs, N: int) -> bool:
+    """Whether the betas go through one kernel call per stage (where that is measured faster)."""
+    return (
+        inputs.solver.method != "adaptive"
+        and N <= BATCH_BETAS_MAX_N
+        and len(inputs.betas) > 1
+        and not inputs.seeds
+    )
+
+
+def simulate_betas(inputs: ConcentrationInputs, cloud: Cloud, reporter: Reporter) -> dict[float, LevelRun]:
+    """ONE run of every beta of the config on `cloud`: beta -> its LevelRun. The batch is always every
+    beta, in a full run and on resume alike, so that a resumed run is bit-identical."""
+    from ...dynamics.integrate import simulate
+
+    betas, times, solver = inputs.betas, inputs.times, inputs.solver
+    label = f"betas {betas[0]:g}..{betas[-1]:g} together, N = {cloud.N}"
+    with torch_threads(solver.threads), reporter.task(label, total=float(times[-1])) as cb:
+        tr = simulate(
+            cloud.X0[0],
+            [inputs.model.at(b) for b in betas],
+            times,
+            weights=cloud.weights,
+            progress=cb,
+            **solver.kwargs(),
+        )
+    x = unit_float64(tr.x)
+    return {
+        b: LevelRun(x[:, i][:, None], {**tr.info, "beta": b, "betas_together": len(betas)})
+        for i, b in enumerate(betas)
+    }
+
+
+@dataclass(eq=False)
+class Simulations:
+    """The trajectories of a run's levels: one `simulate` call per level, or, with `batched` (a small
+    fixed-step run, `batch_betas`), one call for every beta, made on first use."""
+
+    inputs: ConcentrationInputs
+    reporter: Reporter
+    batched: bool = False
+    _batch: dict[float, LevelRun] = field(default_factory=dict)
+
+    def level(self, beta: float, cloud: Cloud) -> LevelRun:
+        if not self.batched:
+            return simulate_level(self.inputs, beta, cloud, self.reporter)
+        if not self._batch:
+            self._batch.update(simulate_betas(self.inputs, cloud, self.reporter))
+        return self._batch[beta]
+
+
+def reduce_level(inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: LevelRun):
+    """The per-level Dataset: W2 and diagnostics against t per seed, kept tokens of the first seed."""
+    import xarray as xr
+
+    from ...science import metrics
+    from ...transport.wasserstein import w2_to_target
+
+    sp, w, x = inputs.model.spectrum, cloud.weights, run.x
+    per_seed: dict[str, list[np.ndarray]] = {k: [] for k in CURVES}
+    for m in range(len(cloud.seeds)):
+        xm = x[:, m]
+        per_seed["w2"].append(w2_to_target(xm, cloud.PiX0[m], weights=w).values)
+        per_seed["coupling_bound"].append(np.asarray(metrics.coupling_bound(xm, cloud.PiX0[m], weights=w)))
+        per_seed["lyapunov"].append(np.asarray(metrics.lyapunov(xm, sp.top_projector, weights=w)))
+        per_seed["mass_A"].append(np.asarray(metrics.subspace_mass(xm, sp.top.basis, inputs.eps, weights=w)))
+        per_seed["mass_V"].append(
+            np.asarray(metrics.subspace_mass(xm, sp.v_top_real.basis, inputs.eps, weights=w))
+        )
+    data: dict[str, Any] = {k: (("seed", "time"), np.stack(v)) for k, v in per_seed.items()}
+    data["x"] = (("time", "token", "dim"), x[:, 0, cloud.keep].astype(np.float32))
+    ratio = resolution_ratio_of(inputs, beta, cloud)
+    solver = {k: v for k, v in run.info.items() if isinstance(v, int | float | str | dict)}
+    return xr.Dataset(
+        data,
+        coords={"seed": cloud.seeds, "time": inputs.times},
+        attrs={"solver": to_json(solver), "N": cloud.N, "beta": beta, "resolution_ratio": ratio},
+    )
+
+
+def resolution_ratio_of(inputs: ConcentrationInputs, beta: float, cloud: Cloud) -> float:
+    """spacing(N) sqrt(beta max_i |B^T x_i|) of the cloud (metrics.resolution_ratio); init = graded:
+    with the largest gap between nodes as the spacing (2^-level kernel widths), not 2 pi / N."""
+    from ...measures.geometry import spacing
+    from ...science.metrics import resolution_ratio
+
+    att = inputs.model.attention
+    ratio = float(resolution_ratio(cloud.N, att.d, beta, B=att.B, X=cloud.X0))
+    if inputs.graded:
+        theta = np.sort(np.arctan2(cloud.X0[0, :, 1], cloud.X0[0, :, 0]))
+        gap = float(np.max(np.diff(theta, append=theta[0] + 2.0 * math.pi)))
+        ratio *= gap / spacing(cloud.N, 2)
+    return ratio
+
+
+def departure_time(times: np.ndarray, mass: np.ndarray, level: float = 0.5) -> Crossing:
+    """The first time after mass (T,) has reached `level` that it falls below it again, between
+    saved times, with its grid error (NaN if never: no metastable phase, or no departure by t_max):
+    `attnflow.science.curves.departure`."""
+    from ...science.curves import departure
+
+    return departure(times, mass, level)
+
+
+#: about the width of the windows of the zero-temperature reference's local rates (zero-temperature's)
+RATE_WINDOW = 4.0
+
+
+def rate_window(dt_save: float) -> float:
+    """The width of the local rates' windows: the multiple of dt_save nearest RATE_WINDOW (a window's
+    ends are saved times)."""
+    return dt_save * max(1, round(RATE_WINDOW / dt_save))
+
+
+def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud):
+    """The zero-temperature W2 curve: the exact N = infinity reference where it exists (d = 2, 3;
+    symmetric A with a one-dimensional top eigenspace; rho_0 uniform or von Mises-Fisher) and was
+    asked for (zero_reference), else the exact flow of the cloud (labelled so). A Dataset with w2_zero
+    (time), w2_zero_error (time; the reference's error bound, NaN for a cloud) and attrs["zero"]
+    (JSON: kind, the reference rates, local rates or the reason). A model the theorem does not speak
+    about (several heads, a mask, usa, another layer norm, noise) has no zero-temperature flow here:
+    no w2_zero, kind "not applicable" and the reason."""
+    import xarray as xr
+
+    from ...dynamics.reference import local_rates, reference_w2
+    from ...dynamics.zero_temperature import simulate_zero_temperature
+    from ...science.assumptions import reference_rates
+    from ...transport.wasserstein import w2_to_target
+
+    applies, why = inputs.model.theorem()
+    if not applies:  # no zero-temperature flow of this model: said, not computed
+        return xr.Dataset(
+            coords={"time": inputs.times}, attrs={"zero": to_json({"kind": "not applicable", "reason": why})}
+        )
+    att, times, density = inputs.model.head_at(math.inf), inputs.times, inputs.model.rho0.density
+    info: dict[str, Any] = {
+        k: float(v) for k, v in reference_rates(att).items() if isinstance(v, int | float)
+    }
+    why = "it was not asked for (zero_reference = false)"
+    w2: np.ndarray | None = None
+    err = np.full(times.shape, np.nan)
+    if inputs.zero_reference:
+        try:
+            ref = reference_w2(att, times, density.name, rtol=1e-3, **density.params)
+        except ValueError as e:
+            why = str(e)
+        else:
+            w2, err = ref.w2, ref.w2_err
+            rates = local_rates(ref.times, ref.w2, ref.w2_err, width=rate_window(inputs.rules.dt))
+            info.update(kind="N = infinity reference", local_rates=rates)
+    if w2 is None:
+        traj = simulate_zero_temperature(cloud.X0[0], att, times)
+        w2 = w2_to_target(traj.x, cloud.PiX0[0], weights=cloud.weights).values
+        info.update(kind=f"exact flow of the N = {cloud.N} cloud", reason=f"no N = infinity reference: {why}")
+    data = {"w2_zero": (("time",), np.asarray(w2)), "w2_zero_error": (("time",), np.asarray(err))}
+    ds = xr.Dataset(data, coords={"time": times})
+    ds.attrs["zero"] = to_json(info)
+    return ds

@@ -1,0 +1,81 @@
+"""The presets of the `concentration` experiment: named sets of config values (`attnflow run NAME`,
+`attnflow list` shows them), each with the reason for its values. docs/experiments.md describes
+them with what they measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # what `attnflow run` and `make demo` run: every beta converged in N in a minute or two on 2 cores
+    # (d = 2 quadrature; one whole-window agreement per beta), five betas spanning a factor 4 so that
+    # the theorem rows error_vanishes, guaranteed_duration and best_concentration are decided; N_min =
+    # 512: from 256 to 512 the deviation times t_dev of beta = 5, 7, 14 still move by 0.1 to 0.2
+    "concentration-demo": {
+        "weights": "worked-example-2d",
+        "init": "quadrature",
+        "betas": [5.0, 7.0, 10.0, 14.0, 20.0],
+        "N": "auto",
+        "N_min": 512,
+        "N_max": 4096,
+        "streak": 1,
+        "t_max": 10.0,
+        "dt_save": 0.05,
+        "rtol": 1e-6,
+    },
+    # d = 3 converged runs need N ~ 10 * 4 pi beta (docs/experiments.md): hours of CPU or a GPU
+    "concentration-converged": {
+        "N": "auto",
+        "init": "quadrature",
+        "N_min": 4096,
+        "N_max": 262144,
+        "threads": 0,
+    },
+    # d = 2 worked example on nodes graded toward the separatrices, grading levels 0 and 1 (a beta
+    # converges when the two agree over [0, t_max]; level 2 moved min W2 by 2.5e-5 at most): four
+    # betas, so that the claims table tests the curvature of the laws; about 20 min on 2 shared cores
+    # (docs/experiments.md, "concentration-2d"), each further beta 5 to 12 min
+    "concentration-2d": {
+        "weights": "worked-example-2d",
+        "init": "graded",
+        "N": "auto",
+        "streak": 1,
+        "betas": [10.0, 20.0, 30.0, 40.0],
+        "t_max": 25.0,
+        "zero_reference": True,
+    },
+    # the ladder alone, d = 3 Fibonacci nodes (formerly the `resolution` experiment)
+    "resolution": {
+        "betas": [10.0, 30.0, 100.0],
+        "N": "auto",
+        "N_min": 128,
+        "N_max": 2048,
+        "init": "fibonacci",
+        "t_max": 10.0,
+        "dt_save": 0.05,
+    },
+    # tiny presets: t_max >= ln(max beta), so that they raise no warning about themselves
+    "resolution-tiny": {
+        "betas": [10.0, 30.0],
+        "N": "auto",
+        "N_min": 16,
+        "N_max": 64,
+        "streak": 1,
+        "t_max": 4.0,
+        "dt_save": 0.1,
+        "integrator": "rk4",
+        "dt": 0.05,
+        "zero_reference": False,
+    },
+    # seconds on a laptop: the tests and examples/quickstart.py use it
+    "concentration-tiny": {
+        "betas": [10.0, 100.0],
+        "N": 64,
+        "t_max": 5.0,
+        "dt_save": 0.2,
+        "n_keep": 16,
+        "integrator": "rk4",
+        "dt": 0.05,
+        "zero_reference": False,
+    },
+}

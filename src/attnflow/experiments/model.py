@@ -1,0 +1,341 @@
+"""The config keys of the weights Q, K, V and of the initial measure rho_0, shared by the experiments
+that integrate the flow; their choices, descriptions and checks come from the registries.
+
+    weights = a name of attnflow.attention.WEIGHTS:
+              "worked-example"      d = 3 example of docs/math.md (the default)
+              "worked-example-2d"   d = 2 example of docs/math.md
+              "random"              seeded by `weights_seed`, dimension `d` (default 3), of the law
+                                    `ensemble`: "conditioned" (V = S B^{-T} with S symmetric, the
+                                    theorem applies, unless symmetric = false), "gaussian" (N(0, 1/d)),
+                                    "goe" (Q = I, K and V symmetric Gaussian), "gpt2-init" (N(0, 0.02^2))
+              "identity"            Q = K = V = I in dimension `d` (default 3)
+              or "path/to/file.npz" arrays Q, K, V (d x d)
+    init    = a name of attnflow.measures.DISCRETISATIONS:
+              "uniform"     N i.i.d. tokens from rho_0 (seeded), equal weights
+              "fibonacci"   the Fibonacci lattice on S^2 (d = 3 only), equal weights
+              "quadrature"  deterministic nodes (equispaced on S^1, Fibonacci on S^2) whose weights
+                            carry rho_0 (docs/math.md, "Weighted measures")
+              "graded"      d = 2, `concentration` only: nodes graded logarithmically toward the
+                            separatrices of the flow at each beta (attnflow.dynamics.separatrix), weights
+                            carrying rho_0; the levels of the N ladder are the grading's levels
+    density = a name of attnflow.measures.MEASURES: "uniform" or "vmf" (von Mises-Fisher of
+              concentration `kappa` around A's top eigenvector u_1): rho_0 itself. A density's
+              parameters are config keys of the same name, except its mean direction (u_1).
+
+d follows from the weights; a key that does not exist in that d is a config error naming it. The
+weights are made (drawn, or read) when the config is made, once per distinct value of these keys
+(`weights_attention`): their entries must stay in float64's range, and they must meet what the
+experiment needs of them (its `needs`, attnflow.experiments.needs), else the config is refused in one
+line. `attnflow.experiments.inputs` turns these keys into objects, once per run.
+
+`FlowConfig` adds the keys of the model beyond the single head (attnflow.flow.Dynamics, of the same
+names): heads, mask, normalization, usa_time, layer_norm, alpha, noise, redraw. Drawn weights
+(weights = random) give `heads` independent draws and, with `redraw = T`, fresh draws every T units
+of time; other weights give `heads` copies of their one head (averaged: the flow of one head).
+Keys added after 0.1 enter the parts' fingerprint only when set to another value than their default
+(`NEW_KEY`), so that run folders made before them are reused.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from .._threads import blas_threads
+from ..attention import ENSEMBLES, WEIGHTS, Attention
+from ..flow import LAYER_NORMS, MASKS, NORMALIZATIONS, USA_TIMES
+from ..measures import DISCRETISATIONS, MEASURES
+from ..measures.registry import or_list
+from .config import ExperimentConfig, Seed
+from .needs import Need, check_needs
+
+if TYPE_CHECKING:
+    from pydantic.json_schema import JsonDict
+
+    Init = str
+    DensityName = str
+    Ensemble = str
+    Mask = str
+    Normalization = str
+    LayerNorm = str
+    UsaTime = str
+else:
+    Init = Literal[tuple(DISCRETISATIONS)]
+    DensityName = Literal[tuple(MEASURES)]
+    Ensemble = Literal[ENSEMBLES]
+    Mask = Literal[MASKS]
+    Normalization = Literal[NORMALIZATIONS]
+    LayerNorm = Literal[LAYER_NORMS]
+    UsaTime = Literal[USA_TIMES]
+
+#: the extra of a key added after 0.1: it enters a part's fingerprint only when not at its default
+NEW_KEY: JsonDict = {"fingerprint": "when-set"}
+
+#: the experiment that builds rho_0 per beta (a discretisation with per_beta)
+PER_BETA_EXPERIMENT = "concentration"
+_FILE = "a path to an .npz holding Q, K, V"
+
+
+def _weights_choice(name: str) -> str:
+    family = WEIGHTS[name]
+    return f"{name} (d = {family.d})" if family.d else f"{name} ({', '.join(('d', *family.keys))})"
+
+
+def init_choice(name: str) -> str:
+    """`name (what it is, where it exists)` of a discretisation, for descriptions."""
+    entry = DISCRETISATIONS[name]
+    words = [entry.summary, *([str(entry.dims)] if entry.dims.only else [])]
+    words += [f"{PER_BETA_EXPERIMENT} only"] if entry.per_beta else []
+    return f"{name} ({', '.join(words)})"
+
+
+WEIGHTS_HELP = f"Q, K, V: {', '.join(_weights_choice(n) for n in WEIGHTS)} or {_FILE}"
+INIT_HELP = f"rho_0 as tokens: {or_list(init_choice(n) for n in DISCRETISATIONS)}"
+DENSITY_HELP = "rho_0: " + or_list(
+    f"{n} ({f.description})" if f.parameters else n for n, f in MEASURES.items()
+)
+
+
+class ModelConfig(ExperimentConfig):
+    """Keys of the weights (Q, K, V) and of rho_0, shared by every experiment that runs the flow."""
+
+    weights: str = Field("worked-example", description=WEIGHTS_HELP)
+    d: PositiveInt | None = Field(
+        None, description="dimension of weights = random (default 3); other weights fix d themselves"
+    )
+    weights_seed: Seed = Field(0, description="seed of weights = random")
+    symmetric: bool = Field(
+        True, description="weights = random, ensemble = conditioned: A = V B^T symmetric with a gap"
+    )
+    ensemble: Ensemble = Field(
+        "conditioned",
+        description="weights = random: conditioned (B well conditioned, A = S symmetric unless symmetric "
+        "= false), gaussian (Q, K, V ~ N(0, 1/d)), goe (Q = I, K, V symmetric Gaussian) or gpt2-init "
+        "(N(0, 0.02^2))",
+        json_schema_extra=NEW_KEY,
+    )
+    init: Init = Field("uniform", description=INIT_HELP)
+    density: DensityName = Field("uniform", description=DENSITY_HELP)
+    kappa: PositiveFloat = Field(2.0, description="concentration of density = vmf")
+
+    # whether the experiment builds rho_0 per beta (init = graded): set by the experiments that do
+    graded_init: ClassVar[bool] = False
+    #: what the experiment needs of its weights (attnflow.experiments.needs), checked when it is made
+    needs: ClassVar[tuple[Need, ...]] = ()
+
+    def saved_cloud(self) -> tuple[int, int]:
+        return 1, model_dimension(self)
+
+    @model_validator(mode="after")
+    def _model_keys(self):
+        check_init(self, model_dimension(self))  # loads an .npz once, with its errors
+        if self.ensemble != "conditioned" and self.weights != "random":
+            raise ValueError(
+                f"ensemble = {self.ensemble} is the law of weights = random; weights = {self.weights} are "
+                "not drawn (leave ensemble unset, or use weights = random)"
+            )
+        with blas_threads(1):  # d x d linear algebra: fastest on one thread, and on a busy machine
+            att = weights_attention(self)
+            check_needs(self, att)
+            check_scores(self, att)
+        return self
+
+
+class FlowConfig(ModelConfig):
+    """The keys of the model beyond the single head (attnflow.flow.Dynamics), for the experiments
+    that integrate the finite-temperature flow."""
+
+    heads: PositiveInt = Field(
+        1,
+        description="attention heads, averaged (W_O^h = I/H): independent draws of weights = random, "
+        "copies of the one head of other weights",
+        json_schema_extra=NEW_KEY,
+    )
+    mask: Mask = Field(
+        "none", description="none, or causal: token i attends to j <= i", json_schema_extra=NEW_KEY
+    )
+    normalization: Normalization = Field(
+        "softmax",
+        description="softmax, or usa: unnormalised attention exp(beta x^T B y) / N",
+        json_schema_extra=NEW_KEY,
+    )
+    usa_time: UsaTime = Field(
+        "model",
+        description="normalization = usa: the model's own time, or rescaled by e^(-beta max ||B_h||)",
+        json_schema_extra=NEW_KEY,
+    )
+    layer_norm: LayerNorm = Field(
+        "post",
+        description="post (the flow on the sphere), pre or peri (tokens in R^d, measured on x/|x|), ngpt",
+        json_schema_extra=NEW_KEY,
+    )
+    alpha: PositiveFloat = Field(
+        1.0, description="layer_norm = ngpt: its step alpha", json_schema_extra=NEW_KEY
+    )
+    noise: NonNegativeFloat = Field(
+        0.0,
+        description="sigma of the noise sigma P_x^perp o dW (seeded by seed; a fixed-step integrator)",
+        json_schema_extra=NEW_KEY,
+    )
+    redraw: PositiveFloat | None = Field(
+        None,
+        description="weights = random: fresh weights every redraw units of time (unset: fixed weights)",
+        json_schema_extra=NEW_KEY,
+    )
+
+    # whether the experiment measures against one head's A (Pi, its eigenspaces): set by those that do
+    one_head: ClassVar[bool] = False
+
+    @model_validator(mode="after")
+    def _flow_keys(self):
+        check_flow(self)
+        return self
+
+
+def check_flow(config: FlowConfig) -> None:
+    """The flow keys fit the weights, the integrator and the experiment: else ValueError naming them."""
+    drawn = config.weights in WEIGHTS and WEIGHTS[config.weights].drawn
+    if config.redraw is not None and not drawn:
+        raise ValueError(
+            f"redraw = {config.redraw:g} draws fresh weights; weights = {config.weights} are not drawn "
+            "(use weights = random, or leave redraw unset)"
+        )
+    if config.noise > 0 and getattr(config, "integrator", None) == "adaptive":
+        raise ValueError(
+            f"noise = {config.noise:g} needs a fixed-step integrator (euler, heun or rk4, step dt), not "
+            "integrator = adaptive"
+        )
+    if config.init == "graded" and flow_departures(config):
+        raise ValueError(
+            f"init = graded grades rho_0 toward the separatrices of one softmax head's flow; with "
+            f"{', '.join(flow_departures(config))} use init = quadrature or uniform"
+        )
+    if config.one_head and drawn and (config.heads > 1 or config.redraw is not None):
+        experiment = getattr(config, "experiment", "this experiment")
+        what = f"heads = {config.heads} distinct heads" if config.heads > 1 else f"redraw = {config.redraw:g}"
+        raise ValueError(
+            f"{experiment} measures against one head's A (Pi, its eigenspaces); {what} of weights = random "
+            "have no such A: use the phase-diagram experiment"
+        )
+
+
+#: the largest attention score beta ||B|| a run computes with, by arithmetic: the softmax subtracts
+#: each row's maximum, but the scores themselves must be numbers (beta = 1e308 made NaN at once)
+MAX_SCORE = {"float64": 1e300, "float32": 1e36}
+
+
+def check_scores(config: ModelConfig, att: Attention) -> None:
+    """The config's inverse temperatures (`betas` or `beta`) keep beta ||B|| within MAX_SCORE of its
+    dtype: else ValueError naming the key and the largest beta that fits."""
+    key = "betas" if hasattr(config, "betas") else "beta"
+    value = getattr(config, key, None)
+    betas = [b for b in (value if isinstance(value, list) else [value]) if isinstance(b, int | float)]
+    dtype = getattr(config, "dtype", "float64")
+    limit = MAX_SCORE.get(dtype, MAX_SCORE["float64"])
+    if betas and max(betas) * att.norm_B > limit:
+        raise ValueError(
+            f"{key}: beta = {max(betas):g} with ||B|| = {att.norm_B:.3g} makes attention scores of "
+            f"{max(betas) * att.norm_B:.3g}, beyond what {dtype} computes with ({limit:.0e}): use beta <= "
+            f"{limit / att.norm_B:.3g}"
+        )
+
+
+def model_dimension(config: ModelConfig) -> int:
+    """d of the run's weights (ValueError naming `weights` or `d` when they disagree)."""
+    family = WEIGHTS.get(config.weights)
+    if family is not None:
+        return family.dimension(config.d)
+    if config.d is not None:
+        raise ValueError(f"d is set by the weights file {config.weights}; leave d unset")
+    return weights_file(config.weights).d
+
+
+def weights_attention(config: ModelConfig) -> Attention:
+    """The Attention (beta = 1) of the config's weights keys: a file's as `weights_file` reads it, a
+    family's made once per distinct value of its keys (`drawn_attention`); ValueError naming `weights`
+    when its B or A leaves float64's range."""
+    family = WEIGHTS.get(config.weights)
+    if family is None:
+        att = weights_file(config.weights)
+    else:
+        keys = tuple((k, getattr(config, k)) for k in family.keys)
+        att = drawn_attention(config.weights, model_dimension(config), keys)
+    try:
+        att.B, att.A  # noqa: B018 - computed (and cached on att) here: their range is checked
+    except ValueError as err:
+        raise ValueError(f"weights = {config.weights}: {err}") from None
+    return att
+
+
+@lru_cache(maxsize=8)
+def drawn_attention(name: str, d: int, keys: tuple[tuple[str, Any], ...]) -> Attention:
+    """The Attention of the WEIGHTS family `name` in d with its keys, made once."""
+    return WEIGHTS[name].build(d, **dict(keys))
+
+
+def weights_file(path: str) -> Attention:
+    """The Attention (beta = 1) of weights = path, as the file holds it now: read once per content (the
+    cache is keyed by the digest the parts' fingerprint covers, so an edited file is read again);
+    ValueError naming `weights`."""
+    from ..io import content_digest
+
+    if not Path(path).is_file():
+        raise ValueError(f"weights = {path!r}: no such file; use {or_list(WEIGHTS)} or {_FILE}")
+    return _weights_of(path, content_digest(path))
+
+
+@lru_cache(maxsize=8)
+def _weights_of(path: str, digest: str) -> Attention:
+    from ..attention import load_attention
+
+    return load_attention(path)
+
+
+def check_init(config: ModelConfig, d: int) -> None:
+    """density and init exist in d, init carries the density, and a per-beta init runs only where
+    the experiment builds rho_0 per beta: else ValueError naming the key and what to use instead."""
+    density, init = MEASURES[config.density], DISCRETISATIONS[config.init]
+    if d not in density.dims:
+        raise ValueError(
+            f"density = {density.name} exists for {density.dims} only; these weights have d = {d}"
+        )
+    usable = [
+        n
+        for n, e in DISCRETISATIONS.items()
+        if d in e.dims and e.carries(density.name) and (config.graded_init or not e.per_beta)
+    ]
+    others = or_list([n for n in usable if n != init.name] or ["uniform"])
+    if d not in init.dims:
+        raise ValueError(
+            f"init = {init.name} ({init.summary}) exists for {init.dims} only; these weights have d = {d}: "
+            f"use init = {others}"
+        )
+    if init.per_beta and not config.graded_init:
+        experiment = getattr(config, "experiment", "this experiment")
+        raise ValueError(
+            f"init = {init.name} builds rho_0 per beta, which only the {PER_BETA_EXPERIMENT} experiment "
+            f"does; {experiment} needs init = {others}"
+        )
+    if not init.carries(density.name):
+        raise ValueError(
+            f"init = {init.name} carries density = {or_list(init.densities)} only: for density = "
+            f"{density.name} use init = {others}"
+        )
+
+
+def flow_departures(config: FlowConfig) -> list[str]:
+    """The flow keys of a config that depart from the paper's flow, as `key = value` (empty: none).
+    (Copies of one head are one head: heads counts for drawn weights only.)"""
+    drawn = config.weights in WEIGHTS and WEIGHTS[config.weights].drawn
+    defaults = {
+        "mask": "none",
+        "normalization": "softmax",
+        "layer_norm": "post",
+        "noise": 0.0,
+        "redraw": None,
+    }
+    out = [f"{k} = {getattr(config, k)}" for k, v in defaults.items() if getattr(config, k) != v]
+    return ([f"heads = {config.heads}"] if drawn and config.heads > 1 else []) + out

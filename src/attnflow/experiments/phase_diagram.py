@@ -1,0 +1,466 @@
+"""`phase-diagram`: clustering against time and beta, from many independent clouds, for one model or
+side by side for the values of one model key (docs/math.md, "Clusters and phase diagrams").
+
+Every point (value of `vary`, beta) integrates `clouds` independent clouds of N tokens in one kernel
+call per stage (the batch axis) and measures, at every saved time and for every cloud, the number
+of clusters (tokens within angle eps joined), the mass of clustered pairs (GLPR's diagram: the
+probability that two tokens are within eps), the W2 distance to the nearest measure with k atoms
+(k in `atoms`; exact for k = 1, an upper bound for k >= 2) and the tokens' mean norm (1 on the
+sphere; the radius of layer_norm = pre or peri, whose measures are taken on x / |x|). The figures
+are heatmaps over (t, beta): the mean over the clouds and their spread (standard deviation). The
+clouds are drawn once and shared by every point, and so is the noise (common random numbers).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
+
+from ..io import json_attr
+from ..plot import DPI, new_figure, run_title, save
+from ..progress import Reporter
+from .common import base_attrs, finite_or_none, time_grid, torch_threads, unit_float64
+from .config import INTEGRATOR_HELP, Angle, Integrator, SimulationConfig, check_betas, format_validation_error
+from .inputs import Integration, ModelInputs, integration, model_inputs
+from .model import FlowConfig
+from .parts import cached_part, fingerprint, part_name
+from .registry import Experiment, doc_summary
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+#: the model keys a phase diagram may put side by side (`vary`)
+VARY_KEYS = (
+    "layer_norm",
+    "mask",
+    "heads",
+    "noise",
+    "normalization",
+    "usa_time",
+    "alpha",
+    "ensemble",
+    "redraw",
+    "weights_seed",
+)
+#: <x_i, x_j> >= 0.999, the clustered pairs of GLPR's and simuformer's phase diagrams
+GLPR_EPS = math.acos(0.999)
+#: the per-cloud curves of a point, in the order the Dataset holds them
+CURVES = ("clusters", "clustered_pairs", "w2_atoms", "radius")
+
+if TYPE_CHECKING:
+    Vary = str
+else:
+    Vary = Literal[("none", *VARY_KEYS)]
+
+
+class PhaseDiagramConfig(SimulationConfig, FlowConfig):
+    """Config of the `phase-diagram` experiment."""
+
+    experiment: Literal["phase-diagram"] = "phase-diagram"
+    integrator: Integrator = Field("rk4", description=INTEGRATOR_HELP)
+    dt: PositiveFloat = Field(0.1, description="step of the fixed-step integrators (ignored by adaptive)")
+    betas: list[PositiveFloat] = Field([1.0, 2.0, 4.0, 8.0], description="inverse temperatures beta")
+    N: PositiveInt = Field(32, description="tokens per cloud")
+    clouds: PositiveInt = Field(64, description="independent clouds per point, in one kernel call")
+    t_max: PositiveFloat = Field(20.0, description="final time")
+    dt_save: PositiveFloat = Field(0.5, description="spacing of the saved (measured) times")
+    eps: Angle = Field(GLPR_EPS, description="angle (radians) within which tokens are clustered")
+    atoms: list[PositiveInt] = Field([1, 2], description="k of the W2 distance to the nearest k-atom measure")
+    vary: Vary = Field(
+        "none",
+        description=f"a model key whose `values` are put side by side ({', '.join(VARY_KEYS)}), or none",
+    )
+    values: list[str | int | float] = Field([], description="the values of `vary`, one panel each")
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: list[float]) -> list[float]:
+        return check_betas(v)
+
+    @field_validator("atoms")
+    @classmethod
+    def _atoms(cls, v: list[int]) -> list[int]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError(f"atoms must be distinct numbers of atoms k >= 1, got {v}")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _panels(self):
+        if (self.vary != "none") != bool(self.values):
+            raise ValueError(
+                f"vary = {self.vary!r} and values = {self.values}: give both (a key, its values) or neither"
+            )
+        if len(set(map(str, self.values))) != len(self.values):
+            raise ValueError(f"values must be distinct, got {self.values}")
+        panels(self)  # each value makes a valid config, or the error names it
+        return self
+
+
+def panels(config: PhaseDiagramConfig) -> list[tuple[str, PhaseDiagramConfig]]:
+    """(label, config) of each panel: `vary = value` for each of `values`, or the config itself."""
+    if config.vary == "none":
+        return [("as configured", config)]
+    out = []
+    base = {**config.model_dump(), "vary": "none", "values": []}
+    for i, value in enumerate(config.values):
+        try:
+            panel = PhaseDiagramConfig(**{**base, config.vary: value})
+        except ValidationError as err:
+            why = format_validation_error(err, f"values[{i}] ({config.vary} = {value!r})")
+            raise ValueError(why) from None
+        out.append((f"{config.vary} = {value}", panel))
+    return out
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # seconds: the tests and `attnflow run phase-diagram-tiny`
+    "phase-diagram-tiny": {
+        "weights": "identity",
+        "d": 4,
+        "N": 12,
+        "clouds": 8,
+        "betas": [1.0, 4.0],
+        "t_max": 4.0,
+        "dt_save": 0.5,
+        "atoms": [1, 2],
+        "vary": "layer_norm",
+        "values": ["post", "pre"],
+    },
+    # GLPR's and simuformer's diagram (Q = K = V = I, d = 16, clustered pairs at <x_i, x_j> >= 0.999)
+    # for the four layer norms side by side (docs/experiments.md, "phase-diagram")
+    "phase-diagram-layer-norms": {
+        "weights": "identity",
+        "d": 16,
+        "N": 32,
+        "clouds": 128,
+        "betas": [0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+        "t_max": 30.0,
+        "dt_save": 0.5,
+        "atoms": [1, 2],
+        "vary": "layer_norm",
+        "values": ["post", "pre", "peri", "ngpt"],
+    },
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Panel:
+    """One panel of a phase diagram: its label, its value of `vary` and its model."""
+
+    label: str
+    value: Any
+    model: ModelInputs
+
+
+@dataclass(frozen=True, eq=False)
+class PhaseInputs:
+    """What every point of a phase diagram computes from, made from its config once."""
+
+    panels: tuple[Panel, ...]
+    solver: Integration
+    X0: np.ndarray  # (clouds, N, d): shared by every point
+    times: np.ndarray
+    betas: tuple[float, ...]
+    eps: float
+    atoms: tuple[int, ...]
+    vary: str
+
+
+def phase_inputs(config: PhaseDiagramConfig) -> PhaseInputs:
+    made = [(label, panel, model_inputs(panel)) for label, panel in panels(config)]
+    first = made[0][2]
+    seeds = np.random.SeedSequence(config.seed).generate_state(config.clouds)
+    X0 = np.stack([first.rho0.nodes(config.N, int(s)).X for s in seeds])
+    return PhaseInputs(
+        panels=tuple(
+            Panel(label, getattr(panel, config.vary) if config.vary != "none" else None, model)
+            for label, panel, model in made
+        ),
+        solver=integration(config),
+        X0=X0,
+        times=time_grid(config.t_max, config.dt_save),
+        betas=tuple(config.betas),
+        eps=config.eps,
+        atoms=tuple(config.atoms),
+        vary="" if config.vary == "none" else config.vary,
+    )
+
+
+def measure(x: np.ndarray, eps: float, atoms: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """The per-cloud curves of states x (T, M, N, d) (rows in R^d allowed): clusters, clustered_pairs,
+    radius (T, M) and w2_atoms (T, M, k), measured on the directions x / |x|."""
+    from ..science.clusters import clustered_pairs, count_clusters, nearest_atoms_w2
+
+    radius = np.linalg.norm(x, axis=-1).mean(axis=-1)
+    u = unit_float64(x)
+    return {
+        "clusters": np.asarray(count_clusters(u, eps), dtype=float),
+        "clustered_pairs": np.asarray(clustered_pairs(u, eps)),
+        "w2_atoms": np.stack([np.asarray(nearest_atoms_w2(u, k)) for k in atoms], axis=-1),
+        "radius": radius,
+    }
+
+
+def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter):
+    """One point: every cloud at beta under the panel's model, measured."""
+    import xarray as xr
+
+    from ..dynamics.integrate import simulate
+
+    times, solver = inputs.times, inputs.solver
+    with (
+        torch_threads(solver.threads),
+        reporter.task(f"{panel.label}, beta = {beta:g}", total=float(times[-1])) as cb,
+    ):
+        traj = simulate(inputs.X0, panel.model.at(beta), times, progress=cb, **solver.kwargs())
+    curves = measure(np.asarray(traj.x, dtype=np.float64), inputs.eps, inputs.atoms)
+    dims = {k: ("time", "cloud", "k") if k == "w2_atoms" else ("time", "cloud") for k in CURVES}
+    info = {k: v for k, v in traj.info.items() if isinstance(v, int | float | str | dict)}
+    return xr.Dataset(
+        {k: (dims[k], curves[k]) for k in CURVES},
+        coords={"time": times, "k": list(inputs.atoms)},
+        attrs={"solver": __import__("json").dumps(info, default=str), "beta": beta},
+    )
+
+
+def _name(inputs: PhaseInputs, panel: Panel, beta: float) -> str:
+    return part_name(**({inputs.vary: panel.value} if inputs.vary else {}), beta=beta)
+
+
+def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter | None = None):
+    """Every (panel, beta) point: clouds integrated together and measured; one Dataset."""
+    import xarray as xr
+
+    reporter = progress or Reporter()
+    start = time.perf_counter()
+    inputs = phase_inputs(config)
+    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
+    n_points = len(inputs.panels) * len(inputs.betas)
+    reporter.overall(n_points, f"phase-diagram: {n_points} points of {config.clouds} clouds, N = {config.N}")
+    rows, solver = [], []
+    for panel in inputs.panels:
+        parts = []
+        for beta in inputs.betas:
+            compute = partial(_point, inputs, panel, beta, reporter)
+            part = cached_part(out, _name(inputs, panel, beta), fp, compute, reporter)
+            parts.append(part.drop_attrs())
+            solver.append(json_attr(part, "solver", {}))
+            reporter.advance()
+        rows.append(xr.concat(parts, dim="beta"))
+    ds = xr.concat(rows, dim="variant").assign_coords(
+        variant=[p.label for p in inputs.panels], beta=list(inputs.betas), cloud=np.arange(config.clouds)
+    )
+    timings = {"total_s": time.perf_counter() - start}
+    ds.attrs = base_attrs(
+        config,
+        reporter,
+        timings,
+        kernel=config.kernel,
+        integrator=inputs.solver.label,
+        solver=solver,
+        models={p.label: p.model.description for p in inputs.panels},
+        theorem={
+            p.label: dict(zip(("applies", "reason"), p.model.theorem(), strict=True)) for p in inputs.panels
+        },
+    )
+    _long_names(ds, config.eps)
+    return ds
+
+
+def _long_names(ds, eps: float) -> None:
+    long = {
+        "clusters": f"number of clusters (tokens within {eps:.3g} rad joined), per cloud",
+        "clustered_pairs": f"mass of the pairs i != j within {eps:.3g} rad (GLPR's clustered pairs)",
+        "w2_atoms": "W2 to the nearest k-atom measure (exact for k = 1, an upper bound for k >= 2)",
+        "radius": "mean token norm |x| (1 on the sphere; pre- and peri-LN: measures taken on x/|x|)",
+    }
+    for k, v in long.items():
+        ds[k].attrs["long_name"] = v
+
+
+def first_time(times: np.ndarray, curve: np.ndarray, level: float) -> float:
+    """The first saved time at which curve (T,) reaches level (NaN: never)."""
+    hit = np.flatnonzero(curve >= level)
+    return float(times[hit[0]]) if hit.size else math.nan
+
+
+def summarize(ds) -> dict[str, Any]:
+    """Per panel and beta, at t_max: the clusters (mean and spread over the clouds), the clustered
+    pairs and W2 to the nearest atom(s) (means); and the time the mean clustered pairs reach 1/2."""
+    cfg = json_attr(ds, "config", {})
+    times = ds.time.values
+    per: dict[str, Any] = {}
+    for variant in ds.variant.values.tolist():
+        for beta in ds.beta.values.tolist():
+            p = ds.sel(variant=variant, beta=beta)
+            pairs = p.clustered_pairs.values.mean(axis=1)
+            spread = float(p.clusters.values[-1].std(ddof=1)) if p.sizes["cloud"] > 1 else None
+            per[f"{variant}, beta = {beta:g}"] = {
+                "clusters": float(p.clusters.values[-1].mean()),
+                "clusters_std": spread,
+                "clustered_pairs": float(pairs[-1]),
+                "t_half_clustered": finite_or_none(first_time(times, pairs, 0.5)),
+                **{
+                    f"w2_{k}_atoms": float(p.w2_atoms.sel(k=k).values[-1].mean())
+                    for k in ds.k.values.tolist()
+                },
+            }
+    return {
+        "experiment": "phase-diagram",
+        "N": cfg.get("N"),
+        "clouds": cfg.get("clouds"),
+        "models": json_attr(ds, "models", {}),
+        "at_t_max": per,
+        "warnings": json_attr(ds, "warnings", []),
+        "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
+    }
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+CAPTIONS = {
+    "clusters": (
+        "Number of clusters over (t, β)",
+        "Top: the mean over the clouds of the number of clusters (tokens within ε joined); bottom: its "
+        "standard deviation over the clouds. One column per model.",
+    ),
+    "pairs": (
+        "Clustered pairs over (t, β)",
+        "The mass of the pairs of tokens within ε of each other (GLPR's phase diagram: the probability "
+        "that two tokens are clustered): mean over the clouds (top) and its spread (bottom).",
+    ),
+    "atoms": (
+        "W2 to the nearest k-atom measure over (t, β)",
+        "Mean over the clouds of the W2 distance to the nearest measure with k atoms on the sphere, one "
+        "row per k (exact for k = 1, an upper bound for k ≥ 2), on a log colour scale whose floor, 1e-8 "
+        "of its largest value, also shows the smaller values (float64 rounding gives W2 ~ 1e-8 for one "
+        "cluster).",
+    ),
+}
+
+
+Rows = list[tuple[str, np.ndarray, dict[str, Any]]]
+
+
+def _heatmaps(ds, rows: Rows, title: str, outdir, stem: str, dpi: int) -> list[Path]:
+    """One row of heatmaps over (t, beta) per (row label, values (variant, beta, time), pcolormesh
+    keywords), one column per variant, each row on one colour scale with its colour bar. The betas
+    are rows of equal height, labelled with their values (a grid of betas need not be even)."""
+    t = np.asarray(ds.time.values, dtype=float)
+    betas = np.asarray(ds.beta.values, dtype=float)
+    rows_at = np.arange(len(betas))
+    variants = [str(v) for v in ds.variant.values]
+    fig, axes = new_figure(len(rows), len(variants), (3.6 * len(variants) + 1.2, 3.0 * len(rows) + 0.8))
+    for r, (label, values, kw) in enumerate(rows):
+        kw = dict(kw)
+        if "norm" not in kw and "vmin" not in kw:
+            kw["norm"] = _norms(values, log=False)
+        floor = getattr(kw.get("norm"), "vmin", None) if kw.get("log") else None
+        kw.pop("log", None)
+        mesh = None
+        for c, variant in enumerate(variants):
+            ax = axes[r][c]
+            shown = values[c] if floor is None else np.maximum(values[c], floor)  # (exact zeros too)
+            mesh = ax.pcolormesh(t, rows_at, shown, shading="nearest", rasterized=True, **kw)
+            ax.set_yticks(rows_at[:: max(1, len(betas) // 8)])
+            ax.set_yticklabels([f"{b:g}" for b in betas[:: max(1, len(betas) // 8)]])
+            ax.set_title(variant if r == 0 else "", fontsize="medium")
+            ax.set_xlabel("time t")
+            ax.set_ylabel("β" if c == 0 else "")
+        fig.colorbar(mesh, ax=list(axes[r]), label=label, shrink=0.9)
+    fig.suptitle(run_title(ds, title))
+    return save(fig, outdir, stem, dpi)
+
+
+def _norms(values: np.ndarray, log: bool):
+    from matplotlib.colors import LogNorm, Normalize
+
+    finite = values[np.isfinite(values) & (values > 0 if log else True)]
+    if finite.size == 0:
+        return Normalize(0, 1)
+    if log:  # a floor FLOOR below the largest value: smaller ones (zeros too) are drawn at it
+        return LogNorm(max(finite.min(), finite.max() * FLOOR), finite.max(), clip=True)
+    return Normalize(finite.min(), max(finite.max(), finite.min() + 1e-12))
+
+
+FLOOR = 1e-8  # the smallest value of a log colour scale, relative to its largest
+
+
+def _spans_decades(values: np.ndarray) -> bool:
+    """Whether positive values span more than a factor 20 (then a log colour scale)."""
+    v = values[np.isfinite(values) & (values > 0)]
+    return bool(v.size) and float(v.max()) > 20 * float(v.min())
+
+
+def _scale(values: np.ndarray, cmap: str) -> dict[str, Any]:
+    """pcolormesh keywords: a log colour scale where the values span decades, else linear."""
+    log = _spans_decades(values)
+    return {"norm": _norms(values, log), "cmap": cmap, "log": log}
+
+
+def _stats(da) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation over the clouds, (variant, beta, time)."""
+    v = da.transpose("variant", "beta", "time", "cloud").values
+    return v.mean(axis=-1), (v.std(axis=-1, ddof=1) if v.shape[-1] > 1 else np.zeros(v.shape[:-1]))
+
+
+def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
+    """Heatmaps over (t, beta): clusters, clustered pairs (mean, spread) and W2 to the nearest atoms."""
+    mean, std = _stats(ds.clusters)
+    paths = _heatmaps(
+        ds,
+        [
+            (
+                "mean number of clusters",
+                mean,
+                {"norm": _norms(mean, _spans_decades(mean)), "cmap": "viridis"},
+            ),
+            ("its standard deviation over the clouds", std, {"cmap": "magma"}),
+        ],
+        "Number of clusters (tokens within ε joined)",
+        outdir,
+        "clusters",
+        dpi,
+    )
+    mean, std = _stats(ds.clustered_pairs)
+    paths += _heatmaps(
+        ds,
+        [
+            ("mass of clustered pairs", mean, {"vmin": 0.0, "vmax": 1.0, "cmap": "RdBu_r"}),
+            ("its standard deviation over the clouds", std, {"cmap": "magma"}),
+        ],
+        "Clustered pairs (GLPR's phase diagram)",
+        outdir,
+        "pairs",
+        dpi,
+    )
+    rows = []
+    for k in ds.k.values.tolist():
+        m, _ = _stats(ds.w2_atoms.sel(k=k))
+        rows.append(
+            (f"W2 to the nearest {k}-atom measure", m, {"norm": _norms(m, True), "cmap": "viridis_r"})
+        )
+    paths += _heatmaps(
+        ds, rows, "W2 to the nearest k-atom measure (mean over the clouds)", outdir, "atoms", dpi
+    )
+    return paths
+
+
+EXPERIMENT = Experiment(
+    name="phase-diagram",
+    description=doc_summary(__doc__),
+    Config=PhaseDiagramConfig,
+    run=run,
+    summarize=summarize,
+    figures=figures,
+    captions=CAPTIONS,
+    presets=PRESETS,
+    part_keys=("betas", "values"),
+)

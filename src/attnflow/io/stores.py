@@ -1,0 +1,228 @@
+"""xarray Datasets as zarr stores written atomically, with the checksums of their files, verified when
+read; atomic text files; temporaries left by an interrupted write.
+
+A store at `path` is either absent, the previous complete store, or the new complete store: it is
+written under a temporary name next to `path` and renamed into place only once complete. Before the
+rename, the size and SHA-256 of every file of the store (metadata and chunks) go into
+`path/.attnflow-checksums.json` (CHECKSUM_FILE); `read_dataset` checks them first, so a missing,
+truncated or altered file is a StoreError naming it, never data read as NaN (zarr fills a missing
+chunk with the fill value). xarray and zarr are imported inside the functions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .encode import clean_attrs
+
+# the checksums of a store's files, inside the store (zarr ignores it)
+CHECKSUM_FILE = ".attnflow-checksums.json"
+CHECKSUM_FORMAT = "attnflow-checksums"
+
+
+class StoreError(ValueError):
+    """A stored Dataset that is damaged, or that cannot be verified: `path` names the file at fault,
+    `problem` says what is wrong with it."""
+
+    def __init__(self, path: str | os.PathLike, problem: str) -> None:
+        super().__init__(f"{os.fspath(path)}: {problem}")
+        self.path, self.problem = os.fspath(path), problem
+
+
+def _tmp_sibling(path: Path, tag: str) -> Path:
+    return path.with_name(f".{path.name}.{tag}-{uuid.uuid4().hex[:8]}")
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` atomically: a temporary file in the same folder, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(path, "tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def write_dataset(ds, path: str | os.PathLike) -> Path:
+    """Write an xarray Dataset to a zarr store at `path`, atomically (temporary name, then rename).
+
+    An existing store at `path` is replaced only after the new one is complete, with the checksums of
+    its files (`write_checksums`). attrs must be str/int/float/bool or lists of them (dicts are
+    encoded as JSON). Returns `path`.
+    """
+    import xarray as xr
+
+    if not isinstance(ds, xr.Dataset):
+        raise TypeError(f"ds must be an xarray.Dataset, got {type(ds).__name__}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ds = ds.copy(deep=False)
+    ds.attrs = clean_attrs(dict(ds.attrs), "the dataset")
+    for name, var in ds.variables.items():
+        var.attrs = clean_attrs(dict(var.attrs), f"variable {name!r}")
+        var.encoding = {}
+    tmp = _tmp_sibling(path, "tmp")
+    old = _tmp_sibling(path, "old")
+    try:
+        ds.to_zarr(tmp, mode="w", consolidated=True, zarr_format=2)
+        write_checksums(tmp)
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+    finally:
+        for p in (tmp, old):
+            if p.exists():
+                shutil.rmtree(p, ignore_errors=True)
+    return path
+
+
+def read_dataset(path: str | os.PathLike, load: bool = True, verify: bool = True):
+    """Open a zarr store written by `write_dataset`; loaded into memory (and closed) by default.
+
+    verify: check the store's files against their checksums first (`verify_dataset`); a store that
+    fails, or that xarray cannot read, raises StoreError naming the file.  Without Dask (chunks=None:
+    lazy NumPy-backed variables until loaded), which halves the time to read a small result: Dask
+    and distributed are not imported.
+    """
+    import xarray as xr
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no dataset at {path}")
+    if verify:
+        verify_dataset(path)
+    try:
+        ds = xr.open_zarr(path, chunks=None)
+        if load:
+            with ds:
+                ds = ds.load()
+    except Exception as err:  # zarr's and blosc's errors name no file: name it
+        raise StoreError(path, f"cannot be read ({type(err).__name__}: {err})") from None
+    return ds
+
+
+# ------------------------------------------------------------------------------------- checksums
+
+
+def _fs(target: str | os.PathLike) -> tuple[Any, str]:
+    """(fsspec filesystem or None for a local path, root path) of a store."""
+    text = os.fspath(target)
+    if "://" not in text:
+        return None, text
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(text)
+    return fs, root.rstrip("/")
+
+
+def _files(fs: Any, root: str) -> list[str]:
+    """Every file of the store but its checksums, as sorted relative POSIX paths."""
+    if fs is None:
+        rels = [
+            os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+            for d, _, names in os.walk(root)
+            for f in names
+        ]
+    else:
+        rels = [p[len(root) + 1 :] for p in fs.find(root)]
+    return sorted(r for r in rels if r != CHECKSUM_FILE)
+
+
+def _read_bytes(fs: Any, root: str, rel: str) -> bytes:
+    if fs is None:
+        with open(os.path.join(root, rel), "rb") as f:
+            return f.read()
+    return fs.cat_file(f"{root}/{rel}")
+
+
+def write_checksums(target: str | os.PathLike) -> None:
+    """Record the size and SHA-256 of every file of the zarr store `target` (a path or an fsspec URL)
+    in its CHECKSUM_FILE. `write_dataset` calls it before the store is renamed into place."""
+    fs, root = _fs(target)
+    files = {}
+    for rel in _files(fs, root):
+        data = _read_bytes(fs, root, rel)
+        files[rel] = [len(data), hashlib.sha256(data).hexdigest()]
+    text = json.dumps({"format": CHECKSUM_FORMAT, "algorithm": "sha256", "files": files}, indent=0)
+    if fs is not None:
+        fs.pipe_file(f"{root}/{CHECKSUM_FILE}", text.encode())
+        return
+    with open(os.path.join(root, CHECKSUM_FILE), "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def dataset_problems(target: str | os.PathLike) -> list[tuple[str, str]]:
+    """What is wrong with the zarr store `target` (a path or an fsspec URL) against its checksums, as
+    (file, problem) pairs: [] when every file is as written. A store without checksums (written by
+    attnflow 0.1.0, or by xarray directly) cannot be verified: that is a problem too."""
+    fs, root = _fs(target)
+    where = f"{root}/{CHECKSUM_FILE}"
+    if not (os.path.isdir(root) if fs is None else fs.isdir(root)):
+        return [(root, "no dataset there")]
+    try:
+        record = json.loads(_read_bytes(fs, root, CHECKSUM_FILE))
+        files = record["files"] if record.get("format") == CHECKSUM_FORMAT else None
+        if not isinstance(files, dict) or not all(
+            isinstance(v, list) and len(v) == 2 and isinstance(v[0], int) for v in files.values()
+        ):
+            raise ValueError
+    except FileNotFoundError:
+        why = "written by attnflow 0.1.0, by xarray directly, or copied without it"
+        return [(where, f"missing: the store has no checksums ({why}), so it cannot be verified")]
+    except (ValueError, KeyError, AttributeError, TypeError, UnicodeDecodeError):
+        return [(where, "not a valid checksum record (truncated or overwritten)")]
+    problems = []
+    for rel, (size, digest) in files.items():
+        try:
+            data = _read_bytes(fs, root, rel)
+        except FileNotFoundError:
+            problems.append((f"{root}/{rel}", "missing"))
+            continue
+        if len(data) != size:
+            problems.append(
+                (f"{root}/{rel}", f"{len(data)} bytes, written with {size} (truncated or altered)")
+            )
+        elif hashlib.sha256(data).hexdigest() != digest:
+            problems.append((f"{root}/{rel}", "altered (its SHA-256 differs from the one written)"))
+    problems += [
+        (f"{root}/{rel}", "not part of the store as written") for rel in _files(fs, root) if rel not in files
+    ]
+    return problems
+
+
+def verify_dataset(target: str | os.PathLike) -> None:
+    """Raise StoreError naming the first damaged file of the zarr store `target` (see `dataset_problems`)."""
+    problems = dataset_problems(target)
+    if problems:
+        path, problem = problems[0]
+        more = f" (and {len(problems) - 1} more file(s))" if len(problems) > 1 else ""
+        raise StoreError(path, problem + more)
+
+
+def clean_stale(folder: str | os.PathLike) -> int:
+    """Remove temporary stores/files left in `folder` by an interrupted write; returns how many."""
+    folder = Path(folder)
+    n = 0
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if p.name.startswith(".") and (".tmp-" in p.name or ".old-" in p.name):
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+                n += 1
+    return n

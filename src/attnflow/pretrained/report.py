@@ -1,0 +1,217 @@
+"""The report of `attnflow heads`: every layer and head of a checkpoint beside the theorem's
+assumptions, with a summary per layer and per model, the spread of the checks over rotary
+offsets, and the effective beta fitted from the model's own attention on a token cloud.
+
+Plain values only (dicts, lists, floats), written by `attnflow.io.to_json`.  The verdicts are
+`check_assumptions`' (through `diagnostics.diagnose`); the summaries count them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from .._threads import DEFAULT_THREADS, torch_threads
+from ..attention import COND_B_MAX, SYMMETRY_TOL
+from ..science.assumptions import OK
+from .beta import fit_beta, unit_scores
+from .checkpoint import Checkpoint, check_layers, open_checkpoint
+from .diagnostics import _distinct_gap, diagnose
+from .forward import TokenStates, attention_logits, token_states
+from .heads import Head, Layer, load_heads
+
+__all__ = ["OFFSETS", "TOLERANCE", "offset_spread", "report", "summary"]
+
+#: rotary offsets r = i - j at which a head's checks are repeated (r = 0 is the reported B)
+OFFSETS = (1, 4, 16, 64)
+#: what "satisfies assumption 1" means, as `check_assumptions` judges it
+TOLERANCE = f"cond(B) <= {COND_B_MAX:.0e}, asymmetry <= {SYMMETRY_TOL:.0e}, gap > 0"
+
+
+def _ok1(diag: dict[str, Any]) -> bool:
+    return diag["assumptions"]["items"][0]["status"] == OK
+
+
+def _span(values: Sequence[float | None]) -> list[float] | None:
+    v = [x for x in values if x is not None and math.isfinite(x)]
+    return [min(v), max(v)] if v else None
+
+
+def _at_offset(head: Head, r: int) -> tuple[float, float, float, float, int]:
+    """(asymmetry, mu1, relative gap, ||B||, rank B) of A_h(r) = V_h B_h(r)^T, B_h(r) = Q_h^T K_r
+    with K_r = R(-r) K_h: from d_h x d_h pieces (A = F Q_h with F = V_h K_r^T, rank <= d_h; its
+    other d - d_h eigenvalues are exact zeros)."""
+    assert head.rope is not None
+    K = head.rope.matrix(-r) @ head.K
+    F = head.V @ K.T  # (d, d_h)
+    QF = head.Q @ F
+    norm2 = float(np.trace((F.T @ F) @ (head.Q @ head.Q.T)))
+    asym = math.sqrt(max(2 * norm2 - 2 * float(np.trace(QF @ QF)), 0.0) / norm2) / 2 if norm2 > 0 else 0.0
+    w = np.concatenate([np.linalg.eigvals(QF), np.zeros(head.Q.shape[1] - head.d_head)])
+    w = w[np.lexsort((-w.imag, -w.real))]
+    radius = float(np.max(np.abs(w)))
+    mu1, mu2, _ = _distinct_gap(w.real, radius)
+    gap = mu1 - mu2 if mu2 is not None else 0.0
+    R1 = cast(np.ndarray, np.linalg.qr(head.Q.T, mode="r"))  # NumPy's stubs say QRResult
+    R2 = cast(np.ndarray, np.linalg.qr(K.T, mode="r"))
+    s = np.linalg.svd(R1 @ R2.T, compute_uv=False)  # the nonzero singular values of B_h(r) = Q_h^T K_r
+    rank = int(np.sum(s > s[0] * head.Q.shape[1] * np.finfo(float).eps)) if s[0] > 0 else 0
+    return asym, mu1, gap / radius if radius > 0 else 0.0, float(s[0]), rank
+
+
+def offset_spread(head: Head, offsets: Sequence[int]) -> dict[str, Any]:
+    """The numbers of assumption 1 for B_h(r), A_h(r) over rotary offsets r (0 included): [min,
+    max] of the asymmetry of A, its top real part mu1, its relative gap, ||B|| and the rank of B.
+    Numbers, not verdicts: `check_assumptions` judges r = 0 (the head's reported B); B_h(r) has
+    rank <= d_h < d at every r, so assumption 1 fails at every offset through B alone."""
+    rows = [_at_offset(head, r) for r in (0, *offsets)]
+    names = ("asymmetry", "mu1", "rel_gap", "norm_B", "rank_B")
+    return {"offsets": [0, *offsets], **{n: _span([row[k] for row in rows]) for k, n in enumerate(names)}}
+
+
+def _head_entry(h: Head, rec: Layer, ck: Checkpoint, run: TokenStates | None, offsets: Sequence[int]):
+    X = run.states[rec.layer] if run is not None else None  # diagnose normalises the rows
+    diag = diagnose(h.attention, X)
+    diag["head"], diag["kv_head"] = h.head, h.kv_head
+    diag["query_bias_ratio"] = (
+        float(np.linalg.norm(h.query_bias)) * rec.norm / (h.beta * max(diag["norm_B"], 1e-300))
+    )
+    if h.rope is not None and offsets:
+        diag["offsets"] = offset_spread(h, offsets)
+    return diag
+
+
+def _fits(ck: Checkpoint, rec: Layer, run: TokenStates) -> list[dict[str, Any]]:
+    """beta fitted from the model's logits, per head of layer `rec` (see `beta`)."""
+    logits = attention_logits(ck, rec.layer, run.states[rec.layer])
+    X = run.cloud(rec.layer)
+    return [fit_beta(logits[h.head], unit_scores(h, X)).to_dict() for h in rec.heads]
+
+
+def _layer_entry(ck: Checkpoint, rec: Layer, run: TokenStates | None, heads: bool, offsets: Sequence[int]):
+    X = run.states[rec.layer] if run is not None else None  # diagnose normalises the rows
+    entry: dict[str, Any] = {
+        "layer": rec.layer,
+        "d_head": rec.d_head,
+        "norm": rec.norm,
+        "norm_source": rec.norm_source,
+        "beta_eff": rec.beta,
+        "output_bias_norm": float(np.linalg.norm(rec.output_bias)),
+        "full": diagnose(rec.attention, X),
+        "heads": [],
+    }
+    if heads:
+        entry["heads"] = [_head_entry(h, rec, ck, run, offsets) for h in rec.heads]
+        if run is not None:
+            for diag, fit in zip(entry["heads"], _fits(ck, rec, run), strict=True):
+                diag["beta_fit"] = fit
+        entry["summary"] = summary(entry["heads"], len(entry["heads"]), where="head")
+    return entry
+
+
+def _closest(rows: list[dict[str, Any]], where: str) -> str:
+    best = min(rows, key=lambda r: r["asymmetry"])
+    name = f"layer {best['layer']} head {best['head']}" if where == "layer head" else f"head {best['head']}"
+    numbers = (
+        f"asymmetry {best['asymmetry']:.3g}, rank {best['rank_B']}/{best['d']}, rel gap {best['rel_gap']:.2g}"
+    )
+    return f"{name} ({numbers})"
+
+
+def summary(rows: list[dict[str, Any]], total: int, where: str = "head") -> dict[str, Any]:
+    """How many of the heads `rows` satisfy assumption 1 within `TOLERANCE`, and the closest (the
+    smallest asymmetry of A), as numbers and one line."""
+    ok = sum(_ok1(r) for r in rows)
+    line = f"{ok} of {total} heads satisfy assumption 1 within tolerance ({TOLERANCE})"
+    if rows:
+        line += f"; the closest is {_closest(rows, where)}"
+    out: dict[str, Any] = {"heads_ok": ok, "heads": total, "tolerance": TOLERANCE, "line": line}
+    with_offsets = [r["offsets"] for r in rows if "offsets" in r]
+    if with_offsets:
+        spans = [o["asymmetry"] for o in with_offsets if o["asymmetry"] is not None]
+        lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+        out["offset_asymmetry"] = [lo, hi]
+        out["line"] += (
+            f"; over rotary offsets r in {with_offsets[0]['offsets']} the asymmetry spans {lo:.3g}-{hi:.3g}"
+        )
+    return out
+
+
+def _model_summary(layers: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = [{**h, "layer": L["layer"]} for L in layers for h in L["heads"]]
+    out = summary(rows, len(rows), where="layer head")
+    full_ok = sum(_ok1(L["full"]) for L in layers)
+    out["layers_ok"] = full_ok
+    out["line"] += f"; {full_ok} of {len(layers)} whole layers do"
+    return out
+
+
+def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | None) -> dict[str, Any]:
+    rope, norm = first if first is not None else (None, None)
+    notes = list(ck.notes)
+    biased = any(ck.layer_array(0, b, required=False) is not None for b in ("b_Q", "b_K"))
+    if rope is not None and biased:
+        notes.append(
+            "query/key biases with rotary positions: their logit terms depend on the offset and are "
+            "not represented in B_h (beta_fit sees them as noise)"
+        )
+    return {
+        "checkpoint": ck.source,
+        "format": ck.fmt,
+        "layout": ck.layout,
+        "notes": notes,
+        "num_layers": ck.num_layers,
+        "d": ck.d,
+        "d_head": ck.d_head,
+        "num_heads": ck.num_heads[0],
+        "num_kv_heads": ck.num_kv_heads[0],
+        "kv_head_rule": f"h // {ck.num_heads[0] // ck.num_kv_heads[0]}",
+        "causal": ck.arch.causal,
+        "rope": None if rope is None else {"base": rope.base, "dim": rope.dim},
+        "norm": norm.describe() if norm is not None else None,
+        "scale": f"logits = (Q_h h_i)^T (K_h h_j) / sqrt(d_head): 1/sqrt({ck.d_head}) is in beta_eff, "
+        "not in B",
+        "text": run.text if run is not None else None,
+        "tokens": run.tokens if run is not None else None,
+        "ids": run.ids if run is not None else None,
+    }
+
+
+def report(
+    checkpoint: Any,
+    text: str | None = None,
+    layer: int | None = None,
+    *,
+    ids: Sequence[int] | None = None,
+    num_heads: int | None = None,
+    heads: bool = True,
+    tokenizer: Any = None,
+    offsets: Sequence[int] = OFFSETS,
+    threads: int = DEFAULT_THREADS,
+) -> dict[str, Any]:
+    """`diagnose` of every layer (whole layer and each head) of a checkpoint, with summaries.
+
+    With `text` (or token `ids`) the model runs once on it: beta_eff uses its token norms where
+    the norm is not exact, assumption 2 is checked on the token cloud entering each layer, and each
+    head's beta is fitted from its logits ("beta_fit").  offsets: rotary offsets at which the
+    checks are repeated ("offsets" per head; rotary models only).  threads: BLAS threads (1 is
+    fastest on a shared machine).  "summary" (the model) and each layer's "summary" count the heads
+    that satisfy assumption 1 and name the closest.
+    """
+    with torch_threads(threads):
+        ck = open_checkpoint(checkpoint, num_heads)
+        idx = check_layers(None if layer is None else [layer], ck.num_layers)
+        run = token_states(ck, text, tokenizer, ids=ids) if text is not None or ids is not None else None
+        layers, first = [], None
+        for i in idx:  # one layer at a time: a layer's Attention objects are large (d x d each)
+            (rec,) = load_heads(ck, layers=[i], states=run)
+            layers.append(_layer_entry(ck, rec, run, heads, offsets))
+            first = first or (rec.rope, rec.input_norm)
+    out = _header(ck, run, first)
+    if heads:
+        out["summary"] = _model_summary(layers)
+    out["layers"] = layers
+    return out

@@ -1,0 +1,190 @@
+"""A saved curve read between its saved times: its minimum, the times it crosses a level, the band
+around its minimum, each with the save grid's bias carried as an error.
+
+A curve is known at its saved times t (T,) only, and what is read off it lies between them:
+
+- `locate_minimum`: the parabola through the three saved points around the smallest saved value,
+  refined by the cubic through four (the three and the next one on the vertex's side): the cubic's
+  local minimum is the minimum and its time, and its difference with the parabola's vertex is
+  carried as the grid error (the parabola's error, O(h^2) in time and O(h^3) in value, bounds the
+  cubic's, one order smaller).
+- `crossing`: the first time a curve crosses a level, from the quadratic through three saved points
+  around the crossing; its grid error is the difference with linear interpolation between the two
+  points that bracket it (likewise one order larger than the quadratic's own).
+- `band`: the times around the minimum where the curve stays within (1 + tol) of it, each edge a
+  crossing; inside one saved step the parabola gives the edges (sqrt(tol m / k) from the vertex).
+- `departure`: the first time after a mass curve has reached a level that it falls below it again
+  (a cluster's departure), a crossing.
+
+Plain NumPy on 1-D arrays; records are frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["Band", "Crossing", "Minimum", "band", "crossing", "departure", "locate_minimum"]
+
+
+@dataclass(frozen=True)
+class Minimum:
+    """The minimum of a saved curve: its time `t` and `value` (the cubic's minimum), their grid
+    errors `t_bias` and `value_bias` (cubic against parabola), the index of the smallest saved value,
+    the parabola's curvature k (the curve ~ value + k (t - t_min)^2 near it; NaN at an edge) and
+    `edge`: the smallest saved value is the first or last one (no parabola: the saved point itself)."""
+
+    t: float
+    value: float
+    t_bias: float
+    value_bias: float
+    index: int
+    curvature: float
+    edge: bool
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """The first time `t` a curve crosses a level (NaN when it never does), its grid error `bias`
+    (quadratic against linear interpolation) and the index of the first saved point across (-1)."""
+
+    t: float
+    bias: float
+    index: int
+
+
+@dataclass(frozen=True)
+class Band:
+    """The band around a minimum where the curve is within (1 + tol) of it: [lo, hi], each edge a
+    crossing with its grid error (lo_bias, hi_bias); `half_width` = (hi - lo) / 2."""
+
+    lo: float
+    hi: float
+    lo_bias: float
+    hi_bias: float
+
+    @property
+    def half_width(self) -> float:
+        return 0.5 * (self.hi - self.lo)
+
+
+def _vertex(t: np.ndarray, w: np.ndarray) -> tuple[float, float, float]:
+    """(time, value, curvature k) of the vertex of the parabola through three points; k <= 0 when
+    the three are not convex (then the middle point itself)."""
+    s = t - t[1]
+    k2, k1, k0 = np.polyfit(s, w, 2)
+    if not k2 > 0:
+        return float(t[1]), float(w[1]), float(k2)
+    at = -k1 / (2.0 * k2)
+    at = min(max(at, s[0]), s[2])
+    return float(t[1] + at), float(k0 + k1 * at + k2 * at * at), float(k2)
+
+
+def _cubic_minimum(t: np.ndarray, w: np.ndarray, near: float) -> tuple[float, float] | None:
+    """(time, value) of the local minimum of the cubic through four points closest to `near`, or None
+    when the cubic has none inside their span."""
+    s = t - near
+    c = np.polyfit(s, w, 3)
+    roots = np.roots(np.polyder(c))
+    real = [float(r.real) for r in roots if abs(r.imag) < 1e-12 and s[0] <= r.real <= s[-1]]
+    minima = [r for r in real if np.polyval(np.polyder(c, 2), r) > 0]
+    if not minima:
+        return None
+    r = min(minima, key=abs)
+    return near + r, float(np.polyval(c, r))
+
+
+def locate_minimum(t: np.ndarray, w: np.ndarray) -> Minimum:
+    """The minimum of the saved curve w (T,) at saved times t (T,), T >= 1 (see the module)."""
+    t = np.asarray(t, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    k = int(np.argmin(w))
+    if k == 0 or k == w.size - 1:
+        return Minimum(float(t[k]), float(w[k]), 0.0, 0.0, k, math.nan, True)
+    tv, wv, curv = _vertex(t[k - 1 : k + 2], w[k - 1 : k + 2])
+    if not curv > 0:  # a flat stretch of equal values: the saved point, to half a step
+        half = 0.5 * float(min(t[k] - t[k - 1], t[k + 1] - t[k]))
+        return Minimum(float(t[k]), float(w[k]), half, 0.0, k, curv, False)
+    sides = [(k - 1, k + 3), (k - 2, k + 2)] if tv >= t[k] else [(k - 2, k + 2), (k - 1, k + 3)]
+    cubic = None
+    for lo, hi in sides:
+        if lo >= 0 and hi <= w.size:
+            cubic = _cubic_minimum(t[lo:hi], w[lo:hi], tv)
+            break
+    if cubic is None:  # fewer than four points, or no cubic minimum: the grid's own offset
+        return Minimum(tv, wv, abs(tv - float(t[k])), abs(wv - float(w[k])), k, curv, False)
+    return Minimum(cubic[0], cubic[1], abs(cubic[0] - tv), abs(cubic[1] - wv), k, curv, False)
+
+
+def _quadratic_root(t: np.ndarray, y: np.ndarray, lo: float, hi: float, guess: float) -> float | None:
+    """The root of the quadratic through three points (t, y) inside [lo, hi] nearest to guess."""
+    c = np.polyfit(t - guess, y, 2)
+    roots = [guess + float(r.real) for r in np.roots(c) if abs(r.imag) < 1e-12]
+    inside = [r for r in roots if lo - 1e-12 <= r <= hi + 1e-12]
+    return min(inside, key=lambda r: abs(r - guess)) if inside else None
+
+
+def crossing(
+    t: np.ndarray,
+    y: np.ndarray,
+    level: float | np.ndarray = 0.0,
+    direction: Literal["up", "down"] = "up",
+    start: int = 0,
+) -> Crossing:
+    """The first time from saved index `start` on that y (T,) goes above `level` (direction "up") or
+    below it ("down"); level: a number or a curve (T,) (e.g. 1.1 times a reference). A curve already
+    across at `start` crosses there (bias 0); one that never crosses gives NaN."""
+    t = np.asarray(t, dtype=np.float64)
+    g = np.asarray(y, dtype=np.float64) - np.asarray(level, dtype=np.float64)
+    g = g if direction == "up" else -g
+    across = np.flatnonzero((g > 0) & (np.arange(g.size) >= start))
+    if across.size == 0:
+        return Crossing(math.nan, math.nan, -1)
+    j = int(across[0])
+    if j == start:
+        return Crossing(float(t[j]), 0.0, j)
+    t0, t1, g0, g1 = float(t[j - 1]), float(t[j]), float(g[j - 1]), float(g[j])
+    linear = t0 + (0.0 - g0) / (g1 - g0) * (t1 - t0)
+    idx = [j - 2, j - 1, j] if j + 1 >= g.size or (j - 2 >= start and j - 2 >= 0) else [j - 1, j, j + 1]
+    if min(idx) < 0 or max(idx) >= g.size:
+        return Crossing(linear, abs(t1 - t0), j)  # two points only: the step itself bounds the bias
+    root = _quadratic_root(t[idx], g[idx], t0, t1, linear)
+    if root is None:
+        return Crossing(linear, abs(t1 - t0), j)
+    return Crossing(root, abs(root - linear), j)
+
+
+def departure(t: np.ndarray, mass: np.ndarray, level: float = 0.5) -> Crossing:
+    """The first time after mass (T,) has reached `level` that it falls below it again, between
+    saved times t (T,), with its grid error; NaN (index -1) if never: the mass never reached the
+    level (no metastable phase), or has not fallen back by t[-1]."""
+    mass = np.asarray(mass, dtype=np.float64)
+    above = np.flatnonzero(mass >= level)
+    if above.size == 0:
+        return Crossing(math.nan, math.nan, -1)
+    return crossing(t, mass, level, "down", start=int(above[0]))
+
+
+def band(t: np.ndarray, w: np.ndarray, minimum: Minimum, tol: float) -> Band:
+    """The band around `minimum` (of w (T,) on t (T,)) where w <= (1 + tol) minimum.value: where the
+    parabola's edges t_min -+ sqrt(tol m / k) lie within the saved steps next to the minimum, those;
+    else the crossings of that level on either side (linear interpolation). An edge the curve never
+    crosses is the first or last saved time."""
+    t = np.asarray(t, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    k = minimum.index
+    if minimum.curvature > 0 and not minimum.edge:
+        half = math.sqrt(max(tol * minimum.value, 0.0) / minimum.curvature)
+        if float(t[k - 1]) <= minimum.t - half and minimum.t + half <= float(t[k + 1]):
+            return Band(minimum.t - half, minimum.t + half, minimum.t_bias, minimum.t_bias)
+    level = (1.0 + tol) * minimum.value
+    right = crossing(t, w, level, "up", start=k)
+    left = crossing(t[::-1], w[::-1], level, "up", start=w.size - 1 - k)
+    lo = float(t[0]) if math.isnan(left.t) else left.t
+    hi = float(t[-1]) if math.isnan(right.t) else right.t
+    lo_bias = 0.0 if math.isnan(left.bias) else left.bias
+    hi_bias = 0.0 if math.isnan(right.bias) else right.bias
+    return Band(lo, hi, lo_bias, hi_bias)

@@ -1,0 +1,127 @@
+"""The concentration curves of the mean-field flow on S^1 (d = 2, N = infinity) at finite beta:
+W2(rho_t, Pi_# rho_0), the masses near A's and V's top eigenspaces, the departure time.
+
+`mean_field_circle` runs `dynamics.meanfield.simulate_mean_field_circle` (the measure with its
+exponentially small masses kept as log-weights) and reduces each saved state: W2 by
+`transport.circle.w2_circle_two_atoms` (Pi_# rho_0 = m_+ delta_u1 + m_- delta_-u1, m_+ the mass of
+rho_0 on the side of P_1 x along u_1, integrated from rho_0's density), masses as
+`metrics.subspace_mass` defines them.  The departure time is the first time after the mass near
+A's top eigenspace (within eps = 0.1 rad, the concentration experiment's default) has reached 1/2
+that it falls below 1/2 again, interpolated between saved times (`curves.departure`, the one rule
+of every experiment).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..attention import Attention
+from ..dynamics.meanfield import MeanFieldSettings, MeanFieldTrajectory, simulate_mean_field_circle
+from ..transport.circle import w2_circle_two_atoms
+from .curves import departure
+from .metrics import angle_to_subspace
+
+__all__ = ["MeanFieldCurves", "mean_field_circle", "plus_mass"]
+
+
+@dataclass(frozen=True)
+class MeanFieldCurves:
+    """Curves of the mean-field flow at the times t (T,).
+
+    w2 (T,): W2(rho_t, Pi_# rho_0), chordal; w2_corrected (T,): whether both ends of the
+    transport's threshold arc were treated as a smooth quadrature (`transport.circle`).
+    mass_A, mass_V (T,): mass within eps of A's top eigenspace and of V's (largest real part).
+    n_nodes (T,): ordinary nodes integrated.  t_depart: departure time (NaN if none by t[-1]).
+    separatrices0 (k,): the separatrices at t = 0 (radians).  info: level, wall_s, passes, the
+    trajectory's info.  trajectory: the states, if kept.
+    """
+
+    t: np.ndarray
+    w2: np.ndarray
+    w2_corrected: np.ndarray
+    mass_A: np.ndarray
+    mass_V: np.ndarray
+    n_nodes: np.ndarray
+    t_depart: float
+    separatrices0: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+    trajectory: MeanFieldTrajectory | None = None
+
+
+def plus_mass(att: Attention, density: Any = None, n: int = 1 << 14) -> float:
+    """m_+ = rho_0({x : P_1 x along +u_1}), by the periodic trapezoidal rule in the angle from the
+    boundary direction (the kernel of P_1), where the indicator's jumps sit on cell edges."""
+    sp = att.spectrum()
+    u1 = sp.top.basis[:, 0]
+    P = np.real(sp.top_projector)
+    null = np.linalg.svd(P)[2][-1]  # P null = 0: the zero-temperature separatrix direction
+    phi0 = math.atan2(null[1], null[0])
+    th = phi0 + (np.arange(n) + 0.5) * 2.0 * math.pi / n
+    X = np.stack([np.cos(th), np.sin(th)], -1)
+    f = np.ones(n) if density is None else np.asarray(density(X), dtype=np.float64)
+    side = (X @ P.T) @ u1 > 0
+    return float(f[side].sum() / f.sum())
+
+
+def _mass_near(theta: np.ndarray, w: np.ndarray, basis: np.ndarray, eps: float) -> float:
+    X = np.stack([np.cos(theta), np.sin(theta)], -1)
+    return float(w[angle_to_subspace(X, basis) <= eps].sum())
+
+
+def mean_field_circle(
+    att: Attention,
+    times: Any,
+    *,
+    level: int = 0,
+    density: Any = None,
+    settings: MeanFieldSettings | None = None,
+    eps: float = 0.1,
+    keep_states: bool = False,
+    progress: Any = None,
+) -> MeanFieldCurves:
+    """The concentration curves of rho_0 (density: None for uniform, or a callable X -> f, e.g.
+    `sphere.vmf_density`) under att (d = 2, finite beta, one-dimensional top eigenspace of A) at
+    `times`, at refinement `level` (compare levels l, l + 1 to show convergence).  eps: the angle
+    (radians) of the masses near the eigenspaces.  keep_states: keep the trajectory."""
+    if not 0.0 < eps <= math.pi / 2:
+        raise ValueError(f"eps must be an angle in (0, pi/2] radians, got {eps!r}")
+    start = time.perf_counter()
+    traj = simulate_mean_field_circle(
+        att, times, level=level, density=density, settings=settings, progress=progress
+    )
+    sp = att.spectrum()
+    u1, v1 = sp.top.basis, sp.v_top_real.basis
+    atom, m_plus = math.atan2(u1[1, 0], u1[0, 0]), plus_mass(att, density)
+    w2, ok, mA, mV = [], [], [], []
+    for theta, logw in traj.states:
+        r = w2_circle_two_atoms(theta, logw, atom, m_plus)
+        w = np.exp(logw - np.logaddexp.reduce(logw))
+        w2.append(r.value)
+        ok.append(r.corrected)
+        mA.append(_mass_near(theta, w, u1, eps))
+        mV.append(_mass_near(theta, w, v1, eps))
+    mass_A = np.asarray(mA)
+    info = {
+        "level": level,
+        "wall_s": time.perf_counter() - start,
+        "passes": traj.passes,
+        "eps": eps,
+        **traj.info,
+    }
+    return MeanFieldCurves(
+        traj.t,
+        np.asarray(w2),
+        np.asarray(ok),
+        mass_A,
+        np.asarray(mV),
+        traj.n_nodes,
+        departure(traj.t, mass_A).t,
+        np.mod(traj.separatrices[0], 2.0 * math.pi),
+        info,
+        traj if keep_states else None,
+    )

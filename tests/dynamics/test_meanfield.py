@@ -1,0 +1,88 @@
+import math
+
+import numpy as np
+import pytest
+
+import attnflow as af
+from attnflow.dynamics.meanfield import MeanFieldSettings, initial_separatrices, simulate_mean_field_circle
+from attnflow.measures.sphere import vmf_density
+
+FAST = MeanFieldSettings(margin=2.0, max_passes=2)
+
+
+def symmetric_attention(beta):
+    """B = I and V = A symmetric: the reflection that swaps +-u_1 and fixes u_2 commutes with B and
+    V, so the separatrices of the uniform measure are +-u_2 (3 pi / 4 and 7 pi / 4) at all times."""
+    A = np.array([[0.25, 0.75], [0.75, 0.25]])
+    return af.Attention(np.eye(2), np.eye(2), A, beta=beta)
+
+
+def test_separatrices_of_the_symmetric_case_are_fixed():
+    tr = simulate_mean_field_circle(symmetric_attention(6.0), np.linspace(0, 4, 9), settings=FAST)
+    sep = np.mod(tr.separatrices, 2 * math.pi)
+    np.testing.assert_allclose(sep[:, 0], 3 * math.pi / 4, atol=1e-9)
+    np.testing.assert_allclose(sep[:, 1], 7 * math.pi / 4, atol=1e-9)
+    assert tr.info["converged"] or tr.passes[-1]["moved"] < 1e-7
+
+
+def test_mass_is_conserved_and_the_initial_guess_is_the_field_zero():
+    att = af.worked_example(8.0, d=2)
+    z = initial_separatrices(att)
+    np.testing.assert_allclose(z, [3 * math.pi / 4, 7 * math.pi / 4], atol=1e-12)  # uniform rho_0
+    tr = simulate_mean_field_circle(att, np.linspace(0, 3, 7), settings=FAST)
+    for th, lw in tr.states:
+        assert np.all(np.isfinite(th)) and np.all(np.isfinite(lw))
+        # the mass is kept to the quadrature's accuracy (emission: the midpoint rule's du^2 term)
+        assert abs(math.exp(np.logaddexp.reduce(lw)) - 1.0) < 1e-5
+    assert np.all(tr.n_nodes > 0) and len(tr.passes) == 2
+
+
+def reference_moments(att, times, N=4096):
+    """Trigonometric moments of rho_t from N equispaced tokens (converged at beta = 5, t <= 2)."""
+    th = (np.arange(N) + 0.5) * 2 * math.pi / N
+    tr = af.simulate(
+        np.stack([np.cos(th), np.sin(th)], 1),
+        att,
+        times,
+        method="adaptive",
+        options={"rtol": 1e-10, "atol": 1e-12},
+    )
+    return np.stack([tr.x[..., 0].mean(-1), tr.x[..., 1].mean(-1)], -1)
+
+
+def test_agrees_with_many_equispaced_tokens_early():
+    att = af.worked_example(5.0, d=2)
+    times = np.array([0.0, 0.5, 1.0, 2.0])
+    tr = simulate_mean_field_circle(att, times, settings=FAST)
+    mom = np.array([[np.exp(lw) @ np.cos(th), np.exp(lw) @ np.sin(th)] for th, lw in tr.states])
+    np.testing.assert_allclose(mom, reference_moments(att, times), atol=2e-8)
+
+
+def test_a_tail_of_e_minus_200_is_carried():
+    """rho_0 = von Mises-Fisher with kappa = 200 around u_1: its density at the separatrices is
+    e^-200 of the peak (underflows nowhere: log-weights), and the measure keeps it (beta = 40:
+    only masses below e^-(2 beta ||B|| + 40) = e^-280 could be dropped)."""
+    att = af.worked_example(40.0, d=2)
+    u1 = np.array([1.0, 1.0]) / math.sqrt(2)
+    tr = simulate_mean_field_circle(att, [0.0, 0.5, 1.0], density=vmf_density(u1, 200.0), settings=FAST)
+    for _, lw in tr.states:
+        assert np.all(np.isfinite(lw))
+        assert lw.min() < -200.0
+        assert abs(math.exp(np.logaddexp.reduce(lw)) - 1.0) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"att": af.worked_example(10.0, d=3)}, "d = 2"),
+        ({"att": af.worked_example(math.inf, d=2)}, "finite"),
+        ({"level": -1}, "level"),
+        ({"density": lambda X: np.zeros(len(X))}, "density"),
+        ({"settings": {"rtol": 1e-6}}, "MeanFieldSettings"),
+        ({"settings": MeanFieldSettings(rtol=-1.0)}, "rtol"),
+    ],
+)
+def test_bad_input_is_refused(kwargs, match):
+    args = {"att": af.worked_example(10.0, d=2), "times": [0.0, 1.0], **kwargs}
+    with pytest.raises((ValueError, TypeError), match=match):
+        simulate_mean_field_circle(**args)

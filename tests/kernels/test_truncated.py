@@ -1,0 +1,247 @@
+"""The low-temperature truncated kernel and the automatic kernel choice.
+
+References: the dense fused kernel (velocity_sdpa), a NumPy softmax in extended precision, the
+truncated kernel itself with an infinite cutoff (isolates the truncation error), closed forms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import attnflow as af
+from attnflow.kernels import auto, truncated
+from attnflow.kernels.auto import choose_kernel, kept_fraction
+from attnflow.kernels.dense import velocity_sdpa
+from attnflow.kernels.truncated import DEFAULT_CUTOFF, candidate_pairs, kept_radius, velocity_truncated
+from helpers import assert_kernel_matches_sdpa
+
+EPS = np.finfo(np.float64).eps
+
+
+def random_attention(d: int, beta: float, seed: int = 0) -> af.Attention:
+    rng = np.random.default_rng(seed)
+    return af.Attention(
+        rng.standard_normal((d, d)), rng.standard_normal((d, d)), rng.standard_normal((d, d)), beta
+    )
+
+
+def cloud(kind: str, N: int, d: int, seed: int = 1) -> np.ndarray:
+    mean = np.ones(d)
+    if kind == "uniform":
+        return af.sample_uniform(N, d, seed=seed)
+    if kind == "vmf":
+        return af.sample_vmf(N, mean, 50.0, seed=seed)
+    if kind == "mixed":  # a spread-out half and a tight cluster
+        tight = af.sample_vmf(N - N // 2, mean, 1e4, seed=seed + 1)
+        return np.concatenate([af.sample_uniform(N // 2, d, seed=seed), tight])
+    raise ValueError(kind)
+
+
+def reference(X: np.ndarray, att: af.Attention) -> np.ndarray:
+    """Tangent velocity by a max-subtracted softmax in NumPy extended precision (long double)."""
+    Xl = X.astype(np.longdouble)
+    S = att.beta * (Xl @ att.B.astype(np.longdouble)) @ Xl.T
+    S -= S.max(axis=1, keepdims=True)
+    W = np.exp(S)
+    W /= W.sum(axis=1, keepdims=True)
+    out = W @ (Xl @ att.V.astype(np.longdouble).T)
+    out -= np.sum(out * Xl, axis=1, keepdims=True) * Xl
+    return out.astype(np.float64)
+
+
+def vt(X: np.ndarray, att: af.Attention, **kw) -> np.ndarray:
+    return velocity_truncated(torch.tensor(X), att, **kw).numpy()
+
+
+def scale(att: af.Attention) -> float:
+    """||V||_2 bounds every velocity: errors are reported relative to it."""
+    return float(np.linalg.norm(att.V, 2))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "vmf", "mixed"])
+@pytest.mark.parametrize("beta", [10.0, 1e4, 1e6])
+@pytest.mark.parametrize("d", [2, 3, 4, 6])
+def test_matches_dense_float64(d, beta, kind):
+    att = random_attention(d, beta, seed=d)
+    X = cloud(kind, 400, d)
+    v = vt(X, att)
+    dense = velocity_sdpa(torch.tensor(X), att).numpy()
+    # 1e-12 relative, above the rounding floor of the scores themselves (beta ||B|| eps: 2e-10 at
+    # beta = 1e6), which any two float64 implementations share
+    rounding = beta * att.norm_B * EPS
+    assert np.max(np.abs(v - dense)) <= (1e-12 + rounding) * scale(att)
+    # both agree with the extended-precision softmax to that floor
+    assert np.max(np.abs(v - reference(X, att))) <= (1e-12 + 64 * rounding) * scale(att)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "mixed"])
+def test_truncation_error_alone_is_below_1e12(kind):
+    """Against the same kernel keeping every key (infinite cutoff): only truncation differs."""
+    att = af.worked_example(3e3)
+    X = cloud(kind, 1500, 3, seed=4)
+    full = vt(X, att, cutoff=1e300)
+    assert np.max(np.abs(vt(X, att) - full)) <= 1e-12 * scale(att)
+
+
+@pytest.mark.parametrize("cutoff", [2.0, 4.0, 8.0])
+def test_error_bound_holds_and_truncation_is_real(cutoff):
+    """|v - v_full| <= 2 ||V|| N e^{-cutoff}; a small cutoff visibly drops keys."""
+    att = af.worked_example(1e3)
+    X = af.sample_uniform(2000, 3, seed=5)
+    full = vt(X, att, cutoff=1e300)
+    stats: dict = {}
+    err = np.max(np.abs(vt(X, att, cutoff=cutoff, stats=stats) - full))
+    assert err <= 2 * scale(att) * X.shape[0] * math.exp(-cutoff)
+    assert stats["pairs"] < 0.5 * X.shape[0] ** 2  # keys were dropped ...
+    if cutoff == 2.0:
+        assert err > 1e-10  # ... and it shows
+
+
+def test_default_cutoff_meets_documented_bound():
+    assert 3.4e7 * math.exp(-DEFAULT_CUTOFF) <= 1e-12
+
+
+def test_kept_radius_closed_form():
+    """The ball of radius r around u holds exactly the keys with beta|b|(<u,x> - c) >= -cutoff."""
+    X = af.sample_uniform(4000, 3, seed=2)
+    u = af.sample_uniform(1, 3, seed=3)[0]
+    bnorm, beta, cutoff = 2.5, 300.0, 10.0
+    c = np.max(X @ u)
+    dmin = np.min(np.linalg.norm(X - u, axis=1))
+    r = kept_radius(np.array([dmin]), np.array([bnorm]), beta, cutoff)[0]
+    inside = np.linalg.norm(X - u, axis=1) <= r
+    kept = beta * bnorm * (X @ u - c) >= -cutoff
+    assert np.all(inside[kept])  # every kept key is inside
+    # nothing beyond the slack is inside: the radius is tight
+    far = beta * bnorm * (X @ u - c) < -cutoff * (1 + 1e-6) - 1e-6
+    assert not np.any(inside & far)
+    assert np.isinf(kept_radius(np.array([0.0]), np.array([0.0]), beta, cutoff)[0])
+
+
+def test_batch_equals_one_by_one_and_2d_input():
+    att = af.worked_example(1e4)
+    X = af.sample_uniform(900, 3, seed=6, M=3)
+    X[1] = af.sample_vmf(900, [1.0, 0.0, 1.0], 200.0, seed=7)
+    batch = vt(X, att)
+    for m in range(3):
+        np.testing.assert_allclose(batch[m], vt(X[m], att), rtol=0, atol=1e-15)
+    assert vt(X[0], att).shape == (900, 3)
+
+
+def test_tangent_and_float32():
+    att = af.worked_example(1e4)
+    X = af.sample_uniform(1500, 3, seed=8)
+    v64 = vt(X, att)
+    np.testing.assert_allclose(np.sum(v64 * X, axis=1), 0.0, atol=1e-13)
+    v32 = velocity_truncated(torch.tensor(X, dtype=torch.float32), att)
+    assert v32.dtype == torch.float32
+    # float32 scores carry an error of about beta * ||B|| * 1e-7 (documented)
+    err = np.max(np.abs(v32.numpy() - v64))
+    assert err <= 10 * att.beta * att.norm_B * 1.2e-7 * scale(att)
+
+
+def test_singular_B_rows_keep_every_key():
+    """B^T x = 0 for tokens on the third axis: all scores tie, the average is the plain mean."""
+    B = np.diag([1.0, 1.0, 0.0])
+    att = af.Attention(np.eye(3), B, np.diag([1.0, 2.0, 3.0]), beta=1e4)
+    X = af.sample_uniform(600, 3, seed=9)
+    X[:5] = [0.0, 0.0, 1.0]
+    X[5:8] = [0.0, 0.0, -1.0]
+    v = vt(X, att)
+    dense = velocity_sdpa(torch.tensor(X), att).numpy()
+    np.testing.assert_allclose(v, dense, rtol=0, atol=1e-12 * scale(att))
+    mean = (X @ att.V.T).mean(axis=0)
+    np.testing.assert_allclose(v[0], mean - (mean @ X[0]) * X[0], atol=1e-12)
+
+
+def test_small_blocks_and_single_big_cells(monkeypatch):
+    """Every grouping path (padded batches, cells alone, chunked ball queries) gives the same field."""
+    att = af.worked_example(300.0)
+    X = cloud("mixed", 600, 3, seed=10)
+    ref = vt(X, att)
+    monkeypatch.setattr(truncated, "BLOCK_ELEMENTS", 1000)
+    monkeypatch.setattr(truncated, "BALL_CHUNK", 100)
+    np.testing.assert_allclose(vt(X, att), ref, rtol=0, atol=1e-14 * scale(att))
+    np.testing.assert_allclose(vt(X, att, leaf=4, leaf_min=1), ref, rtol=0, atol=1e-14 * scale(att))
+
+
+def test_candidate_pairs_match_the_kernel():
+    att = af.worked_example(1e4)
+    X = torch.tensor(af.sample_uniform(1500, 3, seed=11, M=2))
+    stats: dict = {}
+    velocity_truncated(X, att, stats=stats)
+    assert candidate_pairs(X, att) == stats["pairs"]
+    assert stats["pairs"] < 0.2 * 2 * 1500**2
+
+
+def test_candidate_pairs_take_the_kernels_settings():
+    """Settings the kernel adjusts (leaf_min above leaf) or refuses: the count follows the kernel."""
+    att = af.worked_example(1e4)
+    X = torch.tensor(af.sample_uniform(800, 3, seed=5))
+    stats: dict = {}
+    velocity_truncated(X, att, leaf=4, leaf_min=64, stats=stats)
+    assert candidate_pairs(X, att, leaf=4, leaf_min=64) == stats["pairs"]
+    with pytest.raises(ValueError, match="cutoff"):
+        candidate_pairs(X, att, cutoff=-1.0)
+    with pytest.raises(TypeError, match="leaf"):
+        candidate_pairs(X, att, leaf=2.5)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**31), logbeta=st.floats(1.0, 5.0))
+def test_rotation_equivariance(seed, logbeta):
+    """Rotating tokens by R and weights by B -> R B R^T, V -> R V R^T rotates the field by R."""
+    rng = np.random.default_rng(seed)
+    att = random_attention(3, 10.0**logbeta, seed=seed % 1000)
+    R, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    X = af.sample_uniform(200, 3, seed=rng)
+    rot = af.Attention(R @ att.Q @ R.T, R @ att.K @ R.T, R @ att.V @ R.T, att.beta)
+    lhs = vt(X @ R.T, rot)
+    rhs = vt(X, att) @ R.T
+    tol = (1e-12 + 64 * att.beta * att.norm_B * EPS) * scale(att)
+    assert np.max(np.abs(lhs - rhs)) <= tol
+
+
+def test_bad_input():
+    att = af.worked_example(10.0)
+    X = torch.tensor(af.sample_uniform(50, 3, seed=0))
+    with pytest.raises(ValueError, match="beta"):
+        velocity_truncated(X, att.with_beta(math.inf))
+    with pytest.raises(ValueError, match="cutoff"):
+        velocity_truncated(X, att, cutoff=-1.0)
+    with pytest.raises(TypeError, match="leaf"):
+        velocity_truncated(X, att, leaf=2.5)
+    with pytest.raises(ValueError, match="X"):
+        velocity_truncated(X[None, None], att)
+
+
+def test_registry_and_simulate_unchanged():
+    """kernel="truncated" through velocity() and the integrator gives the dense results."""
+    att = af.worked_example(1e3)
+    X0 = af.sample_uniform(300, 3, seed=12)
+    assert_kernel_matches_sdpa(X0, att, "truncated")
+
+
+def test_kept_fraction_is_exact_on_its_sample():
+    att = af.worked_example(1e3)
+    X = af.sample_uniform(800, 3, seed=13)
+    S = att.beta * (X @ att.B) @ X.T
+    exact = np.mean(S - S.max(axis=1, keepdims=True) > -DEFAULT_CUTOFF)
+    assert kept_fraction(torch.tensor(X), att, sample=800) == pytest.approx(exact, abs=1e-12)
+    assert kept_fraction(torch.tensor(X), att.with_beta(1e-3)) == 1.0
+
+
+def test_auto_choices():
+    """The truncated kernel where few keys count (the other choices: test_auto.py)."""
+    X_uniform = torch.tensor(af.sample_uniform(8192, 3, seed=14))[None]
+    cold = af.worked_example(1e4)
+    assert choose_kernel(X_uniform, cold) == "truncated"
+    costs = auto.predict_costs(X_uniform, cold)
+    assert choose_kernel(X_uniform, cold) == min(costs, key=lambda k: costs[k])
+    assert choose_kernel(X_uniform[:, :1000], cold) == "sdpa"  # small N
