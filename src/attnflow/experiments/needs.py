@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..attention import COND_B_MAX, WEIGHTS
 from ..dynamics.reference import reference_problem
@@ -28,7 +28,15 @@ from ..measures.registry import or_list
 
 if TYPE_CHECKING:
     from ..attention import Attention
-    from .model import ModelConfig
+
+
+class WeightsKeys(Protocol):
+    """What the needs read of a config (experiments.model.ModelConfig has it; a Protocol, so that
+    this module, which model.py imports, imports nothing of the experiments)."""
+
+    weights: str
+    symmetric: bool
+
 
 __all__ = ["INVERTIBLE_B", "LIMIT", "NEEDS", "REFERENCE", "Need", "check_needs", "needs_of"]
 
@@ -48,7 +56,7 @@ class Need:
     problem: Callable[[Attention], str | None]
     when: Callable[[Any], bool] | None = None
 
-    def applies(self, config: ModelConfig) -> bool:
+    def applies(self, config: WeightsKeys) -> bool:
         return self.when is None or bool(self.when(config))
 
 
@@ -58,7 +66,7 @@ def _singular_B(att: Attention) -> str | None:
     return f"B = Q^T K is singular (condition number {att.cond_B:.3g} > {COND_B_MAX:.0e})"
 
 
-def _quadrature(config: ModelConfig) -> bool:
+def _quadrature(config: WeightsKeys) -> bool:
     return getattr(config, "init", None) == "quadrature"
 
 
@@ -90,7 +98,7 @@ def needs_of(Config: type) -> tuple[Need, ...]:
     return tuple(getattr(Config, "needs", ()))
 
 
-def check_needs(config: ModelConfig, att: Attention) -> None:
+def check_needs(config: WeightsKeys, att: Attention) -> None:
     """ValueError (one line) naming the first need of config's experiment that `att` misses."""
     for need in needs_of(type(config)):
         if not need.applies(config):
@@ -100,7 +108,7 @@ def check_needs(config: ModelConfig, att: Attention) -> None:
             raise ValueError(_refusal(config, need, problem))
 
 
-def _refusal(config: ModelConfig, need: Need, problem: str) -> str:
+def _refusal(config: WeightsKeys, need: Need, problem: str) -> str:
     experiment = getattr(config, "experiment", "this experiment")
     fixes = _weights_fixes(config, need) + _other_experiments(need)
     weights = config.weights
@@ -111,7 +119,7 @@ def _refusal(config: ModelConfig, need: Need, problem: str) -> str:
     )
 
 
-def _weights_fixes(config: ModelConfig, need: Need) -> list[str]:
+def _weights_fixes(config: WeightsKeys, need: Need) -> list[str]:
     """What to change of the weights keys."""
     if config.weights not in WEIGHTS:
         return ["other weights"]
