@@ -361,7 +361,7 @@ def meanfield_level(
         coords={"seed": [inputs.seed], "time": inputs.times},
         attrs={
             "solver": to_json(solver_info),
-            "N": round(2.0 * math.pi / c.info["h"]),
+            "N": round(2.0 * math.pi / (c.info["h"] * 2**level)) * 2**level,
             "nodes": int(c.n_nodes[0]),
             "beta": beta,
             "resolution_ratio": ratio,
