@@ -114,7 +114,8 @@ def test_config_choices_and_descriptions_come_from_the_registries():
 
     zt = typing.get_args(ZeroTemperatureConfig.model_fields["init"].annotation)
     assert zt == tuple(n for n, e in DISCRETISATIONS.items() if not e.per_beta)
-    with pytest.raises(ConfigError, match=r"init: .*'uniform', 'fibonacci', 'quadrature', 'graded' or 'meanfield'"):
+    choices = r"init: .*'uniform', 'fibonacci', 'quadrature', 'graded' or 'meanfield'"
+    with pytest.raises(ConfigError, match=choices):
         load_config("concentration", ["init=gaussian"])
 
 
