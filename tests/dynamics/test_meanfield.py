@@ -5,6 +5,7 @@ import pytest
 
 import attnflow as af
 from attnflow.dynamics.meanfield import MeanFieldSettings, initial_separatrices, simulate_mean_field_circle
+from attnflow.dynamics.separatrix import mean_field_quadrature
 from attnflow.measures.sphere import vmf_density
 
 FAST = MeanFieldSettings(margin=2.0, max_passes=2)
@@ -93,7 +94,8 @@ def test_separatrices_agree_with_the_fates_of_equispaced_tokens():
     """A grading-free fate test: 4096 equispaced tokens at beta = 10 (kernel width 0.18 rad, 120
     spacings) integrated to t = 20; the initial angles where the final side of u_1 switches bracket
     the mean-field separatrices within one spacing (measured: 2.20740 and 5.34899 against 2.20759 and
-    5.34918; the graded search of dynamics.separatrix says 2.20947 here, 2.7 spacings off)."""
+    5.34918), and so does the graded search of dynamics.separatrix (2.2075889; with its old
+    exit_angle = 0.4 it said 2.20947, 2.7 spacings off: the repelling point drifts that far)."""
     att = af.worked_example(10.0, d=2)
     N = 4096
     th = 2 * math.pi * (np.arange(N) + 0.5) / N
@@ -107,3 +109,5 @@ def test_separatrices_agree_with_the_fates_of_equispaced_tokens():
     found = np.sort(np.mod(tr.separatrices[0], 2 * math.pi))
     assert fates.size == 2
     np.testing.assert_allclose(found, fates, atol=2 * math.pi / N)
+    search = mean_field_quadrature(att, 20.0, 0)[2]
+    np.testing.assert_allclose(np.sort(np.mod(search.angles, 2 * math.pi)), fates, atol=2 * math.pi / N)
