@@ -340,7 +340,7 @@ def test_list_types_are_in_user_words():
     assert types["seeds"] == "list of integers >= 0"
     assert types["kappa"] == "number > 0"
     assert types["symmetric"] == "true or false"
-    assert types["init"] == "uniform, fibonacci, quadrature or graded"
+    assert types["init"] == "uniform, fibonacci, quadrature, graded or meanfield"
     assert shared["seed"] == "integer >= 0" and shared["dtype"] == "float64 or float32"
     text = invoke("list").output
     for python in ("Optional", "Union", "typing", "Literal", "Annotated", "NoneType", "list["):

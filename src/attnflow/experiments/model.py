@@ -18,6 +18,9 @@ that integrate the flow; their choices, descriptions and checks come from the re
               "graded"      d = 2, `concentration` only: nodes graded logarithmically toward the
                             separatrices of the flow at each beta (attnflow.dynamics.separatrix), weights
                             carrying rho_0; the levels of the N ladder are the grading's levels
+              "meanfield"   d = 2, `concentration` only: the mean-field measure with its exponentially
+                            small tail kept (attnflow.science.meanfield); its refinement levels are the
+                            ladder's, N their initial node counts
     density = a name of attnflow.measures.MEASURES: "uniform" or "vmf" (von Mises-Fisher of
               concentration `kappa` around A's top eigenvector u_1): rho_0 itself. A density's
               parameters are config keys of the same name, except its mean direction (u_1).
@@ -208,9 +211,9 @@ def check_flow(config: FlowConfig) -> None:
             f"noise = {config.noise:g} needs a fixed-step integrator (euler, heun or rk4, step dt), not "
             "integrator = adaptive"
         )
-    if config.init == "graded" and flow_departures(config):
+    if config.init in ("graded", "meanfield") and flow_departures(config):
         raise ValueError(
-            f"init = graded grades rho_0 toward the separatrices of one softmax head's flow; with "
+            f"init = {config.init} grades rho_0 toward the separatrices of one softmax head's flow; with "
             f"{', '.join(flow_departures(config))} use init = quadrature or uniform"
         )
     if config.one_head and drawn and (config.heads > 1 or config.redraw is not None):

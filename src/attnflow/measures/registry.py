@@ -4,8 +4,8 @@
     MEASURES         "uniform", "vmf": a family of densities w.r.t. the uniform law, with its
                      sampler, its density up to a constant and normalised, its parameters and the
                      dimensions d it exists in
-    DISCRETISATIONS  "uniform" (i.i.d. samples), "fibonacci", "quadrature", "graded": the dimensions
-                     and densities each carries, and its nodes and weights for any N and seed
+    DISCRETISATIONS  "uniform" (i.i.d. samples), "fibonacci", "quadrature", "graded", "meanfield":
+                     the dimensions and densities each carries, and its nodes and weights for any N and seed
 
 Adding a density is its functions (`densities`, `sampling`) and one line of MEASURES; adding a
 discretisation is its nodes function and one line of DISCRETISATIONS. `family.bind(d, **params)` gives
@@ -258,5 +258,9 @@ DISCRETISATIONS: Mapping[str, Discretisation] = MappingProxyType({
     ),
     "graded": Discretisation(
         "graded", "nodes graded toward the separatrices at each beta", Dims((2,)), (), False, True, None
+    ),
+    "meanfield": Discretisation(
+        "meanfield", "the mean-field measure with its exponentially small tail kept, at each beta",
+        Dims((2,)), (), False, True, None,
     ),
 })  # fmt: skip

@@ -40,7 +40,7 @@ from ...science.uncertainty import Measured
 from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid, warn_assumptions
 from ..config import Angle, Seed, SimulationConfig, check_betas
 from ..inputs import integration, model_inputs
-from ..model import FlowConfig
+from ..model import FlowConfig, weights_attention
 from ..needs import INVERTIBLE_B, LIMIT, Need
 from ..parts import cached_part, fingerprint, part_done, part_name
 from ..registry import Experiment, doc_summary
@@ -56,6 +56,7 @@ from .levels import (
     batch_betas,
     departure_time,
     graded_clouds,
+    meanfield_level,
     reduce_level,
     separatrix_part,
     zero_temperature,
@@ -118,11 +119,18 @@ class ConcentrationConfig(SimulationConfig, FlowConfig):
             raise ValueError(f"N_min = {self.N_min} must not exceed N_max = {self.N_max}")
         if self.seeds and self.init != "uniform":
             raise ValueError(f"seeds are random clouds: they need init = uniform, not {self.init}")
-        if self.init == "graded" and self.N != "auto":
+        if self.init in ("graded", "meanfield") and self.N != "auto":
             raise ValueError(
-                f'init = graded sets N per beta (the node counts of its levels): use N = "auto", not '
-                f"N = {self.N}"
+                f"init = {self.init} sets N per beta (the node counts of its levels): use N = "
+                f'"auto", not N = {self.N}'
             )
+        if self.init == "meanfield":
+            top = weights_attention(self).spectrum().top.basis.shape[1]
+            if top != 1:
+                raise ValueError(
+                    f"init = meanfield measures W2 to the two atoms +-u_1 of Pi_# rho_0: A's top eigenspace "
+                    f"must be a line, it has dimension {top} (use init = graded or quadrature)"
+                )
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct, got {self.seeds}")
         return self
@@ -240,7 +248,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     reporter.advance(costs[0])
     evidence = [beta_evidence(inputs, lad, probe) for lad in ladders]
     ds = _assemble(inputs, ladders, zero, evidence)
-    if inputs.model.theorem()[0]:
+    if inputs.model.theorem()[0] and not inputs.meanfield:  # (a mean-field run stores no tokens)
         ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
     timings["total_s"] = time.perf_counter() - start
     claims = claim_data(inputs, evidence, zero, zero_info)
@@ -264,6 +272,11 @@ def _time_step_probe(shared: _Run, ladders: list[Ladder]) -> TimeStepProbe:
     lad = max(ladders, key=lambda lad: lad.beta)
     base = lad.parts[0]
     N = int(base.attrs["N"])
+    if inputs.meanfield:  # level 0 again at the tighter tolerances
+        tighter = inputs.solver.tighter()
+        probe = partial(meanfield_level, inputs, lad.beta, 0, tighter, shared.reporter)
+        part = shared.part(f"{part_name(beta=lad.beta, level=0)}_timestep", probe)
+        return time_step_probe(inputs, base, part, shared.w2_zero, tighter.label)
     cloud = lad.clouds[N]
     tight = inputs.solver.tighter()
 
@@ -301,6 +314,8 @@ def _ladder(shared: _Run, beta: float) -> Ladder:
     """The ladder of one beta: levels until the verdict says stop (graded levels: until converged or
     the last node count <= N_max, see graded_clouds; the others: converged, or 2 N > N_max)."""
     inputs, reporter = shared.inputs, shared.reporter
+    if inputs.meanfield:
+        return _meanfield_ladder(shared, beta)
     search, Ns = None, inputs.Ns
     clouds: Mapping[int, Cloud] = shared.clouds
     if inputs.graded:  # the levels are the grading's: their N are node counts, known once searched
@@ -323,6 +338,29 @@ def _ladder(shared: _Run, beta: float) -> Ladder:
     if decision.status == "under-resolved":
         reporter.warn(_under_resolved(inputs, beta, parts[-1]))
     return Ladder(beta, tuple(parts), tuple(r.quantities for r in readings), decision, clouds, search)
+
+
+#: init = meanfield: the most refinement levels of one beta (each halves the spacings)
+MEANFIELD_LEVELS = 4
+
+
+def _meanfield_ladder(shared: _Run, beta: float) -> Ladder:
+    """init = meanfield: levels 0, 1, ... of the mean-field flow at beta, until the verdict says
+    converged, the next level's node count would pass N_max, or MEANFIELD_LEVELS."""
+    inputs, reporter = shared.inputs, shared.reporter
+    parts: list[Any] = []
+    readings: list[LevelReading] = []
+    for level in range(MEANFIELD_LEVELS):
+        compute = partial(meanfield_level, inputs, beta, level, inputs.solver, reporter)
+        parts.append(shared.part(part_name(beta=beta, level=level), compute))
+        readings.append(_reading(inputs, parts, shared.w2_zero))
+        decision = judge_ladder(readings, inputs.rules)
+        reporter.info(_level_line(beta, readings[-1].N, readings[-1], decision.status))
+        reporter.advance(shared.costs[level] if level < len(shared.costs) else 0.0)
+        if decision.status == "converged" or 2 * readings[-1].N > inputs.rules.N_max:
+            break
+    reporter.advance(sum(shared.costs[len(parts) :]))
+    return Ladder(beta, tuple(parts), tuple(r.quantities for r in readings), decision, {}, None)
 
 
 def _separatrix_record(search: Any) -> dict[str, Any]:

@@ -64,8 +64,13 @@ class ConcentrationInputs:
 
     @property
     def graded(self) -> bool:
-        """init = graded: rho_0 built per beta, the ladder's levels being the grading's."""
+        """init = graded or meanfield: rho_0 built per beta, the ladder's levels being its own."""
         return self.model.rho0.per_beta
+
+    @property
+    def meanfield(self) -> bool:
+        """init = meanfield: each level is the mean-field flow with its tail kept (no tokens)."""
+        return self.model.rho0.init.name == "meanfield"
 
     @property
     def cloud_seeds(self) -> tuple[int, ...]:
@@ -290,6 +295,77 @@ def reduce_level(inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: Le
         data,
         coords={"seed": cloud.seeds, "time": inputs.times},
         attrs={"solver": to_json(solver), "N": cloud.N, "beta": beta, "resolution_ratio": ratio},
+    )
+
+
+def meanfield_level(
+    inputs: ConcentrationInputs, beta: float, level: int, solver: Integration, reporter: Reporter
+):
+    """init = meanfield: level `level` at beta as the per-level Dataset of `reduce_level` (one
+    "seed", no stored tokens): W2 to Pi_# rho_0, the masses and the Lyapunov function of the
+    mean-field measure (science.meanfield.mean_field_circle, tolerances the solver's); the coupling
+    bound needs each token's own Pi(x_0) and is NaN. attrs N: 2 pi / h, the equispaced count of the
+    level's spacing h far from the separatrices (each level doubles it, as the ladder's Richardson
+    estimates need); nodes: its initial node count."""
+    import xarray as xr
+
+    from ...dynamics.meanfield import MeanFieldSettings
+    from ...science import metrics
+    from ...science.meanfield import mean_field_circle
+
+    att = inputs.model.attention.with_beta(beta)
+    settings = MeanFieldSettings(rtol=solver.rtol, atol=solver.atol)
+    with torch_threads(solver.threads), reporter.task(f"beta = {beta:g}, level {level}", total=1.0):
+        c = mean_field_circle(
+            att,
+            inputs.times,
+            level=level,
+            density=inputs.model.rho0.density_fn,
+            settings=settings,
+            eps=inputs.eps,
+            keep_states=True,
+        )
+    assert c.trajectory is not None
+    P = inputs.model.spectrum.top_projector
+    lyapunov = []
+    for theta, logw in c.trajectory.states:
+        X = np.stack([np.cos(theta), np.sin(theta)], -1)
+        lyapunov.append(float(metrics.lyapunov(X, P, weights=np.exp(logw - np.logaddexp.reduce(logw)))))
+    curves = {
+        "w2": c.w2,
+        "coupling_bound": np.full(c.t.size, np.nan),
+        "lyapunov": np.asarray(lyapunov),
+        "mass_A": c.mass_A,
+        "mass_V": c.mass_V,
+    }
+    data: dict[str, Any] = {
+        k: (("seed", "time"), np.asarray(v, dtype=float)[None]) for k, v in curves.items()
+    }
+    data["x"] = (("time", "token", "dim"), np.zeros((c.t.size, 0, 2), dtype=np.float32))
+    theta0 = np.sort(np.mod(c.trajectory.states[0][0], 2.0 * math.pi))
+    gap = float(np.max(np.diff(theta0, append=theta0[0] + 2.0 * math.pi)))
+    ratio = gap * math.sqrt(
+        beta * float(np.max(np.linalg.norm(np.stack([np.cos(theta0), np.sin(theta0)], -1) @ att.B, axis=1)))
+    )
+    passes = [{k: v for k, v in p.items() if isinstance(v, int | float | str)} for p in c.info["passes"]]
+    solver_info = {
+        "method": "meanfield",
+        "level": level,
+        "passes": passes,
+        "field_evals": c.info["field_evals"],
+        "wall_s": c.info["wall_s"],
+        "max_nodes": int(c.n_nodes.max()),
+    }
+    return xr.Dataset(
+        data,
+        coords={"seed": [inputs.seed], "time": inputs.times},
+        attrs={
+            "solver": to_json(solver_info),
+            "N": round(2.0 * math.pi / (c.info["h"] * 2**level)) * 2**level,
+            "nodes": int(c.n_nodes[0]),
+            "beta": beta,
+            "resolution_ratio": ratio,
+        },
     )
 
 

@@ -44,6 +44,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "t_max": 25.0,
         "zero_reference": True,
     },
+    # the same weights as the mean-field flow with its exponentially small tail kept (init =
+    # meanfield, levels 0 and 1): betas 10 to 80, t_max past the heuristic departure (delta/lambda)
+    # beta of the largest (docs/experiments.md, "concentration-2d-meanfield")
+    "concentration-2d-meanfield": {
+        "weights": "worked-example-2d",
+        "init": "meanfield",
+        "N": "auto",
+        "streak": 1,
+        "betas": [10.0, 14.1, 20.0, 28.3, 40.0, 56.6, 80.0],
+        "t_max": 70.0,
+        "zero_reference": True,
+    },
     # the ladder alone, d = 3 Fibonacci nodes (formerly the `resolution` experiment)
     "resolution": {
         "betas": [10.0, 30.0, 100.0],

@@ -91,7 +91,7 @@ def _branch_panel(ax: Any, ds: Any, kind: str, fits: dict[str, Any]) -> None:
             grid = np.geomspace(min(fit["Ns"]), max(fit["Ns"]), 20)
             ax.plot(grid, fit["a"] * np.log(grid) + fit["b"], color=colour, ls="-", lw=1.2)
         t_mf = entry.get("t_mf", math.nan)
-        if math.isfinite(t_mf) and t_mf <= 1.3 * top:
+        if math.isfinite(t_mf) and 0 < t_mf <= 1.3 * top:  # (a negative t_mf: no metastable phase)
             ax.axhline(t_mf, color=colour, ls=":", lw=1.0)
     ax.set_xscale("log")
     ticks_at(ax.xaxis, Ns)
