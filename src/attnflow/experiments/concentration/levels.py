@@ -342,11 +342,12 @@ def meanfield_level(
         k: (("seed", "time"), np.asarray(v, dtype=float)[None]) for k, v in curves.items()
     }
     data["x"] = (("time", "token", "dim"), np.zeros((c.t.size, 0, 2), dtype=np.float32))
+    # the resolution ratio as for graded nodes: the largest gap between the initial nodes against
+    # the kernel width 1 / sqrt(beta max_i |B^T x_i|)
     theta0 = np.sort(np.mod(c.trajectory.states[0][0], 2.0 * math.pi))
     gap = float(np.max(np.diff(theta0, append=theta0[0] + 2.0 * math.pi)))
-    ratio = gap * math.sqrt(
-        beta * float(np.max(np.linalg.norm(np.stack([np.cos(theta0), np.sin(theta0)], -1) @ att.B, axis=1)))
-    )
+    X0 = np.stack([np.cos(theta0), np.sin(theta0)], -1)
+    ratio = gap * math.sqrt(beta * float(np.max(np.linalg.norm(X0 @ att.B, axis=1))))
     passes = [{k: v for k, v in p.items() if isinstance(v, int | float | str)} for p in c.info["passes"]]
     solver_info = {
         "method": "meanfield",
