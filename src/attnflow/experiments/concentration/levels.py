@@ -310,7 +310,6 @@ def meanfield_level(
     import xarray as xr
 
     from ...dynamics.meanfield import MeanFieldSettings
-    from ...science import metrics
     from ...science.meanfield import mean_field_circle
 
     att = inputs.model.attention.with_beta(beta)
@@ -327,14 +326,10 @@ def meanfield_level(
         )
     assert c.trajectory is not None
     P = inputs.model.spectrum.top_projector
-    lyapunov = []
-    for theta, logw in c.trajectory.states:
-        X = np.stack([np.cos(theta), np.sin(theta)], -1)
-        lyapunov.append(float(metrics.lyapunov(X, P, weights=np.exp(logw - np.logaddexp.reduce(logw)))))
     curves = {
         "w2": c.w2,
         "coupling_bound": np.full(c.t.size, np.nan),
-        "lyapunov": np.asarray(lyapunov),
+        "lyapunov": _measure_lyapunov(c.trajectory.states, P),
         "mass_A": c.mass_A,
         "mass_V": c.mass_V,
     }
@@ -342,12 +337,7 @@ def meanfield_level(
         k: (("seed", "time"), np.asarray(v, dtype=float)[None]) for k, v in curves.items()
     }
     data["x"] = (("time", "token", "dim"), np.zeros((c.t.size, 0, 2), dtype=np.float32))
-    # the resolution ratio as for graded nodes: the largest gap between the initial nodes against
-    # the kernel width 1 / sqrt(beta max_i |B^T x_i|)
-    theta0 = np.sort(np.mod(c.trajectory.states[0][0], 2.0 * math.pi))
-    gap = float(np.max(np.diff(theta0, append=theta0[0] + 2.0 * math.pi)))
-    X0 = np.stack([np.cos(theta0), np.sin(theta0)], -1)
-    ratio = gap * math.sqrt(beta * float(np.max(np.linalg.norm(X0 @ att.B, axis=1))))
+    ratio = _node_ratio(c.trajectory.states[0][0], beta, att.B)
     passes = [{k: v for k, v in p.items() if isinstance(v, int | float | str)} for p in c.info["passes"]]
     solver_info = {
         "method": "meanfield",
@@ -368,6 +358,26 @@ def meanfield_level(
             "resolution_ratio": ratio,
         },
     )
+
+
+def _measure_lyapunov(states: Any, P: np.ndarray) -> np.ndarray:
+    """The Lyapunov function of each weighted state (angles, log-weights) on S^1 (T,)."""
+    from ...science import metrics
+
+    out = []
+    for theta, logw in states:
+        X = np.stack([np.cos(theta), np.sin(theta)], -1)
+        out.append(float(metrics.lyapunov(X, P, weights=np.exp(logw - np.logaddexp.reduce(logw)))))
+    return np.asarray(out)
+
+
+def _node_ratio(theta: np.ndarray, beta: float, B: np.ndarray) -> float:
+    """The resolution ratio as for graded nodes: the largest gap between the nodes at angles theta
+    against the kernel width 1 / sqrt(beta max_i |B^T x_i|)."""
+    theta0 = np.sort(np.mod(theta, 2.0 * math.pi))
+    gap = float(np.max(np.diff(theta0, append=theta0[0] + 2.0 * math.pi)))
+    X0 = np.stack([np.cos(theta0), np.sin(theta0)], -1)
+    return gap * math.sqrt(beta * float(np.max(np.linalg.norm(X0 @ B, axis=1))))
 
 
 def resolution_ratio_of(inputs: ConcentrationInputs, beta: float, cloud: Cloud) -> float:
