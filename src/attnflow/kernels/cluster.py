@@ -67,16 +67,17 @@ import torch
 
 from .._threads import intra_op_threads as _threads
 from . import cells as _cells
-from .cluster_plan import DEFAULT_TOL, _cloud_betas, _cloud_weights, cloud_plans
+from .cluster_plan import DEFAULT_TOL, _batched_plans, _cloud_weights
 from .cluster_plan import MIN_ORDER as MIN_ORDER
 from .cluster_plan import ORDERS as ORDERS
+from .cluster_plan import cloud_plans as cloud_plans
 from .cluster_plan import default_order as default_order
 from .cluster_plan import settings as settings
 from .cluster_sums import BLOCK_ELEMENTS as BLOCK_ELEMENTS
 from .cluster_sums import PAD_RATIO as PAD_RATIO
 from .cluster_sums import PARALLEL_WORK as PARALLEL_WORK
 from .cluster_sums import _Cloud, _direct, _expand
-from .common import batched, matrices_like, tangent
+from .common import matrices_like, tangent
 
 if TYPE_CHECKING:
     from ..attention import Attention
@@ -153,21 +154,9 @@ def velocity_cluster(
     Returns (M, N, d) (or (N, d)) like X.
     """
     squeeze = X.dim() == 2
-    X3 = batched(X, "X")
-    M, N, _ = X3.shape
     c0 = time.process_time()
-    plans = cloud_plans(
-        X,
-        att,
-        betas=betas,
-        weights=weights,
-        tol=tol,
-        order=order,
-        leaf_min=leaf_min,
-        leaf_max=leaf_max,
-        costs=costs,
-    )
-    beta_list = _cloud_betas(att, betas, M)
+    X3, beta_list, plans = _batched_plans(X, att, betas, weights, tol, order, leaf_min, leaf_max, costs)
+    M, N, _ = X3.shape
     w = _cloud_weights(weights, M, N, X3)
     stats = {} if stats is None else stats
     for key in _cells.COUNTS:

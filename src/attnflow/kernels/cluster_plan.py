@@ -92,6 +92,22 @@ def cloud_plans(
     """The plan (`cells.plan`) of every cloud of X (M, N, d) (or (N, d)), as `velocity_cluster` makes
     them; kept for the next call on the same, unmodified tensors (reuse.py): `kernel="auto"` prices
     the kernel by these plans and the kernel then takes them."""
+    return _batched_plans(X, att, betas, weights, tol, order, leaf_min, leaf_max, costs)[2]
+
+
+def _batched_plans(
+    X: torch.Tensor,
+    att: Attention,
+    betas: torch.Tensor | None,
+    weights: torch.Tensor | None,
+    tol: float,
+    order: int | None,
+    leaf_min: int,
+    leaf_max: int,
+    costs: dict[str, float] | None,
+) -> tuple[torch.Tensor, list[float], list[_cells.Plan]]:
+    """X as (M, N, d), the inverse temperature of each cloud and the plans of `cloud_plans`: the one
+    reading of the keywords that `cloud_plans` and `velocity_cluster` share."""
     X3 = batched(X, "X")
     M, N, d = X3.shape
     beta_list = _cloud_betas(att, betas, M)
@@ -113,4 +129,4 @@ def cloud_plans(
         ]
         if cacheable:
             reuse.put(tensors, key, plans)
-    return plans
+    return X3, beta_list, plans
