@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from ...io import json_attr
 from ...progress import Reporter
@@ -33,7 +33,7 @@ from ...science.convergence import (
 )
 from ...science.metrics import RESOLUTION_OK
 from ..common import base_attrs, time_grid, warn_assumptions
-from ..config import Angle, Seed, SimulationConfig, check_betas
+from ..config import Angle, Betas, Seed, SimulationConfig
 from ..inputs import integration, model_inputs
 from ..model import FlowConfig, weights_attention
 from ..needs import INVERTIBLE_B, LIMIT, Need
@@ -76,7 +76,7 @@ class ConcentrationConfig(SimulationConfig, FlowConfig):
     # W2 to Pi_# rho_0 of one head's A, and the zero-temperature curve beside the finite betas
     needs: ClassVar[tuple[Need, ...]] = (INVERTIBLE_B, LIMIT)
     one_head: ClassVar[bool] = True
-    betas: list[PositiveFloat] = Field(
+    betas: Betas = Field(
         [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0], description="inverse temperatures beta (finite, > 0)"
     )
     N: PositiveInt | Literal["auto"] = Field(
@@ -105,11 +105,6 @@ class ConcentrationConfig(SimulationConfig, FlowConfig):
         description="zero-temperature curve at N = infinity (adaptive cubature: seconds to a minute) where "
         "it exists; false: the exact flow of the cloud",
     )
-
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: list[float]) -> list[float]:
-        return check_betas(v)
 
     def saved_cloud(self) -> tuple[int, int]:
         return max(1, len(self.seeds)), super().saved_cloud()[1]

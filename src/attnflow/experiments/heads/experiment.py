@@ -30,6 +30,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
 from ...flow import Dynamics, padded_head
 from ...io import json_attr
 from ...progress import Reporter
+from ...science.clusters import GLPR_EPS
 from ..common import (
     base_attrs,
     finite_or_none,
@@ -42,7 +43,6 @@ from ..common import (
 from ..config import Angle, SimulationConfig
 from ..model import NEW_KEY
 from ..parts import cached_part, fingerprint, part_name
-from ..phase_diagram import GLPR_EPS
 from ..registry import Experiment, doc_summary
 from .figures import WHOLE_LAYER, figures
 

@@ -25,13 +25,14 @@ from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_v
 
 from ...io import json_attr
 from ...progress import Reporter
+from ...science.clusters import GLPR_EPS
 from ..common import base_attrs, finite_or_none, time_grid, torch_threads, unit_float64
 from ..config import (
     INTEGRATOR_HELP,
     Angle,
+    Betas,
     Integrator,
     SimulationConfig,
-    check_betas,
     format_validation_error,
 )
 from ..inputs import Integration, ModelInputs, integration, model_inputs
@@ -56,8 +57,6 @@ VARY_KEYS = (
     "redraw",
     "weights_seed",
 )
-#: <x_i, x_j> >= 0.999, the clustered pairs of GLPR's and simuformer's phase diagrams
-GLPR_EPS = math.acos(0.999)
 #: the per-cloud curves of a point, in the order the Dataset holds them
 CURVES = ("clusters", "clustered_pairs", "w2_atoms", "radius")
 
@@ -73,7 +72,7 @@ class PhaseDiagramConfig(SimulationConfig, FlowConfig):
     experiment: Literal["phase-diagram"] = "phase-diagram"
     integrator: Integrator = Field("rk4", description=INTEGRATOR_HELP)
     dt: PositiveFloat = Field(0.1, description="step of the fixed-step integrators (ignored by adaptive)")
-    betas: list[PositiveFloat] = Field([1.0, 2.0, 4.0, 8.0], description="inverse temperatures beta")
+    betas: Betas = Field([1.0, 2.0, 4.0, 8.0], description="inverse temperatures beta")
     N: PositiveInt = Field(32, description="tokens per cloud")
     clouds: PositiveInt = Field(64, description="independent clouds per point, in one kernel call")
     t_max: PositiveFloat = Field(20.0, description="final time")
@@ -85,11 +84,6 @@ class PhaseDiagramConfig(SimulationConfig, FlowConfig):
         description=f"a model key whose `values` are put side by side ({', '.join(VARY_KEYS)}), or none",
     )
     values: list[str | int | float] = Field([], description="the values of `vary`, one panel each")
-
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: list[float]) -> list[float]:
-        return check_betas(v)
 
     @field_validator("atoms")
     @classmethod
