@@ -6,6 +6,7 @@ a figure function to it); `attnflow.experiments.plot_run` draws a run's figures 
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import re
@@ -25,6 +26,9 @@ from attnflow import plot  # noqa: E402
 from attnflow._text import format_value  # noqa: E402
 from attnflow.experiments import heads, layers, terminal, zero_temperature  # noqa: E402
 from attnflow.plot import animation, tokens  # noqa: E402
+
+# the heads figures' module (the package's name `figures` is its function)
+heads_figures = importlib.import_module("attnflow.experiments.heads.figures")
 
 DPI = 50  # small images keep the tests fast
 
@@ -399,7 +403,7 @@ def recorded(monkeypatch):
     for module, names in (
         (cf, ["plot_w2", "plot_t_star", "plot_min_w2", "plot_mass", "token_figures", "plot_sweep"]),
         (layers, ["plot_layers"]),
-        (heads, ["plot_heads"]),
+        (heads_figures, ["plot_heads"]),
     ):
         for name in names:
             monkeypatch.setattr(module, name, fake(name))
