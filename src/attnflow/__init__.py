@@ -62,7 +62,7 @@ _API = {
     "fit_min_w2": "science.fits",
     "fit_decay_rate": "science.fits",
     "theorem_bound": "science.fits",
-    "fit_theorem_bound": "science.fits",
+    "fit_theorem_bound": "science.bound",
     "terminal_time": "science.fits",
     "load_config": "experiments",
     "run_experiment": "experiments",

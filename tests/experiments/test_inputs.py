@@ -9,7 +9,7 @@ import typing
 import numpy as np
 import pytest
 
-import attnflow.attention as attention
+import attnflow.attention.weights as attention_weights  # where WEIGHTS["random"] finds random_attention
 import attnflow.dynamics.integrate as integrate
 from attnflow.attention import WEIGHTS
 from attnflow.experiments import ConfigError, load_config, run_experiment
@@ -134,7 +134,7 @@ def test_random_weights_are_drawn_once_per_run(name, overrides, monkeypatch):
     whatever the betas and levels; every simulate call of the run gets the Attention of those weights
     (at its own beta)."""
     draws, arrays = [], []
-    real_draw, real_simulate = attention.random_attention, integrate.simulate
+    real_draw, real_simulate = attention_weights.random_attention, integrate.simulate
 
     def draw(*args, **kwargs):
         draws.append(args)
@@ -144,7 +144,7 @@ def test_random_weights_are_drawn_once_per_run(name, overrides, monkeypatch):
         arrays.extend((a.Q, a.K, a.V) for a in (att if isinstance(att, list) else [att]))
         return real_simulate(X0, att, times, **kwargs)
 
-    monkeypatch.setattr(attention, "random_attention", draw)
+    monkeypatch.setattr(attention_weights, "random_attention", draw)
     monkeypatch.setattr(integrate, "simulate", simulate)
     drawn_attention.cache_clear()  # (other tests drew these weights already)
     config = load_config(name, [*overrides, "weights=random", "weights_seed=5"])

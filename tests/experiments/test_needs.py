@@ -240,7 +240,7 @@ def test_a_new_run_that_fails_before_a_part_leaves_nothing(tmp_path, monkeypatch
     assert not (tmp_path / "out").exists()
     # once a part is finished, the run's folder stays (a rerun resumes from it)
     with monkeypatch.context() as m:
-        m.setattr(experiment, "_assemble", fail)
+        m.setattr(experiment, "assemble", fail)
         with pytest.raises(RuntimeError):
             run_experiment(config, tmp_path / "out")
     assert (tmp_path / "out" / "config.toml").is_file()

@@ -14,7 +14,8 @@ import torch
 
 import attnflow as af
 from attnflow.kernels import cells
-from attnflow.kernels.cluster import DEFAULT_TOL, _monomial_features, velocity_cluster
+from attnflow.kernels.cluster import DEFAULT_TOL, velocity_cluster
+from attnflow.kernels.cluster_sums import _monomial_features
 from attnflow.kernels.dense import velocity_sdpa
 from helpers import assert_kernel_matches_sdpa, random_attention
 
@@ -233,12 +234,12 @@ def test_singular_B_rows_keep_every_key():
 
 def test_small_batches_give_the_same_field(monkeypatch):
     """Every batching path (one cell per batch, chunks of pairs) gives the same field."""
-    from attnflow.kernels import cluster
+    from attnflow.kernels import cluster_sums
 
     att = af.worked_example(1e3)
     X = two_clusters(2000, 3, 1e4, seed=14)
     ref = vc(X, att, costs=EXPAND_ALL)
-    monkeypatch.setattr(cluster, "BLOCK_ELEMENTS", 5000)
+    monkeypatch.setattr(cluster_sums, "BLOCK_ELEMENTS", 5000)
     np.testing.assert_allclose(vc(X, att, costs=EXPAND_ALL), ref, rtol=0, atol=1e-14 * scale(att))
 
 

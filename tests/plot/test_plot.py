@@ -6,6 +6,7 @@ a figure function to it); `attnflow.experiments.plot_run` draws a run's figures 
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import re
@@ -24,7 +25,10 @@ import attnflow.experiments.concentration.figures as cf  # noqa: E402
 from attnflow import plot  # noqa: E402
 from attnflow._text import format_value  # noqa: E402
 from attnflow.experiments import heads, layers, terminal, zero_temperature  # noqa: E402
-from attnflow.plot import tokens  # noqa: E402
+from attnflow.plot import animation, tokens  # noqa: E402
+
+# the heads figures' module (the package's name `figures` is its function)
+heads_figures = importlib.import_module("attnflow.experiments.heads.figures")
 
 DPI = 50  # small images keep the tests fast
 
@@ -270,7 +274,7 @@ def test_directions_are_orthonormal_and_start_with_basis_A(conc5):
 
 @pytest.mark.parametrize("which", ["conc3", "conc5"])
 def test_gif_has_one_frame_per_time(request, tmp_path, which, monkeypatch):
-    monkeypatch.setattr(tokens.shutil, "which", lambda name: None)  # GIF only
+    monkeypatch.setattr(animation.shutil, "which", lambda name: None)  # GIF only
     ds = request.getfixturevalue(which)
     paths = plot.animate(ds, tmp_path / "tokens.gif", dpi=40)
     assert paths == [tmp_path / "tokens.gif"]
@@ -280,7 +284,7 @@ def test_gif_has_one_frame_per_time(request, tmp_path, which, monkeypatch):
 
 
 def test_gif_of_zero_temperature_run(conc3, tmp_path, monkeypatch):
-    monkeypatch.setattr(tokens.shutil, "which", lambda name: None)
+    monkeypatch.setattr(animation.shutil, "which", lambda name: None)
     ds = make_zero_temperature(conc3)
     paths = plot.animate(ds, tmp_path / "z.gif", dpi=40, fps=4)
     with PIL_Image.open(paths[0]) as im:
@@ -399,7 +403,7 @@ def recorded(monkeypatch):
     for module, names in (
         (cf, ["plot_w2", "plot_t_star", "plot_min_w2", "plot_mass", "token_figures", "plot_sweep"]),
         (layers, ["plot_layers"]),
-        (heads, ["plot_heads"]),
+        (heads_figures, ["plot_heads"]),
     ):
         for name in names:
             monkeypatch.setattr(module, name, fake(name))
@@ -435,7 +439,7 @@ def test_plot_run_unknown_or_missing_experiment(conc3, tmp_path):
 
 @pytest.mark.slow
 def test_plot_run_and_report_end_to_end(conc5, tmp_path, monkeypatch):
-    monkeypatch.setattr(tokens.shutil, "which", lambda name: None)
+    monkeypatch.setattr(animation.shutil, "which", lambda name: None)
     paths = experiments.plot_run(conc5, tmp_path / "figures", animation=True, dpi=DPI, pdf=True)
     _check_files(paths[:-1], ["w2", "t_star", "min_w2", "mass", "snapshots"])
     assert paths[-1] == tmp_path / "figures" / "tokens.gif"
@@ -680,7 +684,7 @@ def test_mp4_is_written_when_ffmpeg_exists(conc5, tmp_path, monkeypatch):
         def finish(self):
             pass
 
-    monkeypatch.setattr(tokens.shutil, "which", lambda name: "/usr/bin/ffmpeg")
+    monkeypatch.setattr(animation.shutil, "which", lambda name: "/usr/bin/ffmpeg")
     monkeypatch.setattr(manim, "FFMpegWriter", FakeFFMpeg)
     paths = plot.animate(conc5, tmp_path / "a.gif", dpi=30)
     assert paths == [tmp_path / "a.gif", tmp_path / "a.mp4"]
@@ -797,20 +801,20 @@ def test_mp4_through_the_bundled_ffmpeg(conc5, tmp_path, monkeypatch):
     import sys
     import types
 
-    monkeypatch.setattr(tokens.shutil, "which", lambda name: None)
+    monkeypatch.setattr(animation.shutil, "which", lambda name: None)
     monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # not installed
-    assert tokens.ffmpeg_path() is None
+    assert animation.ffmpeg_path() is None
     fake = types.ModuleType("imageio_ffmpeg")
     fake.get_ffmpeg_exe = lambda: "/opt/bundled/ffmpeg"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "imageio_ffmpeg", fake)
-    assert tokens.ffmpeg_path() == "/opt/bundled/ffmpeg"
-    monkeypatch.setattr(tokens.shutil, "which", lambda name: "/usr/bin/ffmpeg")
-    assert tokens.ffmpeg_path() == "/usr/bin/ffmpeg"  # the PATH's first
+    assert animation.ffmpeg_path() == "/opt/bundled/ffmpeg"
+    monkeypatch.setattr(animation.shutil, "which", lambda name: "/usr/bin/ffmpeg")
+    assert animation.ffmpeg_path() == "/usr/bin/ffmpeg"  # the PATH's first
 
 
 def test_gif_frames_keep_the_first_layout(conc3, tmp_path, monkeypatch):
     """Every frame of the GIF has the same size, and the figure's layout is computed once."""
-    monkeypatch.setattr(tokens, "ffmpeg_path", lambda: None)
+    monkeypatch.setattr(animation, "ffmpeg_path", lambda: None)
     paths = plot.animate(conc3, tmp_path / "t.gif", dpi=40)
     with PIL_Image.open(paths[0]) as im:
         sizes = set()

@@ -249,6 +249,10 @@ def check_betas(v: list[float]) -> list[float]:
     return sorted(_checks.check_betas(v, distinct=True).tolist())
 
 
+#: a config's inverse temperatures: finite, > 0, distinct, sorted (`check_betas`)
+Betas = Annotated[list[PositiveFloat], AfterValidator(check_betas)]
+
+
 # ----------------------------------------------------------------------------------------- errors
 
 

@@ -46,7 +46,7 @@ from .common import (
     unit_float64,
     warn_assumptions,
 )
-from .config import Angle, SimulationConfig, check_betas
+from .config import Angle, Betas, SimulationConfig
 from .inputs import Integration, ModelInputs, integration, model_inputs
 from .model import FlowConfig
 from .parts import cached_part, fingerprint, part_name
@@ -61,18 +61,13 @@ class TerminalConfig(SimulationConfig, FlowConfig):
 
     experiment: Literal["terminal"] = "terminal"
     one_head: ClassVar[bool] = True  # the eigenspaces of one head's A and V
-    betas: list[PositiveFloat] = Field([10.0, 30.0, 100.0], description="inverse temperatures beta")
+    betas: Betas = Field([10.0, 30.0, 100.0], description="inverse temperatures beta")
     N: PositiveInt = Field(500, description="number of tokens")
     t_max: PositiveFloat = Field(20.0, description="final time (long: the terminal phase comes last)")
     dt_save: PositiveFloat = Field(0.1, description="spacing of the saved times")
     eps: Angle = Field(0.1, description="angle (radians) defining 'near' an eigenspace")
     threshold: PositiveFloat = Field(0.5, description="terminal time: first t with mass_V >= threshold")
     n_keep: NonNegativeInt = Field(200, description="tokens whose positions are stored")
-
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: list[float]) -> list[float]:
-        return check_betas(v)
 
     @field_validator("threshold")
     @classmethod

@@ -11,6 +11,7 @@ functions: `import attnflow.plot` stays light.
 
 from __future__ import annotations
 
+from .animation import animate, token_figures
 from .style import (
     BETA_CMAP,
     DPI,
@@ -37,7 +38,7 @@ from .style import (
     ticks_at,
 )
 from .sweep import SWEEP_CAPTIONS, plot_sweep, sweep_variables
-from .tokens import TOKEN_CAPTIONS, animate, has_tokens, plot_snapshots, token_figures
+from .tokens import TOKEN_CAPTIONS, has_tokens, plot_snapshots
 
 __all__ = [
     "BETA_CMAP",

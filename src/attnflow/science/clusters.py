@@ -26,6 +26,8 @@ from .._checks import check_positive, check_stack, check_weights
 
 __all__ = ["DENSE_MAX_N", "cluster_labels", "clustered_pairs", "count_clusters", "nearest_atoms_w2"]
 
+#: GLPR's angle of "clustered": <x_i, x_j> > 0.999 (Geshkovski, Letrouit, Polyanskiy, Rigollet)
+GLPR_EPS = math.acos(0.999)
 DENSE_MAX_N = 2048  # up to this many tokens per cloud the eps-graph comes from the Gram matrix
 GRAM_ELEMENTS = 2**24  # Gram entries per chunk of clouds
 

@@ -12,7 +12,6 @@ Once: the zero-temperature curve, at N = infinity where an exact reference exist
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,14 +20,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from ...io import json_attr
 from ...progress import Reporter
-from ...science.claims import BetaData, ClaimData
 from ...science.convergence import (
-    QUANTITIES,
-    STATUSES,
     LadderRules,
     LevelReading,
     converged_window,
@@ -36,18 +32,23 @@ from ...science.convergence import (
     judge_ladder,
 )
 from ...science.metrics import RESOLUTION_OK
-from ...science.uncertainty import Measured
-from ..common import base_attrs, finite_or_none, fit_or_reason, time_grid, warn_assumptions
-from ..config import Angle, Seed, SimulationConfig, check_betas
+from ..common import base_attrs, time_grid, warn_assumptions
+from ..config import Angle, Betas, Seed, SimulationConfig
 from ..inputs import integration, model_inputs
 from ..model import FlowConfig, weights_attention
 from ..needs import INVERTIBLE_B, LIMIT, Need
 from ..parts import cached_part, fingerprint, part_done, part_name
 from ..registry import Experiment, doc_summary
+from .dataset import (
+    assemble,
+    long_names,
+    run_attrs,
+    summarize,
+    tokens_at_zero_temperature,
+)
 from .evidence import TimeStepProbe, beta_evidence, claim_data, time_step_probe
 from .figures import CAPTIONS, figures, sweep_figures
 from .levels import (
-    CURVES,
     Cloud,
     CloudCache,
     ConcentrationInputs,
@@ -56,11 +57,11 @@ from .levels import (
     batch_betas,
     departure_time,
     graded_clouds,
-    meanfield_level,
     reduce_level,
     separatrix_part,
     zero_temperature,
 )
+from .meanfield import meanfield_level
 from .presets import PRESETS
 
 # the keys of the N ladder: they choose which levels run, not what one level computes
@@ -75,7 +76,7 @@ class ConcentrationConfig(SimulationConfig, FlowConfig):
     # W2 to Pi_# rho_0 of one head's A, and the zero-temperature curve beside the finite betas
     needs: ClassVar[tuple[Need, ...]] = (INVERTIBLE_B, LIMIT)
     one_head: ClassVar[bool] = True
-    betas: list[PositiveFloat] = Field(
+    betas: Betas = Field(
         [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0], description="inverse temperatures beta (finite, > 0)"
     )
     N: PositiveInt | Literal["auto"] = Field(
@@ -104,11 +105,6 @@ class ConcentrationConfig(SimulationConfig, FlowConfig):
         description="zero-temperature curve at N = infinity (adaptive cubature: seconds to a minute) where "
         "it exists; false: the exact flow of the cloud",
     )
-
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: list[float]) -> list[float]:
-        return check_betas(v)
 
     def saved_cloud(self) -> tuple[int, int]:
         return max(1, len(self.seeds)), super().saved_cloud()[1]
@@ -247,13 +243,15 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     timings["time_step_probe_s"] = time.perf_counter() - t0
     reporter.advance(costs[0])
     evidence = [beta_evidence(inputs, lad, probe) for lad in ladders]
-    ds = _assemble(inputs, ladders, zero, evidence)
+    ds = assemble(inputs, ladders, zero, evidence)
     if inputs.model.theorem()[0] and not inputs.meanfield:  # (a mean-field run stores no tokens)
-        ds["x_zero"] = (("time", "token", "dim"), _tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
+        ds["x_zero"] = (("time", "token", "dim"), tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
     timings["total_s"] = time.perf_counter() - start
     claims = claim_data(inputs, evidence, zero, zero_info)
-    ds.attrs = base_attrs(config, reporter, timings, **_attrs(inputs, ds, ladders, claims, probe, zero_info))
-    _long_names(ds, inputs.eps, zero_info, inputs.model.theorem())
+    ds.attrs = base_attrs(
+        config, reporter, timings, **run_attrs(inputs, ds, ladders, claims, probe, zero_info)
+    )
+    long_names(ds, inputs.eps, zero_info, inputs.model.theorem())
     return ds
 
 
@@ -363,16 +361,6 @@ def _meanfield_ladder(shared: _Run, beta: float) -> Ladder:
     return Ladder(beta, tuple(parts), tuple(r.quantities for r in readings), decision, {}, None)
 
 
-def _separatrix_record(search: Any) -> dict[str, Any]:
-    """What summary.json says of one beta's separatrix search (init = graded)."""
-    return {
-        "angles": [float(a) for a in search.angles.values],
-        "width": float(search.attrs["width"]),
-        "passes": len(json_attr(search, "passes", [])),
-        "search_s": float(search.attrs["wall_s"]),
-    }
-
-
 def _level_line(beta: float, N: int, reading: LevelReading, status: str) -> str:
     q = reading.quantities
     edge = " (at the window's end)" if q.edge else ""
@@ -395,231 +383,6 @@ def _under_resolved(inputs: ConcentrationInputs, beta: float, part: Any) -> str:
         f"mean-field equation; its t* and min W2 are left out of the fits. About N = {need} tokens "
         f'give ratio {RESOLUTION_OK:g} (N = "auto" with N_max >= {need}).'
     )
-
-
-def _tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np.ndarray:
-    """The stored tokens of the first beta's last level (its cloud c) under the exact zero-temperature
-    flow (it is local: the kept tokens alone give their own paths)."""
-    from ...dynamics.zero_temperature import simulate_zero_temperature
-
-    X = c.X0[0][c.keep][: ds.sizes["token"]]
-    if not len(X):  # n_keep = 0: no token is stored
-        return np.zeros((len(inputs.times), 0, inputs.model.d), dtype=np.float32)
-    return simulate_zero_temperature(X, inputs.model.head_at(math.inf), inputs.times).x.astype(np.float32)
-
-
-#: the columns of the ladder table (beta, level): N, the window's end, the windowed quantities, ratio
-LADDER_COLUMNS = ("N", "window", *(q for q, spec in QUANTITIES.items() if spec.windowed), "ratio")
-
-
-def _ladder_table(ladders: list[Ladder]) -> dict[str, Any]:
-    """ladder_<column> (beta, level) for LADDER_COLUMNS, NaN where a beta ran fewer levels."""
-    L = max(len(lad.parts) for lad in ladders)
-    table = {k: np.full((len(ladders), L), np.nan) for k in LADDER_COLUMNS}
-    for i, lad in enumerate(ladders):
-        for j, (p, q) in enumerate(zip(lad.parts, lad.quantities, strict=True)):
-            row = {"N": p.attrs["N"], "window": q.t_end, "ratio": p.attrs["resolution_ratio"]}
-            for k in LADDER_COLUMNS:
-                table[k][i, j] = row[k] if k in row else getattr(q, k)
-    return {f"ladder_{k}": (("beta", "level"), v) for k, v in table.items()}
-
-
-def _per_beta_variables(evidence: list[BetaData]) -> dict[str, Any]:
-    """The per-beta variables of the Dataset: each quantity's value, N -> infinity estimate is not
-    here (see _assemble), total error and convergence flag; the near-minimal band; the curve's error."""
-    data: dict[str, Any] = {}
-    for key in QUANTITIES:
-        q = [e.quantities[key] for e in evidence]
-        data[f"{key}_error"] = (("beta",), [m.error for m in q])
-        data[f"{key}_converged"] = (("beta",), np.array([m.usable for m in q], dtype=bool))
-    data["t_star_lo"] = (("beta",), [e.t_band[0] for e in evidence])
-    data["t_star_hi"] = (("beta",), [e.t_band[1] for e in evidence])
-    data["w2_error"] = (("beta", "time"), np.stack([e.w2_error for e in evidence]))
-    return data
-
-
-def _assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any, evidence: list[BetaData]):
-    """One Dataset: the final level's curves per beta, the ladder per beta and level."""
-    import xarray as xr
-
-    finals = [lad.parts[-1] for lad in ladders]
-    decisions = [lad.decision for lad in ladders]
-    n_tok = min(p.sizes["token"] for p in finals)
-    # the headline scalars first (sweeps list the first few of a point's scalars)
-    data: dict[str, Any] = {k: (("beta",), [d.quantities[k]["value"] for d in decisions]) for k in QUANTITIES}
-    data["N_used"] = (("beta",), [d.N for d in decisions])
-    data["resolution_ratio"] = (("beta",), [float(p.attrs["resolution_ratio"]) for p in finals])
-    data["status"] = (("beta",), np.array([d.status for d in decisions], dtype=str))
-    for key in QUANTITIES:
-        data[f"{key}_estimate"] = (("beta",), [d.quantities[key]["estimate"] for d in decisions])
-    data.update(_per_beta_variables(evidence))
-    for name in CURVES:
-        per = np.stack([p[name].values for p in finals])  # (beta, seed, time)
-        data[name] = (("beta", "time"), per.mean(axis=1))
-        if per.shape[1] > 1:
-            data[f"{name}_seed_std"] = (("beta", "time"), per.std(axis=1, ddof=1))
-    data["x"] = (("beta", "time", "token", "dim"), np.stack([p.x.values[:, :n_tok] for p in finals]))
-    data.update(_ladder_table(ladders))
-    basis = inputs.model.spectrum.top.basis
-    data["basis_A"] = (("dim", "k"), basis)
-    coords = {
-        "beta": [lad.beta for lad in ladders],
-        "time": inputs.times,
-        "level": np.arange(max(len(lad.parts) for lad in ladders)),
-        "token": np.arange(n_tok),
-    }
-    ds = xr.Dataset(data, coords=coords).merge(zero.drop_attrs())
-    return ds.assign_coords(dim=np.arange(basis.shape[0]))
-
-
-def _convergence(ladders: list[Ladder], claims: ClaimData) -> dict[str, Any]:
-    """beta -> its convergence record for attrs["convergence"]: status, N, levels, ratio, and per
-    quantity its value, estimate, error (the total), converged, reason, tol and error parts."""
-    out = {}
-    for lad, ev in zip(ladders, claims.betas, strict=True):
-        decision = lad.decision
-        out[f"{lad.beta:g}"] = {
-            "status": decision.status,
-            "N": decision.N,
-            "levels": [int(p.attrs["N"]) for p in lad.parts],
-            "resolution_ratio": float(lad.parts[-1].attrs["resolution_ratio"]),
-            **{k: _quantity_record(ev.quantities[k], decision.quantities[k]) for k in QUANTITIES},
-        }
-    return out
-
-
-def _quantity_record(q: Measured, ladder: Mapping[str, Any]) -> dict[str, Any]:
-    """A quantity in attrs["convergence"]: its Measured record and the ladder's N -> infinity estimate."""
-    return {**q.to_dict(), "estimate": finite_or_none(ladder["estimate"])}
-
-
-def _theorem_bound(inputs: ConcentrationInputs, ds, claims: ClaimData) -> dict:
-    """The fit of Theorem 1's bound over the converged betas, before the terminal phase (or why not)."""
-    from ...science.fits import fit_theorem_bound
-
-    conv = [b.beta for b in claims.betas if b.status == "converged"]
-    depart = [b.quantities["t_depart"].value for b in claims.betas]
-    t_cut = np.nanmin(depart) if conv and np.isfinite(depart).any() else inputs.t_max
-    sel = ds.time.values < t_cut
-    if len(conv) < 2 or sel.sum() < 3:
-        return {"error": "needs >= 2 converged betas and 3 saved times before the terminal phase"}
-    idx = [list(ds.beta.values).index(b) for b in conv]
-    w2 = np.maximum(ds.w2.values[idx][:, sel], 1e-300)
-    bound = fit_or_reason(fit_theorem_bound, ds.time.values[sel], w2, conv)
-    return {**bound, "betas": conv, "t_before": float(t_cut)}
-
-
-def _attrs(
-    inputs: ConcentrationInputs,
-    ds,
-    ladders: list[Ladder],
-    claims: ClaimData,
-    probe: TimeStepProbe,
-    zero_info: dict,
-) -> dict[str, Any]:
-    """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
-    per beta, the time-step probe, the solver infos, the model, the separatrix searches; every
-    theorem row "not applicable" when the model is not the theorem's (several heads, a mask, usa,
-    another layer norm, noise: its bound is then not fitted) or the weights fail assumption 1 (e.g.
-    symmetric = false: W2 is then measured to the limit of the spectral projector)."""
-    from ...science.assumptions import FAILS, check_assumptions
-    from ...science.claims import claims_table, not_applicable
-
-    rows = [row.to_dict() for row in claims_table(claims)]
-    applies, why = inputs.model.theorem()
-    first = check_assumptions(inputs.model.attention)[0]
-    if not applies:
-        rows = not_applicable(rows, why)
-    elif first.status == FAILS:
-        rows = not_applicable(
-            rows, f"assumption 1 of the theorem fails: {first.reason} It says nothing here."
-        )
-    fits: dict[str, Any] = {"claims_betas": {r["key"]: r["betas"] for r in rows}}
-    fits["theorem_bound"] = (
-        _theorem_bound(inputs, ds, claims) if applies else {"error": f"not applicable: {why}"}
-    )
-    solver = [json_attr(lad.parts[-1], "solver", {}) for lad in ladders]
-    kernel = inputs.solver.kernel
-    if kernel == "auto":
-        kernel = f"auto -> {', '.join(sorted({s.get('kernel', '?') for s in solver}))}"
-    return {
-        "kernel": kernel,
-        "integrator": inputs.solver.label,
-        "solver": solver,
-        "fits": fits,
-        "claims": rows,
-        "convergence": _convergence(ladders, claims),
-        "time_step": probe.to_dict(),
-        "zero": zero_info,
-        "model": inputs.model.description,
-        "theorem": {"applies": applies, "reason": why},
-        "separatrices": {
-            f"{lad.beta:g}": _separatrix_record(lad.search) for lad in ladders if lad.search is not None
-        },
-    }
-
-
-def _long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> None:
-    beyond = "" if theorem[0] else " of head 0's A, a reference only (the theorem does not apply)"
-    long = {
-        "w2": f"exact W2(rho^beta_t, Pi_# rho_0), chordal cost{beyond}",
-        "coupling_bound": "synchronous coupling UPPER BOUND on W2(rho^beta_t, Pi_# rho_0)",
-        "w2_zero": f"W2(rho^inf_t, Pi_# rho_0) of the zero-temperature flow ({zero_info.get('kind')})",
-        "mass_A": f"mass within {eps:g} rad of A's top eigenspace",
-        "mass_V": f"mass within {eps:g} rad of V's top eigenspace",
-        "x": "positions of a seeded subset of tokens (float32), at the last level",
-        "status": f"{' | '.join(STATUSES)} (attnflow.science.convergence)",
-    }
-    for k, v in long.items():
-        if k in ds.variables:
-            ds[k].attrs["long_name"] = v
-
-
-def _headline(ds, key: str, beta: float) -> Any:
-    """One per-beta quantity of the summary: {value, error, converged} (its total error and its own
-    convergence), or the bare value for a Dataset written before they were stored."""
-    value = finite_or_none(ds[key].sel(beta=beta))
-    if f"{key}_converged" not in ds.variables:
-        return value
-    return {
-        "value": value,
-        "error": finite_or_none(ds[f"{key}_error"].sel(beta=beta)),
-        "converged": bool(ds[f"{key}_converged"].sel(beta=beta)),
-    }
-
-
-def summarize(ds) -> dict[str, Any]:
-    """Headline numbers: per beta the status, N, t*, min W2 (each with its error and its own
-    convergence); the claims table; the time-step probe; timing."""
-    cfg = json_attr(ds, "config", {})
-    conv = json_attr(ds, "convergence", {})
-    headline = [k for k, q in QUANTITIES.items() if q.headline]
-    per_beta = {
-        f"{b:g}": {
-            "status": str(ds.status.sel(beta=b).values),
-            "N": int(ds.N_used.sel(beta=b)),
-            **{k: _headline(ds, k, b) for k in headline},
-            "resolution_ratio": finite_or_none(ds.resolution_ratio.sel(beta=b)),
-        }
-        for b in ds.beta.values.tolist()
-    }
-    zero = json_attr(ds, "zero", {})
-    return {
-        "experiment": cfg.get("experiment"),
-        "model": ds.attrs.get("model"),
-        "N": cfg.get("N"),
-        "per_beta": per_beta,
-        "claims": json_attr(ds, "claims", []),
-        "convergence": conv,
-        "time_step": json_attr(ds, "time_step", {}),
-        "zero_temperature": {
-            k: zero.get(k) for k in ("kind", "reason", "guaranteed", "c_star", "local_rates") if k in zero
-        },
-        "separatrices": json_attr(ds, "separatrices", {}),
-        "theorem": json_attr(ds, "theorem", {"applies": True, "reason": ""}),
-        "warnings": json_attr(ds, "warnings", []),
-        "wall_time_s": json_attr(ds, "timings", {}).get("total_s"),
-    }
 
 
 EXPERIMENT = Experiment(

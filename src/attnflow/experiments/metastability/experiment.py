@@ -35,9 +35,17 @@ from ...io import json_attr
 from ...measures import DISCRETISATIONS
 from ...progress import Reporter
 from ..common import base_attrs, warn_assumptions
-from ..config import Angle, SimulationConfig, check_betas
+from ..config import Angle, Betas, SimulationConfig
 from ..inputs import InitialMeasure, integration, model_inputs
-from ..model import WEIGHTS_HELP, Init, ModelConfig, check_init, init_choice, model_dimension
+from ..model import (
+    WEIGHTS_HELP,
+    Init,
+    ModelConfig,
+    check_init,
+    init_choice,
+    model_dimension,
+    weights_attention,
+)
 from ..parts import cached_part, fingerprint, part_name
 from ..registry import Experiment, doc_summary
 from .branches import BranchRules, MeanFieldRun, branch_fits, read_mean_field, result_store
@@ -69,7 +77,7 @@ class MetastabilityConfig(SimulationConfig, ModelConfig):
         + ", ".join(init_choice(n) for n in DISCRETISATIONS if not DISCRETISATIONS[n].per_beta)
         + "; a seeded kind makes one cloud per seed",
     )
-    betas: list[PositiveFloat] = Field(DEFAULT_BETAS, description="inverse temperatures beta (finite, > 0)")
+    betas: Betas = Field(DEFAULT_BETAS, description="inverse temperatures beta (finite, > 0)")
     Ns: list[PositiveInt] = Field(
         [2**k for k in range(8, 17)], description="numbers of tokens N of the map (at least 2 each)"
     )
@@ -108,11 +116,6 @@ class MetastabilityConfig(SimulationConfig, ModelConfig):
         True, description="each beta's middle-N point again at 10x tighter tolerances: the time-step error"
     )
 
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: list[float]) -> list[float]:
-        return check_betas(v)
-
     @field_validator("Ns", "seeds", "inits")
     @classmethod
     def _distinct(cls, v: list[Any]) -> list[Any]:
@@ -135,14 +138,15 @@ class MetastabilityConfig(SimulationConfig, ModelConfig):
                 check_init(SimpleNamespace(**self._rho0_keys(), init=name), d)
             except ValueError as err:
                 raise ValueError(f"inits: {err}") from None
-        problem = weights_problem(model_inputs(self).attention)
+        att = weights_attention(self)
+        problem = weights_problem(att)
         if problem:
             raise ValueError(
                 f"weights = {self.weights}: {problem}; metastability times the departure of the clusters "
                 "at the two atoms +-u_1 of Pi_# rho_0 and needs a one-dimensional top eigenspace of A with "
                 "a gap: use other weights (`attnflow check` gives the numbers)"
             )
-        check_point_sizes(self, model_inputs(self).attention, d)
+        check_point_sizes(self, att, d)
         if self.mean_field is not None:
             result_store(self.mean_field)
         return self

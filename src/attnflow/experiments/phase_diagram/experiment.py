@@ -23,18 +23,26 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
-from ..io import json_attr
-from ..plot import DPI, new_figure, run_title, save
-from ..progress import Reporter
-from .common import base_attrs, finite_or_none, time_grid, torch_threads, unit_float64
-from .config import INTEGRATOR_HELP, Angle, Integrator, SimulationConfig, check_betas, format_validation_error
-from .inputs import Integration, ModelInputs, integration, model_inputs
-from .model import FlowConfig
-from .parts import cached_part, fingerprint, part_name
-from .registry import Experiment, doc_summary
+from ...io import json_attr
+from ...progress import Reporter
+from ...science.clusters import GLPR_EPS
+from ..common import base_attrs, finite_or_none, time_grid, torch_threads, unit_float64
+from ..config import (
+    INTEGRATOR_HELP,
+    Angle,
+    Betas,
+    Integrator,
+    SimulationConfig,
+    format_validation_error,
+)
+from ..inputs import Integration, ModelInputs, integration, model_inputs
+from ..model import FlowConfig
+from ..parts import cached_part, fingerprint, part_name
+from ..registry import Experiment, doc_summary
+from .figures import CAPTIONS, figures
 
 if TYPE_CHECKING:
-    import xarray as xr
+    pass
 
 #: the model keys a phase diagram may put side by side (`vary`)
 VARY_KEYS = (
@@ -49,8 +57,6 @@ VARY_KEYS = (
     "redraw",
     "weights_seed",
 )
-#: <x_i, x_j> >= 0.999, the clustered pairs of GLPR's and simuformer's phase diagrams
-GLPR_EPS = math.acos(0.999)
 #: the per-cloud curves of a point, in the order the Dataset holds them
 CURVES = ("clusters", "clustered_pairs", "w2_atoms", "radius")
 
@@ -66,7 +72,7 @@ class PhaseDiagramConfig(SimulationConfig, FlowConfig):
     experiment: Literal["phase-diagram"] = "phase-diagram"
     integrator: Integrator = Field("rk4", description=INTEGRATOR_HELP)
     dt: PositiveFloat = Field(0.1, description="step of the fixed-step integrators (ignored by adaptive)")
-    betas: list[PositiveFloat] = Field([1.0, 2.0, 4.0, 8.0], description="inverse temperatures beta")
+    betas: Betas = Field([1.0, 2.0, 4.0, 8.0], description="inverse temperatures beta")
     N: PositiveInt = Field(32, description="tokens per cloud")
     clouds: PositiveInt = Field(64, description="independent clouds per point, in one kernel call")
     t_max: PositiveFloat = Field(20.0, description="final time")
@@ -78,11 +84,6 @@ class PhaseDiagramConfig(SimulationConfig, FlowConfig):
         description=f"a model key whose `values` are put side by side ({', '.join(VARY_KEYS)}), or none",
     )
     values: list[str | int | float] = Field([], description="the values of `vary`, one panel each")
-
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: list[float]) -> list[float]:
-        return check_betas(v)
 
     @field_validator("atoms")
     @classmethod
@@ -196,7 +197,7 @@ def phase_inputs(config: PhaseDiagramConfig) -> PhaseInputs:
 def measure(x: np.ndarray, eps: float, atoms: tuple[int, ...]) -> dict[str, np.ndarray]:
     """The per-cloud curves of states x (T, M, N, d) (rows in R^d allowed): clusters, clustered_pairs,
     radius (T, M) and w2_atoms (T, M, k), measured on the directions x / |x|."""
-    from ..science.clusters import clustered_pairs, count_clusters, nearest_atoms_w2
+    from ...science.clusters import clustered_pairs, count_clusters, nearest_atoms_w2
 
     radius = np.linalg.norm(x, axis=-1).mean(axis=-1)
     u = unit_float64(x)
@@ -212,7 +213,7 @@ def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter):
     """One point: every cloud at beta under the panel's model, measured."""
     import xarray as xr
 
-    from ..dynamics.integrate import simulate
+    from ...dynamics.integrate import simulate
 
     times, solver = inputs.times, inputs.solver
     with (
@@ -324,134 +325,6 @@ def summarize(ds) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------- figures
-
-CAPTIONS = {
-    "clusters": (
-        "Number of clusters over (t, β)",
-        "Top: the mean over the clouds of the number of clusters (tokens within ε joined); bottom: its "
-        "standard deviation over the clouds. One column per model.",
-    ),
-    "pairs": (
-        "Clustered pairs over (t, β)",
-        "The mass of the pairs of tokens within ε of each other (GLPR's phase diagram: the probability "
-        "that two tokens are clustered): mean over the clouds (top) and its spread (bottom).",
-    ),
-    "atoms": (
-        "W2 to the nearest k-atom measure over (t, β)",
-        "Mean over the clouds of the W2 distance to the nearest measure with k atoms on the sphere, one "
-        "row per k (exact for k = 1, an upper bound for k ≥ 2), on a log colour scale whose floor, 1e-8 "
-        "of its largest value, also shows the smaller values (float64 rounding gives W2 ~ 1e-8 for one "
-        "cluster).",
-    ),
-}
-
-
-Rows = list[tuple[str, np.ndarray, dict[str, Any]]]
-
-
-def _heatmaps(ds, rows: Rows, title: str, outdir, stem: str, dpi: int) -> list[Path]:
-    """One row of heatmaps over (t, beta) per (row label, values (variant, beta, time), pcolormesh
-    keywords), one column per variant, each row on one colour scale with its colour bar. The betas
-    are rows of equal height, labelled with their values (a grid of betas need not be even)."""
-    t = np.asarray(ds.time.values, dtype=float)
-    betas = np.asarray(ds.beta.values, dtype=float)
-    rows_at = np.arange(len(betas))
-    variants = [str(v) for v in ds.variant.values]
-    fig, axes = new_figure(len(rows), len(variants), (3.6 * len(variants) + 1.2, 3.0 * len(rows) + 0.8))
-    for r, (label, values, kw) in enumerate(rows):
-        kw = dict(kw)
-        if "norm" not in kw and "vmin" not in kw:
-            kw["norm"] = _norms(values, log=False)
-        floor = getattr(kw.get("norm"), "vmin", None) if kw.get("log") else None
-        kw.pop("log", None)
-        mesh = None
-        for c, variant in enumerate(variants):
-            ax = axes[r][c]
-            shown = values[c] if floor is None else np.maximum(values[c], floor)  # (exact zeros too)
-            mesh = ax.pcolormesh(t, rows_at, shown, shading="nearest", rasterized=True, **kw)
-            ax.set_yticks(rows_at[:: max(1, len(betas) // 8)])
-            ax.set_yticklabels([f"{b:g}" for b in betas[:: max(1, len(betas) // 8)]])
-            ax.set_title(variant if r == 0 else "", fontsize="medium")
-            ax.set_xlabel("time t")
-            ax.set_ylabel("β" if c == 0 else "")
-        fig.colorbar(mesh, ax=list(axes[r]), label=label, shrink=0.9)
-    fig.suptitle(run_title(ds, title))
-    return save(fig, outdir, stem, dpi)
-
-
-def _norms(values: np.ndarray, log: bool):
-    from matplotlib.colors import LogNorm, Normalize
-
-    finite = values[np.isfinite(values) & (values > 0 if log else True)]
-    if finite.size == 0:
-        return Normalize(0, 1)
-    if log:  # a floor FLOOR below the largest value: smaller ones (zeros too) are drawn at it
-        return LogNorm(max(finite.min(), finite.max() * FLOOR), finite.max(), clip=True)
-    return Normalize(finite.min(), max(finite.max(), finite.min() + 1e-12))
-
-
-FLOOR = 1e-8  # the smallest value of a log colour scale, relative to its largest
-
-
-def _spans_decades(values: np.ndarray) -> bool:
-    """Whether positive values span more than a factor 20 (then a log colour scale)."""
-    v = values[np.isfinite(values) & (values > 0)]
-    return bool(v.size) and float(v.max()) > 20 * float(v.min())
-
-
-def _scale(values: np.ndarray, cmap: str) -> dict[str, Any]:
-    """pcolormesh keywords: a log colour scale where the values span decades, else linear."""
-    log = _spans_decades(values)
-    return {"norm": _norms(values, log), "cmap": cmap, "log": log}
-
-
-def _stats(da) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation over the clouds, (variant, beta, time)."""
-    v = da.transpose("variant", "beta", "time", "cloud").values
-    return v.mean(axis=-1), (v.std(axis=-1, ddof=1) if v.shape[-1] > 1 else np.zeros(v.shape[:-1]))
-
-
-def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:
-    """Heatmaps over (t, beta): clusters, clustered pairs (mean, spread) and W2 to the nearest atoms."""
-    mean, std = _stats(ds.clusters)
-    paths = _heatmaps(
-        ds,
-        [
-            (
-                "mean number of clusters",
-                mean,
-                {"norm": _norms(mean, _spans_decades(mean)), "cmap": "viridis"},
-            ),
-            ("its standard deviation over the clouds", std, {"cmap": "magma"}),
-        ],
-        "Number of clusters (tokens within ε joined)",
-        outdir,
-        "clusters",
-        dpi,
-    )
-    mean, std = _stats(ds.clustered_pairs)
-    paths += _heatmaps(
-        ds,
-        [
-            ("mass of clustered pairs", mean, {"vmin": 0.0, "vmax": 1.0, "cmap": "RdBu_r"}),
-            ("its standard deviation over the clouds", std, {"cmap": "magma"}),
-        ],
-        "Clustered pairs (GLPR's phase diagram)",
-        outdir,
-        "pairs",
-        dpi,
-    )
-    rows = []
-    for k in ds.k.values.tolist():
-        m, _ = _stats(ds.w2_atoms.sel(k=k))
-        rows.append(
-            (f"W2 to the nearest {k}-atom measure", m, {"norm": _norms(m, True), "cmap": "viridis_r"})
-        )
-    paths += _heatmaps(
-        ds, rows, "W2 to the nearest k-atom measure (mean over the clouds)", outdir, "atoms", dpi
-    )
-    return paths
-
 
 EXPERIMENT = Experiment(
     name="phase-diagram",

@@ -1,0 +1,225 @@
+"""The geometry of the truncated kernel (`truncated`): cells of queries and the balls of keys they need.
+
+The kept radius r_i of each row, the cells of nearby directions u_i (median cuts), each cell's
+centre and ball radius (`Geometry`, made per cloud by `cloud_geometry` and kept for the kernel,
+reuse.py), the checked settings, and what the kernel would cost (`candidate_counts`, the ball
+counts without an exponential, for `kernel="auto"`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .._checks import check_positive
+from . import reuse
+from .common import batched, finite_beta, log_weights
+
+if TYPE_CHECKING:
+    from ..attention import Attention
+
+DEFAULT_CUTOFF = 45.0  # N e^{-45} <= 1e-12 for N <= 3.4e7
+LEAF = 256  # most queries per cell
+LEAF_MIN = 32  # cells are not cut below this many queries
+CELL_RATIO = 0.5  # cells are cut while their radius exceeds this times the kept radius r_i
+_SLACK = 1e-9  # relative widening of the radii: rounding never drops the nearest key
+
+
+def kept_radius(dmin: np.ndarray, bnorm: np.ndarray, beta: float, cutoff) -> np.ndarray:
+    """Chordal radius r_i around u_i that holds every key with beta |b_i| (<u_i, x_j> - c_i) > -cutoff.
+
+    dmin (n,): distance from u_i to its nearest key; bnorm (n,): |b_i|; cutoff: a float or (n,) per
+    row (cutoff + L_i with weights).  Returns (n,) radii; inf where b_i = 0 (all keys tie).
+    """
+    with np.errstate(divide="ignore"):
+        r2 = dmin * dmin + 2.0 * cutoff / (beta * bnorm)
+    return np.sqrt(r2) * (1.0 + _SLACK) + _SLACK
+
+
+def _cells(u: np.ndarray, r: np.ndarray, leaf: int, leaf_min: int, ratio: float):
+    """Group the directions u (n, d) by median cuts along each group's widest coordinate.
+
+    A group is cut in two while it has more than `leaf` rows, or more than `leaf_min` rows and a
+    radius (around its centroid) above `ratio` times the smallest kept radius r_i of its rows.  All
+    groups of one level are cut together (one sort).  Returns (perm, starts): group k holds the rows
+    perm[starts[k]:starts[k + 1]].
+    """
+    n = u.shape[0]
+    done_perm, done_sizes = [], []
+    perm = np.arange(n)
+    sizes = np.array([n])
+    while perm.size:
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        seg = np.repeat(np.arange(sizes.size), sizes)
+        P = u[perm]
+        cut = sizes > leaf
+        test = ~cut & (sizes > leaf_min)  # groups whose radius decides
+        if test.any():
+            rows = test[seg]
+            Pt, st = P[rows], np.concatenate([[0], np.cumsum(sizes[test])[:-1]])
+            segt = np.repeat(np.arange(st.size), sizes[test])
+            centre = np.add.reduceat(Pt, st, axis=0) / sizes[test][:, None]
+            rho = np.maximum.reduceat(np.linalg.norm(Pt - centre[segt], axis=1), st)
+            cut[test] = rho > ratio * np.minimum.reduceat(r[perm[rows]], st)
+        keep = ~cut[seg]
+        done_perm.append(perm[keep])
+        done_sizes.append(sizes[~cut])
+        if not cut.any():
+            break
+        perm, P, sizes = perm[~keep], P[~keep], sizes[cut]
+        seg = np.repeat(np.arange(sizes.size), sizes)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        extent = np.maximum.reduceat(P, starts, axis=0) - np.minimum.reduceat(P, starts, axis=0)
+        coord = P[np.arange(P.shape[0]), np.argmax(extent, axis=1)[seg]]  # in [-1, 1]
+        perm = perm[np.argsort(seg * 4.0 + coord)]
+        sizes = np.stack([sizes // 2, sizes - sizes // 2], axis=1).ravel()
+    perm = np.concatenate(done_perm)
+    starts = np.zeros(sum(s.size for s in done_sizes) + 1, dtype=np.int64)
+    np.cumsum(np.concatenate(done_sizes), out=starts[1:])
+    return perm, starts
+
+
+def _geometry(
+    Xn: np.ndarray,
+    b: np.ndarray,
+    beta: float,
+    cutoff: float,
+    leaf: int,
+    leaf_min: int,
+    ratio: float,
+    logw: np.ndarray | None = None,
+):
+    """Cells of queries and their ball radii for keys Xn (N, d) and b (N, d) rows b_i = B^T x_i.
+
+    logw: (N,) log-weights of the keys, or None (uniform): each row's cutoff is widened by
+    L_i = max(0, -log(N w_{n_i})), n_i its nearest key (module docstring, "Error bound").
+    Returns (tree on the keys, perm, starts, centres (n_cells, d), radii (n_cells,)): cell k holds
+    the queries perm[starts[k]:starts[k + 1]] and needs every key within radii[k] of centres[k].
+    """
+    from scipy.spatial import cKDTree
+
+    d = Xn.shape[1]
+    bnorm = np.linalg.norm(b, axis=1)
+    u = b / np.where(bnorm > 0, bnorm, 1.0)[:, None]
+    u[bnorm == 0] = Xn[bnorm == 0]  # any unit vector: these rows keep every key anyway
+    tree = cKDTree(Xn, leafsize=16, balanced_tree=False, compact_nodes=False)
+    dmin, nearest = tree.query(u, k=1, workers=-1)
+    row_cutoff = cutoff
+    if logw is not None:  # L_i = max(0, -log(N w_{n_i}))
+        row_cutoff = cutoff + np.maximum(0.0, -(math.log(Xn.shape[0]) + logw[nearest]))
+    r = kept_radius(dmin, bnorm, beta, row_cutoff)
+
+    perm, starts = _cells(u, np.minimum(r, 2.0), leaf, leaf_min, ratio)
+    sizes = np.diff(starts)
+    n_cells = sizes.size
+    which = np.repeat(np.arange(n_cells), sizes)
+    centres = np.zeros((n_cells, d))
+    np.add.at(centres, which, u[perm])
+    centres /= sizes[:, None]
+    rho = np.zeros(n_cells)
+    np.maximum.at(rho, which, np.linalg.norm(u[perm] - centres[which], axis=1))
+    rmax = np.zeros(n_cells)
+    np.maximum.at(rmax, which, r[perm])
+    return tree, perm, starts, centres, rho + rmax
+
+
+def _numpy64(T: torch.Tensor) -> np.ndarray:
+    return T.detach().to("cpu", torch.float64).numpy()
+
+
+def _settings(cutoff: float, leaf: int, leaf_min: int, ratio: float) -> tuple[float, int, int, float]:
+    """The kernel's settings, checked: cutoff > 0, leaf >= 1, leaf_min in [1, leaf], ratio > 0."""
+    cutoff = check_positive(cutoff, "cutoff")
+    leaf = int(check_positive(leaf, "leaf", integer=True))
+    leaf_min = min(leaf, int(check_positive(leaf_min, "leaf_min", integer=True)))
+    return cutoff, leaf, leaf_min, check_positive(ratio, "ratio")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One cloud's cells of queries (`_geometry`): cell k holds the queries perm[starts[k]:starts[k + 1]]
+    and needs every key within radii[k] of centres[k]; tree: the cKDTree on the keys."""
+
+    tree: Any
+    perm: np.ndarray
+    starts: np.ndarray
+    centres: np.ndarray
+    radii: np.ndarray
+
+
+def cloud_geometry(
+    X: torch.Tensor,
+    att: Attention,
+    *,
+    betas: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    cutoff: float = DEFAULT_CUTOFF,
+    leaf: int = LEAF,
+    leaf_min: int = LEAF_MIN,
+    ratio: float = CELL_RATIO,
+) -> list[Geometry]:
+    """The geometry of every cloud of X (M, N, d) (or (N, d)), as `velocity_truncated` makes it (in
+    float64 whatever X's dtype); kept for the next call on the same, unmodified tensors (reuse.py):
+    `kernel="auto"` prices the kernel by it and the kernel then takes it."""
+    cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
+    X3 = batched(X, "X")
+    M, N, _ = X3.shape
+    cloud_betas = _cloud_betas(att, betas, M)
+    tensors = tuple(t if isinstance(t, torch.Tensor) else None for t in (X, weights, betas))
+    key = ("truncated", att.B.tobytes(), tuple(cloud_betas), cutoff, leaf, leaf_min, ratio)
+    cacheable = all(t is None or isinstance(t, torch.Tensor) for t in (weights, betas))
+    found = reuse.get(tensors, key) if cacheable else None
+    if found is not None:
+        return found
+    logw = log_weights(weights, M, N, X3.to(torch.float64))
+    B = np.asarray(att.B, dtype=float)
+    out = []
+    for m in range(M):
+        Xn = _numpy64(X3[m])
+        lw = None if logw is None else _numpy64(logw[m])
+        out.append(Geometry(*_geometry(Xn, Xn @ B, cloud_betas[m], cutoff, leaf, leaf_min, ratio, lw)))
+    if cacheable:
+        reuse.put(tensors, key, out)
+    return out
+
+
+def candidate_counts(X: torch.Tensor, att: Attention, **kwargs) -> dict[str, int]:
+    """What `velocity_truncated` would do on X (M, N, d), summed over the clouds: "pairs" (key-query
+    pairs, before padding; M N^2 for a dense kernel), "keys" (candidate keys gathered, once per
+    cell), "cells".  Costs the kernel's geometry (tree, nearest neighbours, cells; kept for the kernel,
+    `cloud_geometry`) and the ball counts, without an exponential.  kwargs: betas, weights and the
+    settings of `velocity_truncated`."""
+    pairs = keys = cells = 0
+    for g in cloud_geometry(X, att, **kwargs):
+        N = len(g.perm)
+        counts = np.full(g.radii.size, N, dtype=np.int64)
+        small = g.radii < 2.0
+        if small.any():
+            counts[small] = g.tree.query_ball_point(
+                g.centres[small], g.radii[small], workers=-1, return_length=True
+            )
+        pairs += int(np.dot(counts, np.diff(g.starts)))
+        keys += int(counts.sum())
+        cells += g.radii.size
+    return {"pairs": pairs, "keys": keys, "cells": cells}
+
+
+def candidate_pairs(X: torch.Tensor, att: Attention, **kwargs) -> int:
+    """Number of key-query pairs `velocity_truncated` would evaluate on X (M, N, d), summed over the
+    M clouds (before padding): `candidate_counts(X, att, **kwargs)["pairs"]`."""
+    return candidate_counts(X, att, **kwargs)["pairs"]
+
+
+def _cloud_betas(att: Attention, betas: torch.Tensor | None, M: int) -> list[float]:
+    """The inverse temperature of each of the M clouds: betas (M,) when given, else att.beta (finite)."""
+    finite_beta(att, "truncated", betas)
+    if betas is None:
+        return [float(att.beta)] * M
+    values = torch.as_tensor(betas).reshape(-1).tolist()
+    if len(values) != M:
+        raise ValueError(f"betas has {len(values)} entries for a batch of {M} clouds")
+    return [float(b) for b in values]
