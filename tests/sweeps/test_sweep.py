@@ -499,8 +499,12 @@ def test_interrupted_client_then_rerun_runs_only_missing(client, tmp_path):
     check_values(open_sweep(store), GRID)
 
 
+# The child restores Python's SIGINT handler: a shell that starts the suite in the background makes
+# its children ignore SIGINT, and the test's Ctrl-C would then never reach the sweep.
 SCRIPT = """
+import signal
 import sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = [{tests!r}, {tests_root!r}]
 from test_sweep import ToyConfig, run_gated
 from attnflow.sweeps import sweep
@@ -854,10 +858,10 @@ def test_point_warnings_are_each_config_warning_once():
     from attnflow.experiments import load_config
     from attnflow.sweeps.config import point_config, point_warnings
 
-    base = load_config("concentration-tiny")  # t_max = 5
-    configs = [point_config(base, {"beta": b}) for b in (10.0, 1000.0, 1000.0)]
+    base = load_config("concentration-tiny")  # t_max = 8
+    configs = [point_config(base, {"beta": b}) for b in (10.0, 1e4, 1e4)]
     (warning,) = point_warnings(configs)
-    assert warning.startswith("t_max = 5 is shorter than ln(beta) = 6.9 for beta = 1000")
+    assert warning.startswith("t_max = 8 is shorter than ln(beta) = 9.2 for beta = 10000")
     assert point_warnings(configs[:1]) == []
 
 
