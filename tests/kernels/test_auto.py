@@ -46,9 +46,30 @@ def test_choices_on_typical_states():
     assert auto.choose_kernel(collapsed(8192), cold) == "cluster"  # collapsed: the series kernel
     assert auto.choose_kernel(uniform(8192), cold.with_beta(10.0)) == "fused"  # hot: everything counts
     assert auto.choose_kernel(uniform(8192), cold.with_beta(math.inf)) == "zero"
-    assert auto.choose_kernel(uniform(auto.MIN_N - 1), cold) == "sdpa"  # small N: no decision
+    assert auto.choose_kernel(uniform(auto.MIN_N - 1), cold) == auto.dense_pick(uniform(auto.MIN_N - 1))
     X8 = torch.as_tensor(af.sample_uniform(8192, 8, seed=2))[None]
     assert auto.choose_kernel(X8, random_attention(8, 1e4, seed=3)) == "fused"  # d too large
+
+
+def test_small_n_takes_the_cheaper_dense_kernel_without_deciding(monkeypatch):
+    """Below MIN_N: no decision is made; "fused" where its compiled core runs and its closed form is
+    the cheaper, "sdpa" for a few tokens, off the CPU and without the compiled core."""
+    att = af.worked_example(100.0)
+    auto.forget()
+    if auto._variant(uniform(8)) == "compiled":
+        assert auto.choose_kernel(uniform(64), att) == "sdpa"  # its smaller fixed cost wins
+        assert auto.choose_kernel(uniform(2048), att) == "fused"  # its smaller cost per pair wins
+    for N in (64, 512, 2048, auto.MIN_N - 1):
+        X = uniform(N)
+        M, _, d = X.shape
+        v = auto._variant(X)
+        cheaper = v == "compiled" and auto.dense_cost("fused", M, N, d, v) < auto.dense_cost(
+            "sdpa", M, N, d, "float64"
+        )
+        assert auto.choose_kernel(X, att) == ("fused" if cheaper else "sdpa")
+    assert not auto._decisions  # nothing decided, nothing kept
+    monkeypatch.setattr(auto, "_variant", lambda X: "torch")  # no compiled core
+    assert auto.choose_kernel(uniform(2048), att) == "sdpa"
 
 
 def test_the_choice_is_the_cheapest_prediction_and_bounds_hold():

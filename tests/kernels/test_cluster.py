@@ -269,7 +269,7 @@ def test_auto_prices_the_cluster_kernel_by_its_plan():
     assert costs["cluster"] == auto.cluster_cost(counts, 3, auto._variant(X))
     assert costs["cluster"] < costs["sdpa"] and costs["cluster"] < costs["fused"]
     assert auto.choose_kernel(X, att) == "cluster"
-    assert auto.choose_kernel(X[:, : auto.MIN_N - 1], att) == "sdpa"
+    assert auto.choose_kernel(X[:, : auto.MIN_N - 1], att) in ("fused", "sdpa")  # small N: dense
 
 
 def test_auto_plans_with_the_weights():

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from ..attention import Attention
 
-MIN_N = 4096  # below this the dense kernel takes milliseconds: no decision needed ("sdpa")
+MIN_N = 4096  # below this the dense kernels take milliseconds: no decision, the cheaper of the two
 TRUNCATED_MAX_D = 6  # cells of directions stop paying off in higher dimension
 CLUSTER_MAX_D = 5  # C(p + d, d) moments per cell pair grow too fast beyond
 SAMPLE = 32  # queries of the kept-fraction sample (all clouds of a batch together)
@@ -303,15 +303,30 @@ def forget() -> None:
     reuse.clear()
 
 
+def dense_pick(X: torch.Tensor) -> str:
+    """The cheaper dense kernel on X (M, N, d) by the closed forms of `dense_cost`: "fused" on the
+    CPU where its compiled core runs and it is predicted cheaper (from N of about 400 at d = 3 with
+    the shipped constants: its fixed cost per call is larger, its cost per pair 2.8 times smaller),
+    else "sdpa" (off the CPU the fused kernel is torch's SDPA)."""
+    M, N, d = X.shape if X.dim() == 3 else (1, *X.shape)
+    if X.device.type != "cpu" or _variant(X) != "compiled":
+        return "sdpa"
+    fused = dense_cost("fused", M, N, d, "compiled")
+    return "fused" if fused < dense_cost("sdpa", M, N, d, _dtype(X)) else "sdpa"
+
+
 def choose_kernel(X: torch.Tensor | None, att: Attention, weights=None) -> str:
-    """Name of the kernel to use on the state X (M, N, d): "zero" when beta = inf, "sdpa" for small
-    N (< MIN_N) or no state, else `decide(X, att, weights).kernel`.
+    """Name of the kernel to use on the state X (M, N, d): "zero" when beta = inf, "sdpa" without a
+    state, the cheaper dense kernel (`dense_pick`, no decision) for small N (< MIN_N), else
+    `decide(X, att, weights).kernel`.
 
     weights: optional (N,) or (M, N) quadrature weights of the tokens (the cluster kernel's cutoff
     depends on them).
     """
     if math.isinf(att.beta):
         return "zero"
-    if X is None or X.shape[-2] < MIN_N:
+    if X is None:
         return "sdpa"
+    if X.shape[-2] < MIN_N:
+        return dense_pick(X)
     return decide(X, att, weights).kernel
