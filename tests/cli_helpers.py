@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from attnflow.cli import app
 
 runner = CliRunner()
-TINY = ["concentration-tiny", "--set", "N=24", "--set", "t_max=2.0", "--set", "n_keep=6"]
+TINY = ["concentration-tiny", "--set", "N=24", "--set", "t_max=3.0", "--set", "n_keep=6"]
 
 
 def invoke(*args: str):

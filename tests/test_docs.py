@@ -183,7 +183,9 @@ def test_documented_schema_is_a_run_s(title, preset, overrides):
 def test_documented_schema_of_concentration_with_seeds():
     from attnflow.experiments import load_config, run_experiment
 
-    ds = run_experiment(load_config("concentration-tiny", ["N=16", "n_keep=4", "seeds=[0, 1]"]))
+    ds = run_experiment(
+        load_config("concentration-tiny", ["N=16", "n_keep=4", "seeds=[0, 1]", "init=uniform"])
+    )
     assert "w2_seed_std" in ds.data_vars
     check_schema("concentration", ds)
 

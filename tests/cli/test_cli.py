@@ -67,18 +67,18 @@ def test_run_writes_everything(finished):
     assert ds.attrs["experiment"] == "concentration" and ds.sizes["beta"] == 2
     assert json.loads(ds.attrs["config"])["N"] == 24
     summary = json.loads((finished / "summary.json").read_text())
-    assert set(summary["per_beta"]) == {"10", "100"}
+    assert set(summary["per_beta"]) == {"10", "20"}
 
 
 def test_run_prints_resolution_and_warns(tmp_path):
     result = invoke("run", *TINY, "--out", str(tmp_path), "--no-figures")
     assert result.exit_code == 0, result.output
     assert "resolution ratio" in result.output
-    assert "warning: beta = 100 is under-resolved at N = 24" in result.output
-    assert "| 100 |" in result.output  # the summary table
+    assert "warning: beta = 20 is under-resolved at N = 24" in result.output
+    assert "| 20 |" in result.output  # the summary table
     quiet = invoke("run", *TINY, "--out", str(tmp_path), "--no-figures", "--quiet")  # resumes: nothing to do
     assert quiet.exit_code == 0
-    assert "converged window" not in quiet.output and "| 100 |" not in quiet.output  # no messages
+    assert "converged window" not in quiet.output and "| 20 |" not in quiet.output  # no messages
     assert "warning" in quiet.output  # warnings are never silenced
 
 
@@ -218,9 +218,9 @@ def test_run_from_toml_file(tmp_path):
     listed = invoke("list", "concentration-tiny", "--toml")
     assert listed.exit_code == 0
     cfg = tomllib.loads(listed.output)
-    assert cfg["experiment"] == "concentration" and cfg["N"] == 64
+    assert cfg["experiment"] == "concentration" and cfg["N"] == 128
     path = tmp_path / "mine.toml"
-    path.write_text(listed.output.replace("N = 64", "N = 20").replace("t_max = 5.0", "t_max = 1.0"))
+    path.write_text(listed.output.replace("N = 128", "N = 20").replace("t_max = 8.0", "t_max = 1.0"))
     result = invoke("run", str(path), "--out", str(tmp_path / "out"), "-q", "--no-figures")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["N"] == 20
@@ -325,7 +325,7 @@ def test_show_in_a_terminal(finished):
     assert "attnflow run: concentration" in text and "per_beta" in text and "error_vanishes — claim: " in text
     flat = " ".join(text.split())
     for line in (finished / "summary.md").read_text().splitlines():
-        if line.startswith("| 100 |"):  # a per_beta row: every cell shown
+        if line.startswith("| 20 |"):  # a per_beta row: every cell shown
             for cell in line.strip("| ").split(" | "):
                 assert cell.strip() in flat
 
@@ -357,7 +357,7 @@ def test_list_as_json_and_csv():
     assert [r["parameter"] for r in doc["shared_parameters"]] == list(SimulationConfig.model_fields)
     conc = doc["experiments"]["concentration"]
     assert "rtol" in conc["shared_parameters"] and "rtol" not in [r["parameter"] for r in conc["parameters"]]
-    assert conc["presets"]["concentration-tiny"]["N"] == 64
+    assert conc["presets"]["concentration-tiny"]["N"] == 128
     rows = list(csv.DictReader(io.StringIO(invoke("list", "--csv").output)))
     pairs = {(r["experiment"], r["parameter"]) for r in rows}
     for name, exp in REGISTRY.items():
@@ -372,9 +372,9 @@ def test_config_checks_when_loaded():
     from attnflow.experiments import ConfigError, load_config
     from attnflow.experiments.config import ConfigWarning
 
-    with pytest.raises(ConfigError, match=r"dt_save = 10 is larger than t_max = 5: only t = 0 and t_max"):
+    with pytest.raises(ConfigError, match=r"dt_save = 10 is larger than t_max = 8: only t = 0 and t_max"):
         load_config("concentration-tiny", ["dt_save=10"])
-    with pytest.warns(ConfigWarning, match=r"t_max = 2 is shorter than ln\(beta\) = 4.6 for beta = 100"):
+    with pytest.warns(ConfigWarning, match=r"t_max = 2 is shorter than ln\(beta\) = 3 for beta = 20"):
         load_config("concentration-tiny", ["t_max=2.0"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")

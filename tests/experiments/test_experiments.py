@@ -231,6 +231,21 @@ def test_concentration_fits_and_summary(conc):
     assert any("under-resolved" in w for w in summary["warnings"])  # N = 32 cannot resolve beta = 100
 
 
+def test_concentration_tiny_raises_no_warning_about_itself(tmp_path):
+    """The preset the tests and the quickstart use resolves both its betas and warns of nothing: no
+    Python warning, no warning in the dataset or the summary."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = run_experiment(load_config("concentration-tiny"), tmp_path)
+    assert json.loads(ds.attrs.get("warnings", "[]")) == []
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["warnings"] == []
+    assert {summary["convergence"][b]["status"] for b in ("10", "20")} == {"resolved"}
+    assert np.all(ds.resolution_ratio.values < 0.5)
+
+
 def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     """Fault injection: the run dies after the first beta; the rerun computes only the rest."""
     monkeypatch.setattr(levels, "BATCH_BETAS_MAX_N", 0)  # one simulate call per beta
@@ -412,9 +427,12 @@ def test_weights_any_d_and_quadrature(tmp_path):
     att = random_attention(4, seed=3)
     path = tmp_path / "w.npz"
     np.savez(path, Q=att.Q, K=att.K, V=att.V)
-    ds = run_experiment(load_config("concentration-tiny", [f"weights={str(path)!r}".replace("'", '"')]), None)
+    npz = f"weights={str(path)!r}".replace("'", '"')
+    ds = run_experiment(
+        load_config("concentration-tiny", [npz, "init=uniform"]), None
+    )  # d = 4: random clouds
     assert ds.sizes["dim"] == 4 and "d = 4" in ds.attrs["model"]
-    ds = run_experiment(load_config("concentration-tiny", ["weights=random", "d=5"]), None)
+    ds = run_experiment(load_config("concentration-tiny", ["weights=random", "d=5", "init=uniform"]), None)
     assert ds.sizes["dim"] == 5
     vmf = load_config("concentration-tiny", ["weights=worked-example-2d", "init=quadrature", "density=vmf"])
     ds = run_experiment(vmf, None)

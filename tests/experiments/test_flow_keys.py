@@ -52,7 +52,7 @@ def test_redraw_gives_fresh_draws_every_period():
     [
         (["noise=0.1", "integrator=adaptive"], "noise = 0.1 needs a fixed-step integrator"),
         (["ensemble=goe"], "ensemble = goe is the law of weights = random"),
-        (["redraw=1.0"], "redraw = 1 draws fresh weights; weights = worked-example are not drawn"),
+        (["redraw=1.0"], "redraw = 1 draws fresh weights; weights = worked-example-2d are not drawn"),
         (["weights=random", "heads=2"], "concentration measures against one head's A"),
         (["weights=random", "redraw=2.0"], "concentration measures against one head's A"),
         (
@@ -106,6 +106,7 @@ def test_noisy_pre_ln_runs_report_the_spread_over_seeds():
             "dt_save=0.5",
             "betas=[10.0]",
             "seeds=[0, 1, 2]",
+            "init=uniform",  # seeds draw random clouds
         ],
     )
     ds = run_experiment(config)

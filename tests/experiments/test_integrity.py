@@ -190,8 +190,8 @@ def test_a_damaged_part_is_recomputed_to_the_bit(finished, tmp_path, how):
     out = copy_run(finished, tmp_path)
     before = read_dataset(out / "result.zarr")
     damage(out / "parts" / "beta=10_N=24.zarr" / "w2", how)
-    damage(out / "parts" / "beta=100_N=24.zarr" / "x", how)
-    assert clean_error(invoke("verify", str(out)), 1, "beta=10_N=24.zarr/w2/0.0", "beta=100_N=24.zarr/x/")
+    damage(out / "parts" / "beta=20_N=24.zarr" / "x", how)
+    assert clean_error(invoke("verify", str(out)), 1, "beta=10_N=24.zarr/w2/0.0", "beta=20_N=24.zarr/x/")
     result = invoke("run", *TINY, "--out", str(out), "--quiet", "--no-figures")
     assert result.exit_code == 0, result.output
     assert has(result.output, "part beta=10_N=24 is damaged") and has(result.output, "recomputing it")
@@ -292,7 +292,7 @@ def test_other_parameters_are_refused_more_betas_extend(finished, tmp_path):
     out = copy_run(finished, tmp_path)
     clean_error(invoke("run", *TINY, "--set", "seed=7", "--out", str(out), "-q"), 2, "seed = 0 there, 7 here")
     (out / "report.md").write_text("report of two betas")
-    more = invoke("run", *TINY, "--set", "betas=[10, 30, 100]", "--out", str(out), "-q", "--no-figures")
+    more = invoke("run", *TINY, "--set", "betas=[10, 15, 20]", "--out", str(out), "-q", "--no-figures")
     assert more.exit_code == 0, more.output
     assert read_dataset(out / "result.zarr").sizes["beta"] == 3
     assert not (out / "report.md").exists()  # drawn from the previous result: removed
@@ -385,12 +385,12 @@ def test_permission_denied_mid_run_names_the_file(tmp_path, monkeypatch):
 
 def test_provenance_sums_wall_time_over_resumes(finished, tmp_path):
     out = copy_run(finished, tmp_path)
-    shutil.rmtree(out / "parts" / "beta=100_N=24.zarr")
+    shutil.rmtree(out / "parts" / "beta=20_N=24.zarr")
     ds = run_experiment(load_config(str(out / "config.toml")), out)
     prov = json.loads(ds.attrs["provenance"])
     wall = prov["wall_time_s"]
-    assert wall["n_reused_parts"] == 3  # zero, beta=10 and the time-step probe; beta=100 recomputed
-    reused = ("zero", "beta=10_N=24", "beta=100_N=24_timestep")
+    assert wall["n_reused_parts"] == 3  # zero, beta=10 and the time-step probe; beta=20 recomputed
+    reused = ("zero", "beta=10_N=24", "beta=20_N=24_timestep")
     parts = [read_dataset(out / "parts" / f"{n}.zarr").attrs["wall_s"] for n in reused]
     assert wall["reused_parts"] == pytest.approx(sum(parts))
     assert wall["total"] == pytest.approx(wall["this_run"] + wall["reused_parts"])
@@ -482,7 +482,7 @@ def test_an_edited_weights_file_recomputes_every_part(tmp_path):
     _weights(w, scale=1.5)
     result = invoke("run", *args, "--out", str(out))
     assert result.exit_code == 0, result.output
-    for name in ("zero", "beta=10_N=24", "beta=100_N=24", "beta=100_N=24_timestep"):
+    for name in ("zero", "beta=10_N=24", "beta=20_N=24", "beta=20_N=24_timestep"):
         assert has(result.output, f"part {name} is not what this run computes")
     assert has(result.output, "the content of its input (weights) has changed")
     clean = tmp_path / "clean"
@@ -523,13 +523,13 @@ def test_an_edited_checkpoint_recomputes_the_heads_parts(tmp_path):
 def test_swapped_parts_are_not_reused_under_each_others_names(finished, tmp_path):
     out = copy_run(finished, tmp_path)
     before = read_dataset(out / "result.zarr")
-    a, b = out / "parts" / "beta=10_N=24.zarr", out / "parts" / "beta=100_N=24.zarr"
+    a, b = out / "parts" / "beta=10_N=24.zarr", out / "parts" / "beta=20_N=24.zarr"
     a.rename(tmp_path / "a")
     b.rename(a)
     (tmp_path / "a").rename(b)
     result = invoke("run", *TINY, "--out", str(out), "-q", "--no-figures")
     assert result.exit_code == 0, result.output
-    for name, other in (("beta=10_N=24", "beta=100_N=24"), ("beta=100_N=24", "beta=10_N=24")):
+    for name, other in (("beta=10_N=24", "beta=20_N=24"), ("beta=20_N=24", "beta=10_N=24")):
         assert has(result.output, f"part {name} is not what this run computes: it holds the part {other}")
     after = read_dataset(out / "result.zarr")
     for v in before.data_vars:
@@ -593,9 +593,9 @@ def test_a_failed_extend_leaves_config_and_result_agreeing(finished, tmp_path, m
         return real(ds, path)
 
     monkeypatch.setattr(io, "write_dataset", full_disk)
-    more = [*TINY, "--set", "betas=[10, 30, 100]", "--out", str(out), "-q", "--no-figures"]
+    more = [*TINY, "--set", "betas=[10, 15, 20]", "--out", str(out), "-q", "--no-figures"]
     assert invoke("run", *more).exit_code == 1
-    assert load_config(str(out / "config.toml")).betas == [10.0, 100.0]
+    assert load_config(str(out / "config.toml")).betas == [10.0, 20.0]
     assert invoke("verify", str(out)).exit_code == 0
     monkeypatch.setattr(io, "write_dataset", real)
     assert invoke("run", *more).exit_code == 0
