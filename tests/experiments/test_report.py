@@ -28,8 +28,8 @@ def test_report_of_a_run_is_tables_and_prose(finished, tmp_path):
         "### zero_temperature: local_rates\n\n| # | window | rate | err |\n|---|---|---|---|\n| 1 | [0, 4] |"
         in md
     )
-    assert "## Warnings\n\n- t_max = 2 is shorter than ln(beta)" in md  # the config's, then the run's
-    assert "\n- beta = 10 is under-resolved" in md
+    assert "## Warnings\n\n- beta = 10 is under-resolved" in md  # the run's, in the summary's order
+    assert "\n- beta = 20 is under-resolved" in md
     assert "## Configuration\n\n| parameter | value |" in md and "| N | 24 |" in md
     assert "### versions\n\n| quantity | value |" in md  # provenance, nested as tables too
     for line in md.splitlines():  # every line is a heading, a table row, a list item or prose
