@@ -19,6 +19,7 @@ from attnflow.kernels import auto, truncated
 from attnflow.kernels.auto import choose_kernel, kept_fraction
 from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.truncated import DEFAULT_CUTOFF, candidate_pairs, kept_radius, velocity_truncated
+from attnflow.kernels.truncated_geometry import sampled_counts
 from helpers import assert_kernel_matches_sdpa
 
 EPS = np.finfo(np.float64).eps
@@ -191,6 +192,47 @@ def test_candidate_pairs_take_the_kernels_settings():
         candidate_pairs(X, att, cutoff=-1.0)
     with pytest.raises(TypeError, match="leaf"):
         candidate_pairs(X, att, leaf=2.5)
+
+
+def test_sampled_counts_are_the_plan_where_every_query_is_sampled():
+    """Up to 1024 tokens the sample is every token: the sampled plan is the kernel's own, weights and
+    batches included."""
+    att = af.worked_example(1e3)
+    X = torch.tensor(af.sample_uniform(900, 3, seed=3, M=2))
+    w = torch.tensor(np.random.default_rng(4).uniform(0.5, 1.5, (2, 900)))
+    w /= w.sum(dim=1, keepdim=True)
+    for weights in (None, w):
+        exact = truncated.candidate_counts(X, att, weights=weights)
+        assert sampled_counts(X, att, weights=weights) == {k: float(v) for k, v in exact.items()}
+
+
+@pytest.mark.parametrize("kind", ["uniform", "vmf", "mixed"])
+@pytest.mark.parametrize("beta", [30.0, 1e3, 1e5])
+def test_sampled_counts_estimate_the_plan(kind, beta):
+    """8192 tokens, 1024 sampled: the predicted cost within [0.67, 1.5] of the plan's, the pairs
+    within [0.2, 3.5] (they matter where they are many; few pairs cost less than the tokens)."""
+    att = random_attention(3, beta, seed=2)
+    X = torch.tensor(cloud(kind, 8192, 3))
+    exact, est = truncated.candidate_counts(X, att), sampled_counts(X, att)
+    assert 0.2 <= est["pairs"] / exact["pairs"] <= 3.5, (est, exact)
+    v = auto._variant(X)
+    assert 0.67 <= auto.truncated_cost(est, 1, 8192, v) / auto.truncated_cost(exact, 1, 8192, v) <= 1.5
+
+
+def test_auto_prices_large_clouds_by_the_sampled_plan(monkeypatch):
+    """Above PLAN_MAX_N tokens the decision makes no plan of the truncated kernel."""
+    import attnflow.kernels.truncated_geometry as geometry
+
+    att = af.worked_example(1e4)
+    X = torch.tensor(af.sample_uniform(auto.PLAN_MAX_N + 1, 3, seed=14))[None]
+
+    def no_plan(*args, **kwargs):
+        raise AssertionError("the truncated kernel was planned")
+
+    monkeypatch.setattr(geometry, "candidate_counts", no_plan)
+    costs = auto.predict_costs(X, att)
+    assert math.isfinite(costs["truncated"])
+    assert costs["truncated"] == auto.truncated_cost(sampled_counts(X, att), 1, X.shape[1], auto._variant(X))
 
 
 @settings(max_examples=8, deadline=None)

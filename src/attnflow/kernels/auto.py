@@ -5,7 +5,8 @@ machine by `python -m attnflow.kernels.calibrate`):
 
     fused, sdpa   closed forms in M, N and d
     truncated     from its plan's counts (truncated.candidate_counts: tree, nearest neighbours,
-                  cells and ball counts, no exponential)
+                  cells and ball counts, no exponential); above PLAN_MAX_N tokens from a sampled
+                  plan (truncated_geometry.sampled_counts: N / 16 queries, 1024 to 4096)
     cluster       from its plan's counts (cluster.cloud_plans, cells.Plan.counts)
 
 How a decision stays cheap:
@@ -21,7 +22,9 @@ How a decision stays cheap:
    those are few pairs and far slower than the fused kernel where they are many
    (docs/benchmarks.md, "Choosing the kernel").
 2. Plans are kept for the kernel (reuse.py): they are the kernels' own first stage, so the kernel
-   picked takes its plan instead of computing it again; only the losers' planning is extra.
+   picked takes its plan instead of computing it again; only the losers' planning is extra.  Above
+   PLAN_MAX_N the truncated kernel is priced by a sampled plan instead, 3 to 6x cheaper than its
+   plan, which it then makes only where it is picked.
 3. Decisions are kept per cloud (`decide`): a state of the same shape, dtype, device, attention and
    weights whose SAMPLE_ROWS fixed rows moved by less than MOVE_TOL (chordal, every cloud) since a
    decision takes that decision again, at most REUSE_MAX times; then it is decided afresh.
@@ -35,6 +38,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -57,6 +61,7 @@ HOT = 0.1  # above this sampled kept fraction a state is hot ...
 DENSE = 256  # ... and the cluster kernel is not planned unless tokens have this many neighbours
 SPARSE = 64  # nor, in any state, unless they have this many (2 LEAF_MIN: its cells stay small)
 CANDIDATES = ("fused", "sdpa", "truncated", "cluster")
+PLAN_MAX_N = 4096  # above this the truncated kernel is priced by a sampled plan (3 to 6x cheaper)
 SAMPLE_ROWS = 64  # rows compared to tell whether a state has moved since its decision
 MOVE_TOL = 0.05  # largest move of a sampled row (chordal) that keeps a decision
 REUSE_MAX = 100  # uses of a kept decision before it is made afresh
@@ -134,9 +139,10 @@ def dense_cost(kernel: str, M: int, N: int, d: int, variant: str, constants: dic
 
 
 def truncated_cost(
-    counts: dict[str, int], M: int, N: int, variant: str, constants: dict | None = None
+    counts: Mapping[str, float], M: int, N: int, variant: str, constants: dict | None = None
 ) -> float:
-    """Predicted seconds of the truncated kernel from `truncated.candidate_counts` (or its stats)."""
+    """Predicted seconds of the truncated kernel from `truncated.candidate_counts` (or its stats, or
+    `sampled_counts`)."""
     c = _costs.active()["truncated"][variant] if constants is None else constants
     return M * c["call"] + c["token"] * M * N + c["pair"] * counts["pairs"] + c["key"] * counts["keys"]
 
@@ -199,9 +205,10 @@ def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, fl
 
     "truncated" and "cluster" are inf where they do not apply (d above TRUNCATED_MAX_D,
     CLUSTER_MAX_D) or cannot win (their lower bound, `_bounds`, above the best prediction made
-    before them): their plans are not computed then.
+    before them): their plans are not computed then (the truncated kernel's is sampled above
+    PLAN_MAX_N tokens).
     """
-    from .truncated import candidate_counts
+    from .truncated_geometry import candidate_counts, sampled_counts
 
     X3 = X if X.dim() == 3 else X.unsqueeze(0)
     M, N, d = X3.shape
@@ -219,7 +226,8 @@ def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, fl
         if not bounds[name] < min(out.values()):
             break
         if name == "truncated":
-            out[name] = truncated_cost(candidate_counts(X, att, weights=weights), M, N, v)
+            counts = sampled_counts if N > PLAN_MAX_N else candidate_counts
+            out[name] = truncated_cost(counts(X, att, weights=weights), M, N, v)
         else:
             out[name] = cluster_cost(cluster_counts(X, att, weights), d, v, clouds=M)
     return out

@@ -83,7 +83,7 @@ PAD_RATIO = 1.25  # cells batched together differ in key count by at most this f
 BALL_CHUNK = 2**21  # about this many (cell, key) pairs per ball query call
 
 
-def _candidates(tree, centres: np.ndarray, radii: np.ndarray, n_keys: int):
+def _candidates(tree, centres: np.ndarray, radii: np.ndarray, n_keys: int, threads: int = 1):
     """Ball query of every cell: (flat key indices, offsets) with offsets of length n_cells + 1.
 
     A radius >= 2 covers the whole sphere: such cells get all keys without a tree search.
@@ -92,7 +92,7 @@ def _candidates(tree, centres: np.ndarray, radii: np.ndarray, n_keys: int):
     lists: list = [None] * len(radii)
     todo = np.flatnonzero(~everything)
     if todo.size:
-        found = tree.query_ball_point(centres[todo], radii[todo], workers=-1, return_sorted=False)
+        found = tree.query_ball_point(centres[todo], radii[todo], workers=threads, return_sorted=False)
         for k, lst in zip(todo, found, strict=True):
             lists[k] = lst
     all_keys = range(n_keys)
@@ -117,7 +117,7 @@ def _sdpa(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask, beta: f
     return out[:, 0]
 
 
-def _chunks_of_cells(tree, centres: np.ndarray, radii: np.ndarray, N: int, d: int):
+def _chunks_of_cells(tree, centres: np.ndarray, radii: np.ndarray, N: int, d: int, threads: int = 1):
     """The cells in chunks with their candidate keys: yields (chunk, flat, offsets) (`_candidates`).
 
     Ball queries in chunks of cells, so the Python index lists stay bounded: key counts are estimated
@@ -132,7 +132,7 @@ def _chunks_of_cells(tree, centres: np.ndarray, radii: np.ndarray, N: int, d: in
             acc += min(N, factor * est[order[stop]])
             stop += 1
         chunk = order[start:stop]
-        flat, offsets = _candidates(tree, centres[chunk], radii[chunk], N)
+        flat, offsets = _candidates(tree, centres[chunk], radii[chunk], N, threads)
         factor = max(factor, flat.size / est[chunk].sum())
         yield chunk, flat, offsets
         start = stop
@@ -152,7 +152,7 @@ def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads
         geometry.radii,
     )
     stats["cells"] = stats.get("cells", 0) + radii.size
-    chunks = _chunks_of_cells(tree, centres, radii, N, d)
+    chunks = _chunks_of_cells(tree, centres, radii, N, d, threads)
     core = compiled.core() if X.device.type == "cpu" and d <= MAX_D else None
     if core is not None:
         return _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats, threads)

@@ -3,7 +3,8 @@
 The kept radius r_i of each row, the cells of nearby directions u_i (median cuts), each cell's
 centre and ball radius (`Geometry`, made per cloud by `cloud_geometry` and kept for the kernel,
 reuse.py), the checked settings, and what the kernel would cost (`candidate_counts`, the ball
-counts without an exponential, for `kernel="auto"`).
+counts without an exponential, and `sampled_counts`, their estimate from a sampled plan, for
+`kernel="auto"`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ LEAF = 256  # most queries per cell
 LEAF_MIN = 32  # cells are not cut below this many queries
 CELL_RATIO = 0.5  # cells are cut while their radius exceeds this times the kept radius r_i
 _SLACK = 1e-9  # relative widening of the radii: rounding never drops the nearest key
+
+
+def workers() -> int:
+    """SciPy's tree queries get torch's intra-op thread count, the run's thread policy (_threads.py):
+    `workers=-1` started a pool of every core at each query, threads a one-thread run had not asked
+    for, and 0.7 ms per truncated call at N = 4096 on a quiet machine (more under load;
+    docs/benchmarks.md, "Choosing the kernel")."""
+    return torch.get_num_threads()
 
 
 def kept_radius(dmin: np.ndarray, bnorm: np.ndarray, beta: float, cutoff) -> np.ndarray:
@@ -92,8 +101,10 @@ def _geometry(
     leaf_min: int,
     ratio: float,
     logw: np.ndarray | None = None,
+    queries: np.ndarray | None = None,
 ):
-    """Cells of queries and their ball radii for keys Xn (N, d) and b (N, d) rows b_i = B^T x_i.
+    """Cells of queries and their ball radii for keys Xn (N, d) and b (n, d) rows b_i = B^T x_i of
+    the queries x_i: `queries` (n, d), by default every key (n = N).
 
     logw: (N,) log-weights of the keys, or None (uniform): each row's cutoff is widened by
     L_i = max(0, -log(N w_{n_i})), n_i its nearest key (module docstring, "Error bound").
@@ -105,9 +116,11 @@ def _geometry(
     d = Xn.shape[1]
     bnorm = np.linalg.norm(b, axis=1)
     u = b / np.where(bnorm > 0, bnorm, 1.0)[:, None]
-    u[bnorm == 0] = Xn[bnorm == 0]  # any unit vector: these rows keep every key anyway
+    u[bnorm == 0] = (Xn if queries is None else queries)[
+        bnorm == 0
+    ]  # any unit vector: these rows keep every key
     tree = cKDTree(Xn, leafsize=16, balanced_tree=False, compact_nodes=False)
-    dmin, nearest = tree.query(u, k=1, workers=-1)
+    dmin, nearest = tree.query(u, k=1, workers=workers())
     row_cutoff = cutoff
     if logw is not None:  # L_i = max(0, -log(N w_{n_i}))
         row_cutoff = cutoff + np.maximum(0.0, -(math.log(Xn.shape[0]) + logw[nearest]))
@@ -195,15 +208,78 @@ def candidate_counts(X: torch.Tensor, att: Attention, **kwargs) -> dict[str, int
     settings of `velocity_truncated`."""
     pairs = keys = cells = 0
     for g in cloud_geometry(X, att, **kwargs):
-        N = len(g.perm)
-        counts = np.full(g.radii.size, N, dtype=np.int64)
-        small = g.radii < 2.0
-        if small.any():
-            counts[small] = g.tree.query_ball_point(
-                g.centres[small], g.radii[small], workers=-1, return_length=True
-            )
+        counts = _ball_counts(g)
         pairs += int(np.dot(counts, np.diff(g.starts)))
         keys += int(counts.sum())
+        cells += g.radii.size
+    return {"pairs": pairs, "keys": keys, "cells": cells}
+
+
+def _ball_counts(g: Geometry) -> np.ndarray:
+    """The number of keys in each cell's ball (every key where the radius covers the sphere)."""
+    counts = np.full(g.radii.size, g.tree.n, dtype=np.int64)
+    small = g.radii < 2.0
+    if small.any():
+        counts[small] = g.tree.query_ball_point(
+            g.centres[small], g.radii[small], workers=workers(), return_length=True
+        )
+    return counts
+
+
+def sample_size(N: int) -> int:
+    """The queries of `sampled_counts` for N tokens: N / 16 within [1024, 4096] (at most N)."""
+    return min(N, max(1024, min(4096, N // 16)))
+
+
+def sampled_counts(
+    X: torch.Tensor,
+    att: Attention,
+    *,
+    betas: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    seed: int = 0,
+    cutoff: float = DEFAULT_CUTOFF,
+    leaf: int = LEAF,
+    leaf_min: int = LEAF_MIN,
+    ratio: float = CELL_RATIO,
+) -> dict[str, float]:
+    """`candidate_counts` estimated from the plan of n = `sample_size(N)` queries drawn with `seed`
+    (each standing for N / n) against every key: their kept radii exactly, cells of them cut at
+    leaf n / N and leaf_min n / N rows, and each cell's ball counted among all N keys; pairs scaled
+    by N / n.  On the benchmark's states (N = 8192 to 65536, beta = 30 to 1e4) it took 0.14 to 0.39
+    of the plan's time, and the predicted cost came within 0.76 to 1.09 of the plan's (pairs 0.43
+    to 3.2: they are off where they are few, and then cost less than the tokens; docs/benchmarks.md,
+    "Choosing the kernel").  Nothing is kept: the kernel, when picked, makes its own plan."""
+    cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
+    X3 = batched(X, "X")
+    M, N, _ = X3.shape
+    cloud_betas = _cloud_betas(att, betas, M)
+    logw = log_weights(weights, M, N, X3.to(torch.float64))
+    B = np.asarray(att.B, dtype=float)
+    n = sample_size(N)
+    scale = n / N
+    rng = np.random.default_rng(seed)
+    pairs = keys = cells = 0.0
+    for m in range(M):
+        Xn = _numpy64(X3[m])
+        lw = None if logw is None else _numpy64(logw[m])
+        xq = Xn[np.sort(rng.choice(N, size=n, replace=False))]
+        g = Geometry(
+            *_geometry(
+                Xn,
+                xq @ B,
+                cloud_betas[m],
+                cutoff,
+                max(1, round(leaf * scale)),
+                max(1, round(leaf_min * scale)),
+                ratio,
+                lw,
+                queries=xq,
+            )
+        )
+        counts = _ball_counts(g)
+        pairs += float(np.dot(counts, np.diff(g.starts))) / scale
+        keys += float(counts.sum())
         cells += g.radii.size
     return {"pairs": pairs, "keys": keys, "cells": cells}
 
