@@ -14,6 +14,7 @@ call again: the kept decision, then the kernel.
 
     python benchmarks/auto.py                        # the 24 cases (about 10 minutes)
     python benchmarks/auto.py --N 4096 16384         # a quicker look
+    python benchmarks/auto.py --N 256 512 1024 2048  # below auto.MIN_N: the dense pick, no decision
     python benchmarks/auto.py --fit                  # fit the cost constants on these cases instead
 """
 
@@ -99,13 +100,14 @@ def case(X: np.ndarray, att, kernels: list[str], repeats: int) -> dict:
             keep(k, lambda k=k: af.velocity(X, att, kernel=k))
         auto.forget()
         keep("auto first", lambda: af.velocity(X, att, kernel="auto"))
-        decision = auto._decisions[-1] if auto._decisions else None
+        decision = auto._decisions[-1] if auto._decisions else None  # none below auto.MIN_N
         keep("auto next", lambda: af.velocity(X, att, kernel="auto"))
     err = math.nan
     if "sdpa" in fields:
         err = max(float(np.abs(fields[a] - fields["sdpa"]).max()) for a in ("auto first", "auto next"))
         err /= float(np.linalg.norm(att.V, 2))
-    return {"times": best, "decision": decision, "error": err}
+    pick = decision.kernel if decision is not None else auto.choose_kernel(torch.as_tensor(X)[None], att)
+    return {"times": best, "decision": decision, "pick": pick, "error": err}
 
 
 def table(args) -> list[dict]:
@@ -133,7 +135,7 @@ def table(args) -> list[dict]:
 def cells(r: dict, N: int, name: str, beta: float) -> list:
     t, dec = r["times"], r["decision"]
     fastest = min((k for k in KERNELS if k in t), key=lambda k: t[k][0])
-    pick = dec.kernel if dec is not None else "sdpa"
+    pick = r["pick"]
     out = [N, name, f"{beta:g}"] + [f"{t[k][0]:.3f}" if k in t else "" for k in KERNELS]
     first, nxt = t["auto first"], t["auto next"]
     out += [fastest, pick, f"{first[0]:.3f} ({first[1]:.3f})", f"{first[0] / t[fastest][0]:.2f}"]
