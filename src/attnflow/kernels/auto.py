@@ -319,8 +319,9 @@ def dense_pick(X: torch.Tensor) -> str:
     M, N, d = X.shape if X.dim() == 3 else (1, *X.shape)
     if X.device.type != "cpu" or _variant(X) != "compiled":
         return "sdpa"
-    fused = dense_cost("fused", M, N, d, "compiled")
-    return "fused" if fused < dense_cost("sdpa", M, N, d, _dtype(X)) else "sdpa"
+    table = _costs.active()  # read once: it checks the calibration file
+    fused = dense_cost("fused", M, N, d, "compiled", table["fused"]["compiled"])
+    return "fused" if fused < dense_cost("sdpa", M, N, d, _dtype(X), table["sdpa"][_dtype(X)]) else "sdpa"
 
 
 def choose_kernel(X: torch.Tensor | None, att: Attention, weights=None) -> str:

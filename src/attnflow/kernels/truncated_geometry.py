@@ -246,10 +246,11 @@ def sampled_counts(
     """`candidate_counts` estimated from the plan of n = `sample_size(N)` queries drawn with `seed`
     (each standing for N / n) against every key: their kept radii exactly, cells of them cut at
     leaf n / N and leaf_min n / N rows, and each cell's ball counted among all N keys; pairs scaled
-    by N / n.  On the benchmark's states (N = 8192 to 65536, beta = 30 to 1e4) it took 0.14 to 0.39
-    of the plan's time, and the predicted cost came within 0.76 to 1.09 of the plan's (pairs 0.43
-    to 3.2: they are off where they are few, and then cost less than the tokens; docs/benchmarks.md,
-    "Choosing the kernel").  Nothing is kept: the kernel, when picked, makes its own plan."""
+    by N / n.  On the benchmark's states (N = 8192 to 65536, beta = 30 to 1e4;
+    benchmarks/sampled_plan.py) it took 0.15 to 0.62 of the plan's time (median 0.24), and the
+    predicted cost came within 0.76 to 1.09 of the plan's (the pairs 0.03 to 3.2: they are off
+    where they are few, and then cost less than the tokens).  Nothing is kept: the kernel, when
+    picked, makes its own plan."""
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
     X3 = batched(X, "X")
     M, N, _ = X3.shape
