@@ -23,8 +23,8 @@ How a decision stays cheap:
    (docs/benchmarks.md, "Choosing the kernel").
 2. Plans are kept for the kernel (reuse.py): they are the kernels' own first stage, so the kernel
    picked takes its plan instead of computing it again; only the losers' planning is extra.  Above
-   PLAN_MAX_N the truncated kernel is priced by a sampled plan instead, 3 to 6x cheaper than its
-   plan, which it then makes only where it is picked.
+   PLAN_MAX_N the truncated kernel is priced by a sampled plan instead, 1.6 to 7x cheaper than its
+   plan (median 4x), which it then makes only where it is picked.
 3. Decisions are kept per cloud (`decide`): a state of the same shape, dtype, device, attention and
    weights whose SAMPLE_ROWS fixed rows moved by less than MOVE_TOL (chordal, every cloud) since a
    decision takes that decision again, at most REUSE_MAX times; then it is decided afresh.
@@ -61,7 +61,7 @@ HOT = 0.1  # above this sampled kept fraction a state is hot ...
 DENSE = 256  # ... and the cluster kernel is not planned unless tokens have this many neighbours
 SPARSE = 64  # nor, in any state, unless they have this many (2 LEAF_MIN: its cells stay small)
 CANDIDATES = ("fused", "sdpa", "truncated", "cluster")
-PLAN_MAX_N = 4096  # above this the truncated kernel is priced by a sampled plan (3 to 6x cheaper)
+PLAN_MAX_N = 4096  # above this the truncated kernel is priced by a sampled plan (median 4x cheaper)
 SAMPLE_ROWS = 64  # rows compared to tell whether a state has moved since its decision
 MOVE_TOL = 0.05  # largest move of a sampled row (chordal) that keeps a decision
 REUSE_MAX = 100  # uses of a kept decision before it is made afresh

@@ -116,9 +116,8 @@ def _geometry(
     d = Xn.shape[1]
     bnorm = np.linalg.norm(b, axis=1)
     u = b / np.where(bnorm > 0, bnorm, 1.0)[:, None]
-    u[bnorm == 0] = (Xn if queries is None else queries)[
-        bnorm == 0
-    ]  # any unit vector: these rows keep every key
+    fallback = Xn if queries is None else queries
+    u[bnorm == 0] = fallback[bnorm == 0]  # any unit vector: these rows keep every key anyway
     tree = cKDTree(Xn, leafsize=16, balanced_tree=False, compact_nodes=False)
     dmin, nearest = tree.query(u, k=1, workers=workers())
     row_cutoff = cutoff
