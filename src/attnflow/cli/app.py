@@ -45,10 +45,11 @@ from .console import (
     run_failures,
 )
 from .console import fail as _fail
-from .info import damaged as _damaged
-from .info import list_command, print_summary, show_command
+from .info import list_command
 from .options import AnimationOption, PdfOption, SetOption
 from .pretrained import heads
+from .show import damaged as _damaged
+from .show import print_summary, show_command
 from .sweep import sweep_command
 from .verify import verify_command
 
