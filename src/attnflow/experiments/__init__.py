@@ -188,7 +188,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     word is a string). An unknown name, missing or unreadable file, unknown key or wrong type raises
     ConfigError naming the key or file.
     """
-    from .config import build_config, parse_override
+    from .config import build_config, parse_override, read_toml
 
     target = str(name_or_path)
     values: dict[str, Any]
@@ -202,7 +202,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
         path = Path(target)
         if not path.is_file():
             raise ConfigError(f"config file {target}: not found (experiments: {_names()})")
-        values = _read_toml(path)
+        values = read_toml(path)
         exp = _lookup(str(values.get("experiment", DEFAULT_EXPERIMENT)))
         if exp is None:
             raise ConfigError(
@@ -224,26 +224,6 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
             )
         values[key] = value
     return build_config(Config, values, source)
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    """The values of a TOML config file (ConfigError naming the file when it cannot be read)."""
-    import tomllib
-
-    from .._text import check_depth
-
-    try:
-        values = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"config file {path}: not valid TOML ({err})") from None
-    except RecursionError:
-        raise ConfigError(
-            f"config file {path}: a value nests lists or tables too deeply to be read"
-        ) from None
-    try:
-        return check_depth(values, "a value")
-    except ValueError as err:
-        raise ConfigError(f"config file {path}: {err}") from None
 
 
 def _names() -> str:

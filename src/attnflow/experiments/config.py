@@ -6,6 +6,7 @@ import json
 import math
 import re
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
@@ -356,6 +357,26 @@ def to_toml(config: BaseModel, comments: bool = True) -> str:
             lines.append(f"# {desc}")
         lines.append(f"# {name} is unset" if value is None else f"{name} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The values of a TOML config file (ConfigError naming the file when it cannot be read)."""
+    import tomllib
+
+    from .._text import check_depth
+
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path}: not valid TOML ({err})") from None
+    except RecursionError:
+        raise ConfigError(
+            f"config file {path}: a value nests lists or tables too deeply to be read"
+        ) from None
+    try:
+        return check_depth(values, "a value")
+    except ValueError as err:
+        raise ConfigError(f"config file {path}: {err}") from None
 
 
 def parse_override(item: str) -> tuple[str, Any]:
