@@ -62,7 +62,9 @@ def machine() -> dict[str, str]:
     }
 
 
+@lru_cache(maxsize=16)
 def machine_key(*extra: str) -> str:
-    """A short hex key of `machine()` and any further strings (a source text, compiler flags)."""
+    """A short hex key of `machine()` and any further strings (a source text, compiler flags); kept
+    (every kernel="auto" decision asks for it, through costs.active)."""
     text = json.dumps([machine(), *extra], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
