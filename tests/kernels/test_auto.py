@@ -79,7 +79,7 @@ def test_the_choice_is_the_cheapest_prediction_and_bounds_hold():
         assert set(costs) == set(auto.CANDIDATES)
         dec = auto.decide(X, att, keep=False)
         assert dec.kernel == min(costs, key=lambda k: costs[k]) and dec.costs == costs and dec.seconds > 0
-        bounds = auto._bounds(X, att)
+        bounds = auto._bounds(X, auto.sample_state(X, att), kcosts.active())
         for name in ("truncated", "cluster"):
             assert bounds[name] <= costs[name] or math.isinf(costs[name])
 

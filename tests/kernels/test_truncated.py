@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnflow as af
-from attnflow.kernels import auto, truncated
+from attnflow.kernels import auto, reuse, truncated
 from attnflow.kernels.auto import choose_kernel, kept_fraction
 from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.truncated import DEFAULT_CUTOFF, candidate_pairs, kept_radius, velocity_truncated
-from attnflow.kernels.truncated_geometry import sampled_counts
+from attnflow.kernels.truncated_geometry import cloud_geometry, sampled_counts
 from helpers import assert_kernel_matches_sdpa
 
 EPS = np.finfo(np.float64).eps
@@ -233,6 +233,51 @@ def test_auto_prices_large_clouds_by_the_sampled_plan(monkeypatch):
     costs = auto.predict_costs(X, att)
     assert math.isfinite(costs["truncated"])
     assert costs["truncated"] == auto.truncated_cost(sampled_counts(X, att), 1, X.shape[1], auto._variant(X))
+
+
+def test_auto_prices_hot_states_by_a_small_sampled_plan(monkeypatch):
+    """At PLAN_MAX_N tokens and below the plan prices a cold state (and is kept for the kernel); a
+    hot one (most pairs kept), where the plan costs a third to a half of the kernel, is priced by a
+    sampled plan of N / 16 queries (at least HOT_SAMPLE)."""
+    import attnflow.kernels.truncated_geometry as geometry
+
+    N = auto.PLAN_MAX_N
+    X = torch.tensor(af.sample_uniform(N, 3, seed=15))[None]
+    hot, cold = af.worked_example(30.0), af.worked_example(1e3)
+    assert auto.sample_state(X, hot).kept > auto.HOT >= auto.sample_state(X, cold).kept
+    plan = geometry.candidate_counts
+
+    def no_plan(*args, **kwargs):
+        raise AssertionError("the truncated kernel was planned")
+
+    monkeypatch.setattr(geometry, "candidate_counts", no_plan)
+    n = max(auto.HOT_SAMPLE, N // 16)
+    costs = auto.predict_costs(X, hot)
+    assert costs["truncated"] == auto.truncated_cost(sampled_counts(X, hot, n=n), 1, N, auto._variant(X))
+    monkeypatch.setattr(geometry, "candidate_counts", plan)
+    reuse.clear()
+    costs = auto.predict_costs(X, cold)
+    assert costs["truncated"] == auto.truncated_cost(plan(X, cold), 1, N, auto._variant(X))
+
+
+def test_the_kernel_takes_the_trees_of_the_sampled_plan(monkeypatch):
+    """A sampled plan keeps its trees on the keys for the kernel's plan on the same tensor, which
+    is the plan made afresh; another tensor gets its own."""
+    import attnflow.kernels.truncated_geometry as geometry
+
+    att = af.worked_example(1e3)
+    X = torch.tensor(af.sample_uniform(3000, 3, seed=16, M=2))
+    reuse.clear()
+    fresh = truncated.candidate_counts(X, att)
+    reuse.clear()
+    sampled_counts(X, att, n=300)
+    kept = geometry.trees(X)
+    make = geometry._tree
+    monkeypatch.setattr(geometry, "_tree", lambda Xn: pytest.fail("a tree was made again"))
+    assert truncated.candidate_counts(X, att) == fresh
+    assert [g.tree for g in cloud_geometry(X, att)] == kept
+    monkeypatch.setattr(geometry, "_tree", make)
+    assert geometry.trees(X.clone()) is not kept
 
 
 @settings(max_examples=8, deadline=None)

@@ -57,11 +57,13 @@ MIN_N = 4096  # below this the dense kernels take milliseconds: no decision, the
 TRUNCATED_MAX_D = 6  # cells of directions stop paying off in higher dimension
 CLUSTER_MAX_D = 5  # C(p + d, d) moments per cell pair grow too fast beyond
 SAMPLE = 32  # queries of the kept-fraction sample (all clouds of a batch together)
+SAMPLE_KEYS = 16384  # keys of the sample's counts (its queries' maximum scores take every key)
 HOT = 0.1  # above this sampled kept fraction a state is hot ...
 DENSE = 256  # ... and the cluster kernel is not planned unless tokens have this many neighbours
 SPARSE = 64  # nor, in any state, unless they have this many (2 LEAF_MIN: its cells stay small)
 CANDIDATES = ("fused", "sdpa", "truncated", "cluster")
 PLAN_MAX_N = 4096  # above this the truncated kernel is priced by a sampled plan (median 4x cheaper)
+HOT_SAMPLE = 256  # the fewest queries of a sampled plan in a hot state of at most PLAN_MAX_N tokens
 SAMPLE_ROWS = 64  # rows compared to tell whether a state has moved since its decision
 MOVE_TOL = 0.05  # largest move of a sampled row (chordal) that keeps a decision
 REUSE_MAX = 100  # uses of a kept decision before it is made afresh
@@ -83,11 +85,11 @@ def sample_state(
     X: torch.Tensor, att: Attention, cutoff: float | None = None, sample: int = SAMPLE, seed: int = 0
 ) -> Sampled:
     """`Sampled` statistics of X (M, N, d) or (N, d) for att (finite beta): `sample` queries drawn
-    with `seed`, spread over the M clouds, each against all N tokens of its cloud."""
+    with `seed`, spread over the M clouds, each against all N tokens of its cloud for its maximum
+    score, and against SAMPLE_KEYS of them drawn with it (all where N is at most that) for the
+    counts, scaled by N / SAMPLE_KEYS (4.4 against 7.0 ms at N = 65536)."""
     import torch
 
-    from . import cells
-    from .cluster import DEFAULT_TOL, default_order
     from .truncated import DEFAULT_CUTOFF
 
     cutoff = DEFAULT_CUTOFF if cutoff is None else check_positive(cutoff, "cutoff")
@@ -98,18 +100,33 @@ def sample_state(
     X3 = X if X.dim() == 3 else X.unsqueeze(0)
     M, N, d = X3.shape
     per = max(1, min(N, math.ceil(sample / M)))
+    n_keys = min(N, SAMPLE_KEYS)
     rng = np.random.default_rng(seed)
     B = torch.tensor(att.B, dtype=torch.float64, device=X3.device)
-    rho = cells.series(default_order(d), cells.TOL_SHARE * DEFAULT_TOL)[0]
-    h = math.sqrt(rho / (beta * max(att.norm_B, 1e-300)))
+    cos_h = 1.0 - _series_radius(d) / (2.0 * beta * max(att.norm_B, 1e-300))  # |x_j - x_i| <= h
     kept, near = 0, []
     for m in range(M):
         Xm = X3[m].to(torch.float64)
         xs = Xm[torch.as_tensor(rng.choice(N, size=per, replace=False), device=X3.device)]  # (per, d)
-        S = torch.mm(xs @ B, Xm.T)  # (per, N) unscaled scores <b_i, x_j>
-        kept += int(torch.count_nonzero(S > S.amax(dim=1, keepdim=True) - cutoff / beta))
-        near.append(torch.count_nonzero(torch.mm(xs, Xm.T) >= 1.0 - h * h / 2, dim=1))  # |x_j - x_i| <= h
-    return Sampled(kept / (M * per * N), float(torch.cat(near).double().median()))
+        b = xs @ B  # (per, d): rows b_i = B^T x_i
+        S = torch.mm(b, Xm.T)  # (per, N) scores <b_i, x_j>
+        top = S.amax(dim=1, keepdim=True)
+        if n_keys < N:
+            Xm = Xm[torch.as_tensor(rng.choice(N, size=n_keys, replace=False), device=X3.device)]
+            S = torch.mm(b, Xm.T)
+        kept += int(torch.count_nonzero(S > top - cutoff / beta))
+        near.append(torch.count_nonzero(torch.mm(xs, Xm.T) >= cos_h, dim=1))
+    scale = N / n_keys
+    return Sampled(kept / (M * per * n_keys), float(torch.cat(near).double().median()) * scale)
+
+
+@lru_cache(maxsize=8)
+def _series_radius(d: int) -> float:
+    """rho, the cluster kernel's series radius at its default order and tolerance in d dimensions."""
+    from . import cells
+    from .cluster import DEFAULT_TOL, default_order
+
+    return cells.series(default_order(d), cells.TOL_SHARE * DEFAULT_TOL)[0]
 
 
 def kept_fraction(
@@ -182,20 +199,20 @@ def cluster_counts(X: torch.Tensor, att: Attention, weights=None) -> dict[str, i
     return total
 
 
-def _bounds(X: torch.Tensor, att: Attention) -> dict[str, float]:
-    """Lower bounds on the truncated and cluster kernels' seconds: inf where they do not apply, and
-    for the cluster kernel where its cells cannot grow (module docstring, 1.)."""
+def _bounds(X: torch.Tensor, sampled: Sampled, table: _costs.Costs) -> dict[str, float]:
+    """Lower bounds on the truncated and cluster kernels' seconds on X (M, N, d) from its sample: inf
+    where they do not apply, and for the cluster kernel where its cells cannot grow (module
+    docstring, 1.)."""
     M, N, d = X.shape
     v = _variant(X)
     out = {"truncated": math.inf, "cluster": math.inf}
     if d > TRUNCATED_MAX_D:
         return out
-    sampled = sample_state(X, att)
-    c = _costs.active()["truncated"][v]
+    c = table["truncated"][v]
     out["truncated"] = M * c["call"] + c["token"] * M * N + c["pair"] * sampled.kept * M * N * N
     sparse = sampled.neighbours < SPARSE or (sampled.kept > HOT and sampled.neighbours < DENSE)
     if d <= CLUSTER_MAX_D and not sparse:
-        c = _costs.active()["cluster"][v]
+        c = table["cluster"][v]
         out["cluster"] = M * (c["call"] + c["cell"]) + c["token"] * M * N
     return out
 
@@ -205,31 +222,43 @@ def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, fl
 
     "truncated" and "cluster" are inf where they do not apply (d above TRUNCATED_MAX_D,
     CLUSTER_MAX_D) or cannot win (their lower bound, `_bounds`, above the best prediction made
-    before them): their plans are not computed then (the truncated kernel's is sampled above
-    PLAN_MAX_N tokens).
+    before them): their plans are not computed then.  The truncated kernel is priced by its plan in
+    a cold state of at most PLAN_MAX_N tokens (the kernel takes it), else by a sampled plan.
     """
     from .truncated_geometry import candidate_counts, sampled_counts
 
     X3 = X if X.dim() == 3 else X.unsqueeze(0)
     M, N, d = X3.shape
     v = _variant(X3)
+    table = _costs.active()  # read once: it checks the calibration file
+    dense = "torch" if v == "torch" else "compiled"
     out = {
-        "fused": dense_cost("fused", M, N, d, "torch" if v == "torch" else "compiled"),
-        "sdpa": dense_cost("sdpa", M, N, d, _dtype(X3)),
+        "fused": dense_cost("fused", M, N, d, dense, table["fused"][dense]),
+        "sdpa": dense_cost("sdpa", M, N, d, _dtype(X3), table["sdpa"][_dtype(X3)]),
         "truncated": math.inf,
         "cluster": math.inf,
     }
     if X3.device.type != "cpu":
         out["fused"] = out["sdpa"]  # the fused kernel runs torch's SDPA there
-    bounds = _bounds(X3, att)
+    if d > TRUNCATED_MAX_D:
+        return out
+    sampled = sample_state(X3, att)
+    bounds = _bounds(X3, sampled, table)
     for name in sorted(bounds, key=lambda k: bounds[k]):
         if not bounds[name] < min(out.values()):
             break
         if name == "truncated":
-            counts = sampled_counts if N > PLAN_MAX_N else candidate_counts
-            out[name] = truncated_cost(counts(X, att, weights=weights), M, N, v)
+            if N > PLAN_MAX_N:
+                counts = sampled_counts(X, att, weights=weights)
+            elif sampled.kept > HOT:  # a hot state: the plan costs a third to a half of the kernel
+                counts = sampled_counts(X, att, weights=weights, n=max(HOT_SAMPLE, N // 16))
+            else:
+                counts = candidate_counts(X, att, weights=weights)
+            out[name] = truncated_cost(counts, M, N, v, table["truncated"][v])
         else:
-            out[name] = cluster_cost(cluster_counts(X, att, weights), d, v, clouds=M)
+            out[name] = cluster_cost(
+                cluster_counts(X, att, weights), d, v, clouds=M, constants=table["cluster"][v]
+            )
     return out
 
 
