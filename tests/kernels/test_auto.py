@@ -84,6 +84,62 @@ def test_the_choice_is_the_cheapest_prediction_and_bounds_hold():
             assert bounds[name] <= costs[name] or math.isinf(costs[name])
 
 
+@pytest.fixture
+def priced(monkeypatch):
+    """predict_costs on fixed numbers: dense kernels 1.0 s (fused) and 2.0 s (sdpa), bounds and
+    predictions as the test sets them; returns (set, log): set(N, kept, bounds, truncated, cluster)
+    runs predict_costs on N tokens, log lists the plans made, in order."""
+    import attnflow.kernels.truncated_geometry as geometry
+
+    log: list[str] = []
+    given: dict = {}
+    monkeypatch.setattr(auto, "dense_cost", lambda kernel, *a: 1.0 if kernel == "fused" else 2.0)
+    monkeypatch.setattr(auto, "sample_state", lambda X, att: auto.Sampled(given["kept"], 1e4))
+    monkeypatch.setattr(auto, "_bounds", lambda X, sampled, table: dict(given["bounds"]))
+    monkeypatch.setattr(auto, "cluster_counts", lambda *a: log.append("cluster") or {})
+    monkeypatch.setattr(auto, "cluster_cost", lambda *a, **k: given["cluster"])
+    monkeypatch.setattr(geometry, "candidate_counts", lambda *a, **k: log.append("plan") or {})
+    monkeypatch.setattr(geometry, "sampled_counts", lambda *a, **k: log.append("sampled plan") or {})
+    monkeypatch.setattr(auto, "truncated_cost", lambda *a: given["truncated"])
+
+    def run(N, kept, bounds, truncated=0.5, cluster=0.5):
+        log.clear()
+        given.update(kept=kept, bounds=bounds, truncated=truncated, cluster=cluster)
+        return auto.predict_costs(torch.zeros(1, N, 3, dtype=torch.float64), af.worked_example(1e3))
+
+    return run, log
+
+
+def test_a_kernel_is_planned_only_where_it_can_gain_more_than_the_margin(priced):
+    run, log = priced
+    N = auto.PLAN_MAX_N
+    edge = 1.0 - auto.MARGIN  # of the best prediction, fused's 1.0 s
+    costs = run(N, 0.01, {"truncated": edge * 1.01, "cluster": math.inf})
+    assert log == [] and math.isinf(costs["truncated"])  # it could gain under MARGIN: not planned
+    costs = run(N, 0.01, {"truncated": edge * 0.99, "cluster": math.inf})
+    assert log == ["plan"] and costs["truncated"] == 0.5  # a cold state: the plan, kept for the kernel
+    costs = run(N, 0.01, {"truncated": 0.2, "cluster": 0.3}, truncated=0.3)
+    assert log == ["plan"] and math.isinf(costs["cluster"])  # in order of the bounds; 0.3 > edge * 0.3
+
+
+def test_a_sampled_plan_comes_after_the_cluster_plan_and_a_sure_bound_takes_no_plan(priced):
+    """Where the truncated kernel is priced by a sampled plan (which the kernel does not take), the
+    cluster kernel is planned first; a truncated bound SURE times below the best is taken as it is."""
+    run, log = priced
+    big = auto.PLAN_MAX_N + 1
+    costs = run(big, 0.01, {"truncated": 0.2, "cluster": 0.3}, cluster=0.21)
+    assert log == ["cluster"] and math.isinf(costs["truncated"])  # 0.2 > edge * 0.21: not priced
+    costs = run(big, 0.01, {"truncated": 0.1, "cluster": 0.2}, truncated=0.15, cluster=0.3)
+    assert log == ["cluster", "sampled plan"] and costs["truncated"] == 0.15
+    bound = 0.99 / auto.SURE
+    costs = run(big, 0.01, {"truncated": bound, "cluster": math.inf})
+    assert log == [] and costs["truncated"] == bound  # it cannot lose to the fused kernel's 1.0 s
+    costs = run(auto.PLAN_MAX_N, 0.5, {"truncated": bound, "cluster": math.inf})
+    assert log == [] and costs["truncated"] == bound  # a hot state: priced by a sampled plan, so sure
+    costs = run(auto.PLAN_MAX_N, 0.01, {"truncated": bound, "cluster": math.inf})
+    assert log == ["plan"] and costs["truncated"] == 0.5  # a cold state: its plan is kept, priced
+
+
 def test_hot_sparse_states_do_not_plan_the_cluster_kernel():
     """A hot uniform cloud (most pairs kept, few neighbours within the series' scale) is not worth a
     cluster plan: its bound is inf and no plan is kept."""

@@ -5,26 +5,31 @@ machine by `python -m attnflow.kernels.calibrate`):
 
     fused, sdpa   closed forms in M, N and d
     truncated     from its plan's counts (truncated.candidate_counts: tree, nearest neighbours,
-                  cells and ball counts, no exponential); above PLAN_MAX_N tokens from a sampled
-                  plan (truncated_geometry.sampled_counts: N / 16 queries, 1024 to 4096)
+                  cells and ball counts, no exponential) in a cold state of at most PLAN_MAX_N
+                  tokens; else from a sampled plan (truncated_geometry.sampled_counts: N / 16
+                  queries, 1024 to 4096, and 256 at 4096 tokens)
     cluster       from its plan's counts (cluster.cloud_plans, cells.Plan.counts)
 
 How a decision stays cheap:
 
-1. Bounds before plans.  SAMPLE queries, each against every token, give the kept fraction f and
-   the median number of tokens within the cluster kernel's series scale of a token, its
-   neighbours (`sample_state`).  Then truncated >= call + token M N + pair f M N^2 and cluster >=
-   call + token M N.  Candidates are planned in increasing order of their bound, and one whose
-   bound exceeds the best prediction so far is not planned.  The cluster kernel is not planned
-   where tokens have fewer than SPARSE neighbours, or fewer than DENSE in a hot state (f > HOT):
-   there its cells stay as small as the truncated kernel's, it sums nearly every kept pair directly
-   after a heavier plan, and it was measured at 0.9 to 1.5 times the truncated kernel's time where
-   those are few pairs and far slower than the fused kernel where they are many
-   (docs/benchmarks.md, "Choosing the kernel").
+1. Bounds before plans.  SAMPLE queries, each against every token (its counts against up to
+   SAMPLE_KEYS of them), give the kept fraction f and the median number of tokens within the cluster
+   kernel's series scale of a token, its neighbours (`sample_state`).  Then truncated >= call +
+   token M N + pair f M N^2 and cluster >= call + token M N.  A kernel is planned only where its
+   bound is MARGIN below the best prediction so far (a plan that can gain less is not worth making);
+   candidates are planned in increasing order of their bound, but a truncated kernel priced by a
+   sampled plan comes after the cluster kernel (the cluster kernel takes its plan, the truncated
+   kernel does not take a sampled one), and it is taken unpriced, at its bound, where that is SURE
+   times below the best (on the benchmark's 24 states the truncated kernel took 1.0 to 3.4 times its
+   bound).  The cluster kernel is not planned where tokens have fewer than SPARSE neighbours, or
+   fewer than DENSE in a hot state (f > HOT): there its cells stay as small as the truncated
+   kernel's, it sums nearly every kept pair directly after a heavier plan, and it was measured at
+   0.9 to 1.5 times the truncated kernel's time where those are few pairs and far slower than the
+   fused kernel where they are many (docs/benchmarks.md, "Choosing the kernel").
 2. Plans are kept for the kernel (reuse.py): they are the kernels' own first stage, so the kernel
-   picked takes its plan instead of computing it again; only the losers' planning is extra.  Above
-   PLAN_MAX_N the truncated kernel is priced by a sampled plan instead, 1.6 to 7x cheaper than its
-   plan (median 4x), which it then makes only where it is picked.
+   picked takes its plan instead of computing it again; only the losers' planning is extra.  A
+   sampled plan of the truncated kernel costs a quarter of its plan (median; its trees on the keys
+   are kept for the kernel), which the kernel then makes only where it is picked.
 3. Decisions are kept per cloud (`decide`): a state of the same shape, dtype, device, attention and
    weights whose SAMPLE_ROWS fixed rows moved by less than MOVE_TOL (chordal, every cloud) since a
    decision takes that decision again, at most REUSE_MAX times; then it is decided afresh.
@@ -64,6 +69,8 @@ SPARSE = 64  # nor, in any state, unless they have this many (2 LEAF_MIN: its ce
 CANDIDATES = ("fused", "sdpa", "truncated", "cluster")
 PLAN_MAX_N = 4096  # above this the truncated kernel is priced by a sampled plan (median 4x cheaper)
 HOT_SAMPLE = 256  # the fewest queries of a sampled plan in a hot state of at most PLAN_MAX_N tokens
+MARGIN = 0.1  # a kernel is not planned unless its bound is this much below the best prediction
+SURE = 4.0  # ... and is taken unpriced where its bound is below the best by this factor (sampled plans)
 SAMPLE_ROWS = 64  # rows compared to tell whether a state has moved since its decision
 MOVE_TOL = 0.05  # largest move of a sampled row (chordal) that keeps a decision
 REUSE_MAX = 100  # uses of a kept decision before it is made afresh
@@ -221,9 +228,10 @@ def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, fl
     """Predicted seconds of one evaluation of each candidate kernel on X (M, N, d) (finite beta).
 
     "truncated" and "cluster" are inf where they do not apply (d above TRUNCATED_MAX_D,
-    CLUSTER_MAX_D) or cannot win (their lower bound, `_bounds`, above the best prediction made
-    before them): their plans are not computed then.  The truncated kernel is priced by its plan in
-    a cold state of at most PLAN_MAX_N tokens (the kernel takes it), else by a sampled plan.
+    CLUSTER_MAX_D) or are not worth pricing (module docstring, 1.): their plans are not computed
+    then.  The truncated kernel is priced by its plan in a cold state of at most PLAN_MAX_N tokens
+    (the kernel takes it), else by a sampled plan, after the cluster kernel; where it is taken
+    without a price, its entry is its lower bound.
     """
     from .truncated_geometry import candidate_counts, sampled_counts
 
@@ -244,21 +252,25 @@ def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, fl
         return out
     sampled = sample_state(X3, att)
     bounds = _bounds(X3, sampled, table)
-    for name in sorted(bounds, key=lambda k: bounds[k]):
-        if not bounds[name] < min(out.values()):
-            break
-        if name == "truncated":
-            if N > PLAN_MAX_N:
-                counts = sampled_counts(X, att, weights=weights)
-            elif sampled.kept > HOT:  # a hot state: the plan costs a third to a half of the kernel
-                counts = sampled_counts(X, att, weights=weights, n=max(HOT_SAMPLE, N // 16))
-            else:
-                counts = candidate_counts(X, att, weights=weights)
-            out[name] = truncated_cost(counts, M, N, v, table["truncated"][v])
-        else:
+    by_sample = N > PLAN_MAX_N or sampled.kept > HOT  # the truncated kernel priced by a sampled plan
+    for name in sorted(bounds, key=lambda k: (k == "truncated" and by_sample, bounds[k])):
+        best = min(out.values())
+        if not bounds[name] < (1.0 - MARGIN) * best:
+            continue
+        if name == "cluster":
             out[name] = cluster_cost(
                 cluster_counts(X, att, weights), d, v, clouds=M, constants=table["cluster"][v]
             )
+        elif by_sample and SURE * bounds[name] < best:
+            out[name] = bounds[name]
+        else:
+            n = None if N > PLAN_MAX_N else max(HOT_SAMPLE, N // 16)  # a hot state: 256 of 4096
+            counts = (
+                sampled_counts(X, att, weights=weights, n=n)
+                if by_sample
+                else candidate_counts(X, att, weights=weights)
+            )
+            out[name] = truncated_cost(counts, M, N, v, table["truncated"][v])
     return out
 
 
