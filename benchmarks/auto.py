@@ -155,6 +155,9 @@ def summary(results: list[dict]) -> None:
     for which in ("auto first", "auto next"):
         good = sum(ratio(r, which) <= 1.2 for r in results)
         print(f"- {which} call within 20 % of the fastest kernel: {good} of {n}")
+    for N in sorted({r["N"] for r in results}):
+        extra = [r["times"]["auto first"][0] / r["times"]["auto next"][0] - 1 for r in results if r["N"] == N]
+        print(f"- N = {N}: a first call's extra time over the next call's, median {np.median(extra):.0%}")
     for r in results:
         t = r["times"]
         if r["beta"] == 1000 and r["state"] in ("metastable", "collapsed") and "sdpa" in t:
