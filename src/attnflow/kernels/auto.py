@@ -140,8 +140,8 @@ def kept_fraction(
     X: torch.Tensor, att: Attention, cutoff: float | None = None, sample: int = SAMPLE, seed: int = 0
 ) -> float:
     """Estimated fraction of key-query pairs with beta (x_i^T B x_j - max_k x_i^T B x_k) > -cutoff:
-    `sample_state(...).kept` (exact for `sample` queries, each against all N keys; 0.0 when beta
-    = inf)."""
+    `sample_state(...).kept` (exact for `sample` queries, each against all N keys where N is at
+    most SAMPLE_KEYS; 0.0 when beta = inf)."""
     return sample_state(X, att, cutoff, sample, seed).kept
 
 
@@ -276,8 +276,9 @@ def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, fl
 
 @dataclass
 class Decision:
-    """A kernel choice: the kernel, the predicted seconds of every candidate (inf: not planned),
-    the CPU seconds the decision took, and how often it has been taken again (`decide`)."""
+    """A kernel choice: the kernel, the predicted seconds of every candidate (inf: not planned; the
+    truncated kernel's bound where it was taken unpriced), the CPU seconds the decision took, and
+    how often it has been taken again (`decide`)."""
 
     kernel: str
     costs: dict[str, float]

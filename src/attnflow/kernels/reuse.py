@@ -1,6 +1,6 @@
 """Work a kernel did on a state, kept for the next call on the very same tensors: the cluster
-kernel's plans and the truncated kernel's geometry, which `kernel="auto"` computes to price them and
-the kernel it picks then takes instead of computing them again.
+kernel's plans and the truncated kernel's geometry and trees on its keys, which `kernel="auto"`
+computes to price them and the kernel it picks then takes instead of computing them again.
 
 An entry belongs to live tensors (weak references, so it never keeps a state alive) at their
 versions (torch counts every in-place write), and to a key of everything else the work depends on:

@@ -4,7 +4,7 @@ The kept radius r_i of each row, the cells of nearby directions u_i (median cuts
 centre and ball radius (`Geometry`, made per cloud by `cloud_geometry` and kept for the kernel,
 reuse.py), the checked settings, and what the kernel would cost (`candidate_counts`, the ball
 counts without an exponential, and `sampled_counts`, their estimate from a sampled plan, for
-`kernel="auto"`).
+`kernel="auto"`, whose trees on the keys are kept for the kernel too, `trees`).
 """
 
 from __future__ import annotations
@@ -140,6 +140,7 @@ def _geometry(
 
 
 def _tree(Xn: np.ndarray) -> Any:
+    """The cKDTree on the keys Xn (N, d) that the kernel queries."""
     from scipy.spatial import cKDTree
 
     return cKDTree(Xn, leafsize=16, balanced_tree=False, compact_nodes=False)
