@@ -230,6 +230,8 @@ def test_auto_prices_large_clouds_by_the_sampled_plan(monkeypatch):
         raise AssertionError("the truncated kernel was planned")
 
     monkeypatch.setattr(geometry, "candidate_counts", no_plan)
+    monkeypatch.setattr(auto, "MARGIN", 0.0)  # priced whatever the constants say: the rule alone
+    monkeypatch.setattr(auto, "SURE", math.inf)
     costs = auto.predict_costs(X, att)
     assert math.isfinite(costs["truncated"])
     assert costs["truncated"] == auto.truncated_cost(sampled_counts(X, att), 1, X.shape[1], auto._variant(X))
@@ -241,6 +243,8 @@ def test_auto_prices_hot_states_by_a_small_sampled_plan(monkeypatch):
     sampled plan of N / 16 queries (at least HOT_SAMPLE)."""
     import attnflow.kernels.truncated_geometry as geometry
 
+    monkeypatch.setattr(auto, "MARGIN", 0.0)  # priced whatever the constants say: the rule alone
+    monkeypatch.setattr(auto, "SURE", math.inf)
     N = auto.PLAN_MAX_N
     X = torch.tensor(af.sample_uniform(N, 3, seed=15))[None]
     hot, cold = af.worked_example(30.0), af.worked_example(1e3)
