@@ -139,6 +139,9 @@ def _geometry(
     return tree, perm, starts, centres, rho + rmax
 
 
+_TREES = ("trees",)  # the reuse key of the trees on a tensor's keys
+
+
 def _tree(Xn: np.ndarray) -> Any:
     """The cKDTree on the keys Xn (N, d) that the kernel queries."""
     from scipy.spatial import cKDTree
@@ -149,11 +152,16 @@ def _tree(Xn: np.ndarray) -> Any:
 def trees(X: torch.Tensor) -> list[Any]:
     """The cKDTree on the keys of each cloud of X (M, N, d), kept for the next call on the same,
     unmodified tensor (reuse.py): a sampled plan makes them, the kernel's plan then takes them."""
-    found = reuse.get((X,), ("trees",))
+    found = kept_trees(X)
     if found is None:
         found = [_tree(_numpy64(Xm)) for Xm in batched(X, "X")]
-        reuse.put((X,), ("trees",), found)
+        reuse.put((X,), _TREES, found)
     return found
+
+
+def kept_trees(X: Any) -> list[Any] | None:
+    """The trees of `trees` kept for this very tensor X (unmodified since), else None."""
+    return reuse.get((X,), _TREES) if isinstance(X, torch.Tensor) else None
 
 
 def _numpy64(T: torch.Tensor) -> np.ndarray:
@@ -206,7 +214,7 @@ def cloud_geometry(
         return found
     logw = log_weights(weights, M, N, X3.to(torch.float64))
     B = np.asarray(att.B, dtype=float)
-    kept = reuse.get((X,), ("trees",)) if isinstance(X, torch.Tensor) else None
+    kept = kept_trees(X)
     out = []
     for m in range(M):
         Xn = _numpy64(X3[m])
