@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -170,18 +170,19 @@ class CurveQuantities:
 
 
 def _deviations(t: np.ndarray, w: np.ndarray, reference: Any, inside: np.ndarray) -> dict[str, Any]:
-    """t_dev(delta) for every delta of DEVIATIONS (fields and their biases), inside the window."""
+    """t_dev(delta) for every delta of DEVIATIONS (fields, their biases and, under "index", the saved
+    index that ends each one's bracket), inside the window."""
     out: dict[str, Any] = {name: math.nan for name in DEVIATIONS}
     if reference is None:
-        return out
+        return {**out, "index": {}}
     ref = np.asarray(reference, dtype=np.float64)
     if ref.shape != t.shape:
         raise ValueError(f"reference must have the shape of t {t.shape}, got {ref.shape}")
-    bias = {}
+    bias, index = {}, {}
     for name, delta in DEVIATIONS.items():
         c = crossing(t[inside], w[inside], (1.0 + delta) * ref[inside], "up")
-        out[name], bias[name] = c.t, c.bias
-    return {**out, "bias": bias}
+        out[name], bias[name], index[name] = c.t, c.bias, _absolute(inside, c.index)
+    return {**out, "bias": bias, "index": index}
 
 
 def curve_quantities(
@@ -191,9 +192,12 @@ def curve_quantities(
     band: float = 0.05,
     edge_steps: int = 2,
     reference: Any = None,
+    located: Mapping[str, Mapping[str, float]] | None = None,
 ) -> CurveQuantities:
     """CurveQuantities of the W2 curve w2 (T,) on saved times t (T,) restricted to t <= t_end;
-    reference: an optional (T,) curve for the deviation times t_dev(delta)."""
+    reference: an optional (T,) curve for the deviation times t_dev(delta); located: the level's
+    times located on its continuous solution (name -> Located.to_dict(), `science.located`), taken
+    where they are the quantity the window reads (see `_take_located`)."""
     t = check_times(t, "t")
     w = np.asarray(w2, dtype=np.float64)
     if w.shape != t.shape:
@@ -212,10 +216,39 @@ def curve_quantities(
     near = band_of(ti, wi, m, band)
     edge = m.index >= inside.size - 1 - edge_steps
     dev = _deviations(t, w, reference, inside)
+    dev_index = dev.pop("index")
     bias = {"t_star": m.t_bias, "min_w2": m.value_bias, "t_entry": entry.bias, **dev.pop("bias", {})}
-    return CurveQuantities(
+    q = CurveQuantities(
         m.t, m.value, entry.t, t_end, bool(edge), t_lo=near.lo, t_hi=near.hi, bias=bias, **dev
     )
+    indices = {"t_star": int(inside[m.index]), "t_entry": _absolute(inside, entry.index), **dev_index}
+    return _take_located(q, inside, indices, located or {})
+
+
+def _absolute(inside: np.ndarray, index: int) -> int:
+    return int(inside[index]) if index >= 0 else -1
+
+
+def _take_located(
+    q: CurveQuantities,
+    inside: np.ndarray,
+    indices: Mapping[str, int],
+    located: Mapping[str, Mapping[str, float]],
+) -> CurveQuantities:
+    """q with its times located on the continuous solution where the saved samples of the window
+    bracket the same event (the located one's saved index is the window's, and a minimum's bracket
+    lies inside the window); their error is then the root tolerance. A time read off the samples
+    only (none located, or another event) keeps the saved step as its error (`curves`)."""
+    values, bias = {}, dict(q.bias)
+    last = int(inside[-1])
+    for name, index in indices.items():
+        loc = located.get(name)
+        span_ok = name != "t_star" or index + 1 <= last
+        if loc is not None and index > 0 and int(loc["index"]) == index and span_ok:
+            values[name], bias[name] = float(loc["t"]), float(loc["error"])
+            if name == "t_star":
+                values["min_w2"], bias["min_w2"] = float(loc["value"]), float(loc["value_error"])
+    return replace(q, **values, bias=bias)
 
 
 def richardson(Ns: Any, values: Any) -> tuple[float, float, float | None]:

@@ -1,20 +1,36 @@
 """A saved curve read between its saved times: its minimum, the times it crosses a level, the band
-around its minimum, each with the save grid's bias carried as an error.
+around its minimum, each with the error the save grid leaves.
 
 A curve is known at its saved times t (T,) only, and what is read off it lies between them:
 
 - `locate_minimum`: the parabola through the three saved points around the smallest saved value,
   refined by the cubic through four (the three and the next one on the vertex's side): the cubic's
-  local minimum is the minimum and its time, and its difference with the parabola's vertex is
-  carried as the grid error (the parabola's error, O(h^2) in time and O(h^3) in value, bounds the
-  cubic's, one order smaller).
+  local minimum is the minimum and its time. Its value's error is its difference with the
+  parabola's vertex (the parabola's error, O(h^3) in value, bounds the cubic's); its time is known
+  to the saved step only (the minimum of a unimodal stretch lies between the saved points around
+  the smallest one): that step is its error.
 - `crossing`: the first time a curve crosses a level, from the quadratic through three saved points
-  around the crossing; its grid error is the difference with linear interpolation between the two
-  points that bracket it (likewise one order larger than the quadratic's own).
+  around the crossing; its error is the saved step that brackets it (the crossing lies inside it,
+  whatever the curve does between the samples).
 - `band`: the times around the minimum where the curve stays within (1 + tol) of it, each edge a
   crossing; inside one saved step the parabola gives the edges (sqrt(tol m / k) from the vertex).
 - `departure`: the first time after a mass curve has reached a level that it falls below it again
   (a cluster's departure), a crossing.
+
+These readings of the saved samples are first guesses only: a tight cluster leaves a window within
+one saved step, the samples read 1, 1, 0, and any curve through them puts the crossing at the same
+fraction of the step whatever the truth (docs/math.md, "Times read from a curve"). A time that a
+result quotes is located on the continuous solution:
+
+- `zoom_crossing`, `zoom_minimum`: the time where a quantity of the *state* crosses a level, or is
+  least, found by integrating again from the saved state before it (`Advance`) on a grid of `n`
+  points inside the bracket, then inside the sub-bracket that holds it, until the bracket is
+  narrower than `tol`. The located time is the bracket's midpoint and its error the half-width:
+  the crossing (or the minimum of a unimodal stretch) lies inside it, whatever the curve's shape.
+  Each zoom integrates one bracket, so a located time costs about one saved step of integration.
+  A solver that cannot restart from a saved state (the mean-field flow) saves its states densely
+  inside the brackets instead: `advance` then looks them up, and raises LookupError for points it
+  has not saved, which ends the zoom (one zoom is then all there is).
 
 Plain NumPy on 1-D arrays; records are frozen dataclasses.
 """
@@ -22,18 +38,32 @@ Plain NumPy on 1-D arrays; records are frozen dataclasses.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["Band", "Crossing", "Minimum", "band", "crossing", "departure", "locate_minimum"]
+__all__ = [
+    "Advance",
+    "Band",
+    "Crossing",
+    "Located",
+    "Minimum",
+    "band",
+    "crossing",
+    "departure",
+    "locate_minimum",
+    "zoom_crossing",
+    "zoom_minimum",
+]
 
 
 @dataclass(frozen=True)
 class Minimum:
     """The minimum of a saved curve: its time `t` and `value` (the cubic's minimum), their grid
-    errors `t_bias` and `value_bias` (cubic against parabola), the index of the smallest saved value,
+    errors `t_bias` (the saved step) and `value_bias` (cubic against parabola), the index of the
+    smallest saved value,
     the parabola's curvature k (the curve ~ value + k (t - t_min)^2 near it; NaN at an edge) and
     `edge`: the smallest saved value is the first or last one (no parabola: the saved point itself)."""
 
@@ -49,7 +79,7 @@ class Minimum:
 @dataclass(frozen=True)
 class Crossing:
     """The first time `t` a curve crosses a level (NaN when it never does), its grid error `bias`
-    (quadratic against linear interpolation) and the index of the first saved point across (-1)."""
+    (the saved step that brackets it) and the index of the first saved point across (-1)."""
 
     t: float
     bias: float
@@ -114,9 +144,10 @@ def locate_minimum(t: np.ndarray, w: np.ndarray) -> Minimum:
         if lo >= 0 and hi <= w.size:
             cubic = _cubic_minimum(t[lo:hi], w[lo:hi], tv)
             break
+    step = float(max(t[k] - t[k - 1], t[k + 1] - t[k]))
     if cubic is None:  # fewer than four points, or no cubic minimum: the grid's own offset
-        return Minimum(tv, wv, abs(tv - float(t[k])), abs(wv - float(w[k])), k, curv, False)
-    return Minimum(cubic[0], cubic[1], abs(cubic[0] - tv), abs(cubic[1] - wv), k, curv, False)
+        return Minimum(tv, wv, step, abs(wv - float(w[k])), k, curv, False)
+    return Minimum(cubic[0], cubic[1], step, abs(cubic[1] - wv), k, curv, False)
 
 
 def _quadratic_root(t: np.ndarray, y: np.ndarray, lo: float, hi: float, guess: float) -> float | None:
@@ -152,9 +183,7 @@ def crossing(
     if min(idx) < 0 or max(idx) >= g.size:
         return Crossing(linear, abs(t1 - t0), j)  # two points only: the step itself bounds the bias
     root = _quadratic_root(t[idx], g[idx], t0, t1, linear)
-    if root is None:
-        return Crossing(linear, abs(t1 - t0), j)
-    return Crossing(root, abs(root - linear), j)
+    return Crossing(linear if root is None else root, abs(t1 - t0), j)
 
 
 def departure(t: np.ndarray, mass: np.ndarray, level: float = 0.5) -> Crossing:
@@ -188,3 +217,109 @@ def band(t: np.ndarray, w: np.ndarray, minimum: Minimum, tol: float) -> Band:
     lo_bias = 0.0 if math.isnan(left.bias) else left.bias
     hi_bias = 0.0 if math.isnan(right.bias) else right.bias
     return Band(lo, hi, lo_bias, hi_bias)
+
+
+#: advance(state, t, times) -> the states at `times` (increasing, all > t) of the solution through
+#: `state` at time t: the integrator run again from a saved state
+Advance = Callable[[Any, float, np.ndarray], Sequence[Any]]
+
+#: the zoom's points per bracket, and the narrowest bracket it stops at, relative to the saved step
+ZOOM_POINTS = 16
+ZOOM_RTOL = 1e-3
+
+
+@dataclass(frozen=True)
+class Located:
+    """A time located on the continuous solution: `t` (the final bracket's midpoint), `error` (its
+    half-width: the true time lies within t -+ error), `value` (the quantity there: the smallest
+    sample for a minimum, NaN for a crossing) and `value_error` (how far the samples at the final
+    bracket's ends lie above it: the minimum's value is known to that), `index` (the saved index of
+    the first bracket's end, as `Crossing.index`; for a minimum the saved argmin) and `evaluations`
+    (states integrated again)."""
+
+    t: float
+    error: float
+    value: float
+    index: int
+    evaluations: int
+    value_error: float = math.nan
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "t": self.t,
+            "error": self.error,
+            "value": self.value,
+            "value_error": self.value_error,
+            "index": self.index,
+        }
+
+
+def _zoom_points(t0: float, t1: float, n: int) -> np.ndarray:
+    return np.linspace(t0, t1, n + 1)[1:]
+
+
+def zoom_crossing(
+    advance: Advance,
+    g: Callable[[Any, float], float],
+    t0: float,
+    state0: Any,
+    t1: float,
+    index: int,
+    tol: float,
+    n: int = ZOOM_POINTS,
+) -> Located:
+    """The time in (t0, t1] where g(state, t) first becomes > 0, from g(state0, t0) <= 0 (e.g. a mass
+    minus its level, negated for a fall): each zoom integrates from the bracket's start to its end on
+    n points and keeps the first sub-bracket across, until it is narrower than 2 tol. `index`: the
+    saved index of t1. A solution that no longer crosses inside (t0, t1] (integrated again, it can
+    differ from the saved one by the integrator's tolerance) leaves the bracket (t0, t1]."""
+    evaluations = 0
+    while t1 - t0 > 2.0 * tol:
+        ts = _zoom_points(t0, t1, n)
+        try:
+            states = advance(state0, t0, ts)
+        except LookupError:
+            break
+        evaluations += len(ts)
+        across = [k for k, (s, t) in enumerate(zip(states, ts, strict=True)) if g(s, float(t)) > 0]
+        if not across:
+            break
+        k = across[0]
+        if k > 0:
+            t0, state0 = float(ts[k - 1]), states[k - 1]
+        t1 = float(ts[k])
+    return Located(0.5 * (t0 + t1), 0.5 * (t1 - t0), math.nan, index, evaluations)
+
+
+def zoom_minimum(
+    advance: Advance,
+    f: Callable[[Any, float], float],
+    t0: float,
+    state0: Any,
+    t1: float,
+    index: int,
+    tol: float,
+    n: int = ZOOM_POINTS,
+) -> Located:
+    """The time of the least f(state, t) on [t0, t1] (a bracket around a saved minimum): each zoom
+    integrates from the bracket's start on n points and keeps the two sub-steps around the least
+    sample, until the bracket is narrower than 2 tol. The minimum of a unimodal stretch lies in the
+    final bracket; `value` is the least sample."""
+    f0, evaluations = f(state0, t0), 0
+    best_v, spread = f0, math.nan
+    while t1 - t0 > 2.0 * tol:
+        ts = _zoom_points(t0, t1, n)
+        try:
+            states = advance(state0, t0, ts)
+        except LookupError:
+            break
+        evaluations += len(ts)
+        all_t = [t0, *map(float, ts)]
+        all_s = [state0, *states]
+        all_v = [f0, *(f(s, float(t)) for s, t in zip(states, ts, strict=True))]
+        k = int(np.argmin(all_v))
+        best_v = all_v[k]
+        lo, hi = max(k - 1, 0), min(k + 1, n)
+        spread = max(all_v[lo], all_v[hi]) - best_v
+        t0, state0, f0, t1 = all_t[lo], all_s[lo], all_v[lo], all_t[hi]
+    return Located(0.5 * (t0 + t1), 0.5 * (t1 - t0), float(best_v), index, evaluations, float(spread))

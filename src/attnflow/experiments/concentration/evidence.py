@@ -22,7 +22,7 @@ from ...science.claims import BetaData, ClaimData, ZeroData, weights_data
 from ...science.convergence import QUANTITIES, curve_quantities
 from ...science.curves import locate_minimum
 from ...science.uncertainty import Measured, flatness, measured, time_step_change
-from .levels import ConcentrationInputs, Ladder, departure_time
+from .levels import ConcentrationInputs, Ladder, departure_time, located_of
 
 __all__ = ["TimeStepProbe", "beta_evidence", "claim_data", "level_values", "time_step_probe"]
 
@@ -73,10 +73,10 @@ class TimeStepProbe:
 
 def level_values(inputs: ConcentrationInputs, part: Any, w2_zero: np.ndarray | None) -> dict[str, float]:
     """The quantities of one level's part over its whole saved span: name -> value (QUANTITIES)."""
-    w2 = part.w2.values.mean(axis=0)
-    q = curve_quantities(inputs.times, w2, band=inputs.band, reference=w2_zero)
+    w2, located = part.w2.values.mean(axis=0), located_of(part)
+    q = curve_quantities(inputs.times, w2, band=inputs.band, reference=w2_zero, located=located)
     out = {name: float(getattr(q, name)) for name, spec in QUANTITIES.items() if spec.windowed}
-    out["t_depart"] = departure_time(inputs.times, part.mass_A.values.mean(axis=0)).t
+    out["t_depart"] = departure_time(inputs.times, part.mass_A.values.mean(axis=0), located).t
     return out
 
 

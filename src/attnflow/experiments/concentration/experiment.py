@@ -57,6 +57,7 @@ from .levels import (
     batch_betas,
     departure_time,
     graded_clouds,
+    located_of,
     reduce_level,
     separatrix_part,
     zero_temperature,
@@ -258,7 +259,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
 def _level(shared: _Run, clouds: Mapping[int, Cloud], beta: float, N: int) -> Any:
     """The part of level N at beta: its trajectory, reduced."""
     cloud = clouds[N]
-    return reduce_level(shared.inputs, beta, cloud, shared.simulations.level(beta, cloud))
+    return reduce_level(shared.inputs, beta, cloud, shared.simulations.level(beta, cloud), shared.w2_zero)
 
 
 def _time_step_probe(shared: _Run, ladders: list[Ladder]) -> TimeStepProbe:
@@ -280,7 +281,7 @@ def _time_step_probe(shared: _Run, ladders: list[Ladder]) -> TimeStepProbe:
 
     def compute() -> Any:
         run = simulate_level(inputs, lad.beta, cloud, shared.reporter, solver=tight)
-        return reduce_level(inputs, lad.beta, cloud, run)
+        return reduce_level(inputs, lad.beta, cloud, run, shared.w2_zero)
 
     part = shared.part(f"{part_name(beta=lad.beta, N=N)}_timestep", compute)
     return time_step_probe(inputs, base, part, shared.w2_zero, tight.label)
@@ -296,11 +297,15 @@ def _reading(inputs: ConcentrationInputs, parts: list[Any], w2_zero: np.ndarray 
     if len(parts) > 1:
         coarse = parts[-2].w2.values.mean(axis=0)
         t_end = converged_window(times, w2, coarse, inputs.curve_atol, inputs.curve_rtol)
-        previous = curve_quantities(times, coarse, t_end, band=inputs.band, reference=w2_zero)
-    depart = departure_time(times, part.mass_A.values.mean(axis=0))
+        previous = curve_quantities(
+            times, coarse, t_end, band=inputs.band, reference=w2_zero, located=located_of(parts[-2])
+        )
+    depart = departure_time(times, part.mass_A.values.mean(axis=0), located_of(part))
     return LevelReading(
         N=int(part.attrs["N"]),
-        quantities=curve_quantities(times, w2, t_end, band=inputs.band, reference=w2_zero),
+        quantities=curve_quantities(
+            times, w2, t_end, band=inputs.band, reference=w2_zero, located=located_of(part)
+        ),
         ratio=float(part.attrs["resolution_ratio"]),
         previous=previous,
         times={"t_depart": depart.t},

@@ -177,10 +177,12 @@ def graded_clouds(inputs: ConcentrationInputs, beta: float, search: Any) -> Iter
 
 @dataclass(frozen=True)
 class LevelRun:
-    """The trajectory of a level: x (T, M, N, d) float64 unit rows and the solver's info."""
+    """The trajectory of a level: x (T, M, N, d) float64 unit rows, the solver's info and the
+    integration that made it (None: the run's)."""
 
     x: np.ndarray
     info: dict[str, Any]
+    solver: Integration | None = None
 
 
 def _squeeze(cloud: Cloud, a: np.ndarray) -> np.ndarray:
@@ -215,7 +217,7 @@ def simulate_level(
             **solver.kwargs(),
         )
     x = unit_float64(traj.x)
-    return LevelRun(x[:, None] if len(cloud.seeds) == 1 else x, traj.info)
+    return LevelRun(x[:, None] if len(cloud.seeds) == 1 else x, traj.info, solver)
 
 
 def batch_betas(inputs: ConcentrationInputs, N: int) -> bool:
@@ -269,8 +271,12 @@ class Simulations:
         return self._batch[beta]
 
 
-def reduce_level(inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: LevelRun):
-    """The per-level Dataset: W2 and diagnostics against t per seed, kept tokens of the first seed."""
+def reduce_level(
+    inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: LevelRun, reference: np.ndarray | None = None
+):
+    """The per-level Dataset: W2 and diagnostics against t per seed, kept tokens of the first seed;
+    attrs["located"]: its times located on the continuous solution (`located_times`; reference: the
+    zero-temperature curve of t_dev, or None)."""
     import xarray as xr
 
     from ...science import metrics
@@ -291,10 +297,75 @@ def reduce_level(inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: Le
     data["x"] = (("time", "token", "dim"), x[:, 0, cloud.keep].astype(np.float32))
     ratio = resolution_ratio_of(inputs, beta, cloud)
     solver = {k: v for k, v in run.info.items() if isinstance(v, int | float | str | dict)}
+    curves = {k: np.stack(v).mean(axis=0) for k, v in per_seed.items()}
+    located = located_times(inputs, beta, cloud, run, curves["w2"], curves["mass_A"], reference)
     return xr.Dataset(
         data,
         coords={"seed": cloud.seeds, "time": inputs.times},
-        attrs={"solver": to_json(solver), "N": cloud.N, "beta": beta, "resolution_ratio": ratio},
+        attrs={
+            "solver": to_json(solver),
+            "N": cloud.N,
+            "beta": beta,
+            "resolution_ratio": ratio,
+            "located": to_json({k: v.to_dict() for k, v in located.items()}),
+        },
+    )
+
+
+def restartable(model: Any) -> bool:
+    """Whether a run of `model` can be integrated again from a saved state: an autonomous, noiseless
+    flow (no Brownian path to replay, no weights redrawn in time)."""
+    return getattr(model, "noise", 0.0) == 0.0 and getattr(model, "redraw", None) is None
+
+
+def located_times(
+    inputs: ConcentrationInputs,
+    beta: float,
+    cloud: Cloud,
+    run: LevelRun,
+    w2: np.ndarray,
+    mass_A: np.ndarray,
+    reference: np.ndarray | None,
+) -> dict[str, Any]:
+    """t*, the band entry, t_dev(delta) and t_depart of a level located on its continuous solution
+    (`attnflow.science.located`): integrated again from the saved state before each (the level's own
+    integrator), the curves the seeds' means. A model that cannot be restarted (noise, redrawn
+    weights) has none: its times stay read off the save grid, with the saved step as their error."""
+    from ...dynamics.integrate import simulate
+    from ...science import metrics
+    from ...science.convergence import DEVIATIONS
+    from ...science.located import locate_times
+    from ...transport.wasserstein import w2_to_target
+
+    model = inputs.model.at(beta)
+    if not restartable(model):
+        return {}
+    solver = run.solver or inputs.solver
+    sp, w = inputs.model.spectrum, cloud.weights
+
+    def advance(state: np.ndarray, t0: float, ts: np.ndarray) -> list[np.ndarray]:
+        traj = simulate(_squeeze(cloud, state), model, np.asarray(ts) - t0, weights=w, **solver.kwargs())
+        x = unit_float64(traj.x)
+        return list(x[:, None] if len(cloud.seeds) == 1 else x)
+
+    def w2_of(state: np.ndarray) -> float:
+        pairs = zip(state, cloud.PiX0, strict=True)
+        return float(np.mean([w2_to_target(s[None], P, weights=w).values[0] for s, P in pairs]))
+
+    def mass_of(state: np.ndarray) -> float:
+        return float(np.mean(metrics.subspace_mass(state, sp.top.basis, inputs.eps, weights=w)))
+
+    return locate_times(
+        inputs.times,
+        w2,
+        mass_A,
+        list(run.x),
+        advance,
+        w2_of,
+        mass_of,
+        band=inputs.band,
+        deviations=DEVIATIONS,
+        reference=reference,
     )
 
 
@@ -313,13 +384,28 @@ def resolution_ratio_of(inputs: ConcentrationInputs, beta: float, cloud: Cloud) 
     return ratio
 
 
-def departure_time(times: np.ndarray, mass: np.ndarray, level: float = 0.5) -> Crossing:
-    """The first time after mass (T,) has reached `level` that it falls below it again, between
-    saved times, with its grid error (NaN if never: no metastable phase, or no departure by t_max):
-    `attnflow.science.curves.departure`."""
+def located_of(part: Any) -> dict[str, dict[str, float]]:
+    """The times a level's part located on its continuous solution (attrs["located"]; none in a part
+    written before they were)."""
+    from ...io import json_attr
+
+    return dict(json_attr(part, "located", {}))
+
+
+def departure_time(
+    times: np.ndarray, mass: np.ndarray, located: Mapping[str, Mapping[str, float]] | None = None
+) -> Crossing:
+    """The first time after mass (T,) has reached 1/2 that it falls below it again (NaN if never: no
+    metastable phase, or no departure by t_max): located on the continuous solution where the level
+    did (`located["t_depart"]`, its error the root tolerance), else between saved times
+    (`attnflow.science.curves.departure`) with the saved step as its error."""
     from ...science.curves import departure
 
-    return departure(times, mass, level)
+    c = departure(times, mass)
+    loc = (located or {}).get("t_depart")
+    if loc is not None and int(loc["index"]) == c.index:
+        return Crossing(float(loc["t"]), float(loc["error"]), c.index)
+    return c
 
 
 #: about the width of the windows of the zero-temperature reference's local rates (zero-temperature's)
