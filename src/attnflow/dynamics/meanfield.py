@@ -156,6 +156,7 @@ def simulate_mean_field_circle(
     centres: Any = None,
     progress: Callable[[float, float], Any] | None = None,
     threads: int = DEFAULT_THREADS,
+    dense: Callable[[np.ndarray, list], np.ndarray] | None = None,
 ) -> MeanFieldTrajectory:
     """The mean-field measure rho_t of rho_0 under att (d = 2, finite beta) at `times`.
 
@@ -166,13 +167,25 @@ def simulate_mean_field_circle(
     settings: MeanFieldSettings.  centres: first guesses of the separatrices at t = 0 (None: the
     repelling zeros of rho_0's field, `initial_separatrices`).  progress: progress(t, t_final).
     threads: torch CPU threads (the package's policy, `_threads`: 1 by default, 0 torch's own).
+    dense: dense(times, states) -> extra times: after each pass, where the next one also saves its
+    state (between saved times, to locate a time on the solution: `science.located.brackets`); the
+    last pass's come back as `dense_t`, `dense_states`.
     Returns a MeanFieldTrajectory; `info["converged"]` says whether the passes agreed.
     """
     with torch_threads(check_threads(threads)):
-        return _simulate(att, times, level, density, settings, centres, progress)
+        return _simulate(att, times, level, density, settings, centres, progress, dense)
 
 
-def _simulate(att, times, level, density, settings, centres, progress) -> MeanFieldTrajectory:
+def _split(rec: Any, t_pass: np.ndarray, t_out: np.ndarray) -> tuple[list, list, np.ndarray]:
+    """A pass's states at t_out, its states at the other (dense) times of t_pass, and its node
+    counts at t_out."""
+    at_out = np.isin(t_pass, t_out)
+    states = [s for s, keep in zip(rec.states, at_out, strict=True) if keep]
+    dense = [s for s, keep in zip(rec.states, at_out, strict=True) if not keep]
+    return states, dense, np.asarray(rec.n_nodes)[at_out]
+
+
+def _simulate(att, times, level, density, settings, centres, progress, dense=None) -> MeanFieldTrajectory:
     att = _check_2d_attention(att)
     s = _check_settings(settings)
     if isinstance(level, bool) or not isinstance(level, int | np.integer) or level < 0:
@@ -190,19 +203,23 @@ def _simulate(att, times, level, density, settings, centres, progress) -> MeanFi
     passes: list[dict[str, Any]] = []
     previous: list[tuple[np.ndarray, np.ndarray]] = []
     rec, sep, centre_of_t = None, None, None
+    extra = np.zeros(0)
     for k in range(s.max_passes):
         wall = _time.perf_counter()
+        t_pass = np.union1d(t_out, extra)
         rec = _run_pass(
             pb,
             c0,
-            t_out,
+            t_pass,
             float(t_out[-1] + margin),
             centre_of_t,
             s.first_width if k == 0 else s.patch_width,
             progress,
         )
         sep = _backward(pb, rec)
-        moved = _moved(previous, rec.states)
+        states, dense_states, n_nodes = _split(rec, t_pass, t_out)
+        dense_t = t_pass[~np.isin(t_pass, t_out)]
+        moved = _moved(previous, states)
         passes.append(
             dict(
                 rec.counts,
@@ -214,7 +231,10 @@ def _simulate(att, times, level, density, settings, centres, progress) -> MeanFi
         )
         if moved < s.pass_tol:
             break
-        previous, c0, centre_of_t = rec.states, sep[0], _spline(np.asarray(rec.t), sep)
+        previous, c0, centre_of_t = states, sep[0], _spline(np.asarray(rec.t), sep)
+        if dense is not None and k + 1 < s.max_passes:
+            extra = np.asarray(dense(t_out, states), dtype=np.float64).reshape(-1)
+            extra = extra[(extra > t_out[0]) & (extra < t_out[-1]) & ~np.isin(extra, t_out)]
     assert rec is not None and sep is not None
     info = dict(
         level=int(level),
@@ -229,7 +249,7 @@ def _simulate(att, times, level, density, settings, centres, progress) -> MeanFi
         field_evals=pb.field.n_evals,
     )
     return MeanFieldTrajectory(
-        t_out.copy(), rec.states, np.asarray(rec.n_nodes), np.asarray(rec.t), sep, passes, info
+        t_out.copy(), states, n_nodes, np.asarray(rec.t), sep, passes, info, dense_t, dense_states
     )
 
 

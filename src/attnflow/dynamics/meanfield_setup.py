@@ -79,6 +79,8 @@ class MeanFieldTrajectory:
     of the last pass at its step times (solved backward).  passes: per pass, a dict (steps,
     rejected, evals, wall_s, separatrix0, moved: largest state change from the pass before).
     info: level, h, du, kernel width, settings, beta, converged (passes agreed to pass_tol).
+    dense_t (D,), dense_states: the last pass's states at the extra times its `dense` asked for
+    (the step's continuous extension, as every saved state), to locate times between saved ones.
     """
 
     t: np.ndarray
@@ -88,6 +90,8 @@ class MeanFieldTrajectory:
     separatrices: np.ndarray
     passes: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    dense_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    dense_states: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
     def moments(self) -> np.ndarray:
         """(T, 4): sum w cos theta, sum w sin theta, sum w cos 2 theta, sum w sin 2 theta."""

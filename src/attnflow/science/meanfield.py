@@ -7,8 +7,12 @@ exponentially small masses kept as log-weights) and reduces each saved state: W2
 rho_0 on the side of P_1 x along u_1, integrated from rho_0's density), masses as
 `metrics.subspace_mass` defines them.  The departure time is the first time after the mass near
 A's top eigenspace (within eps = 0.1 rad, the concentration experiment's default) has reached 1/2
-that it falls below 1/2 again, interpolated between saved times (`curves.departure`, the one rule
-of every experiment).
+that it falls below 1/2 again (`curves.departure`, the one rule of every experiment).
+
+Times are located on the solution (`science.located`): the flow cannot restart from a saved state
+(its patches and passes), so after each pass the next one also saves its states densely inside the
+brackets of t*, the band entry, t_dev and t_depart read off that pass (`located.brackets`), and the
+times are located among those dense states: to 1/DENSE of a saved step.
 """
 
 from __future__ import annotations
@@ -23,10 +27,14 @@ import numpy as np
 from ..attention import Attention
 from ..dynamics.meanfield import MeanFieldSettings, MeanFieldTrajectory, simulate_mean_field_circle
 from ..transport.circle import w2_circle_two_atoms
-from .curves import departure
+from .curves import Located, departure
+from .located import brackets, locate_times
 from .metrics import angle_to_subspace
 
-__all__ = ["MeanFieldCurves", "mean_field_circle", "plus_mass"]
+__all__ = ["DENSE", "MeanFieldCurves", "mean_field_circle", "plus_mass"]
+
+#: the dense states saved in each bracket of a located time (a time then known to 1/DENSE of a step)
+DENSE = 32
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,8 @@ class MeanFieldCurves:
     mass_A, mass_V (T,): mass within eps of A's top eigenspace and of V's (largest real part).
     n_nodes (T,): ordinary nodes integrated.  t_depart: departure time (NaN if none by t[-1]).
     separatrices0 (k,): the separatrices at t = 0 (radians).  info: level, wall_s, passes, the
-    trajectory's info.  trajectory: the states, if kept.
+    trajectory's info.  trajectory: the states, if kept.  located: name -> Located, the times of
+    `science.located` found among the last pass's dense states.
     """
 
     t: np.ndarray
@@ -51,6 +60,7 @@ class MeanFieldCurves:
     separatrices0: np.ndarray
     info: dict[str, Any] = field(default_factory=dict)
     trajectory: MeanFieldTrajectory | None = None
+    located: dict[str, Located] = field(default_factory=dict)
 
 
 def plus_mass(att: Attention, density: Any = None, n: int = 1 << 14) -> float:
@@ -83,29 +93,44 @@ def mean_field_circle(
     eps: float = 0.1,
     keep_states: bool = False,
     progress: Any = None,
+    band: float = 0.05,
+    reference: Any = None,
 ) -> MeanFieldCurves:
     """The concentration curves of rho_0 (density: None for uniform, or a callable X -> f, e.g.
     `sphere.vmf_density`) under att (d = 2, finite beta, one-dimensional top eigenspace of A) at
     `times`, at refinement `level` (compare levels l, l + 1 to show convergence).  eps: the angle
-    (radians) of the masses near the eigenspaces.  keep_states: keep the trajectory."""
+    (radians) of the masses near the eigenspaces.  keep_states: keep the trajectory.  band and
+    reference (T,) (the zero-temperature W2 curve, or None): those of the located times t_entry and
+    t_dev."""
+    from .convergence import DEVIATIONS
+
     if not 0.0 < eps <= math.pi / 2:
         raise ValueError(f"eps must be an angle in (0, pi/2] radians, got {eps!r}")
     start = time.perf_counter()
-    traj = simulate_mean_field_circle(
-        att, times, level=level, density=density, settings=settings, progress=progress
-    )
     sp = att.spectrum()
     u1, v1 = sp.top.basis, sp.v_top_real.basis
     atom, m_plus = math.atan2(u1[1, 0], u1[0, 0]), plus_mass(att, density)
-    w2, ok, mA, mV = [], [], [], []
-    for theta, logw in traj.states:
-        r = w2_circle_two_atoms(theta, logw, atom, m_plus)
-        w = np.exp(logw - np.logaddexp.reduce(logw))
-        w2.append(r.value)
-        ok.append(r.corrected)
-        mA.append(_mass_near(theta, w, u1, eps))
-        mV.append(_mass_near(theta, w, v1, eps))
-    mass_A = np.asarray(mA)
+
+    def w2_of(state: tuple[np.ndarray, np.ndarray]) -> Any:
+        return w2_circle_two_atoms(state[0], state[1], atom, m_plus)
+
+    def mass_of(state: tuple[np.ndarray, np.ndarray], basis: np.ndarray = u1) -> float:
+        theta, logw = state
+        return _mass_near(theta, np.exp(logw - np.logaddexp.reduce(logw)), basis, eps)
+
+    where = dict(band=band, deviations=DEVIATIONS, reference=reference, n=DENSE)
+
+    def dense(t: np.ndarray, states: list) -> np.ndarray:
+        w2 = np.array([w2_of(s).value for s in states])
+        return brackets(t, w2, np.array([mass_of(s) for s in states]), **where)
+
+    traj = simulate_mean_field_circle(
+        att, times, level=level, density=density, settings=settings, progress=progress, dense=dense
+    )
+    results = [w2_of(s) for s in traj.states]
+    w2 = np.array([r.value for r in results])
+    mass_A = np.array([mass_of(s) for s in traj.states])
+    located = _located(traj, w2, mass_A, lambda s: w2_of(s).value, mass_of, where)
     info = {
         "level": level,
         "wall_s": time.perf_counter() - start,
@@ -113,15 +138,31 @@ def mean_field_circle(
         "eps": eps,
         **traj.info,
     }
+    depart = located["t_depart"].t if "t_depart" in located else departure(traj.t, mass_A).t
     return MeanFieldCurves(
         traj.t,
-        np.asarray(w2),
-        np.asarray(ok),
+        w2,
+        np.array([r.corrected for r in results]),
         mass_A,
-        np.asarray(mV),
+        np.array([mass_of(s, v1) for s in traj.states]),
         traj.n_nodes,
-        departure(traj.t, mass_A).t,
+        depart,
         np.mod(traj.separatrices[0], 2.0 * math.pi),
         info,
         traj if keep_states else None,
+        located,
     )
+
+
+def _located(traj: MeanFieldTrajectory, w2: np.ndarray, mass: np.ndarray, w2_of, mass_of, where) -> dict:
+    """The located times among the last pass's dense states (a lookup: `curves.Advance`)."""
+    table = {float(t): s for t, s in zip(traj.t, traj.states, strict=True)}
+    table.update({float(t): s for t, s in zip(traj.dense_t, traj.dense_states, strict=True)})
+
+    def lookup(_state: Any, _t0: float, ts: np.ndarray) -> list:
+        try:
+            return [table[float(t)] for t in ts]
+        except KeyError:
+            raise LookupError("not saved densely") from None
+
+    return locate_times(traj.t, w2, mass, traj.states, lookup, w2_of, mass_of, **where)

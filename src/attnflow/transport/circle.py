@@ -52,6 +52,20 @@ def _lagrange(us: np.ndarray, ys: np.ndarray, u: np.ndarray) -> np.ndarray:
     return out
 
 
+def _lagrange_at(ys: list[float], u: float) -> float:
+    """The Lagrange interpolant through (k, ys[k]), k = 0 .. len(ys) - 1, at one u: `_lagrange` on
+    plain floats (the Newton and slope steps call it one point at a time, where NumPy's per-call
+    overhead is most of the cost)."""
+    n, out = len(ys), 0.0
+    for a in range(n):
+        la = 1.0
+        for b in range(n):
+            if b != a:
+                la *= (u - b) / (a - b)
+        out += la * ys[a]
+    return out
+
+
 def _stencil(alpha: np.ndarray, w: np.ndarray, end: float) -> tuple[int, bool]:
     """First index of the STENCIL nodes around `end`, and whether they form a smooth family."""
     n = int(np.searchsorted(alpha, end))
@@ -75,10 +89,11 @@ def _end_terms(alpha: np.ndarray, w: np.ndarray, end: float, inside_below: bool)
     us = np.arange(STENCIL, dtype=np.float64)
     al, ww = alpha[lo : lo + STENCIL], w[lo : lo + STENCIL]
     u = float(np.interp(end, al, us))
+    al_f, ww_f = al.tolist(), ww.tolist()
     for _ in range(50):  # the label u* where alpha(u*) = end
         e = 1e-6
-        f = float(_lagrange(us, al, np.array([u]))[0]) - end
-        df = float((_lagrange(us, al, np.array([u + e])) - _lagrange(us, al, np.array([u - e])))[0]) / (2 * e)
+        f = _lagrange_at(al_f, u) - end
+        df = (_lagrange_at(al_f, u + e) - _lagrange_at(al_f, u - e)) / (2 * e)
         if not (df > 0.0 and math.isfinite(f)):
             raise _NotSmooth
         u -= f / df
@@ -92,11 +107,9 @@ def _end_terms(alpha: np.ndarray, w: np.ndarray, end: float, inside_below: bool)
         uq = mid + half * _GL_X
         part = half * float(np.dot(_GL_W, _lagrange(us, ww, uq) * h(_lagrange(us, al, uq))))
         e = 1e-4
-        fp, fm = (
-            _lagrange(us, ww, np.array([joint + d])) * h(_lagrange(us, al, np.array([joint + d])))
-            for d in (e, -e)
-        )
-        slope = float((fp - fm)[0]) / (2 * e)
+        hf = math.cos if h is np.cos else (lambda _x: 1.0)
+        fp, fm = (_lagrange_at(ww_f, joint + d) * hf(_lagrange_at(al_f, joint + d)) for d in (e, -e))
+        slope = (fp - fm) / (2 * e)
         # sum over labels below the joint = integral - slope / 24 at the joint (midpoint rule)
         out.append(part + slope / 24.0 if inside_below else -part - slope / 24.0)
     return out[0], out[1]

@@ -273,7 +273,7 @@ def _time_step_probe(shared: _Run, ladders: list[Ladder]) -> TimeStepProbe:
     N = int(base.attrs["N"])
     if inputs.meanfield:  # level 0 again at the tighter tolerances
         tighter = inputs.solver.tighter()
-        probe = partial(meanfield_level, inputs, lad.beta, 0, tighter, shared.reporter)
+        probe = partial(meanfield_level, inputs, lad.beta, 0, tighter, shared.reporter, shared.w2_zero)
         part = shared.part(f"{part_name(beta=lad.beta, level=0)}_timestep", probe)
         return time_step_probe(inputs, base, part, shared.w2_zero, tighter.label)
     cloud = lad.clouds[N]
@@ -354,7 +354,7 @@ def _meanfield_ladder(shared: _Run, beta: float) -> Ladder:
     parts: list[Any] = []
     readings: list[LevelReading] = []
     for level in range(MEANFIELD_LEVELS):
-        compute = partial(meanfield_level, inputs, beta, level, inputs.solver, reporter)
+        compute = partial(meanfield_level, inputs, beta, level, inputs.solver, reporter, shared.w2_zero)
         parts.append(shared.part(part_name(beta=beta, level=level), compute))
         readings.append(_reading(inputs, parts, shared.w2_zero))
         decision = judge_ladder(readings, inputs.rules)

@@ -16,14 +16,20 @@ from .levels import ConcentrationInputs
 
 
 def meanfield_level(
-    inputs: ConcentrationInputs, beta: float, level: int, solver: Integration, reporter: Reporter
+    inputs: ConcentrationInputs,
+    beta: float,
+    level: int,
+    solver: Integration,
+    reporter: Reporter,
+    reference: np.ndarray | None = None,
 ):
     """init = meanfield: level `level` at beta as the per-level Dataset of `reduce_level` (one
     "seed", no stored tokens): W2 to Pi_# rho_0, the masses and the Lyapunov function of the
     mean-field measure (science.meanfield.mean_field_circle, tolerances the solver's); the coupling
     bound needs each token's own Pi(x_0) and is NaN. attrs N: 2 pi / h, the equispaced count of the
     level's spacing h far from the separatrices (each level doubles it, as the ladder's Richardson
-    estimates need); nodes: its initial node count."""
+    estimates need); nodes: its initial node count; located: its times located among dense states
+    (reference: the zero-temperature curve of t_dev, or None)."""
     import xarray as xr
 
     from ...dynamics.meanfield import MeanFieldSettings
@@ -40,6 +46,8 @@ def meanfield_level(
             settings=settings,
             eps=inputs.eps,
             keep_states=True,
+            band=inputs.band,
+            reference=reference,
         )
     assert c.trajectory is not None
     P = inputs.model.spectrum.top_projector
@@ -73,6 +81,7 @@ def meanfield_level(
             "nodes": int(c.n_nodes[0]),
             "beta": beta,
             "resolution_ratio": ratio,
+            "located": to_json({k: v.to_dict() for k, v in c.located.items()}),
         },
     )
 
