@@ -46,6 +46,13 @@ def simulate_kwargs(config: SimulationConfig) -> dict[str, Any]:
     return integration(config).kwargs()
 
 
+def restartable(model: Any) -> bool:
+    """Whether a run of `model` (an Attention or a Dynamics) can be integrated again from a saved
+    state, to locate a time on its solution: an autonomous, noiseless flow (no Brownian path to
+    replay, no weights redrawn in time)."""
+    return getattr(model, "noise", 0.0) == 0.0 and getattr(model, "redraw", None) is None
+
+
 def unit_float64(x: np.ndarray) -> np.ndarray:
     """States of a trajectory as float64 unit rows (a float32 run's rows are unit to 6e-8 only)."""
     x = np.asarray(x, dtype=np.float64)

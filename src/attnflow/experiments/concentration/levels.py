@@ -23,7 +23,7 @@ from ...measures import Nodes
 from ...progress import Reporter
 from ...science.convergence import CurveQuantities, LadderDecision, LadderRules
 from ...science.curves import Crossing
-from ..common import token_subset, torch_threads, unit_float64
+from ..common import restartable, token_subset, torch_threads, unit_float64
 from ..inputs import InitialMeasure, Integration, ModelInputs
 
 # Up to this N a fixed-step run integrates all betas in one kernel call per stage: 1.9x faster at
@@ -310,12 +310,6 @@ def reduce_level(
             "located": to_json({k: v.to_dict() for k, v in located.items()}),
         },
     )
-
-
-def restartable(model: Any) -> bool:
-    """Whether a run of `model` can be integrated again from a saved state: an autonomous, noiseless
-    flow (no Brownian path to replay, no weights redrawn in time)."""
-    return getattr(model, "noise", 0.0) == 0.0 and getattr(model, "redraw", None) is None
 
 
 def located_times(

@@ -22,7 +22,7 @@ import numpy as np
 from ...io import to_json
 from ...progress import Reporter
 from ...science.claims import WeightsData
-from ..common import torch_threads, unit_float64
+from ..common import restartable, torch_threads, unit_float64
 from ..inputs import InitialMeasure, Integration, ModelInputs
 
 #: a cluster has formed when the mass near its atom reaches this fraction of the atom's mass, and has
@@ -115,13 +115,22 @@ def atom_fractions(x: np.ndarray, u1: np.ndarray, eps: float, clouds: PointCloud
 @dataclass
 class _Followed:
     """A point's saved readings so far: times (T,), atom fractions (T, M, 2), mass near V's top
-    eigenspace (T, M), the state at the last time and the solver's infos (one per chunk)."""
+    eigenspace (T, M), the state at the last time, the solver's infos (one per chunk) and the
+    departures located so far ((cloud, atom) -> Located)."""
 
     times: list[float]
     fractions: list[np.ndarray]
     mass_V: list[np.ndarray]
     X: np.ndarray
     infos: list[dict[str, Any]] = field(default_factory=list)
+    located: dict[tuple[int, int], Any] = field(default_factory=dict)
+
+    def located_array(self, M: int) -> np.ndarray:
+        """(M, 2, 2): per cloud and atom the located departure and its error (NaN where none)."""
+        out = np.full((M, len(ATOMS), 2), np.nan)
+        for (m, a), loc in self.located.items():
+            out[m, a] = loc.t, loc.error
+        return out
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return np.asarray(self.times), np.concatenate(self.fractions), np.concatenate(self.mass_V)
@@ -179,12 +188,62 @@ def _chunk(
     )
     x = unit_float64(traj.x)
     x = x[:, None] if single else x
+    states = [run.X, *x]  # at saved indices k[0] .. k[1]
     run.times.extend((t0 + rel).tolist())
     run.fractions.append(atom_fractions(x, inputs.u1, inputs.eps, clouds))
     basis = inputs.model.spectrum.v_top_real.basis
     run.mass_V.append(np.asarray(metrics.subspace_mass(x, basis, inputs.eps, weights=clouds.weights)))
     run.X = x[-1]
     run.infos.append({k: v for k, v in traj.info.items() if isinstance(v, int | float | str | dict)})
+    _locate_departures(inputs, solver, att, clouds, run, states, k[0])
+
+
+def _locate_departures(
+    inputs: MetastabilityInputs,
+    solver: Integration,
+    att: Any,
+    clouds: PointClouds,
+    run: _Followed,
+    states: list[np.ndarray],
+    first: int,
+) -> None:
+    """Locate on the continuous solution (`science.curves.zoom_crossing`) every departure first seen
+    in the chunk whose states (saved indices first, first + 1, ...) are given: cloud m alone,
+    integrated again from the saved state before the departure. A model that cannot restart (noise,
+    redrawn weights) locates none: its departures stay read off the saved samples."""
+    from ...dynamics.integrate import simulate
+    from ...science.curves import ZOOM_RTOL, departure, zoom_crossing
+
+    if not restartable(att):
+        return
+    t, f, _ = run.arrays()
+    share = (
+        np.full(clouds.X0.shape[1], 1.0 / clouds.X0.shape[1]) if clouds.weights is None else clouds.weights
+    )
+    cos, sign = math.cos(inputs.eps), (1.0, -1.0)
+    for m in range(f.shape[1]):
+        for a in range(len(ATOMS)):
+            c = departure(t, f[:, m, a], LEVEL)
+            if (
+                (m, a) in run.located
+                or not first < c.index < first + len(states)
+                or not clouds.atom_mass[m, a] > 0
+            ):
+                continue
+
+            def fraction_gap(X: np.ndarray, _t: float, m=m, a=a) -> float:
+                near = (sign[a] * (X @ inputs.u1) > cos) @ share
+                return LEVEL - float(near) / float(clouds.atom_mass[m, a])
+
+            def advance(X: np.ndarray, t0: float, ts: np.ndarray) -> list[np.ndarray]:
+                tr = simulate(X, att, np.asarray(ts) - t0, weights=clouds.weights, **simulate_kwargs(solver))
+                return list(unit_float64(tr.x))
+
+            j, state = c.index, states[c.index - 1 - first][m]
+            tol = ZOOM_RTOL * inputs.dt_save
+            run.located[(m, a)] = zoom_crossing(
+                advance, fraction_gap, float(t[j - 1]), state, float(t[j]), j, tol
+            )
 
 
 def follow_point(
@@ -250,8 +309,9 @@ def point_part(
             "fraction": (("time", "seed", "atom"), f),
             "mass_V": (("time", "seed"), mv),
             "atom_mass": (("seed", "atom"), clouds.atom_mass),
+            "located": (("seed", "atom", "estimate"), run.located_array(len(seeds))),
         },
-        coords={"time": t, "seed": seeds, "atom": list(ATOMS)},
+        coords={"time": t, "seed": seeds, "atom": list(ATOMS), "estimate": ["t", "error"]},
         attrs={
             "init": kind,
             "beta": beta,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -43,8 +43,10 @@ class CloudReading:
     status: str
 
 
-def read_cloud(times: np.ndarray, fractions: np.ndarray) -> CloudReading:
-    """The reading of one cloud from its atom fractions (T, 2) at the saved times (T,)."""
+def read_cloud(times: np.ndarray, fractions: np.ndarray, located: np.ndarray | None = None) -> CloudReading:
+    """The reading of one cloud from its atom fractions (T, 2) at the saved times (T,); located (2, 2):
+    per atom its departure located on the continuous solution and that time's error (NaN where none,
+    e.g. a part written before they were: the reading of the saved samples, the step its error)."""
     from ...science.curves import departure
 
     peak = np.array([np.nanmax(f) if np.isfinite(f).any() else math.nan for f in fractions.T])
@@ -54,6 +56,8 @@ def read_cloud(times: np.ndarray, fractions: np.ndarray) -> CloudReading:
         if np.all(np.isfinite(f)):
             c = departure(times, f, LEVEL)
             if math.isfinite(c.t):
+                if located is not None and np.all(np.isfinite(located[a])):
+                    c = replace(c, t=float(located[a, 0]), bias=float(located[a, 1]))
                 found.append((c.t, c.bias, a))
     if found:
         t, bias, atom = min(found)
@@ -112,7 +116,10 @@ def assemble(
     for (i, kind), (j, beta), (k, N) in _grid(kinds, betas, Ns):
         part = parts[(kind, beta, N)]
         times = np.asarray(part["time"].values)
-        readings = [read_cloud(times, part.fraction.values[:, m]) for m in range(part.sizes["seed"])]
+        readings = [
+            read_cloud(times, part.fraction.values[:, m], _located(part, m))
+            for m in range(part.sizes["seed"])
+        ]
         stats = point_stats(readings)
         ts = timestep.get(beta, math.nan)
         if math.isfinite(ts) and math.isfinite(stats.error):
@@ -150,11 +157,11 @@ def timestep_error(base: Any, tight: Any) -> float:
     run's integrator (part `base`) and a tighter one (part `tight`); 0 where neither departed, NaN
     where one did and the other did not."""
     t0 = [
-        read_cloud(np.asarray(base["time"].values), base.fraction.values[:, m]).t
+        read_cloud(np.asarray(base["time"].values), base.fraction.values[:, m], _located(base, m)).t
         for m in range(base.sizes["seed"])
     ]
     t1 = [
-        read_cloud(np.asarray(tight["time"].values), tight.fraction.values[:, m]).t
+        read_cloud(np.asarray(tight["time"].values), tight.fraction.values[:, m], _located(tight, m)).t
         for m in range(tight.sizes["seed"])
     ]
     worst = 0.0
@@ -175,3 +182,8 @@ def _grid(kinds, betas, Ns):
         for j, beta in enumerate(betas):
             for k, N in enumerate(Ns):
                 yield (i, kind), (j, beta), (k, N)
+
+
+def _located(part: Any, m: int) -> np.ndarray | None:
+    """A point part's located departures of cloud m (2, 2), or None (a part written before them)."""
+    return part.located.values[m] if "located" in part.variables else None
