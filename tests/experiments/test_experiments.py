@@ -253,6 +253,8 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     real = integrate.simulate
 
     def failing(X0, att, times, **kw):
+        if times[0] > 0:  # a time located on the solution: integrated again from a saved state
+            return real(X0, att, times, **kw)
         if len(calls) == 1:
             raise RuntimeError("injected failure")
         calls.append(att.beta)
@@ -269,7 +271,8 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "parts").iterdir() if p.name.startswith(".")] == []
 
     def counting(X0, att, times, **kw):
-        calls.append(att.beta)
+        if times[0] == 0:  # a level's run (not a located time's, from a saved state)
+            calls.append(att.beta)
         return real(X0, att, times, **kw)
 
     monkeypatch.setattr(integrate, "simulate", counting)
@@ -316,7 +319,8 @@ def test_small_fixed_step_runs_integrate_the_betas_together(tmp_path, monkeypatc
     real = integrate.simulate
 
     def recording(X0, att, times, **kw):
-        calls.append([a.beta for a in att] if isinstance(att, list) else [att.beta])
+        if times[0] == 0:  # a level's run (not a located time's, from a saved state)
+            calls.append([a.beta for a in att] if isinstance(att, list) else [att.beta])
         return real(X0, att, times, **kw)
 
     monkeypatch.setattr(integrate, "simulate", recording)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from attnflow.science.curves import departure
+from attnflow.science.curves import FORMED, departure
 from attnflow.science.metastability import (
     SIGMA_FLOOR,
     crossover,
@@ -23,10 +23,10 @@ from attnflow.science.metastability import (
 
 
 def test_departure_of_a_quadratic_bump_is_exact_between_saved_times():
-    """m(t) = 0.9 - 0.1 (t - 5)^2 reaches 1/2 at t = 3 and falls below it at t = 7, between the saved
-    times 6.9 and 7.2: the quadratic through three saved points is the curve itself."""
+    """m(t) = 1 - (t - 5)^2 / 8 forms a cluster (reaches FORMED) and falls below 1/2 at t = 7, between
+    the saved times 6.9 and 7.2: the quadratic through three saved points is the curve itself."""
     t = np.arange(0.0, 10.0, 0.3)
-    m = 0.9 - 0.1 * (t - 5.0) ** 2
+    m = 1.0 - 0.125 * (t - 5.0) ** 2
     c = departure(t, m, 0.5)
     assert c.t == pytest.approx(7.0, abs=1e-12)
     assert t[c.index - 1] < 7.0 < t[c.index]
@@ -53,6 +53,10 @@ def test_departure_needs_a_metastable_phase_and_a_fall():
     # falls below, comes back, falls again: the first fall counts
     m = np.where((t > 2) & (t < 4), 0.8, 0.2) + np.where((t > 6) & (t < 8), 0.6, 0.0)
     assert 3.9 < departure(t, m, 0.5).t < 4.0
+    # a mass that hovers around 1/2 never formed a cluster (FORMED): no metastable phase, no departure
+    hovers = np.where((t > 2) & (t < 4), 0.6, 0.2)
+    assert FORMED > 0.6 and math.isnan(departure(t, hovers, 0.5).t)
+    assert 3.9 < departure(t, hovers, 0.5, formed=0.5).t < 4.0
 
 
 def test_concentration_departure_time_is_the_same_reading():

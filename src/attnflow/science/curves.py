@@ -14,8 +14,8 @@ A curve is known at its saved times t (T,) only, and what is read off it lies be
   whatever the curve does between the samples).
 - `band`: the times around the minimum where the curve stays within (1 + tol) of it, each edge a
   crossing; inside one saved step the parabola gives the edges (sqrt(tol m / k) from the vertex).
-- `departure`: the first time after a mass curve has reached a level that it falls below it again
-  (a cluster's departure), a crossing.
+- `departure`: the first time after a mass curve has reached FORMED (a metastable phase) that it
+  falls below a level (a cluster's departure), a crossing.
 
 These readings of the saved samples are first guesses only: a tight cluster leaves a window within
 one saved step, the samples read 1, 1, 0, and any curve through them puts the crossing at the same
@@ -45,6 +45,7 @@ from typing import Any, Literal
 import numpy as np
 
 __all__ = [
+    "FORMED",
     "Advance",
     "Band",
     "Crossing",
@@ -186,12 +187,19 @@ def crossing(
     return Crossing(linear if root is None else root, abs(t1 - t0), j)
 
 
-def departure(t: np.ndarray, mass: np.ndarray, level: float = 0.5) -> Crossing:
-    """The first time after mass (T,) has reached `level` that it falls below it again, between
-    saved times t (T,), with its grid error; NaN (index -1) if never: the mass never reached the
-    level (no metastable phase), or has not fallen back by t[-1]."""
+#: a metastable phase: the mass near the eigenspace (or a cluster's atom) has reached this fraction
+#: at least once; a departure is a fall below 1/2 after it. The gap between the two levels is what
+#: makes the definition robust: a mass that hovers around 1/2 (clusters that never tighten within
+#: the window: min W2 far above the window's size) has no metastable phase and no departure.
+FORMED = 0.75
+
+
+def departure(t: np.ndarray, mass: np.ndarray, level: float = 0.5, formed: float = FORMED) -> Crossing:
+    """The first time after mass (T,) has reached `formed` (a metastable phase) that it falls below
+    `level`, between saved times t (T,), with its grid error; NaN (index -1) if never: the mass
+    never reached `formed` (no metastable phase), or has not fallen back by t[-1]."""
     mass = np.asarray(mass, dtype=np.float64)
-    above = np.flatnonzero(mass >= level)
+    above = np.flatnonzero(mass >= max(formed, level))
     if above.size == 0:
         return Crossing(math.nan, math.nan, -1)
     return crossing(t, mass, level, "down", start=int(above[0]))

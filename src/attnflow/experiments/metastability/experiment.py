@@ -34,6 +34,7 @@ from pydantic import (
 from ...io import json_attr
 from ...measures import DISCRETISATIONS
 from ...progress import Reporter
+from ...science.curves import FORMED
 from ..common import base_attrs, warn_assumptions
 from ..config import Angle, Betas, SimulationConfig
 from ..inputs import InitialMeasure, integration, model_inputs
@@ -333,8 +334,8 @@ def _named(parts: dict[tuple[str, float, int], Any]) -> dict[str, Any]:
 
 def _long_names(ds: Any, eps: float) -> None:
     ds["t_depart"].attrs["long_name"] = (
-        f"departure: mass within {eps:g} rad of an atom +-u_1 falls back below {LEVEL:g} of the atom's mass "
-        "(mean over the clouds that departed)"
+        f"departure: mass within {eps:g} rad of an atom +-u_1 falls below {LEVEL:g} of the atom's mass "
+        f"after reaching {FORMED:g} (mean over the clouds that departed)"
     )
     ds["t_depart_error"].attrs["long_name"] = "its error: the seeds' standard error and the save grid's bias"
     ds["t_depart_spread"].attrs["long_name"] = "standard deviation of the departure over seeds"

@@ -25,8 +25,9 @@ from ...science.claims import WeightsData
 from ..common import restartable, torch_threads, unit_float64
 from ..inputs import InitialMeasure, Integration, ModelInputs
 
-#: a cluster has formed when the mass near its atom reaches this fraction of the atom's mass, and has
-#: departed when it falls below it again (the `concentration` experiment's departure, per atom)
+#: a cluster has departed when the mass near its atom falls below this fraction of the atom's mass
+#: after it had formed (reached `science.curves.FORMED`): the `concentration` experiment's departure,
+#: per atom
 LEVEL = 0.5
 #: the atoms of Pi_# rho_0 (a one-dimensional top eigenspace): +u_1 and -u_1
 ATOMS = ("+u1", "-u1")
@@ -138,16 +139,16 @@ class _Followed:
 
 def cloud_done(times: np.ndarray, fractions: np.ndarray, mass_V: np.ndarray) -> bool:
     """Whether one cloud needs no more time: a cluster has departed (the mass near an atom fell back
-    below LEVEL after reaching it), or no atom's mass ever reached LEVEL and most of the mass is near
-    V's top eigenspace (the terminal phase came without a metastable phase). fractions (T, 2), mass_V
-    (T,)."""
-    from ...science.curves import departure
+    below LEVEL after it had formed), or no atom's cluster ever formed (FORMED) and most of the mass
+    is near V's top eigenspace (the terminal phase came without a metastable phase). fractions
+    (T, 2), mass_V (T,)."""
+    from ...science.curves import FORMED, departure
 
     for a in range(fractions.shape[1]):
         f = fractions[:, a]
         if np.all(np.isfinite(f)) and math.isfinite(departure(times, f, LEVEL).t):
             return True
-    never = not np.any(np.nan_to_num(fractions, nan=0.0) >= LEVEL)
+    never = not np.any(np.nan_to_num(fractions, nan=0.0) >= FORMED)
     return never and bool(mass_V[-1] >= LEVEL)
 
 

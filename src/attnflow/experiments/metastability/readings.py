@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from ...science.curves import FORMED
 from .points import ATOMS, LEVEL
 
 #: what happened to one cloud of a point
 STATUSES = {
     "departed": "a cluster left its atom (the mass near it fell back below 1/2)",
-    "no metastable phase": "the mass near neither atom reached 1/2",
+    "no metastable phase": "the mass near neither atom reached 3/4 of the atom's mass",
     "no departure": "a cluster formed and had not left by the end of the integration (its horizon)",
 }
 
@@ -62,7 +63,7 @@ def read_cloud(times: np.ndarray, fractions: np.ndarray, located: np.ndarray | N
     if found:
         t, bias, atom = min(found)
         return CloudReading(t, bias, atom, peak, "departed")
-    formed = bool(np.any(np.nan_to_num(peak, nan=0.0) >= LEVEL))
+    formed = bool(np.any(np.nan_to_num(peak, nan=0.0) >= FORMED))
     return CloudReading(math.nan, math.nan, -1, peak, "no departure" if formed else "no metastable phase")
 
 

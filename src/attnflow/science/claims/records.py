@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ..curves import FORMED
 from ..fits import LineFit, fit_line
 from ..uncertainty import Measured
 
@@ -44,7 +45,7 @@ class BetaData:
     """What one beta of a run gives the claims. status: its ladder's (science.convergence);
     quantities: name -> Measured (t_star, min_w2, t_dev, t_depart, ...); w2, w2_error (T,): the W2
     curve of its last level and its error (N level + time step); mass_A_max: the largest mass near
-    A's top eigenspace (>= 1/2: a metastable phase; NaN: unknown); mass_V_final: the mass near V's
+    A's top eigenspace (>= FORMED: a metastable phase; NaN: unknown); mass_V_final: the mass near V's
     top eigenspace at t_max; t_band: the near-minimal band (t_lo, t_hi) around t*."""
 
     beta: float
@@ -62,8 +63,9 @@ class BetaData:
 
     @property
     def metastable(self) -> bool:
-        """Whether most of the mass came near Pi_# rho_0 at some time (unknown counts as yes)."""
-        return not self.mass_A_max < MOST
+        """Whether a metastable phase formed: the mass near A's top eigenspace reached FORMED at some
+        time (`science.curves.departure`; unknown counts as yes)."""
+        return not self.mass_A_max < FORMED
 
 
 @dataclass(frozen=True, eq=False)
@@ -315,7 +317,9 @@ def _line(fit: LineFit, law: str) -> dict[str, Any]:
 def _regimes(data: ClaimData) -> dict[str, str]:
     """beta -> a flag for the betas without a metastable phase."""
     return {
-        b.label: f"no metastable phase: the mass near A's top eigenspace peaks at {b.mass_A_max:.2g} < 1/2"
+        b.label: (
+            f"no metastable phase: the mass near A's top eigenspace peaks at {b.mass_A_max:.2g} < {FORMED:g}"
+        )
         for b in data.betas
         if not b.metastable
     }
