@@ -232,3 +232,38 @@ def test_not_applicable_marks_the_theorem_rows_only():
     assert [r["verdict"] for r in marked] == [NOT_APPLICABLE, "observed", "not resolved"]
     assert marked[0]["note"] == "A is not symmetric." and marked[0]["measured"] == 1.5  # the number stays
     assert rows[0]["verdict"] == "consistent"  # the rows given are not changed
+
+
+def test_best_concentration_rests_on_the_largest_betas_not_a_line_through_all():
+    """min W2 whose local exponents in a(beta) differ (0.3, 0.6, 1.5, 2.5 from the smallest betas up)
+    is not one power law: the row quotes the exponent between the two largest betas, and lists the
+    local exponents beside it, instead of a line through all five that misses every point."""
+    data = family(obeying)
+    a = temperature_scale(np.array(BETAS))
+    logs = np.concatenate([[0.0], np.cumsum([0.3, 0.6, 1.5, 2.5] * np.diff(np.log(a)))])
+    m = 0.3 * np.exp(logs)
+    betas = []
+    for b, value in zip(data.betas, m, strict=True):
+        q = dict(b.quantities)
+        q["min_w2"] = Measured(float(value), 1e-6 * value, True)
+        betas.append(BetaData(b.beta, b.status, q, b.w2, b.w2_error, 0.9, 0.95, b.t_band))
+    row = rows_of(ClaimData(T, tuple(betas), WEIGHTS, data.zero))["best_concentration"]
+    assert row["measured"] == pytest.approx(2.5, rel=1e-6)
+    assert [e["p"] for e in row["local_exponents"]] == pytest.approx([0.3, 0.6, 1.5, 2.5], rel=1e-6)
+    assert "between beta = 80 and 160" in row["meaning"] and "local exponents" in row["meaning"]
+
+
+def test_a_row_with_sub_tests_says_which_decided_it():
+    """guaranteed_duration tests t_dev(delta) for three deltas; with t_dev_20 converged at one beta only,
+    the row is decided by the other two and says so."""
+    data = family(obeying)
+    betas = []
+    for i, b in enumerate(data.betas):
+        q = dict(b.quantities)
+        if i:
+            q["t_dev_20"] = Measured(q["t_dev_20"].value, 0.01, False, "changed by 1 between doublings")
+        betas.append(BetaData(b.beta, b.status, q, b.w2, b.w2_error, 0.9, 0.95, b.t_band))
+    row = rows_of(ClaimData(T, tuple(betas), WEIGHTS, data.zero))["guaranteed_duration"]
+    assert row["verdict"] == "consistent"
+    assert row["note"].startswith("decided by t_dev_5, t_dev (2 of 3); t_dev_20: not resolved")
+    assert not rows_of(data)["guaranteed_duration"].get("note")  # every sub-test decided

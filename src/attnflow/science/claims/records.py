@@ -289,11 +289,23 @@ def _sign(value: float, err: float) -> str:
 
 def _combine(verdicts: Sequence[str]) -> str:
     """Several tests of one row: inconsistent if any is, else consistent if any is, else untested
-    (sign only) if any is, else not resolved."""
+    (sign only) if any is, else not resolved. The row is decided on its decided tests only, and says
+    which those are (`_decided_by`)."""
     for v in ("inconsistent", "consistent", "untested (sign only)"):
         if v in verdicts:
             return v
     return "not resolved"
+
+
+def _decided_by(labels: Sequence[str], verdicts: Sequence[str]) -> str:
+    """Which sub-tests of a row decided it, in words: "decided by t = 2, 4 (2 of 3); not resolved:
+    t = 6" ("" when every sub-test is decided)."""
+    decided = [lab for lab, v in zip(labels, verdicts, strict=True) if v in ("consistent", "inconsistent")]
+    if len(decided) == len(labels):
+        return ""
+    rest = [f"{lab}: {v}" for lab, v in zip(labels, verdicts, strict=True) if lab not in decided]
+    head = f"decided by {', '.join(decided)} ({len(decided)} of {len(labels)})" if decided else "none decided"
+    return f"{head}; {'; '.join(rest)}"
 
 
 def _fit(x: Any, y: Any, sigma: Any, name: str) -> LineFit:

@@ -24,6 +24,7 @@ from .records import (
     _at_least,
     _combine,
     _curves,
+    _decided_by,
     _fit,
     _not_resolved,
     _num,
@@ -98,7 +99,8 @@ def _error_vanishes(data: ClaimData) -> Finding:
             f"the finite-temperature error at fixed t falls like a(beta)^{q:.2g} (about beta^-{qb:.2g}): "
             f"{pace} the a(beta) the theorem guarantees"
         )
-    return Finding(verdict, meaning, q, err, tuple(used), left, 1.0, details=details)
+    note = _decided_by([f"t = {p['t']:g}" for p in per_time], [p["verdict"] for p in per_time])
+    return Finding(verdict, meaning, q, err, tuple(used), left, 1.0, note=note, details=details)
 
 
 def _duration_at(data: ClaimData, name: str) -> dict[str, Any]:
@@ -164,7 +166,10 @@ def _guaranteed_duration(data: ClaimData) -> Finding:
         )
     else:
         meaning = f"only {len(used)} betas: the growth of t_dev with log beta is not tested ({verdict})"
-    return Finding(verdict, meaning, worst["b"], worst["b_err"], tuple(used), left, 0.0, details=details)
+    note = _decided_by([p["quantity"] for p in per], [p["verdict"] for p in per])
+    return Finding(
+        verdict, meaning, worst["b"], worst["b_err"], tuple(used), left, 0.0, note=note, details=details
+    )
 
 
 @dataclass(frozen=True)
@@ -327,24 +332,31 @@ def _best_concentration(data: ClaimData) -> Finding:
         for i in range(m.size - 1)
         if m[i + 1] - m[i] > SIGMAS * (s[i] + s[i + 1])
     ]
-    verdict = "inconsistent" if rises else _at_least(f.slope, f.slope_err, env.p0)
-    details = {"local_exponents": _local_exponents(m, s, a), "rms": f.rms, "C": math.exp(f.intercept)}
+    # the bound is about beta -> infinity: the verdict rests on the exponent between the two largest
+    # betas, not on a line through all of them (local exponents that differ are not one power law)
+    local = _local_exponents(m, s, a)
+    p, p_err = local[-1]["p"], local[-1]["error"]
+    verdict = "inconsistent" if rises else _at_least(p, p_err, env.p0)
+    details = {"local_exponents": local, "fit": f.slope, "fit_error": f.slope_err, "rms": f.rms}
+    span = f"between beta = {betas[-2]:g} and {betas[-1]:g}"
+    scatter = ", ".join(f"{e['p']:.2g}" for e in local)
+    law = f" (local exponents from the smallest betas up: {scatter})" if len(local) > 1 else ""
     if rises:
         meaning = f"min W2 grows with beta ({', '.join(rises)}): converged in N, against Theorem 1"
     elif verdict == "inconsistent":
         meaning = (
-            f"min W2 falls like a(beta)^{f.slope:.2g}, more slowly than the a^{env.p0:.2g} of the bound's "
-            "minimum: converged in N, against Theorem 1's guaranteed best concentration"
+            f"{span} min W2 falls like a(beta)^{p:.2g}, more slowly than the a^{env.p0:.2g} of the bound's "
+            f"minimum{law}: converged in N, against Theorem 1's guaranteed best concentration"
         )
     elif verdict == "consistent":
-        pace = "faster than" if f.slope - SIGMAS * f.slope_err > env.p0 else "as fast as"
+        pace = "faster than" if p - SIGMAS * p_err > env.p0 else "as fast as"
         meaning = (
-            f"min W2 falls like a(beta)^{f.slope:.2g}, {pace} the a^{env.p0:.2g} the theorem guarantees: "
-            "the data come at least as close as the bound"
+            f"{span} min W2 falls like a(beta)^{p:.2g}, {pace} the a^{env.p0:.2g} the theorem guarantees"
+            f"{law}: the data come at least as close as the bound"
         )
     else:
-        meaning = f"the exponent of min W2 in a(beta) is too uncertain ({f.slope:.2g} ± {f.slope_err:.2g})"
-    return Finding(verdict, meaning, f.slope, f.slope_err, betas, left, env.p0, details=details)
+        meaning = f"{span} the exponent of min W2 in a(beta) is too uncertain ({p:.2g} ± {p_err:.2g}){law}"
+    return Finding(verdict, meaning, p, p_err, betas, left, env.p0, details=details)
 
 
 def _late_windows(zero: ZeroData, times: np.ndarray) -> list[Mapping[str, Any]]:
