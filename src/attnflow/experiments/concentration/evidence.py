@@ -13,18 +13,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ...science.claims import BetaData, ClaimData, ZeroData, weights_data
 from ...science.convergence import QUANTITIES, curve_quantities
-from ...science.curves import locate_minimum
+from ...science.curves import FORMED, locate_minimum
 from ...science.uncertainty import Measured, flatness, measured, time_step_change
 from .levels import ConcentrationInputs, Ladder, departure_time, located_of
 
-__all__ = ["TimeStepProbe", "beta_evidence", "claim_data", "level_values", "time_step_probe"]
+__all__ = [
+    "DOES_NOT_EXIST",
+    "TimeStepProbe",
+    "beta_evidence",
+    "claim_data",
+    "level_values",
+    "no_departure",
+    "time_step_probe",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,6 +138,10 @@ def beta_evidence(inputs: ConcentrationInputs, lad: Ladder, probe: TimeStepProbe
         flat = flatness(times[inside], w2[inside], minimum, qs["min_w2"].error)
         qs["t_star"] = measured(records["t_star"], ts("t_star"), flat)
     mass_A, mass_V = final.mass_A.values.mean(axis=0), final.mass_V.values.mean(axis=0)
+    if "t_depart" in qs and not math.isfinite(qs["t_depart"].value):
+        qs["t_depart"] = replace(
+            qs["t_depart"], reason=no_departure(float(np.nanmax(mass_A)), float(times[-1]))
+        )
     return BetaData(
         beta=lad.beta,
         status=lad.decision.status,
@@ -140,6 +152,22 @@ def beta_evidence(inputs: ConcentrationInputs, lad: Ladder, probe: TimeStepProbe
         mass_V_final=float(mass_V[-1]),
         t_band=(float(last.t_lo), float(last.t_hi)),
     )
+
+
+#: the words that open the reason of a quantity that does not exist (no departure), not one that
+#: failed to converge: tables and `show` print it as such
+DOES_NOT_EXIST = "does not exist"
+
+
+def no_departure(peak: float, t_max: float) -> str:
+    """Why a beta has no departure time: no metastable phase (its mass near A's top eigenspace never
+    reached FORMED), or none by t_max."""
+    if peak < FORMED:
+        return (
+            f"{DOES_NOT_EXIST}: no metastable phase (the mass near A's top eigenspace peaks at {peak:.2g} "
+            f"< {FORMED:g})"
+        )
+    return f"{DOES_NOT_EXIST} by t_max = {t_max:g}: the clusters had not left (a longer t_max decides)"
 
 
 def claim_data(

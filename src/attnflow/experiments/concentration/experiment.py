@@ -367,12 +367,18 @@ def _meanfield_ladder(shared: _Run, beta: float) -> Ladder:
 
 
 def _level_line(beta: float, N: int, reading: LevelReading, status: str) -> str:
+    """The progress line of a level: its window (the first level has none: nothing compared yet),
+    its minimum and the beta's status so far."""
     q = reading.quantities
     edge = " (at the window's end)" if q.edge else ""
+    window = (
+        "first level (no window: nothing to compare with yet)"
+        if reading.previous is None
+        else f"agrees with the level before up to t = {q.t_end:.3g}"
+    )
     return (
-        f"beta = {beta:g}, N = {N}: converged window t <= {q.t_end:.3g}, min W2 = {q.min_w2:.4g} at "
-        f"t* = {q.t_star:.3g}{edge}, band entry {q.t_entry:.3g}; resolution ratio {reading.ratio:.3g}; "
-        f"{status}"
+        f"beta = {beta:g}, N = {N}: {window}; min W2 = {q.min_w2:.4g} at t* = {q.t_star:.3g}{edge}, band "
+        f"entry {q.t_entry:.3g}; resolution ratio {reading.ratio:.3g}; {status}"
     )
 
 
