@@ -4,6 +4,7 @@ every registry entry usable from a config where it exists and refused, naming it
 from __future__ import annotations
 
 import itertools
+import math
 import typing
 
 import numpy as np
@@ -58,7 +59,8 @@ def test_every_model_choice_works_where_it_exists_and_is_refused_elsewhere(weigh
     if density == "vmf":  # centred on A's top eigenvector: more mass near +-u_1 than uniform tokens
         u1 = model.u1
         w = np.full(64, 1 / 64) if nodes.weights is None else nodes.weights
-        assert w @ np.abs(nodes.X @ u1) > 1.0 / np.sqrt(d)
+        uniform = math.gamma(d / 2) / (math.sqrt(math.pi) * math.gamma((d + 1) / 2))  # E|<x, u>|
+        assert w @ np.abs(nodes.X @ u1) > uniform
 
 
 def test_graded_nodes_per_beta_from_a_stored_search():
@@ -84,7 +86,7 @@ def test_unclaimed_dimensions_are_one_line_config_errors_naming_the_key():
         (["weights=random", "d=1"], "weights = random needs d >= 2"),
         (["weights=worked-example-2d", "d=3"], "d = 3 contradicts"),
         (["weights=worked-example-2d", "init=fibonacci"], "init = fibonacci (lattice) exists for d = 3 only"),
-        (["weights=random", "d=4", "init=quadrature"], "init = quadrature"),
+        (["weights=random", "d=4", "init=fibonacci"], "init = fibonacci"),
         (["init=fibonacci", "density=vmf"], "init = fibonacci carries density = uniform only"),
         (
             ["init=graded", 'N="auto"'],
@@ -177,3 +179,18 @@ def test_inputs_are_frozen_and_integration_reads_the_solver_keys():
     assert solver.label == f"adaptive Dormand-Prince 5(4), rtol=1e-05, atol={config.atol:g}"
     fixed = integration(load_config("concentration-tiny"))
     assert fixed.kwargs()["options"] is None and fixed.label == "rk4, dt=0.05"
+
+
+def test_a_preset_runs_the_weights_a_user_gives_it(tmp_path):
+    """concentration-tiny's quadrature nodes exist in every d (quasi-Monte Carlo for d >= 4): a user's
+    d = 4 weights run through the preset as they are, each beta with a status."""
+    from attnflow.experiments import run_experiment
+
+    K = np.diag([3.0, 1.0, 0.5, 0.3])
+    V = np.diag([1.0, 0.2, -0.3, -0.5]) @ np.linalg.inv(K.T).T  # A = V B^T symmetric, B = K
+    np.savez(tmp_path / "my_d4.npz", Q=np.eye(4), K=K, V=V)
+    config = load_config("concentration-tiny", [f"weights={tmp_path / 'my_d4.npz'}", "betas=[10]", "t_max=2"])
+    ds = run_experiment(config)
+    assert ds.sizes["dim"] == 4 and "d = 4" in ds.attrs["model"]
+    assert set(ds.status.values.tolist()) <= {"converged", "resolved", "under-resolved"}
+    assert np.all(np.isfinite(ds.w2.values))

@@ -1,6 +1,7 @@
 """Deterministic nodes with weights for rho_0 (MATH.md, "Weighted measures"): the Fibonacci lattice
-on S^2, equispaced angles on S^1, the quadrature of a density on them, and nodes on S^1 graded
-logarithmically toward given angles (the separatrices of the flow)."""
+on S^2, equispaced angles on S^1, quasi-Monte Carlo nodes on S^{d-1} for d >= 4 (no lattice exists
+there), the quadrature of a density on them, and nodes on S^1 graded logarithmically toward given
+angles (the separatrices of the flow)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,30 @@ __all__ = [
     "circle_nodes",
     "fibonacci_sphere",
     "graded_circle_quadrature",
+    "qmc_sphere",
     "quadrature",
 ]
 
-#: the dimensions d with deterministic quadrature nodes: equispaced angles on S^1, Fibonacci on S^2
+#: the dimensions d with a lattice of quadrature nodes: equispaced angles on S^1, Fibonacci on S^2;
+#: every other d >= 2 takes `qmc_sphere`
 QUADRATURE_DIMS = (2, 3)
+
+#: the fixed scrambling of `qmc_sphere`: its nodes are the same on every call and machine
+QMC_SEED = 0
+
+
+def qmc_sphere(N: int, d: int) -> np.ndarray:
+    """N quasi-uniform points on S^{d-1}, any d >= 2: (N, d). Scrambled Halton points in (0, 1)^d
+    (fixed scrambling, QMC_SEED), sent through the inverse Gaussian CDF and normalised: a Gaussian
+    vector's direction is uniform on the sphere, so equal weights 1/N are a quasi-Monte Carlo rule for
+    the uniform measure (error about (log N)^d / N for smooth integrands, against N^-1/2 for a cloud)."""
+    from scipy.special import ndtri
+    from scipy.stats import qmc
+
+    N = int(check_positive(N, "N", integer=True))
+    d = int(check_positive(d, "d", integer=True))
+    U = qmc.Halton(d, scramble=True, seed=QMC_SEED).random(N)
+    return normalize(ndtri(np.clip(U, 1e-300, 1.0 - 1e-16)))
 
 
 def fibonacci_sphere(N: int) -> np.ndarray:
@@ -80,25 +100,18 @@ def _density_weights(density: DensityFn, X: np.ndarray) -> np.ndarray:
 def quadrature(N: int, d: int, density: DensityFn | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Deterministic quadrature of rho_0 on S^{d-1}: nodes X (N, d) and weights w (N,), w > 0, sum 1.
 
-    Nodes: on S^1 (d = 2) N equispaced angles (`circle_nodes`); on S^2 (d = 3) the Fibonacci lattice.
+    Nodes: on S^1 (d = 2) N equispaced angles (`circle_nodes`); on S^2 (d = 3) the Fibonacci lattice;
+    on S^{d-1}, d >= 4, quasi-Monte Carlo nodes (`qmc_sphere`: no lattice exists there).
     Weights: equal (the uniform rho_0), or, for a rho_0 with density f (a callable X (N, d) -> (N,),
     values >= 0, known up to a constant, e.g. `vmf_density(mean, kappa)`), w_i = f(x_i) / sum_j f(x_j).
     Then sum_i w_i g(x_i) approximates integral g drho_0 (MATH.md, "Weighted measures").
-    Raises where no node set exists (d >= 4) or where a weight would be 0 (the weighted kernel needs
-    log w_i).
+    Raises for d < 2 or where a weight would be 0 (the weighted kernel needs log w_i).
     """
     N = int(check_positive(N, "N", integer=True))
     d = int(check_positive(d, "d", integer=True))
-    if d == 2:
-        X = circle_nodes(N)
-    elif d == 3:
-        X = fibonacci_sphere(N)
-    else:
-        raise ValueError(
-            f"no deterministic quadrature nodes for S^{d - 1} (d = {d}): equispaced angles exist on S^1 "
-            "only (d = 2), the Fibonacci lattice on S^2 only (d = 3). For d >= 4 use a Monte Carlo "
-            "cloud: X = sample_uniform(N, d, seed) with equal weights, or sample_vmf(N, mean, kappa, seed)"
-        )
+    if d < 2:
+        raise ValueError(f"quadrature nodes live on S^{{d-1}} with d >= 2, got d = {d}")
+    X = circle_nodes(N) if d == 2 else fibonacci_sphere(N) if d == 3 else qmc_sphere(N, d)
     if density is None:
         return X, np.full(N, 1.0 / N)
     return X, _density_weights(density, X)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._checks import SeedLike
 from .densities import DensityFn, uniform_density, vmf_density, vmf_normaliser, vmf_pair_sup
-from .quadrature import QUADRATURE_DIMS, fibonacci_sphere, quadrature
+from .quadrature import fibonacci_sphere, quadrature
 from .sampling import sample_uniform, sample_vmf
 
 __all__ = [
@@ -254,7 +254,13 @@ DISCRETISATIONS: Mapping[str, Discretisation] = MappingProxyType({
     "uniform": Discretisation("uniform", "i.i.d., seeded", ANY_D, (), True, False, _iid),
     "fibonacci": Discretisation("fibonacci", "lattice", Dims((3,)), ("uniform",), False, False, _fibonacci),
     "quadrature": Discretisation(
-        "quadrature", "deterministic nodes with weights", Dims(QUADRATURE_DIMS), (), False, False, _quadrature
+        "quadrature",
+        "deterministic nodes with weights (equispaced d = 2, Fibonacci d = 3, quasi-Monte Carlo d >= 4)",
+        ANY_D,
+        (),
+        False,
+        False,
+        _quadrature,
     ),
     "graded": Discretisation(
         "graded", "nodes graded toward the separatrices at each beta", Dims((2,)), (), False, True, None
