@@ -189,7 +189,7 @@ def test_a_preset_runs_the_weights_a_user_gives_it(tmp_path):
     K = np.diag([3.0, 1.0, 0.5, 0.3])
     V = np.diag([1.0, 0.2, -0.3, -0.5]) @ np.linalg.inv(K.T).T  # A = V B^T symmetric, B = K
     np.savez(tmp_path / "my_d4.npz", Q=np.eye(4), K=K, V=V)
-    config = load_config("concentration-tiny", [f"weights={tmp_path / 'my_d4.npz'}", "betas=[10]", "t_max=2"])
+    config = load_config("concentration-tiny", [f"weights={tmp_path / 'my_d4.npz'}", "betas=[10]", "t_max=3"])
     ds = run_experiment(config)
     assert ds.sizes["dim"] == 4 and "d = 4" in ds.attrs["model"]
     assert set(ds.status.values.tolist()) <= {"converged", "resolved", "under-resolved"}
