@@ -57,6 +57,8 @@ _API = {
     "resolution_ratio": "science.metrics",
     "count_clusters": "science.clusters",
     "nearest_atoms_w2": "science.clusters",
+    "predict_clusters": "science.linearisation",
+    "ClusterPrediction": "science.linearisation",
     "t_star": "science.fits",
     "fit_t_star": "science.fits",
     "fit_min_w2": "science.fits",
