@@ -32,6 +32,7 @@ from .attention import Attention, check_attention
 __all__ = [
     "LAYER_NORMS",
     "MASKS",
+    "NOISE_KINDS",
     "NORMALIZATIONS",
     "ON_SPHERE",
     "USA_TIMES",
@@ -45,6 +46,9 @@ __all__ = [
 MASKS = ("none", "causal")
 NORMALIZATIONS = ("softmax", "usa")
 LAYER_NORMS = ("post", "pre", "peri", "ngpt")
+#: independent: one Brownian motion per token, sigma P_x^perp o dW_i; common: one shared by every
+#: token of a cloud, a Brownian rotation sigma o dW x with W on so(d) (docs/math.md, "Common noise")
+NOISE_KINDS = ("independent", "common")
 #: the time of unnormalised attention: the model's own, or rescaled by e^{-beta max_h ||B_h||}
 USA_TIMES = ("model", "rescaled")
 #: where the state of each layer norm lives: True on S^{d-1}, False in R^d (x = r theta, |theta| = 1)
@@ -148,7 +152,9 @@ class Dynamics:
     padded by zero rows, `padded_head`). mask: "none" or "causal" (token i attends to j <= i in row
     order). normalization: "softmax" or "usa" (w_ij = exp(beta x_i^T B x_j) / N, no denominator).
     layer_norm: "post", "pre", "peri" or "ngpt" (`ON_SPHERE` says where each state lives). noise:
-    sigma >= 0 of the Stratonovich noise sigma P_x^perp o dW. usa_time: "model" (the formula as
+    sigma >= 0 of the Stratonovich noise. noise_kind: "independent" (sigma P_x^perp o dW_i, one W_i
+    per token) or "common" (sigma o dW x, one Brownian motion W on so(d) shared by every token of a
+    cloud: the whole cloud turns; each token alone has the same law). usa_time: "model" (the formula as
     written: its speed grows like e^{beta ||B||}) or "rescaled" (the field divided by e^{beta max_h
     ||B_h||}, a change of time). alpha: nGPT's step (dtheta/dt = alpha P^perp m / |m|). redraw: a
     `Redraw` (fresh weights every period) or None.
@@ -163,6 +169,7 @@ class Dynamics:
         normalization: str = "softmax",
         layer_norm: str = "post",
         noise: float = 0.0,
+        noise_kind: str = "independent",
         usa_time: str = "model",
         alpha: float = 1.0,
         redraw: Redraw | None = None,
@@ -174,6 +181,7 @@ class Dynamics:
         self.layer_norm = check_choice(layer_norm, "layer_norm", LAYER_NORMS)
         self.usa_time = check_choice(usa_time, "usa_time", USA_TIMES)
         self.noise = _check_nonnegative(noise, "noise")
+        self.noise_kind = check_choice(noise_kind, "noise_kind", NOISE_KINDS)
         self.alpha = _check_nonnegative(alpha, "alpha")
         if self.alpha == 0:
             raise ValueError("alpha must be a finite number > 0 (nGPT's step), got 0")
@@ -245,7 +253,7 @@ class Dynamics:
         if self.layer_norm != "post":
             out.append(f"layer_norm = {self.layer_norm}")
         if self.noise > 0:
-            out.append(f"noise = {self.noise:g}")
+            out.append(f"noise = {self.noise:g}" + (" (common)" if self.noise_kind == "common" else ""))
         if self.redraw is not None:
             out.append(f"weights redrawn every {self.redraw.period:g}")
         return out
@@ -280,7 +288,7 @@ class Dynamics:
         if self.layer_norm == "ngpt" and self.alpha != 1.0:
             parts.append(f"alpha = {self.alpha:g}")
         if self.noise > 0:
-            parts.append(f"noise sigma = {self.noise:g}")
+            parts.append(f"{'common ' if self.noise_kind == 'common' else ''}noise sigma = {self.noise:g}")
         if self.redraw is not None:
             parts.append(f"weights {self.redraw.label} every {self.redraw.period:g}")
         return ", ".join(parts)
@@ -300,6 +308,7 @@ class Dynamics:
             "normalization": self.normalization,
             "layer_norm": self.layer_norm,
             "noise": self.noise,
+            "noise_kind": self.noise_kind,
             "usa_time": self.usa_time,
             "alpha": self.alpha,
             "redraw": self.redraw,

@@ -60,6 +60,8 @@ def test_redraw_gives_fresh_draws_every_period():
             "init = graded grades rho_0",
         ),
         (["layer_norm=mid"], "layer_norm"),
+        (["noise_kind=common"], "noise_kind = common needs noise > 0"),
+        (["noise=0.1", "noise_kind=shared"], "noise_kind"),
     ],
 )
 def test_config_refusals_name_the_keys(overrides, match):
@@ -67,10 +69,17 @@ def test_config_refusals_name_the_keys(overrides, match):
         load_config("concentration-tiny", overrides)
 
 
+def test_common_noise_reaches_the_model():
+    flow = model_inputs(load_config("phase-diagram-tiny", ["noise=0.1", "noise_kind=common"])).flow
+    assert flow.noise == 0.1 and flow.noise_kind == "common"
+
+
 def test_new_keys_at_their_default_leave_the_fingerprint_as_it_was():
     """Run folders made before the keys existed are reused: at its default a new key is not hashed."""
     base = load_config("concentration-tiny")
-    assert fingerprint(base) == fingerprint(load_config("concentration-tiny", ["mask=none", "noise=0.0"]))
+    assert fingerprint(base) == fingerprint(
+        load_config("concentration-tiny", ["mask=none", "noise=0.0", "noise_kind=independent"])
+    )
     assert fingerprint(base) != fingerprint(load_config("concentration-tiny", ["mask=causal"]))
     assert fingerprint(base) != fingerprint(load_config("concentration-tiny", ["heads=2"]))
 

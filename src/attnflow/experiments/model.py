@@ -49,7 +49,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_
 
 from .._threads import blas_threads
 from ..attention import ENSEMBLES, WEIGHTS, Attention
-from ..flow import LAYER_NORMS, MASKS, NORMALIZATIONS, USA_TIMES
+from ..flow import LAYER_NORMS, MASKS, NOISE_KINDS, NORMALIZATIONS, USA_TIMES
 from ..measures import DISCRETISATIONS, MEASURES
 from ..measures.registry import or_list
 from .config import ExperimentConfig, Seed
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     Normalization = str
     LayerNorm = str
     UsaTime = str
+    NoiseKind = str
 else:
     Init = Literal[tuple(DISCRETISATIONS)]
     DensityName = Literal[tuple(MEASURES)]
@@ -73,6 +74,7 @@ else:
     Normalization = Literal[NORMALIZATIONS]
     LayerNorm = Literal[LAYER_NORMS]
     UsaTime = Literal[USA_TIMES]
+    NoiseKind = Literal[NOISE_KINDS]
 
 #: the extra of a key added after 0.1: it enters a part's fingerprint only when not at its default
 NEW_KEY: JsonDict = {"fingerprint": "when-set"}
@@ -183,6 +185,12 @@ class FlowConfig(ModelConfig):
         description="sigma of the noise sigma P_x^perp o dW (seeded by seed; a fixed-step integrator)",
         json_schema_extra=NEW_KEY,
     )
+    noise_kind: NoiseKind = Field(
+        "independent",
+        description="independent (one Brownian motion per token), or common (one rotation of the whole "
+        "cloud, sigma o dW x with W on so(d)); needs noise > 0",
+        json_schema_extra=NEW_KEY,
+    )
     redraw: PositiveFloat | None = Field(
         None,
         description="weights = random: fresh weights every redraw units of time (unset: fixed weights)",
@@ -210,6 +218,10 @@ def check_flow(config: FlowConfig) -> None:
         raise ValueError(
             f"noise = {config.noise:g} needs a fixed-step integrator (euler, heun or rk4, step dt), not "
             "integrator = adaptive"
+        )
+    if config.noise_kind != "independent" and config.noise == 0:
+        raise ValueError(
+            f"noise_kind = {config.noise_kind} needs noise > 0 (sigma of the noise), got noise = 0"
         )
     if config.init in ("graded", "meanfield") and flow_departures(config):
         raise ValueError(

@@ -50,6 +50,7 @@ VARY_KEYS = (
     "mask",
     "heads",
     "noise",
+    "noise_kind",
     "normalization",
     "usa_time",
     "alpha",
