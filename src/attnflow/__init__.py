@@ -58,6 +58,7 @@ _API = {
     "count_clusters": "science.clusters",
     "nearest_atoms_w2": "science.clusters",
     "predict_clusters": "science.linearisation",
+    "interaction_energy": "science.energy",
     "ClusterPrediction": "science.linearisation",
     "t_star": "science.fits",
     "fit_t_star": "science.fits",

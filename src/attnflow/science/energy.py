@@ -1,0 +1,84 @@
+"""The interaction energy of a measure (docs/math.md, "The interaction energy"):
+
+    E_beta(rho) = (1 / 2 beta) int int exp(beta x^T B y) drho(x) drho(y)
+
+for rho = sum_i w_i delta_{x_i} (tokens: w_i = 1/N; quadrature and mean-field measures: their
+weights). Where the dynamics is a gradient flow of it (one head with V = B symmetric, softmax or
+unnormalised: Q = K = V = I, say) it never decreases along a run, and its plateaus in time are the
+metastable states. It reaches e^{beta ||B||}: `log=True` gives log E_beta, computed in the log
+domain (a log-sum-exp over the pairs) at any beta.
+
+    interaction_energy(X, model, weights=None, log=False)   # (...,) over the leading axes of X
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._checks import check_stack, check_weights
+from ..attention import Attention
+from ..flow import check_model
+
+__all__ = ["interaction_energy"]
+
+PAIR_ELEMENTS = 2**22  # pair scores held at once (32 MiB)
+
+
+def _head(model: Any) -> Attention:
+    """The one head of a model (an Attention, or a Dynamics with one head), finite beta."""
+    model = check_model(model, "model")
+    head = model if isinstance(model, Attention) else model.head
+    if head is None:
+        raise ValueError(
+            f"interaction_energy needs one head (one B); this model has {model.H} distinct heads"  # type: ignore[union-attr]
+        )
+    if not math.isfinite(head.beta):
+        raise ValueError("interaction_energy needs a finite beta (E_beta has no limit at beta = inf)")
+    return head
+
+
+def _log_pair_sums(P: np.ndarray, logw: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """log sum_ij exp(x_i^T S x_j + log w_i + log w_j) of each cloud of P (C, N, d), rows in blocks."""
+    from scipy.special import logsumexp
+
+    C, N, _ = P.shape
+    rows = max(1, PAIR_ELEMENTS // (C * N))
+    parts = []
+    for i0 in range(0, N, rows):
+        scores = np.einsum("cid,de,cje->cij", P[:, i0 : i0 + rows], S, P, optimize=True)
+        scores += logw[:, i0 : i0 + rows, None] + logw[:, None, :]
+        parts.append(logsumexp(scores, axis=(1, 2)))
+    return np.asarray(logsumexp(np.stack(parts, axis=1), axis=1))
+
+
+def interaction_energy(X: Any, model: Any, weights: Any = None, log: bool = False) -> np.ndarray | float:
+    """E_beta(rho) (or log E_beta with log=True) of each cloud of X (..., N, d), unit rows.
+
+    model: an Attention, or a Dynamics with one head (its beta and B). weights: (N,) or broadcasting
+    against X's leading axes, positive and summing to 1 (None: 1/N). Returns X's leading shape (a
+    float for one cloud). Without log, E_beta past float64's range is inf: use log=True there.
+    """
+    att = _head(model)
+    P = check_stack(X, "X")
+    lead, (N, d) = P.shape[:-2], P.shape[-2:]
+    if d != att.d:
+        raise ValueError(f"X has tokens in R^{d}, the model acts on R^{att.d}")
+    flat = P.reshape(-1, N, d)
+    if weights is None:
+        logw = np.full(flat.shape[:2], -math.log(N))
+    else:
+        w = check_weights(weights, (*lead, N))
+        logw = np.log(np.broadcast_to(w, (*lead, N)).reshape(-1, N))
+    step = max(1, PAIR_ELEMENTS // (N * N))
+    S = att.beta * att.B
+    out = np.concatenate(
+        [_log_pair_sums(flat[c : c + step], logw[c : c + step], S) for c in range(0, len(flat), step)]
+    )
+    out = (out - math.log(2 * att.beta)).reshape(lead)
+    if not log:
+        with np.errstate(over="ignore"):
+            out = np.exp(out)
+    return float(out) if out.ndim == 0 else out
