@@ -4,6 +4,7 @@ single head"): `Dynamics`, next to `Attention`.
     dyn = Dynamics((att1, att2), mask="causal")      # two heads, averaged (W_O^h = I / H)
     dyn = Dynamics(heads, W_O=blocks)                # output blocks W_O^h (d, d_h), V_h d_h x d
     dyn = Dynamics(att, normalization="usa")         # unnormalised attention (no denominator)
+    dyn = Dynamics(att, normalization="hardmax")     # each token attends to its maximisers
     dyn = Dynamics(att, layer_norm="pre", noise=0.1) # tokens in R^d, Brownian noise on the sphere
 
 For token i and head h, m_i^h = sum_j w_ij^h V_h x_j (softmax weights, or the unnormalised
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 MASKS = ("none", "causal")
-NORMALIZATIONS = ("softmax", "usa")
+NORMALIZATIONS = ("softmax", "usa", "hardmax", "localmax")
 LAYER_NORMS = ("post", "pre", "peri", "ngpt")
 #: independent: one Brownian motion per token, sigma P_x^perp o dW_i; common: one shared by every
 #: token of a cloud, a Brownian rotation sigma o dW x with W on so(d) (docs/math.md, "Common noise")
@@ -171,6 +172,7 @@ class Dynamics:
         noise: float = 0.0,
         noise_kind: str = "independent",
         usa_time: str = "model",
+        sensitivity: float = 0.0,
         alpha: float = 1.0,
         redraw: Redraw | None = None,
     ) -> None:
@@ -182,6 +184,12 @@ class Dynamics:
         self.usa_time = check_choice(usa_time, "usa_time", USA_TIMES)
         self.noise = _check_nonnegative(noise, "noise")
         self.noise_kind = check_choice(noise_kind, "noise_kind", NOISE_KINDS)
+        self.sensitivity = _check_nonnegative(sensitivity, "sensitivity")
+        if (self.normalization == "localmax") != (self.sensitivity > 0):
+            raise ValueError(
+                f"sensitivity = {self.sensitivity:g} with normalization = {self.normalization!r}: localmax "
+                "needs sensitivity r > 0 (r = 0 is hardmax), and only localmax takes one"
+            )
         self.alpha = _check_nonnegative(alpha, "alpha")
         if self.alpha == 0:
             raise ValueError("alpha must be a finite number > 0 (nGPT's step), got 0")
@@ -285,6 +293,8 @@ class Dynamics:
             parts.append(f"{self.mask} mask")
         if self.normalization == "usa" and self.usa_time == "rescaled":
             parts.append("time rescaled by e^(-beta ||B||)")
+        if self.normalization == "localmax":
+            parts.append(f"sensitivity r = {self.sensitivity:g}")
         if self.layer_norm == "ngpt" and self.alpha != 1.0:
             parts.append(f"alpha = {self.alpha:g}")
         if self.noise > 0:
@@ -310,6 +320,7 @@ class Dynamics:
             "noise": self.noise,
             "noise_kind": self.noise_kind,
             "usa_time": self.usa_time,
+            "sensitivity": self.sensitivity,
             "alpha": self.alpha,
             "redraw": self.redraw,
         }

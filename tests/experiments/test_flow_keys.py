@@ -61,12 +61,19 @@ def test_redraw_gives_fresh_draws_every_period():
         ),
         (["layer_norm=mid"], "layer_norm"),
         (["noise_kind=common"], "noise_kind = common needs noise > 0"),
+        (["normalization=localmax"], "localmax needs sensitivity > 0"),
+        (["sensitivity=0.1"], "only localmax takes one"),
         (["noise=0.1", "noise_kind=shared"], "noise_kind"),
     ],
 )
 def test_config_refusals_name_the_keys(overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config("concentration-tiny", overrides)
+
+
+def test_hardmax_and_localmax_reach_the_model():
+    flow = model_inputs(load_config("phase-diagram-tiny", ["normalization=localmax", "sensitivity=0.2"])).flow
+    assert flow.normalization == "localmax" and flow.sensitivity == 0.2
 
 
 def test_common_noise_reaches_the_model():

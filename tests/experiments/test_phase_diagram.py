@@ -88,3 +88,22 @@ def test_identity_weights_collapse_to_one_cluster():
 def test_bad_panels_are_refused_naming_the_value(overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config("phase-diagram-tiny", overrides)
+
+
+def test_hardmax_localmax_and_common_noise_panels():
+    """Q = K = V = I: under hardmax every token is its own maximiser (<x_i, x_i> = 1 > <x_i, x_j>) and
+    nothing moves; localmax with a sensitivity past every gap (2) averages all tokens and collapses
+    each cloud like the softmax at beta = 0; common noise turns each cloud without changing a count."""
+    base = ["betas=[1.0]", "t_max=10.0", "dt_save=5.0", "clouds=3", "layer_norm=post"]
+    ds = run_experiment(
+        load_config("phase-diagram-tiny", [*base, "vary=normalization", 'values=["hardmax"]'])
+    )
+    assert np.all(ds.clusters.values[0, 0] == 12)
+    localmax = ["vary=none", "values=[]", "normalization=localmax", "sensitivity=3.0"]
+    ds = run_experiment(load_config("phase-diagram-tiny", [*base, *localmax]))
+    assert np.all(ds.clusters.values[0, 0, -1] == 1)
+    quiet, noisy = (
+        run_experiment(load_config("phase-diagram-tiny", [*base, "vary=none", "values=[]", *extra]))
+        for extra in ([], ["noise=0.5", "noise_kind=common"])
+    )
+    np.testing.assert_array_equal(quiet.clusters.values, noisy.clusters.values)

@@ -164,7 +164,14 @@ class FlowConfig(ModelConfig):
     )
     normalization: Normalization = Field(
         "softmax",
-        description="softmax, or usa: unnormalised attention exp(beta x^T B y) / N",
+        description="softmax, usa (unnormalised attention exp(beta x^T B y) / N), hardmax (each token "
+        "attends to its maximisers of x^T B y; beta plays no part) or localmax (to those within sensitivity)",
+        json_schema_extra=NEW_KEY,
+    )
+    sensitivity: NonNegativeFloat = Field(
+        0.0,
+        description="normalization = localmax: its alignment sensitivity r > 0 (the tokens within r of "
+        "the maximal score x^T B y count)",
         json_schema_extra=NEW_KEY,
     )
     usa_time: UsaTime = Field(
@@ -218,6 +225,11 @@ def check_flow(config: FlowConfig) -> None:
         raise ValueError(
             f"noise = {config.noise:g} needs a fixed-step integrator (euler, heun or rk4, step dt), not "
             "integrator = adaptive"
+        )
+    if (config.normalization == "localmax") != (config.sensitivity > 0):
+        raise ValueError(
+            f"sensitivity = {config.sensitivity:g} with normalization = {config.normalization}: localmax "
+            "needs sensitivity > 0 (sensitivity = 0 is hardmax), and only localmax takes one"
         )
     if config.noise_kind != "independent" and config.noise == 0:
         raise ValueError(

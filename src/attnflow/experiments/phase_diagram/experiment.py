@@ -53,6 +53,7 @@ VARY_KEYS = (
     "noise_kind",
     "normalization",
     "usa_time",
+    "sensitivity",
     "alpha",
     "ensemble",
     "redraw",
