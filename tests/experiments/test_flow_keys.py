@@ -131,3 +131,19 @@ def test_noisy_pre_ln_runs_report_the_spread_over_seeds():
     assert solver["noise"] == 0.1 and solver["layer_norm"] == "pre" and solver["seed"] == 0
     again = run_experiment(config)
     np.testing.assert_array_equal(again.w2.values, ds.w2.values)  # seeded: the same numbers
+
+
+def test_concentration_stores_the_interaction_energy():
+    """log E_beta per beta and time, from every token of the measure: with n_keep = N the stored
+    tokens (uniform quadrature weights) give it back; NaN for distinct heads."""
+    from attnflow.science.energy import interaction_energy
+
+    config = load_config(
+        "concentration-tiny", ["N=24", "n_keep=24", "t_max=2.0", "dt_save=0.5", "betas=[10.0]"]
+    )
+    ds = run_experiment(config)
+    model = model_inputs(config).at(10.0)
+    x = ds.x.values[0].astype(np.float64)
+    expected = interaction_energy(x / np.linalg.norm(x, axis=-1, keepdims=True), model, log=True)
+    np.testing.assert_allclose(ds.log_energy.values[0], expected, rtol=1e-6)  # x is stored in float32
+    assert "interaction energy" in ds.log_energy.attrs["long_name"]

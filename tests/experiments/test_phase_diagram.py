@@ -11,6 +11,7 @@ from attnflow.experiments import ConfigError, load_config, plot_run, run_experim
 from attnflow.experiments.phase_diagram import phase_inputs
 from attnflow.flow import Dynamics
 from attnflow.science.clusters import clustered_pairs, count_clusters, nearest_atoms_w2
+from attnflow.science.energy import interaction_energy
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def test_the_tiny_preset_runs_with_its_figures(tiny, tmp_path):
     assert dict(ds.sizes) == {"variant": 2, "beta": 2, "time": 9, "cloud": 8, "k": 2}
     assert list(ds.variant.values) == ["layer_norm = post", "layer_norm = pre"]
     paths = plot_run(ds, tmp_path)
-    assert sorted(p.name for p in paths) == ["atoms.png", "clusters.png", "pairs.png"]
+    assert sorted(p.name for p in paths) == ["atoms.png", "clusters.png", "energy.png", "pairs.png"]
     summary = json.loads((out / "summary.json").read_text())
     row = summary["at_t_max"]["layer_norm = post, beta = 4"]
     assert row["clusters"] == pytest.approx(
@@ -53,6 +54,7 @@ def test_a_point_is_the_clouds_simulated_together_and_measured(tiny):
     np.testing.assert_allclose(point.w2_atoms.sel(k=2).values, nearest_atoms_w2(u, 2), rtol=1e-12)
     np.testing.assert_allclose(point.radius.values, np.linalg.norm(tr.x, axis=-1).mean(-1), rtol=1e-12)
     assert float(point.radius.values[-1].min()) > 1.5  # pre-LN tokens grow in R^d
+    np.testing.assert_allclose(point.log_energy.values, interaction_energy(u, model, log=True), rtol=1e-12)
 
 
 def test_a_rerun_reuses_every_point(tiny):
@@ -73,6 +75,8 @@ def test_identity_weights_collapse_to_one_cluster():
     assert np.all(ds.clusters.values[0, 0, -1] == 1)
     assert float(ds.w2_atoms.sel(k=1).values[0, 0, -1].max()) < 1e-3
     assert np.all(ds.clustered_pairs.values[0, 0, -1] == 1.0)
+    # the softmax flow with Q = K = V = I climbs its interaction energy (a gradient flow of E_beta)
+    assert np.min(np.diff(ds.log_energy.values[0, 0], axis=0)) > -1e-9
 
 
 @pytest.mark.parametrize(

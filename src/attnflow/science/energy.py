@@ -9,6 +9,7 @@ metastable states. It reaches e^{beta ||B||}: `log=True` gives log E_beta, compu
 domain (a log-sum-exp over the pairs) at any beta.
 
     interaction_energy(X, model, weights=None, log=False)   # (...,) over the leading axes of X
+    log_energy_curve(X, model, weights=None)                 # log E_beta, NaN where undefined
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from .._checks import check_stack, check_weights
 from ..attention import Attention
 from ..flow import check_model
 
-__all__ = ["interaction_energy"]
+__all__ = ["ENERGY_LONG_NAME", "interaction_energy", "log_energy_curve"]
+
+#: what the experiments' variable log_energy holds
+ENERGY_LONG_NAME = (
+    "log of the interaction energy E_beta = (1 / 2 beta) int int exp(beta x^T B y) drho drho (on x/|x|; "
+    "NaN where the model has no one head)"
+)
 
 PAIR_ELEMENTS = 2**22  # pair scores held at once (32 MiB)
 
@@ -82,3 +89,15 @@ def interaction_energy(X: Any, model: Any, weights: Any = None, log: bool = Fals
         with np.errstate(over="ignore"):
             out = np.exp(out)
     return float(out) if out.ndim == 0 else out
+
+
+def log_energy_curve(X: Any, model: Any, weights: Any = None) -> np.ndarray:
+    """log E_beta of each cloud of X (..., N, d) taken on the directions x / |x| (the experiments'
+    `log_energy`), NaN where E_beta is not defined for the model (several heads, beta = inf)."""
+    P = np.asarray(X, dtype=np.float64)
+    try:
+        _head(model)
+    except ValueError:
+        return np.full(P.shape[:-2], np.nan)
+    U = P / np.linalg.norm(P, axis=-1, keepdims=True)
+    return np.asarray(interaction_energy(U, model, weights, log=True)).reshape(P.shape[:-2])

@@ -32,7 +32,7 @@ from ..inputs import InitialMeasure, Integration, ModelInputs
 BATCH_BETAS_MAX_N = 128
 
 #: the per-seed curves of a level, in the order the Dataset holds them
-CURVES = ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V")
+CURVES = ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V", "log_energy")
 
 
 @dataclass(frozen=True, eq=False)
@@ -274,9 +274,11 @@ def reduce_level(inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: Le
     import xarray as xr
 
     from ...science import metrics
+    from ...science.energy import log_energy_curve
     from ...transport.wasserstein import w2_to_target
 
     sp, w, x = inputs.model.spectrum, cloud.weights, run.x
+    model = inputs.model.at(beta)
     per_seed: dict[str, list[np.ndarray]] = {k: [] for k in CURVES}
     for m in range(len(cloud.seeds)):
         xm = x[:, m]
@@ -287,6 +289,7 @@ def reduce_level(inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: Le
         per_seed["mass_V"].append(
             np.asarray(metrics.subspace_mass(xm, sp.v_top_real.basis, inputs.eps, weights=w))
         )
+        per_seed["log_energy"].append(log_energy_curve(xm, model, weights=w))
     data: dict[str, Any] = {k: (("seed", "time"), np.stack(v)) for k, v in per_seed.items()}
     data["x"] = (("time", "token", "dim"), x[:, 0, cloud.keep].astype(np.float32))
     ratio = resolution_ratio_of(inputs, beta, cloud)

@@ -26,6 +26,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_v
 from ...io import json_attr
 from ...progress import Reporter
 from ...science.clusters import GLPR_EPS
+from ...science.energy import ENERGY_LONG_NAME
 from ..common import base_attrs, finite_or_none, time_grid, torch_threads, unit_float64
 from ..config import (
     INTEGRATOR_HELP,
@@ -60,7 +61,7 @@ VARY_KEYS = (
     "weights_seed",
 )
 #: the per-cloud curves of a point, in the order the Dataset holds them
-CURVES = ("clusters", "clustered_pairs", "w2_atoms", "radius")
+CURVES = ("clusters", "clustered_pairs", "w2_atoms", "radius", "log_energy")
 
 if TYPE_CHECKING:
     Vary = str
@@ -196,10 +197,12 @@ def phase_inputs(config: PhaseDiagramConfig) -> PhaseInputs:
     )
 
 
-def measure(x: np.ndarray, eps: float, atoms: tuple[int, ...]) -> dict[str, np.ndarray]:
+def measure(x: np.ndarray, eps: float, atoms: tuple[int, ...], model: Any = None) -> dict[str, np.ndarray]:
     """The per-cloud curves of states x (T, M, N, d) (rows in R^d allowed): clusters, clustered_pairs,
-    radius (T, M) and w2_atoms (T, M, k), measured on the directions x / |x|."""
+    radius, log_energy (T, M; log E_beta of the model, NaN without one head or model) and w2_atoms
+    (T, M, k), measured on the directions x / |x|."""
     from ...science.clusters import clustered_pairs, count_clusters, nearest_atoms_w2
+    from ...science.energy import log_energy_curve
 
     radius = np.linalg.norm(x, axis=-1).mean(axis=-1)
     u = unit_float64(x)
@@ -208,6 +211,7 @@ def measure(x: np.ndarray, eps: float, atoms: tuple[int, ...]) -> dict[str, np.n
         "clustered_pairs": np.asarray(clustered_pairs(u, eps)),
         "w2_atoms": np.stack([np.asarray(nearest_atoms_w2(u, k)) for k in atoms], axis=-1),
         "radius": radius,
+        "log_energy": log_energy_curve(u, model) if model is not None else np.full(radius.shape, np.nan),
     }
 
 
@@ -223,7 +227,8 @@ def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter):
         reporter.task(f"{panel.label}, beta = {beta:g}", total=float(times[-1])) as cb,
     ):
         traj = simulate(inputs.X0, panel.model.at(beta), times, progress=cb, **solver.kwargs())
-    curves = measure(np.asarray(traj.x, dtype=np.float64), inputs.eps, inputs.atoms)
+    model = panel.model.at(beta)
+    curves = measure(np.asarray(traj.x, dtype=np.float64), inputs.eps, inputs.atoms, model)
     dims = {k: ("time", "cloud", "k") if k == "w2_atoms" else ("time", "cloud") for k in CURVES}
     info = {k: v for k, v in traj.info.items() if isinstance(v, int | float | str | dict)}
     return xr.Dataset(
@@ -231,6 +236,13 @@ def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter):
         coords={"time": times, "k": list(inputs.atoms)},
         attrs={"solver": __import__("json").dumps(info, default=str), "beta": beta},
     )
+
+
+def _with_energy(part):
+    """A part written before log_energy was measured gets it as NaN (not computed then)."""
+    if "log_energy" in part.variables:
+        return part
+    return part.assign(log_energy=(("time", "cloud"), np.full(part.clusters.shape, np.nan)))
 
 
 def _name(inputs: PhaseInputs, panel: Panel, beta: float) -> str:
@@ -253,7 +265,7 @@ def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter 
         for beta in inputs.betas:
             compute = partial(_point, inputs, panel, beta, reporter)
             part = cached_part(out, _name(inputs, panel, beta), fp, compute, reporter)
-            parts.append(part.drop_attrs())
+            parts.append(_with_energy(part.drop_attrs()))
             solver.append(json_attr(part, "solver", {}))
             reporter.advance()
         rows.append(xr.concat(parts, dim="beta"))
@@ -283,6 +295,7 @@ def _long_names(ds, eps: float) -> None:
         "clustered_pairs": f"mass of the pairs i != j within {eps:.3g} rad (GLPR's clustered pairs)",
         "w2_atoms": "W2 to the nearest k-atom measure (exact for k = 1, an upper bound for k >= 2)",
         "radius": "mean token norm |x| (1 on the sphere; pre- and peri-LN: measures taken on x/|x|)",
+        "log_energy": ENERGY_LONG_NAME,
     }
     for k, v in long.items():
         ds[k].attrs["long_name"] = v

@@ -1,5 +1,6 @@
 """The figures of a phase diagram: heatmaps over (t, beta) of the mean over the clouds and of their
-spread, one column per model, for the clusters, the clustered pairs and W2 to the nearest k atoms."""
+spread, one column per model, for the clusters, the clustered pairs and W2 to the nearest k atoms;
+and the interaction energy of the first cloud against time (its plateaus)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ CAPTIONS = {
         "Clustered pairs over (t, β)",
         "The mass of the pairs of tokens within ε of each other (GLPR's phase diagram: the probability "
         "that two tokens are clustered): mean over the clouds (top) and its spread (bottom).",
+    ),
+    "energy": (
+        "Interaction energy against time",
+        "log E_β(t) − log E_β(0) of the first cloud, one line per β, one panel per model (E_β = (1/2β) ∬ "
+        "exp(β xᵀBy) dρ dρ). Where the flow is its gradient flow (V = B, e.g. Q = K = V = I) it never "
+        "falls, and its plateaus are the metastable states: with Q = K = V = I, k equal clusters sit "
+        "near −log k below one cluster, so each merger is a step.",
     ),
     "atoms": (
         "W2 to the nearest k-atom measure over (t, β)",
@@ -138,4 +146,25 @@ def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bo
     paths += _heatmaps(
         ds, rows, "W2 to the nearest k-atom measure (mean over the clouds)", outdir, "atoms", dpi
     )
+    if "log_energy" in ds.variables and np.isfinite(ds.log_energy.values).any():
+        paths += _energy(ds, outdir, dpi)
     return paths
+
+
+def _energy(ds, outdir, dpi: int) -> list[Path]:
+    """log E_beta(t) - log E_beta(0) of cloud 0, one line per beta, one panel per variant."""
+    t = np.asarray(ds.time.values, dtype=float)
+    variants = [str(v) for v in ds.variant.values]
+    fig, axes = new_figure(1, len(variants), (3.6 * len(variants) + 1.0, 3.4))
+    for c, variant in enumerate(variants):
+        ax = axes[0][c]
+        for beta in ds.beta.values.tolist():
+            e = ds.log_energy.sel(variant=variant, beta=beta).isel(cloud=0).values
+            if np.isfinite(e).any():
+                ax.plot(t, e - e[0], label=f"β = {beta:g}")
+        ax.set_title(variant, fontsize="medium")
+        ax.set_xlabel("time t")
+        ax.set_ylabel("log E_β(t) − log E_β(0)" if c == 0 else "")
+    axes[0][0].legend(fontsize="small")
+    fig.suptitle(run_title(ds, "Interaction energy of the first cloud"))
+    return save(fig, outdir, "energy", dpi)
