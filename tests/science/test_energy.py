@@ -45,6 +45,19 @@ def test_weighted_clouds_match_the_double_sum(monkeypatch):
     assert np.allclose(interaction_energy(X, att, w), direct, rtol=1e-13)
 
 
+def test_log_weights_keep_masses_below_float64s_range():
+    """A mass e^-800 (zero as a float64 weight) next to 63 equal ones: E is theirs alone, to
+    rounding, and the log-weights may carry any normalisation."""
+    X = af.circle_nodes(64)
+    logw = np.zeros(64)
+    logw[5] = -800.0
+    att = identity(2, 3.0)
+    rest = interaction_energy(np.delete(X, 5, axis=0), att, log=True)
+    assert interaction_energy(X, att, log=True, log_weights=logw + 7.0) == pytest.approx(rest, rel=1e-14)
+    with pytest.raises(ValueError, match="not both"):
+        interaction_energy(X, att, np.full(64, 1 / 64), log_weights=logw)
+
+
 def spd_head(beta: float) -> af.Attention:
     """Q = K (so B = Q^T Q, symmetric positive definite) and V = B: a gradient flow of E_beta."""
     Q = np.random.default_rng(3).normal(size=(3, 3)) / math.sqrt(3)

@@ -61,12 +61,34 @@ def _log_pair_sums(P: np.ndarray, logw: np.ndarray, S: np.ndarray) -> np.ndarray
     return np.asarray(logsumexp(np.stack(parts, axis=1), axis=1))
 
 
-def interaction_energy(X: Any, model: Any, weights: Any = None, log: bool = False) -> np.ndarray | float:
+def _log_weights(weights: Any, log_weights: Any, lead: tuple[int, ...], N: int) -> np.ndarray:
+    """log w (C, N) of the flattened clouds: from weights, from log_weights (normalised here: a
+    mean-field measure's tail masses pass float64's range), or uniform."""
+    from scipy.special import logsumexp
+
+    C = int(np.prod(lead, dtype=int))
+    if weights is not None and log_weights is not None:
+        raise ValueError("give weights or log_weights, not both")
+    if weights is not None:
+        w = check_weights(weights, (*lead, N))
+        return np.log(np.broadcast_to(w, (*lead, N)).reshape(C, N))
+    if log_weights is None:
+        return np.full((C, N), -math.log(N))
+    lw = np.broadcast_to(np.asarray(log_weights, dtype=np.float64), (*lead, N)).reshape(C, N)
+    if not np.all(np.isfinite(lw)):
+        raise ValueError("log_weights must be finite (log of positive masses)")
+    return np.asarray(lw - logsumexp(lw, axis=1, keepdims=True))
+
+
+def interaction_energy(
+    X: Any, model: Any, weights: Any = None, log: bool = False, *, log_weights: Any = None
+) -> np.ndarray | float:
     """E_beta(rho) (or log E_beta with log=True) of each cloud of X (..., N, d), unit rows.
 
     model: an Attention, or a Dynamics with one head (its beta and B). weights: (N,) or broadcasting
-    against X's leading axes, positive and summing to 1 (None: 1/N). Returns X's leading shape (a
-    float for one cloud). Without log, E_beta past float64's range is inf: use log=True there.
+    against X's leading axes, positive and summing to 1 (None: 1/N); or log_weights, their logs (any
+    normalisation: masses below float64's smallest number kept). Returns X's leading shape (a float
+    for one cloud). Without log, E_beta past float64's range is inf: use log=True there.
     """
     att = _head(model)
     P = check_stack(X, "X")
@@ -74,11 +96,7 @@ def interaction_energy(X: Any, model: Any, weights: Any = None, log: bool = Fals
     if d != att.d:
         raise ValueError(f"X has tokens in R^{d}, the model acts on R^{att.d}")
     flat = P.reshape(-1, N, d)
-    if weights is None:
-        logw = np.full(flat.shape[:2], -math.log(N))
-    else:
-        w = check_weights(weights, (*lead, N))
-        logw = np.log(np.broadcast_to(w, (*lead, N)).reshape(-1, N))
+    logw = _log_weights(weights, log_weights, lead, N)
     step = max(1, PAIR_ELEMENTS // (N * N))
     S = att.beta * att.B
     out = np.concatenate(
@@ -91,7 +109,7 @@ def interaction_energy(X: Any, model: Any, weights: Any = None, log: bool = Fals
     return float(out) if out.ndim == 0 else out
 
 
-def log_energy_curve(X: Any, model: Any, weights: Any = None) -> np.ndarray:
+def log_energy_curve(X: Any, model: Any, weights: Any = None, *, log_weights: Any = None) -> np.ndarray:
     """log E_beta of each cloud of X (..., N, d) taken on the directions x / |x| (the experiments'
     `log_energy`), NaN where E_beta is not defined for the model (several heads, beta = inf)."""
     P = np.asarray(X, dtype=np.float64)
@@ -100,4 +118,5 @@ def log_energy_curve(X: Any, model: Any, weights: Any = None) -> np.ndarray:
     except ValueError:
         return np.full(P.shape[:-2], np.nan)
     U = P / np.linalg.norm(P, axis=-1, keepdims=True)
-    return np.asarray(interaction_energy(U, model, weights, log=True)).reshape(P.shape[:-2])
+    out = interaction_energy(U, model, weights, log=True, log_weights=log_weights)
+    return np.asarray(out).reshape(P.shape[:-2])

@@ -96,7 +96,7 @@ def _measure_energy(states: Any, att: Any) -> np.ndarray:
     out = []
     for theta, logw in states:
         X = np.stack([np.cos(theta), np.sin(theta)], -1)
-        out.append(float(log_energy_curve(X, att, weights=np.exp(logw - np.logaddexp.reduce(logw)))))
+        out.append(float(log_energy_curve(X, att, log_weights=logw)))
     return np.asarray(out)
 
 
