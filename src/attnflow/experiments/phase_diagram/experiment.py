@@ -272,6 +272,7 @@ def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter 
     ds = xr.concat(rows, dim="variant").assign_coords(
         variant=[p.label for p in inputs.panels], beta=list(inputs.betas), cloud=np.arange(config.clouds)
     )
+    _predictions(ds, inputs, config.N)
     timings = {"total_s": time.perf_counter() - start}
     ds.attrs = base_attrs(
         config,
@@ -289,6 +290,22 @@ def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter 
     return ds
 
 
+def _predictions(ds, inputs: PhaseInputs, N: int) -> None:
+    """predicted_clusters (the linearisation's count from each cloud's rho_0) and
+    metastable_clusters (the first plateau of the measured count), (variant, beta, cloud)."""
+    from .prediction import metastable_counts, predicted_counts
+
+    shape = (len(inputs.panels), len(inputs.betas), inputs.X0.shape[0])
+    predicted, metastable = np.full(shape, np.nan), np.full(shape, np.nan)
+    for i, panel in enumerate(inputs.panels):
+        for j, beta in enumerate(inputs.betas):
+            predicted[i, j] = predicted_counts(panel.model.at(beta), inputs.X0)
+            metastable[i, j] = metastable_counts(ds.clusters.values[i, j], N)
+    dims = ("variant", "beta", "cloud")
+    ds["predicted_clusters"] = (dims, predicted)
+    ds["metastable_clusters"] = (dims, metastable)
+
+
 def _long_names(ds, eps: float) -> None:
     long = {
         "clusters": f"number of clusters (tokens within {eps:.3g} rad joined), per cloud",
@@ -296,6 +313,10 @@ def _long_names(ds, eps: float) -> None:
         "w2_atoms": "W2 to the nearest k-atom measure (exact for k = 1, an upper bound for k >= 2)",
         "radius": "mean token norm |x| (1 on the sphere; pre- and peri-LN: measures taken on x/|x|)",
         "log_energy": ENERGY_LONG_NAME,
+        "predicted_clusters": "clusters predicted by the linearisation about the uniform measure "
+        "(attnflow.predict_clusters; NaN where it does not apply)",
+        "metastable_clusters": "measured clusters of the metastable state: the first count <= N/2 held "
+        "over 5 saved times (NaN: none)",
     }
     for k, v in long.items():
         ds[k].attrs["long_name"] = v
@@ -305,6 +326,19 @@ def first_time(times: np.ndarray, curve: np.ndarray, level: float) -> float:
     """The first saved time at which curve (T,) reaches level (NaN: never)."""
     hit = np.flatnonzero(curve >= level)
     return float(times[hit[0]]) if hit.size else math.nan
+
+
+def _prediction_row(p) -> dict[str, Any]:
+    """The linearisation's count against the metastable one at a point: means over the clouds and
+    the fraction of the clouds where they agree (None where nothing was predicted)."""
+    if "predicted_clusters" not in p.variables or not np.isfinite(p.predicted_clusters.values).any():
+        return {}
+    pred, seen = p.predicted_clusters.values, p.metastable_clusters.values
+    return {
+        "predicted_clusters": float(np.nanmean(pred)),
+        "metastable_clusters": finite_or_none(np.nanmean(seen)) if np.isfinite(seen).any() else None,
+        "prediction_agrees": float(np.mean(pred == seen)),
+    }
 
 
 def summarize(ds) -> dict[str, Any]:
@@ -327,6 +361,7 @@ def summarize(ds) -> dict[str, Any]:
                     f"w2_{k}_atoms": float(p.w2_atoms.sel(k=k).values[-1].mean())
                     for k in ds.k.values.tolist()
                 },
+                **_prediction_row(p),
             }
     return {
         "experiment": "phase-diagram",

@@ -4,6 +4,7 @@ and the interaction energy of the first cloud against time (its plateaus)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,14 @@ CAPTIONS = {
         "exp(β xᵀBy) dρ dρ). Where the flow is its gradient flow (V = B, e.g. Q = K = V = I) it never "
         "falls, and its plateaus are the metastable states: with Q = K = V = I, k equal clusters sit "
         "near −log k below one cluster, so each merger is a step.",
+    ),
+    "predicted": (
+        "Predicted against measured cluster counts",
+        "Per β: the number of clusters the linearisation about the uniform measure predicts (attnflow."
+        "predict_clusters: k* = argmax_k k² I_k(β) on the circle; on S² from each cloud's degree-l* "
+        "component) and the measured count of the metastable state (the first count ≤ N/2 held over 5 "
+        "saved times), mean and standard deviation over the clouds. Only for models the linearisation "
+        "speaks about (one head, B = bI, V = vI).",
     ),
     "atoms": (
         "W2 to the nearest k-atom measure over (t, β)",
@@ -148,7 +157,32 @@ def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bo
     )
     if "log_energy" in ds.variables and np.isfinite(ds.log_energy.values).any():
         paths += _energy(ds, outdir, dpi)
+    if "predicted_clusters" in ds.variables and np.isfinite(ds.predicted_clusters.values).any():
+        paths += _predicted(ds, outdir, dpi)
     return paths
+
+
+def _predicted(ds, outdir, dpi: int) -> list[Path]:
+    """Predicted and measured metastable cluster counts against beta, one panel per variant."""
+    betas = np.asarray(ds.beta.values, dtype=float)
+    variants = [str(v) for v in ds.variant.values]
+    fig, axes = new_figure(1, len(variants), (3.6 * len(variants) + 1.0, 3.4))
+    for c, variant in enumerate(variants):
+        ax = axes[0][c]
+        pred = ds.predicted_clusters.sel(variant=variant).values  # (beta, cloud)
+        seen = ds.metastable_clusters.sel(variant=variant).values
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a beta with no finite value: NaN
+            ax.plot(betas, np.nanmean(pred, axis=1), "o-", label="predicted (linearisation)")
+            ax.errorbar(betas, np.nanmean(seen, axis=1), yerr=np.nanstd(seen, axis=1), fmt="s",
+                        capsize=3, label="measured (metastable)")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_title(variant, fontsize="medium")
+        ax.set_xlabel("β")
+        ax.set_ylabel("clusters" if c == 0 else "")
+    axes[0][0].legend(fontsize="small")
+    fig.suptitle(run_title(ds, "Cluster counts, predicted and measured"))
+    return save(fig, outdir, "predicted", dpi)
 
 
 def _energy(ds, outdir, dpi: int) -> list[Path]:
