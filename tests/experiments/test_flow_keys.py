@@ -147,3 +147,26 @@ def test_concentration_stores_the_interaction_energy():
     expected = interaction_energy(x / np.linalg.norm(x, axis=-1, keepdims=True), model, log=True)
     np.testing.assert_allclose(ds.log_energy.values[0], expected, rtol=1e-6)  # x is stored in float32
     assert "interaction energy" in ds.log_energy.attrs["long_name"]
+
+
+def test_concentration_of_identity_weights_fills_the_predicted_clusters_row():
+    """Q = K = V = I on the circle at beta = 2: k* = 2; both seeds' metastable states have 2
+    clusters. The theorem's weights leave the row without betas, saying why."""
+    import json
+
+    config = load_config(
+        "concentration-tiny",
+        [
+            "weights=identity",
+            "d=2",
+            "init=uniform",
+            "betas=[2.0]",
+            "t_max=20.0",
+            "dt_save=0.5",
+            "seeds=[0, 1]",
+        ],
+    )
+    ds = run_experiment(config)
+    row = {r["key"]: r for r in json.loads(ds.attrs["claims"])}["predicted_clusters"]
+    assert row["betas"] == [2.0] and row["per_beta"][0]["predicted"] == 2 and row["measured"] == 1.0
+    assert ds.clusters.dims == ("beta", "time") and float(ds.clusters.values[0, -1]) == 2.0

@@ -113,41 +113,6 @@ def test_hardmax_localmax_and_common_noise_panels():
     np.testing.assert_array_equal(quiet.clusters.values, noisy.clusters.values)
 
 
-def test_the_first_plateau_is_the_metastable_count():
-    from attnflow.experiments.phase_diagram.prediction import PLATEAU_SAVES, metastable_counts
-
-    assert PLATEAU_SAVES == 5
-    counts = np.array(
-        [
-            [
-                40,
-                40,
-                40,
-                40,
-                40,
-                40,
-                30,
-                12,
-                4,
-                4,
-                4,
-                4,
-                4,
-                3,
-                3,
-                3,
-                3,
-                3,
-                3,
-                3,
-            ],  # N = 40 held first: not <= N/2
-            [40, 20, 20, 20, 20, 9, 9, 9, 9, 9, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2],  # 20 = N/2 held four times
-            [40, 30, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2],  # no plateau
-        ]
-    ).T
-    np.testing.assert_array_equal(metastable_counts(counts, 40), [4.0, 9.0, np.nan])
-
-
 def test_the_circle_diagram_sets_the_prediction_beside_the_count(tmp_path):
     from attnflow.experiments.phase_diagram import summarize
     from attnflow.science.linearisation import predict_clusters

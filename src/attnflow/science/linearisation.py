@@ -16,6 +16,7 @@ the local maxima of the degree-l* component sum_j w_j P_l*(<x, x_j>) of the init
 (Legendre P_l, the Gegenbauer polynomial of S^2), found on a Fibonacci grid.
 
     predict_clusters(model, X0=None, weights=None, modes=None) -> ClusterPrediction
+    predicted_counts(model, X0, weights=None)   # (M,) per cloud, NaN where it does not speak
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .._checks import check_cloud, check_positive, check_weights
 from ..attention import Attention
 from ..flow import Dynamics, check_model
 
-__all__ = ["ClusterPrediction", "growth_rates", "predict_clusters"]
+__all__ = ["ClusterPrediction", "growth_rates", "predict_clusters", "predicted_counts"]
 
 GRID_POINTS = 20_000  # Fibonacci nodes on S^2 where the degree-l component's maxima are looked for
 ISOTROPY_RTOL = 1e-12  # B and V are multiples of I within this relative (Frobenius) tolerance
@@ -164,3 +165,20 @@ def predict_clusters(
     w = np.full(N, 1.0 / N) if weights is None else check_weights(weights, N)
     P = _circle_positions(X, w, degree) if d == 2 else _sphere_positions(X, w, degree)
     return ClusterPrediction(ls, rates, degree, len(P), P)
+
+
+def predicted_counts(model: Attention | Dynamics, X0: Any, weights: Any = None) -> np.ndarray:
+    """The predicted number of clusters of each cloud X0 (M, N, d) (weights (N,) or None), NaN where
+    the linearisation does not speak: a model other than one head with B = b I, V = v I (softmax or
+    usa, post-LN, no mask, no noise), or d >= 4 (the count of the degree's maxima is not computed)."""
+    X = np.asarray(X0, dtype=np.float64)
+    M, d = X.shape[0], X.shape[-1]
+    try:
+        bare = predict_clusters(model)
+    except ValueError:
+        return np.full(M, np.nan)
+    if d == 2:
+        return np.full(M, float(bare.degree))
+    if d != 3:
+        return np.full(M, np.nan)
+    return np.array([float(predict_clusters(model, X[m], weights).count or np.nan) for m in range(M)])

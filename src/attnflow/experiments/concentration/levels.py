@@ -32,7 +32,7 @@ from ..inputs import InitialMeasure, Integration, ModelInputs
 BATCH_BETAS_MAX_N = 128
 
 #: the per-seed curves of a level, in the order the Dataset holds them
-CURVES = ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V", "log_energy")
+CURVES = ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V", "log_energy", "clusters")
 
 
 @dataclass(frozen=True, eq=False)
@@ -274,7 +274,9 @@ def reduce_level(inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: Le
     import xarray as xr
 
     from ...science import metrics
+    from ...science.clusters import count_clusters
     from ...science.energy import log_energy_curve
+    from ...science.linearisation import predicted_counts
     from ...transport.wasserstein import w2_to_target
 
     sp, w, x = inputs.model.spectrum, cloud.weights, run.x
@@ -290,6 +292,7 @@ def reduce_level(inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: Le
             np.asarray(metrics.subspace_mass(xm, sp.v_top_real.basis, inputs.eps, weights=w))
         )
         per_seed["log_energy"].append(log_energy_curve(xm, model, weights=w))
+        per_seed["clusters"].append(np.asarray(count_clusters(xm, inputs.eps, weights=w), dtype=float))
     data: dict[str, Any] = {k: (("seed", "time"), np.stack(v)) for k, v in per_seed.items()}
     data["x"] = (("time", "token", "dim"), x[:, 0, cloud.keep].astype(np.float32))
     ratio = resolution_ratio_of(inputs, beta, cloud)
@@ -297,7 +300,13 @@ def reduce_level(inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: Le
     return xr.Dataset(
         data,
         coords={"seed": cloud.seeds, "time": inputs.times},
-        attrs={"solver": to_json(solver), "N": cloud.N, "beta": beta, "resolution_ratio": ratio},
+        attrs={
+            "solver": to_json(solver),
+            "N": cloud.N,
+            "beta": beta,
+            "resolution_ratio": ratio,
+            "predicted_clusters": to_json(predicted_counts(model, cloud.X0, w).tolist()),
+        },
     )
 
 

@@ -48,6 +48,7 @@ def meanfield_level(
         "coupling_bound": np.full(c.t.size, np.nan),
         "lyapunov": _measure_lyapunov(c.trajectory.states, P),
         "log_energy": _measure_energy(c.trajectory.states, att),
+        "clusters": np.full(c.t.size, np.nan),  # (the worked example's weights: nothing is predicted)
         "mass_A": c.mass_A,
         "mass_V": c.mass_V,
     }

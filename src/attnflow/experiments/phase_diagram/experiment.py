@@ -293,14 +293,15 @@ def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter 
 def _predictions(ds, inputs: PhaseInputs, N: int) -> None:
     """predicted_clusters (the linearisation's count from each cloud's rho_0) and
     metastable_clusters (the first plateau of the measured count), (variant, beta, cloud)."""
-    from .prediction import metastable_counts, predicted_counts
+    from ...science.clusters import metastable_count
+    from ...science.linearisation import predicted_counts
 
     shape = (len(inputs.panels), len(inputs.betas), inputs.X0.shape[0])
     predicted, metastable = np.full(shape, np.nan), np.full(shape, np.nan)
     for i, panel in enumerate(inputs.panels):
         for j, beta in enumerate(inputs.betas):
             predicted[i, j] = predicted_counts(panel.model.at(beta), inputs.X0)
-            metastable[i, j] = metastable_counts(ds.clusters.values[i, j], N)
+            metastable[i, j] = metastable_count(ds.clusters.values[i, j], N)
     dims = ("variant", "beta", "cloud")
     ds["predicted_clusters"] = (dims, predicted)
     ds["metastable_clusters"] = (dims, metastable)
