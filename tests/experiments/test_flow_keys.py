@@ -63,6 +63,7 @@ def test_redraw_gives_fresh_draws_every_period():
         (["noise_kind=common"], "noise_kind = common needs noise > 0"),
         (["normalization=localmax"], "localmax needs sensitivity > 0"),
         (["sensitivity=0.1"], "only localmax takes one"),
+        (["normalization=hardmax", "kernel=truncated"], "kernel = truncated computes one softmax head"),
         (["noise=0.1", "noise_kind=shared"], "noise_kind"),
     ],
 )

@@ -231,6 +231,12 @@ def check_flow(config: FlowConfig) -> None:
             f"sensitivity = {config.sensitivity:g} with normalization = {config.normalization}: localmax "
             "needs sensitivity > 0 (sensitivity = 0 is hardmax), and only localmax takes one"
         )
+    kernel, departs = getattr(config, "kernel", "auto"), flow_departures(config)
+    if departs and kernel not in ("auto", "fused", "blocked", "sdpa"):
+        raise ValueError(
+            f"kernel = {kernel} computes one softmax head on the sphere; with {', '.join(departs)} use "
+            "kernel = auto, fused, blocked or sdpa"
+        )
     if config.noise_kind != "independent" and config.noise == 0:
         raise ValueError(
             f"noise_kind = {config.noise_kind} needs noise > 0 (sigma of the noise), got noise = 0"

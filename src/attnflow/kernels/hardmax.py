@@ -3,9 +3,10 @@
     C_i = { j : s_ij >= max_k s_ik - r_i },   s_ij = theta_i^T B theta_j     (j <= i with a causal mask)
     m_i = sum_{j in C_i} w_j V theta_j / sum_{j in C_i} w_j
 
-hardmax: r_i = TIE_RTOL max(1, |max_k s_ik|), so that scores equal to rounding tie and share the
-weight in proportion to w_j (the beta -> inf limit of the softmax of N tokens); localmax: r_i = r,
-the alignment sensitivity (Cimetiere, Chiri, Gharesifard 2025). No beta: the scores are x^T B y.
+hardmax: r_i = TIE_RTOL max(1, |max_k s_ik|) (float32: 64 of its epsilons, 7.6e-6, in place of
+TIE_RTOL), so that scores equal to rounding tie and share the weight in proportion to w_j (the
+beta -> inf limit of the softmax of N tokens); localmax: r_i = r, the alignment sensitivity
+(Cimetiere, Chiri, Gharesifard 2025). No beta: the scores are x^T B y.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def max_mean(
     (M, N, d) the rows V theta_j, logw (M, N) or None (uniform), sensitivity r >= 0 (None: hardmax)
     -> (M, N, d)."""
     M, N, _ = theta.shape
+    tie = max(TIE_RTOL, 64 * torch.finfo(theta.dtype).eps)
     q = theta @ B
     w = None if logw is None else torch.exp(logw)
     out = torch.empty_like(values)
@@ -42,7 +44,7 @@ def max_mean(
             )
             S.masked_fill_(later, -torch.inf)
         top = S.amax(dim=-1, keepdim=True)
-        r = TIE_RTOL * top.abs().clamp_min(1.0) if sensitivity is None else sensitivity
+        r = tie * top.abs().clamp_min(1.0) if sensitivity is None else sensitivity
         C = (S >= top - r).to(values.dtype)
         if w is not None:
             C = C * w[:, None, :]
