@@ -151,8 +151,10 @@ class Dynamics:
     heads: an Attention or a sequence of them (the same d and beta). W_O: None for averaged heads,
     W_O^h = I / H (each V_h d x d), or one output block (d, d_h) per head (V_h d_h x d: its head's V
     padded by zero rows, `padded_head`). mask: "none" or "causal" (token i attends to j <= i in row
-    order). normalization: "softmax" or "usa" (w_ij = exp(beta x_i^T B x_j) / N, no denominator).
-    layer_norm: "post", "pre", "peri" or "ngpt" (`ON_SPHERE` says where each state lives). noise:
+    order). normalization: "softmax", "usa" (w_ij = exp(beta x_i^T B x_j) / N, no denominator),
+    "hardmax" (token i attends equally to its maximisers of x_i^T B x_j, rounding ties shared; no
+    beta) or "localmax" (to the tokens within `sensitivity` r > 0 of that maximum). layer_norm:
+    "post", "pre", "peri" or "ngpt" (`ON_SPHERE` says where each state lives). noise:
     sigma >= 0 of the Stratonovich noise. noise_kind: "independent" (sigma P_x^perp o dW_i, one W_i
     per token) or "common" (sigma o dW x, one Brownian motion W on so(d) shared by every token of a
     cloud: the whole cloud turns; each token alone has the same law). usa_time: "model" (the formula as
