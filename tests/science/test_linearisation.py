@@ -146,16 +146,21 @@ def test_a_measure_on_s2_forms_the_predicted_clusters():
     assert matched(pred.positions, C) < 0.1
 
 
-def test_one_degree_on_s2_grows_at_its_predicted_rate():
+@pytest.mark.parametrize(
+    "model", [identity(3, 4.0), Dynamics(identity(3, 4.0), normalization="usa", usa_time="rescaled")]
+)
+def test_one_degree_on_s2_grows_at_its_predicted_rate(model):
     X, w = product_quadrature(12)
     a = np.array([0.6, 0.0, 0.8])
     t0 = X @ a
     X0 = X + 1e-7 * (1.5 * t0)[:, None] * (a - t0[:, None] * X)  # eps grad of P_2(<x, a>) / 6
     X0 /= np.linalg.norm(X0, axis=1, keepdims=True)
-    att, t = identity(3, 4.0), 2.0
-    tr = af.simulate(X0, att, [0.0, t], method="adaptive", weights=w, options={"rtol": 1e-11, "atol": 1e-13})
+    t = 2.0
+    tr = af.simulate(
+        X0, model, [0.0, t], method="adaptive", weights=w, options={"rtol": 1e-11, "atol": 1e-13}
+    )
     amp = [float(np.sum(w * legendre.legval(Y @ a, [0, 0, 1]))) for Y in (X0, tr.x[-1])]
-    assert math.log(amp[1] / amp[0]) / t == pytest.approx(float(growth_rates(att, [2])[0]), rel=1e-4)
+    assert math.log(amp[1] / amp[0]) / t == pytest.approx(float(growth_rates(model, [2])[0]), rel=1e-4)
 
 
 @pytest.mark.parametrize(
