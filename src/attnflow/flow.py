@@ -4,6 +4,7 @@ single head"): `Dynamics`, next to `Attention`.
     dyn = Dynamics((att1, att2), mask="causal")      # two heads, averaged (W_O^h = I / H)
     dyn = Dynamics(heads, W_O=blocks)                # output blocks W_O^h (d, d_h), V_h d_h x d
     dyn = Dynamics(att, normalization="usa")         # unnormalised attention (no denominator)
+    dyn = Dynamics(att, normalization="hardmax")     # each token attends to its maximisers
     dyn = Dynamics(att, layer_norm="pre", noise=0.1) # tokens in R^d, Brownian noise on the sphere
 
 For token i and head h, m_i^h = sum_j w_ij^h V_h x_j (softmax weights, or the unnormalised
@@ -32,6 +33,7 @@ from .attention import Attention, check_attention
 __all__ = [
     "LAYER_NORMS",
     "MASKS",
+    "NOISE_KINDS",
     "NORMALIZATIONS",
     "ON_SPHERE",
     "USA_TIMES",
@@ -43,8 +45,11 @@ __all__ = [
 ]
 
 MASKS = ("none", "causal")
-NORMALIZATIONS = ("softmax", "usa")
+NORMALIZATIONS = ("softmax", "usa", "hardmax", "localmax")
 LAYER_NORMS = ("post", "pre", "peri", "ngpt")
+#: independent: one Brownian motion per token, sigma P_x^perp o dW_i; common: one shared by every
+#: token of a cloud, a Brownian rotation sigma o dW x with W on so(d) (docs/math.md, "Common noise")
+NOISE_KINDS = ("independent", "common")
 #: the time of unnormalised attention: the model's own, or rescaled by e^{-beta max_h ||B_h||}
 USA_TIMES = ("model", "rescaled")
 #: where the state of each layer norm lives: True on S^{d-1}, False in R^d (x = r theta, |theta| = 1)
@@ -146,9 +151,13 @@ class Dynamics:
     heads: an Attention or a sequence of them (the same d and beta). W_O: None for averaged heads,
     W_O^h = I / H (each V_h d x d), or one output block (d, d_h) per head (V_h d_h x d: its head's V
     padded by zero rows, `padded_head`). mask: "none" or "causal" (token i attends to j <= i in row
-    order). normalization: "softmax" or "usa" (w_ij = exp(beta x_i^T B x_j) / N, no denominator).
-    layer_norm: "post", "pre", "peri" or "ngpt" (`ON_SPHERE` says where each state lives). noise:
-    sigma >= 0 of the Stratonovich noise sigma P_x^perp o dW. usa_time: "model" (the formula as
+    order). normalization: "softmax", "usa" (w_ij = exp(beta x_i^T B x_j) / N, no denominator),
+    "hardmax" (token i attends equally to its maximisers of x_i^T B x_j, rounding ties shared; no
+    beta) or "localmax" (to the tokens within `sensitivity` r > 0 of that maximum). layer_norm:
+    "post", "pre", "peri" or "ngpt" (`ON_SPHERE` says where each state lives). noise:
+    sigma >= 0 of the Stratonovich noise. noise_kind: "independent" (sigma P_x^perp o dW_i, one W_i
+    per token) or "common" (sigma o dW x, one Brownian motion W on so(d) shared by every token of a
+    cloud: the whole cloud turns; each token alone has the same law). usa_time: "model" (the formula as
     written: its speed grows like e^{beta ||B||}) or "rescaled" (the field divided by e^{beta max_h
     ||B_h||}, a change of time). alpha: nGPT's step (dtheta/dt = alpha P^perp m / |m|). redraw: a
     `Redraw` (fresh weights every period) or None.
@@ -163,7 +172,9 @@ class Dynamics:
         normalization: str = "softmax",
         layer_norm: str = "post",
         noise: float = 0.0,
+        noise_kind: str = "independent",
         usa_time: str = "model",
+        sensitivity: float = 0.0,
         alpha: float = 1.0,
         redraw: Redraw | None = None,
     ) -> None:
@@ -174,6 +185,13 @@ class Dynamics:
         self.layer_norm = check_choice(layer_norm, "layer_norm", LAYER_NORMS)
         self.usa_time = check_choice(usa_time, "usa_time", USA_TIMES)
         self.noise = _check_nonnegative(noise, "noise")
+        self.noise_kind = check_choice(noise_kind, "noise_kind", NOISE_KINDS)
+        self.sensitivity = _check_nonnegative(sensitivity, "sensitivity")
+        if (self.normalization == "localmax") != (self.sensitivity > 0):
+            raise ValueError(
+                f"sensitivity = {self.sensitivity:g} with normalization = {self.normalization!r}: localmax "
+                "needs sensitivity r > 0 (r = 0 is hardmax), and only localmax takes one"
+            )
         self.alpha = _check_nonnegative(alpha, "alpha")
         if self.alpha == 0:
             raise ValueError("alpha must be a finite number > 0 (nGPT's step), got 0")
@@ -245,7 +263,7 @@ class Dynamics:
         if self.layer_norm != "post":
             out.append(f"layer_norm = {self.layer_norm}")
         if self.noise > 0:
-            out.append(f"noise = {self.noise:g}")
+            out.append(f"noise = {self.noise:g}" + (" (common)" if self.noise_kind == "common" else ""))
         if self.redraw is not None:
             out.append(f"weights redrawn every {self.redraw.period:g}")
         return out
@@ -277,10 +295,12 @@ class Dynamics:
             parts.append(f"{self.mask} mask")
         if self.normalization == "usa" and self.usa_time == "rescaled":
             parts.append("time rescaled by e^(-beta ||B||)")
+        if self.normalization == "localmax":
+            parts.append(f"sensitivity r = {self.sensitivity:g}")
         if self.layer_norm == "ngpt" and self.alpha != 1.0:
             parts.append(f"alpha = {self.alpha:g}")
         if self.noise > 0:
-            parts.append(f"noise sigma = {self.noise:g}")
+            parts.append(f"{'common ' if self.noise_kind == 'common' else ''}noise sigma = {self.noise:g}")
         if self.redraw is not None:
             parts.append(f"weights {self.redraw.label} every {self.redraw.period:g}")
         return ", ".join(parts)
@@ -300,7 +320,9 @@ class Dynamics:
             "normalization": self.normalization,
             "layer_norm": self.layer_norm,
             "noise": self.noise,
+            "noise_kind": self.noise_kind,
             "usa_time": self.usa_time,
+            "sensitivity": self.sensitivity,
             "alpha": self.alpha,
             "redraw": self.redraw,
         }

@@ -35,5 +35,6 @@ def test_beta_10_converges_on_the_graded_ladders_value(tmp_path):
     assert ds.sizes["token"] == 0  # a mean-field run stores no tokens
     w2 = ds.w2.values[0]
     assert np.all(np.isfinite(w2)) and w2[0] > w2.min()
+    assert np.all(np.isfinite(ds.log_energy.values))  # the tail's log-weights carried into E_beta
     solver = json.loads(ds.attrs["solver"])
     assert all(s["method"] == "meanfield" for s in solver)

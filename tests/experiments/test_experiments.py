@@ -484,7 +484,7 @@ def test_zero_temperature_reference_in_concentration():
         (["weights=worked-example", "d=2"], "d"),
         (["weights=no/such/file.npz"], "weights"),
         (["weights=worked-example-2d", "init=fibonacci"], "fibonacci"),
-        (["weights=random", "d=5", "init=quadrature"], "quadrature"),
+        (["weights=random", "d=5", "init=fibonacci"], "fibonacci"),
         (["N_min=512", "N_max=256"], "N_max"),
         (["seeds=[1, 2]", "init=quadrature"], "seeds"),
         (["device=gpu"], "device"),

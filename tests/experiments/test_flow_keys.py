@@ -60,6 +60,11 @@ def test_redraw_gives_fresh_draws_every_period():
             "init = graded grades rho_0",
         ),
         (["layer_norm=mid"], "layer_norm"),
+        (["noise_kind=common"], "noise_kind = common needs noise > 0"),
+        (["normalization=localmax"], "localmax needs sensitivity > 0"),
+        (["sensitivity=0.1"], "only localmax takes one"),
+        (["normalization=hardmax", "kernel=truncated"], "kernel = truncated computes one softmax head"),
+        (["noise=0.1", "noise_kind=shared"], "noise_kind"),
     ],
 )
 def test_config_refusals_name_the_keys(overrides, match):
@@ -67,10 +72,22 @@ def test_config_refusals_name_the_keys(overrides, match):
         load_config("concentration-tiny", overrides)
 
 
+def test_hardmax_and_localmax_reach_the_model():
+    flow = model_inputs(load_config("phase-diagram-tiny", ["normalization=localmax", "sensitivity=0.2"])).flow
+    assert flow.normalization == "localmax" and flow.sensitivity == 0.2
+
+
+def test_common_noise_reaches_the_model():
+    flow = model_inputs(load_config("phase-diagram-tiny", ["noise=0.1", "noise_kind=common"])).flow
+    assert flow.noise == 0.1 and flow.noise_kind == "common"
+
+
 def test_new_keys_at_their_default_leave_the_fingerprint_as_it_was():
     """Run folders made before the keys existed are reused: at its default a new key is not hashed."""
     base = load_config("concentration-tiny")
-    assert fingerprint(base) == fingerprint(load_config("concentration-tiny", ["mask=none", "noise=0.0"]))
+    assert fingerprint(base) == fingerprint(
+        load_config("concentration-tiny", ["mask=none", "noise=0.0", "noise_kind=independent"])
+    )
     assert fingerprint(base) != fingerprint(load_config("concentration-tiny", ["mask=causal"]))
     assert fingerprint(base) != fingerprint(load_config("concentration-tiny", ["heads=2"]))
 
@@ -115,3 +132,42 @@ def test_noisy_pre_ln_runs_report_the_spread_over_seeds():
     assert solver["noise"] == 0.1 and solver["layer_norm"] == "pre" and solver["seed"] == 0
     again = run_experiment(config)
     np.testing.assert_array_equal(again.w2.values, ds.w2.values)  # seeded: the same numbers
+
+
+def test_concentration_stores_the_interaction_energy():
+    """log E_beta per beta and time, from every token of the measure: with n_keep = N the stored
+    tokens (uniform quadrature weights) give it back; NaN for distinct heads."""
+    from attnflow.science.energy import interaction_energy
+
+    config = load_config(
+        "concentration-tiny", ["N=24", "n_keep=24", "t_max=2.0", "dt_save=0.5", "betas=[10.0]"]
+    )
+    ds = run_experiment(config)
+    model = model_inputs(config).at(10.0)
+    x = ds.x.values[0].astype(np.float64)
+    expected = interaction_energy(x / np.linalg.norm(x, axis=-1, keepdims=True), model, log=True)
+    np.testing.assert_allclose(ds.log_energy.values[0], expected, rtol=1e-6)  # x is stored in float32
+    assert "interaction energy" in ds.log_energy.attrs["long_name"]
+
+
+def test_concentration_of_identity_weights_fills_the_predicted_clusters_row():
+    """Q = K = V = I on the circle at beta = 2: k* = 2; both seeds' metastable states have 2
+    clusters. The theorem's weights leave the row without betas, saying why."""
+    import json
+
+    config = load_config(
+        "concentration-tiny",
+        [
+            "weights=identity",
+            "d=2",
+            "init=uniform",
+            "betas=[2.0]",
+            "t_max=20.0",
+            "dt_save=0.5",
+            "seeds=[0, 1]",
+        ],
+    )
+    ds = run_experiment(config)
+    row = {r["key"]: r for r in json.loads(ds.attrs["claims"])}["predicted_clusters"]
+    assert row["betas"] == [2.0] and row["per_beta"][0]["predicted"] == 2 and row["measured"] == 1.0
+    assert ds.clusters.dims == ("beta", "time") and float(ds.clusters.values[0, -1]) == 2.0

@@ -267,3 +267,23 @@ def test_a_row_with_sub_tests_says_which_decided_it():
     assert row["verdict"] == "consistent"
     assert row["note"].startswith("decided by t_dev_5, t_dev (2 of 3); t_dev_20: not resolved")
     assert not rows_of(data)["guaranteed_duration"].get("note")  # every sub-test decided
+
+
+def test_the_predicted_clusters_row_reports_the_agreement_over_the_betas():
+    """Without predictions (the theorem's weights) the row says why; with them it is the mean over
+    the betas of the fraction of seeds whose metastable count is the predicted one, and a beta
+    without a plateau is left out with the reason."""
+    from dataclasses import replace
+
+    from attnflow.science.claims import ClusterCounts
+
+    data = family(obeying)
+    row = rows_of(data)["predicted_clusters"]
+    assert row["verdict"] == OBSERVED and row["measured"] is None and "B = b I" in row["note"]
+    counts = [ClusterCounts(2, 2.0, 1.0), ClusterCounts(3, 3.5, 0.5), ClusterCounts(4, 3.0, 0.0)]
+    counts += [ClusterCounts(5, math.nan, 0.0), None]
+    betas = tuple(replace(b, clusters=c) for b, c in zip(data.betas, counts, strict=True))
+    row = rows_of(ClaimData(T, betas, WEIGHTS, data.zero))["predicted_clusters"]
+    assert row["measured"] == pytest.approx(0.5) and row["betas"] == [10.0, 20.0, 40.0]
+    assert list(row["left_out"]) == ["80"] and "plateau" in row["left_out"]["80"]
+    assert [p["predicted"] for p in row["per_beta"]] == [2, 3, 4]

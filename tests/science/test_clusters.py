@@ -110,3 +110,38 @@ def test_bad_arguments():
         nearest_atoms_w2(X, 0)
     with pytest.raises(ValueError, match="min_mass is a mass"):
         count_clusters(X, 0.1, min_mass=2)
+
+
+def test_the_first_plateau_is_the_metastable_count():
+    from attnflow.science.clusters import PLATEAU_SAVES, metastable_count
+
+    assert PLATEAU_SAVES == 5
+    counts = np.array(
+        [
+            [
+                40,
+                40,
+                40,
+                40,
+                40,
+                40,
+                30,
+                12,
+                4,
+                4,
+                4,
+                4,
+                4,
+                3,
+                3,
+                3,
+                3,
+                3,
+                3,
+                3,
+            ],  # N = 40 held first: not <= N/2
+            [40, 20, 20, 20, 20, 9, 9, 9, 9, 9, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2],  # 20 = N/2 held four times
+            [40, 30, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2],  # no plateau
+        ]
+    ).T
+    np.testing.assert_array_equal(metastable_count(counts, 40), [4.0, 9.0, np.nan])

@@ -61,6 +61,7 @@ ORDERS = {"euler": 1, "heun": 2, "rk4": 4, "adaptive": 5}
 #: the noisy scheme (any fixed-step drift, then the kick and the projection): strong and weak orders
 SDE_ORDERS = {"strong": 0.5, "weak": 1.0}
 SDE_SCHEME = "step then project: the method's drift step, sigma P_y^perp dW at its end y, back to |y|"
+COMMON_SCHEME = "step then turn: the method's drift step, renormalised, then the rotation expm(sigma dW)"
 
 
 class _Saved:
@@ -226,7 +227,7 @@ def _noise(model: Attention | Dynamics, numerics: _Numerics, seed: Any) -> Noise
             f"noise = {sigma:g} needs a fixed-step method (euler, heun or rk4), not 'adaptive': the noisy "
             "scheme is a step of dt, a Brownian kick and a projection"
         )
-    return Noise(sigma, seed)
+    return Noise(sigma, seed, getattr(model, "noise_kind", "independent"))
 
 
 def _weighted(clouds: _Clouds, weights: Any) -> _Clouds:
@@ -373,7 +374,8 @@ def _model_info(model: Dynamics, f: _Tally, noise: Noise | None) -> dict[str, An
     """What Trajectory.info says of a Dynamics beyond the single head."""
     info: dict[str, Any] = {"model": model.describe(), "layer_norm": model.layer_norm, "noise": model.noise}
     if noise is not None:
-        info.update(seed=noise.seed, sde_scheme=SDE_SCHEME, sde_orders=dict(SDE_ORDERS))
+        scheme = SDE_SCHEME if noise.kind == "independent" else COMMON_SCHEME
+        info.update(seed=noise.seed, noise_kind=noise.kind, sde_scheme=scheme, sde_orders=dict(SDE_ORDERS))
     if model.normalization == "usa":
         info["usa_time"] = model.usa_time
         info["log_time_scale"] = model.log_time_scale()

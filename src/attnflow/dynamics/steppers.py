@@ -11,7 +11,8 @@ Dynamics whose tokens live in R^d, layer_norm "pre" or "peri", nothing).  With `
 with noise sigma > 0, fixed steps only) each step is the method's drift step, then a Brownian kick
 sigma P_y^perp dW in the tangent space at the drift's end y, then the projection back to |y| (the
 sphere, or the sphere of radius |y| in R^d): for dx = v dt + sigma P_x^perp o dW (Stratonovich) this
-step-then-project scheme has strong order 1/2 and weak order 1.  `Field` is the velocity kernel with
+step-then-project scheme has strong order 1/2 and weak order 1. Common noise (one W on so(d) per
+cloud) turns the renormalised drift step by the rotation expm(sigma dW).  `Field` is the velocity kernel with
 evaluation counting and the periodic re-decision of kernel="auto".  The state is a torch
 tensor (M, N, d); an `Output` says where the states go (`save(X)` for each output time) and whom to
 tell (`progress(t, t_final)`, now and then); a run loop returns its `Steps`.  `simulate`
@@ -164,19 +165,26 @@ def _normalize_rows(X):
 
 
 class Noise:
-    """The Brownian kicks of dx = v dt + sigma P_x^perp o dW: sigma > 0 and a seeded CPU generator
-    (the increments are drawn in float64 on the CPU, so a seed gives the same path on any device)."""
+    """The Brownian kicks of the noise, sigma > 0 and a seeded CPU generator (the increments are drawn
+    in float64 on the CPU, so a seed gives the same path on any device). kind "independent":
+    dx = v dt + sigma P_x^perp o dW, one W per token; "common": dx = v dt + sigma o dW x, one W on
+    so(d) per cloud (entries above the diagonal independent Brownian motions)."""
 
-    def __init__(self, sigma: float, seed: int):
+    def __init__(self, sigma: float, seed: int, kind: str = "independent"):
         import torch
 
         self.sigma = float(sigma)
         self.seed = int(seed)
+        self.kind = kind
         self.generator = torch.Generator().manual_seed(self.seed)
 
     def step(self, Y, h: float, on_sphere: bool):
-        """The drift step's end Y (M, N, d) kicked by sigma P^perp dW (dW ~ N(0, h I)) in the tangent
-        space at Y / |Y| and projected back to |Y| (to the sphere when on_sphere)."""
+        """The drift step's end Y (M, N, d) kicked by the noise over a step h and projected back."""
+        return self._rotate(Y, h, on_sphere) if self.kind == "common" else self._kick(Y, h, on_sphere)
+
+    def _kick(self, Y, h: float, on_sphere: bool):
+        """Y kicked by sigma P^perp dW (dW ~ N(0, h I)) in the tangent space at Y / |Y| and projected
+        back to |Y| (to the sphere when on_sphere)."""
         import torch
 
         dW = torch.randn(Y.shape, generator=self.generator, dtype=torch.float64).to(Y) * math.sqrt(h)
@@ -185,6 +193,17 @@ class Noise:
         kick = self.sigma * (dW - (theta * dW).sum(-1, keepdim=True) * theta)
         Z = _normalize_rows(theta + (kick if on_sphere else kick / r))
         return Z if on_sphere else r * Z
+
+    def _rotate(self, Y, h: float, on_sphere: bool):
+        """Y (renormalised on the sphere) turned by R = expm(sigma dW), dW (M, d, d) skew with N(0, h)
+        entries above the diagonal: exactly a rotation, one per cloud."""
+        import torch
+
+        M, d = Y.shape[0], Y.shape[-1]
+        G = torch.randn((M, d, d), generator=self.generator, dtype=torch.float64).triu(1) * math.sqrt(h)
+        R = torch.linalg.matrix_exp(self.sigma * (G - G.transpose(-1, -2))).to(Y)
+        Z = _normalize_rows(Y) if on_sphere else Y
+        return Z @ R.transpose(-1, -2)
 
 
 def _check_finite(X, t: float, field: Field) -> None:

@@ -139,7 +139,7 @@ def model_inputs(config: ModelConfig) -> ModelInputs:
     return ModelInputs(att, rho0, description, dynamics)
 
 
-FLOW_KEYS = ("mask", "normalization", "usa_time", "layer_norm", "alpha", "noise")
+FLOW_KEYS = ("mask", "normalization", "usa_time", "sensitivity", "layer_norm", "alpha", "noise", "noise_kind")
 
 
 def flow_of(config: ModelConfig, att: Attention, family: WeightsFamily | None) -> Dynamics:

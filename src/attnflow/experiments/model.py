@@ -49,7 +49,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_
 
 from .._threads import blas_threads
 from ..attention import ENSEMBLES, WEIGHTS, Attention
-from ..flow import LAYER_NORMS, MASKS, NORMALIZATIONS, USA_TIMES
+from ..flow import LAYER_NORMS, MASKS, NOISE_KINDS, NORMALIZATIONS, USA_TIMES
 from ..measures import DISCRETISATIONS, MEASURES
 from ..measures.registry import or_list
 from .config import ExperimentConfig, Seed
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     Normalization = str
     LayerNorm = str
     UsaTime = str
+    NoiseKind = str
 else:
     Init = Literal[tuple(DISCRETISATIONS)]
     DensityName = Literal[tuple(MEASURES)]
@@ -73,6 +74,7 @@ else:
     Normalization = Literal[NORMALIZATIONS]
     LayerNorm = Literal[LAYER_NORMS]
     UsaTime = Literal[USA_TIMES]
+    NoiseKind = Literal[NOISE_KINDS]
 
 #: the extra of a key added after 0.1: it enters a part's fingerprint only when not at its default
 NEW_KEY: JsonDict = {"fingerprint": "when-set"}
@@ -162,7 +164,14 @@ class FlowConfig(ModelConfig):
     )
     normalization: Normalization = Field(
         "softmax",
-        description="softmax, or usa: unnormalised attention exp(beta x^T B y) / N",
+        description="softmax, usa (unnormalised attention exp(beta x^T B y) / N), hardmax (each token "
+        "attends to its maximisers of x^T B y; beta plays no part) or localmax (to those within sensitivity)",
+        json_schema_extra=NEW_KEY,
+    )
+    sensitivity: NonNegativeFloat = Field(
+        0.0,
+        description="normalization = localmax: its alignment sensitivity r > 0 (the tokens within r of "
+        "the maximal score x^T B y count)",
         json_schema_extra=NEW_KEY,
     )
     usa_time: UsaTime = Field(
@@ -181,6 +190,12 @@ class FlowConfig(ModelConfig):
     noise: NonNegativeFloat = Field(
         0.0,
         description="sigma of the noise sigma P_x^perp o dW (seeded by seed; a fixed-step integrator)",
+        json_schema_extra=NEW_KEY,
+    )
+    noise_kind: NoiseKind = Field(
+        "independent",
+        description="independent (one Brownian motion per token), or common (one rotation of the whole "
+        "cloud, sigma o dW x with W on so(d)); needs noise > 0",
         json_schema_extra=NEW_KEY,
     )
     redraw: PositiveFloat | None = Field(
@@ -210,6 +225,21 @@ def check_flow(config: FlowConfig) -> None:
         raise ValueError(
             f"noise = {config.noise:g} needs a fixed-step integrator (euler, heun or rk4, step dt), not "
             "integrator = adaptive"
+        )
+    if (config.normalization == "localmax") != (config.sensitivity > 0):
+        raise ValueError(
+            f"sensitivity = {config.sensitivity:g} with normalization = {config.normalization}: localmax "
+            "needs sensitivity > 0 (sensitivity = 0 is hardmax), and only localmax takes one"
+        )
+    kernel, departs = getattr(config, "kernel", "auto"), flow_departures(config)
+    if departs and kernel not in ("auto", "fused", "blocked", "sdpa"):
+        raise ValueError(
+            f"kernel = {kernel} computes one softmax head on the sphere; with {', '.join(departs)} use "
+            "kernel = auto, fused, blocked or sdpa"
+        )
+    if config.noise_kind != "independent" and config.noise == 0:
+        raise ValueError(
+            f"noise_kind = {config.noise_kind} needs noise > 0 (sigma of the noise), got noise = 0"
         )
     if config.init in ("graded", "meanfield") and flow_departures(config):
         raise ValueError(

@@ -3,6 +3,8 @@
     s_ij^h = beta theta_i^T B_h theta_j + log w_j          (j <= i only, mask = "causal")
     m_i^h  = sum_j e^{s_ij^h} V_h theta_j / sum_j e^{s_ij^h}          (normalization = "softmax")
            = sum_j e^{s_ij^h} V_h theta_j = (softmax mean) Z_i^h     (normalization = "usa")
+           = the w-weighted mean of V_h theta_j over the j whose x_i^T B_h x_j is within r of the row's
+             maximum (normalization = "hardmax": ties only; "localmax": r = sensitivity; hardmax.py)
     m_i    = sum_h W_O^h m_i^h   (the heads' `values`: V_h / H averaged, W_O^h V_h with blocks)
     field  = P^perp m (post), m (pre), m / |m| (peri), alpha P^perp m / |m| (ngpt)
 
@@ -139,9 +141,11 @@ def mixed_output(
 ) -> torch.Tensor:
     """m_i = sum_h W_O^h m_i^h at the unit directions theta (M, N, d), before any layer norm."""
     M, N, _ = theta.shape
-    beta = _scales(dyn, betas, M, theta)
     logw = log_weights(weights, M, N, theta)
     causal = dyn.mask == "causal"
+    if dyn.normalization in ("hardmax", "localmax"):
+        return _max_heads(theta, dyn, logw, causal)
+    beta = _scales(dyn, betas, M, theta)
     if impl == "sdpa" and not (theta.device.type != "cpu" and theta.dtype == torch.float64):
         return _sdpa_heads(theta, dyn, beta, logw, causal)
     usa = dyn.normalization == "usa"
@@ -156,6 +160,19 @@ def mixed_output(
         if usa:
             mean = mean * _usa_factor(logZ - shift, dyn)
         out += mean
+    return out
+
+
+def _max_heads(theta: torch.Tensor, dyn: Dynamics, logw: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """sum_h W_O^h m_i^h with hardmax or localmax means (hardmax.max_mean): no beta."""
+    from .hardmax import max_mean
+
+    r = dyn.sensitivity if dyn.normalization == "localmax" else None
+    out = torch.zeros_like(theta)
+    for att, V in zip(dyn.heads, dyn.values, strict=True):
+        B_h = torch.tensor(att.B, dtype=theta.dtype, device=theta.device)
+        V_h = torch.tensor(V, dtype=theta.dtype, device=theta.device)
+        out += max_mean(theta, B_h, theta @ V_h.T, logw, causal, r)
     return out
 
 

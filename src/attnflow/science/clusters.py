@@ -7,6 +7,8 @@ and phase diagrams").
     cluster_labels(X, eps)         the clusters themselves: a label per token
     clustered_pairs(X, eps)        the mass of pairs i != j within angle eps (GLPR's phase diagram:
                                    the probability that two tokens are clustered)
+    metastable_count(counts, N)    the count of the metastable state: the first plateau of a count
+                                   against the saved times (at most N / 2, held PLATEAU_SAVES times)
     nearest_atoms_w2(X, k)         W2 to the nearest measure with k atoms on the sphere (chordal
                                    cost): exact for k = 1, an upper bound by Lloyd's iterations from
                                    a farthest-point start for k >= 2
@@ -24,12 +26,21 @@ import numpy as np
 
 from .._checks import check_positive, check_stack, check_weights
 
-__all__ = ["DENSE_MAX_N", "cluster_labels", "clustered_pairs", "count_clusters", "nearest_atoms_w2"]
+__all__ = [
+    "DENSE_MAX_N",
+    "PLATEAU_SAVES",
+    "cluster_labels",
+    "clustered_pairs",
+    "count_clusters",
+    "metastable_count",
+    "nearest_atoms_w2",
+]
 
 #: GLPR's angle of "clustered": <x_i, x_j> > 0.999 (Geshkovski, Letrouit, Polyanskiy, Rigollet)
 GLPR_EPS = math.acos(0.999)
 DENSE_MAX_N = 2048  # up to this many tokens per cloud the eps-graph comes from the Gram matrix
 GRAM_ELEMENTS = 2**24  # Gram entries per chunk of clouds
+PLATEAU_SAVES = 5  # a metastable count holds over this many consecutive saved times
 
 
 def _angle(eps: Any) -> float:
@@ -219,3 +230,18 @@ def nearest_atoms_w2(
             cost = np.minimum(cost, _lloyd(P, w, _seeded_start(P, w, k, rng), iterations))
     out = np.sqrt(np.maximum(cost, 0.0))
     return float(out[0]) if not lead else out.reshape(lead)
+
+
+def metastable_count(counts: Any, N: int) -> np.ndarray:
+    """The count of the metastable state of each cloud: the first value at most N / 2 (at least half
+    the tokens merged) that the saved counts (T, M) hold over PLATEAU_SAVES consecutive saved times
+    (NaN: no such plateau). Returns (M,)."""
+    c = np.asarray(counts, dtype=np.float64)
+    T, M = c.shape
+    out = np.full(M, np.nan)
+    for m in range(M):
+        for i in range(T - PLATEAU_SAVES + 1):
+            if c[i, m] <= N / 2 and np.all(c[i : i + PLATEAU_SAVES, m] == c[i, m]):
+                out[m] = c[i, m]
+                break
+    return out

@@ -16,6 +16,7 @@ from ...science.convergence import (
     QUANTITIES,
     STATUSES,
 )
+from ...science.energy import ENERGY_LONG_NAME
 from ...science.uncertainty import Measured
 from ..common import finite_or_none, fit_or_reason
 from .evidence import TimeStepProbe
@@ -78,6 +79,11 @@ def _per_beta_variables(evidence: list[BetaData]) -> dict[str, Any]:
     return data
 
 
+def _curve(part, name: str) -> np.ndarray:
+    """A part's per-seed curve (seed, time); NaN for one its version did not measure (log_energy)."""
+    return part[name].values if name in part.variables else np.full(part.w2.shape, np.nan)
+
+
 def assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any, evidence: list[BetaData]):
     """One Dataset: the final level's curves per beta, the ladder per beta and level."""
     import xarray as xr
@@ -94,7 +100,7 @@ def assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any, evid
         data[f"{key}_estimate"] = (("beta",), [d.quantities[key]["estimate"] for d in decisions])
     data.update(_per_beta_variables(evidence))
     for name in CURVES:
-        per = np.stack([p[name].values for p in finals])  # (beta, seed, time)
+        per = np.stack([_curve(p, name) for p in finals])  # (beta, seed, time)
         data[name] = (("beta", "time"), per.mean(axis=1))
         if per.shape[1] > 1:
             data[f"{name}_seed_std"] = (("beta", "time"), per.std(axis=1, ddof=1))
@@ -207,6 +213,7 @@ def long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> No
         "w2_zero": f"W2(rho^inf_t, Pi_# rho_0) of the zero-temperature flow ({zero_info.get('kind')})",
         "mass_A": f"mass within {eps:g} rad of A's top eigenspace",
         "mass_V": f"mass within {eps:g} rad of V's top eigenspace",
+        "log_energy": ENERGY_LONG_NAME,
         "x": "positions of a seeded subset of tokens (float32), at the last level",
         "status": f"{' | '.join(STATUSES)} (attnflow.science.convergence)",
     }

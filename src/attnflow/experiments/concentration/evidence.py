@@ -11,6 +11,7 @@ per run by a `TimeStepProbe`: the largest beta's first level run again with tigh
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ...science.claims import BetaData, ClaimData, ZeroData, weights_data
+from ...science.claims import BetaData, ClaimData, ClusterCounts, ZeroData, weights_data
 from ...science.convergence import QUANTITIES, curve_quantities
 from ...science.curves import FORMED, locate_minimum
 from ...science.uncertainty import Measured, flatness, measured, time_step_change
@@ -151,6 +152,7 @@ def beta_evidence(inputs: ConcentrationInputs, lad: Ladder, probe: TimeStepProbe
         mass_A_max=float(np.nanmax(mass_A)),
         mass_V_final=float(mass_V[-1]),
         t_band=(float(last.t_lo), float(last.t_hi)),
+        clusters=cluster_counts(final),
     )
 
 
@@ -168,6 +170,20 @@ def no_departure(peak: float, t_max: float) -> str:
             f"< {FORMED:g})"
         )
     return f"{DOES_NOT_EXIST} by t_max = {t_max:g}: the clusters had not left (a longer t_max decides)"
+
+
+def cluster_counts(part: Any) -> ClusterCounts | None:
+    """The last level's clusters against the linearisation: the predicted count of each seed (the
+    part's attrs) and the measured metastable count (the first plateau of its `clusters` curve);
+    None where nothing is predicted (or the part predates the prediction)."""
+    from ...science.clusters import metastable_count
+
+    predicted = np.asarray(json.loads(part.attrs.get("predicted_clusters", "[]")), dtype=float)
+    if "clusters" not in part.variables or not np.isfinite(predicted).any():
+        return None
+    seen = metastable_count(part.clusters.values.T, int(part.attrs["N"]))
+    measured = float(np.nanmean(seen)) if np.isfinite(seen).any() else math.nan
+    return ClusterCounts(float(np.nanmean(predicted)), measured, float(np.mean(predicted == seen)))
 
 
 def claim_data(

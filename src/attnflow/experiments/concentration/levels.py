@@ -32,7 +32,7 @@ from ..inputs import InitialMeasure, Integration, ModelInputs
 BATCH_BETAS_MAX_N = 128
 
 #: the per-seed curves of a level, in the order the Dataset holds them
-CURVES = ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V")
+CURVES = ("w2", "coupling_bound", "lyapunov", "mass_A", "mass_V", "log_energy", "clusters")
 
 
 @dataclass(frozen=True, eq=False)
@@ -280,9 +280,13 @@ def reduce_level(
     import xarray as xr
 
     from ...science import metrics
+    from ...science.clusters import count_clusters
+    from ...science.energy import log_energy_curve
+    from ...science.linearisation import predicted_counts
     from ...transport.wasserstein import w2_to_target
 
     sp, w, x = inputs.model.spectrum, cloud.weights, run.x
+    model = inputs.model.at(beta)
     per_seed: dict[str, list[np.ndarray]] = {k: [] for k in CURVES}
     for m in range(len(cloud.seeds)):
         xm = x[:, m]
@@ -293,6 +297,8 @@ def reduce_level(
         per_seed["mass_V"].append(
             np.asarray(metrics.subspace_mass(xm, sp.v_top_real.basis, inputs.eps, weights=w))
         )
+        per_seed["log_energy"].append(log_energy_curve(xm, model, weights=w))
+        per_seed["clusters"].append(np.asarray(count_clusters(xm, inputs.eps, weights=w), dtype=float))
     data: dict[str, Any] = {k: (("seed", "time"), np.stack(v)) for k, v in per_seed.items()}
     data["x"] = (("time", "token", "dim"), x[:, 0, cloud.keep].astype(np.float32))
     ratio = resolution_ratio_of(inputs, beta, cloud)
@@ -308,6 +314,7 @@ def reduce_level(
             "beta": beta,
             "resolution_ratio": ratio,
             "located": to_json({k: v.to_dict() for k, v in located.items()}),
+            "predicted_clusters": to_json(predicted_counts(model, cloud.X0, w).tolist()),
         },
     )
 

@@ -55,6 +55,8 @@ def meanfield_level(
         "w2": c.w2,
         "coupling_bound": np.full(c.t.size, np.nan),
         "lyapunov": _measure_lyapunov(c.trajectory.states, P),
+        "log_energy": _measure_energy(c.trajectory.states, att),
+        "clusters": np.full(c.t.size, np.nan),  # (the worked example's weights: nothing is predicted)
         "mass_A": c.mass_A,
         "mass_V": c.mass_V,
     }
@@ -94,6 +96,17 @@ def _measure_lyapunov(states: Any, P: np.ndarray) -> np.ndarray:
     for theta, logw in states:
         X = np.stack([np.cos(theta), np.sin(theta)], -1)
         out.append(float(metrics.lyapunov(X, P, weights=np.exp(logw - np.logaddexp.reduce(logw)))))
+    return np.asarray(out)
+
+
+def _measure_energy(states: Any, att: Any) -> np.ndarray:
+    """log E_beta of each weighted state (angles, log-weights) on S^1 (T,)."""
+    from ...science.energy import log_energy_curve
+
+    out = []
+    for theta, logw in states:
+        X = np.stack([np.cos(theta), np.sin(theta)], -1)
+        out.append(float(log_energy_curve(X, att, log_weights=logw)))
     return np.asarray(out)
 
 

@@ -26,6 +26,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_v
 from ...io import json_attr
 from ...progress import Reporter
 from ...science.clusters import GLPR_EPS
+from ...science.energy import ENERGY_LONG_NAME
 from ..common import base_attrs, finite_or_none, time_grid, torch_threads, unit_float64
 from ..config import (
     INTEGRATOR_HELP,
@@ -50,15 +51,17 @@ VARY_KEYS = (
     "mask",
     "heads",
     "noise",
+    "noise_kind",
     "normalization",
     "usa_time",
+    "sensitivity",
     "alpha",
     "ensemble",
     "redraw",
     "weights_seed",
 )
 #: the per-cloud curves of a point, in the order the Dataset holds them
-CURVES = ("clusters", "clustered_pairs", "w2_atoms", "radius")
+CURVES = ("clusters", "clustered_pairs", "w2_atoms", "radius", "log_energy")
 
 if TYPE_CHECKING:
     Vary = str
@@ -194,10 +197,12 @@ def phase_inputs(config: PhaseDiagramConfig) -> PhaseInputs:
     )
 
 
-def measure(x: np.ndarray, eps: float, atoms: tuple[int, ...]) -> dict[str, np.ndarray]:
+def measure(x: np.ndarray, eps: float, atoms: tuple[int, ...], model: Any = None) -> dict[str, np.ndarray]:
     """The per-cloud curves of states x (T, M, N, d) (rows in R^d allowed): clusters, clustered_pairs,
-    radius (T, M) and w2_atoms (T, M, k), measured on the directions x / |x|."""
+    radius, log_energy (T, M; log E_beta of the model, NaN without one head or model) and w2_atoms
+    (T, M, k), measured on the directions x / |x|."""
     from ...science.clusters import clustered_pairs, count_clusters, nearest_atoms_w2
+    from ...science.energy import log_energy_curve
 
     radius = np.linalg.norm(x, axis=-1).mean(axis=-1)
     u = unit_float64(x)
@@ -206,6 +211,7 @@ def measure(x: np.ndarray, eps: float, atoms: tuple[int, ...]) -> dict[str, np.n
         "clustered_pairs": np.asarray(clustered_pairs(u, eps)),
         "w2_atoms": np.stack([np.asarray(nearest_atoms_w2(u, k)) for k in atoms], axis=-1),
         "radius": radius,
+        "log_energy": log_energy_curve(u, model) if model is not None else np.full(radius.shape, np.nan),
     }
 
 
@@ -221,7 +227,8 @@ def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter):
         reporter.task(f"{panel.label}, beta = {beta:g}", total=float(times[-1])) as cb,
     ):
         traj = simulate(inputs.X0, panel.model.at(beta), times, progress=cb, **solver.kwargs())
-    curves = measure(np.asarray(traj.x, dtype=np.float64), inputs.eps, inputs.atoms)
+    model = panel.model.at(beta)
+    curves = measure(np.asarray(traj.x, dtype=np.float64), inputs.eps, inputs.atoms, model)
     dims = {k: ("time", "cloud", "k") if k == "w2_atoms" else ("time", "cloud") for k in CURVES}
     info = {k: v for k, v in traj.info.items() if isinstance(v, int | float | str | dict)}
     return xr.Dataset(
@@ -229,6 +236,13 @@ def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter):
         coords={"time": times, "k": list(inputs.atoms)},
         attrs={"solver": __import__("json").dumps(info, default=str), "beta": beta},
     )
+
+
+def _with_energy(part):
+    """A part written before log_energy was measured gets it as NaN (not computed then)."""
+    if "log_energy" in part.variables:
+        return part
+    return part.assign(log_energy=(("time", "cloud"), np.full(part.clusters.shape, np.nan)))
 
 
 def _name(inputs: PhaseInputs, panel: Panel, beta: float) -> str:
@@ -251,13 +265,14 @@ def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter 
         for beta in inputs.betas:
             compute = partial(_point, inputs, panel, beta, reporter)
             part = cached_part(out, _name(inputs, panel, beta), fp, compute, reporter)
-            parts.append(part.drop_attrs())
+            parts.append(_with_energy(part.drop_attrs()))
             solver.append(json_attr(part, "solver", {}))
             reporter.advance()
         rows.append(xr.concat(parts, dim="beta"))
     ds = xr.concat(rows, dim="variant").assign_coords(
         variant=[p.label for p in inputs.panels], beta=list(inputs.betas), cloud=np.arange(config.clouds)
     )
+    _predictions(ds, inputs, config.N)
     timings = {"total_s": time.perf_counter() - start}
     ds.attrs = base_attrs(
         config,
@@ -275,12 +290,34 @@ def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter 
     return ds
 
 
+def _predictions(ds, inputs: PhaseInputs, N: int) -> None:
+    """predicted_clusters (the linearisation's count from each cloud's rho_0) and
+    metastable_clusters (the first plateau of the measured count), (variant, beta, cloud)."""
+    from ...science.clusters import metastable_count
+    from ...science.linearisation import predicted_counts
+
+    shape = (len(inputs.panels), len(inputs.betas), inputs.X0.shape[0])
+    predicted, metastable = np.full(shape, np.nan), np.full(shape, np.nan)
+    for i, panel in enumerate(inputs.panels):
+        for j, beta in enumerate(inputs.betas):
+            predicted[i, j] = predicted_counts(panel.model.at(beta), inputs.X0)
+            metastable[i, j] = metastable_count(ds.clusters.values[i, j], N)
+    dims = ("variant", "beta", "cloud")
+    ds["predicted_clusters"] = (dims, predicted)
+    ds["metastable_clusters"] = (dims, metastable)
+
+
 def _long_names(ds, eps: float) -> None:
     long = {
         "clusters": f"number of clusters (tokens within {eps:.3g} rad joined), per cloud",
         "clustered_pairs": f"mass of the pairs i != j within {eps:.3g} rad (GLPR's clustered pairs)",
         "w2_atoms": "W2 to the nearest k-atom measure (exact for k = 1, an upper bound for k >= 2)",
         "radius": "mean token norm |x| (1 on the sphere; pre- and peri-LN: measures taken on x/|x|)",
+        "log_energy": ENERGY_LONG_NAME,
+        "predicted_clusters": "clusters predicted by the linearisation about the uniform measure "
+        "(attnflow.predict_clusters; NaN where it does not apply)",
+        "metastable_clusters": "measured clusters of the metastable state: the first count <= N/2 held "
+        "over 5 saved times (NaN: none)",
     }
     for k, v in long.items():
         ds[k].attrs["long_name"] = v
@@ -290,6 +327,19 @@ def first_time(times: np.ndarray, curve: np.ndarray, level: float) -> float:
     """The first saved time at which curve (T,) reaches level (NaN: never)."""
     hit = np.flatnonzero(curve >= level)
     return float(times[hit[0]]) if hit.size else math.nan
+
+
+def _prediction_row(p) -> dict[str, Any]:
+    """The linearisation's count against the metastable one at a point: means over the clouds and
+    the fraction of the clouds where they agree (None where nothing was predicted)."""
+    if "predicted_clusters" not in p.variables or not np.isfinite(p.predicted_clusters.values).any():
+        return {}
+    pred, seen = p.predicted_clusters.values, p.metastable_clusters.values
+    return {
+        "predicted_clusters": float(np.nanmean(pred)),
+        "metastable_clusters": finite_or_none(np.nanmean(seen)) if np.isfinite(seen).any() else None,
+        "prediction_agrees": float(np.mean(pred == seen)),
+    }
 
 
 def summarize(ds) -> dict[str, Any]:
@@ -312,6 +362,7 @@ def summarize(ds) -> dict[str, Any]:
                     f"w2_{k}_atoms": float(p.w2_atoms.sel(k=k).values[-1].mean())
                     for k in ds.k.values.tolist()
                 },
+                **_prediction_row(p),
             }
     return {
         "experiment": "phase-diagram",

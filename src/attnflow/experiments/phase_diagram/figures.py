@@ -1,8 +1,10 @@
 """The figures of a phase diagram: heatmaps over (t, beta) of the mean over the clouds and of their
-spread, one column per model, for the clusters, the clustered pairs and W2 to the nearest k atoms."""
+spread, one column per model, for the clusters, the clustered pairs and W2 to the nearest k atoms;
+and the interaction energy of the first cloud against time (its plateaus)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,21 @@ CAPTIONS = {
         "Clustered pairs over (t, β)",
         "The mass of the pairs of tokens within ε of each other (GLPR's phase diagram: the probability "
         "that two tokens are clustered): mean over the clouds (top) and its spread (bottom).",
+    ),
+    "energy": (
+        "Interaction energy against time",
+        "log E_β(t) − log E_β(0) of the first cloud, one line per β, one panel per model (E_β = (1/2β) ∬ "
+        "exp(β xᵀBy) dρ dρ). Where the flow is its gradient flow (V = B, e.g. Q = K = V = I) it never "
+        "falls, and its plateaus are the metastable states: with Q = K = V = I, k equal clusters sit "
+        "near −log k below one cluster, so each merger is a step.",
+    ),
+    "predicted": (
+        "Predicted against measured cluster counts",
+        "Per β: the number of clusters the linearisation about the uniform measure predicts (attnflow."
+        "predict_clusters: k* = argmax_k k² I_k(β) on the circle; on S² from each cloud's degree-l* "
+        "component) and the measured count of the metastable state (the first count ≤ N/2 held over 5 "
+        "saved times), mean and standard deviation over the clouds. Only for models the linearisation "
+        "speaks about (one head, B = bI, V = vI).",
     ),
     "atoms": (
         "W2 to the nearest k-atom measure over (t, β)",
@@ -138,4 +155,50 @@ def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bo
     paths += _heatmaps(
         ds, rows, "W2 to the nearest k-atom measure (mean over the clouds)", outdir, "atoms", dpi
     )
+    if "log_energy" in ds.variables and np.isfinite(ds.log_energy.values).any():
+        paths += _energy(ds, outdir, dpi)
+    if "predicted_clusters" in ds.variables and np.isfinite(ds.predicted_clusters.values).any():
+        paths += _predicted(ds, outdir, dpi)
     return paths
+
+
+def _predicted(ds, outdir, dpi: int) -> list[Path]:
+    """Predicted and measured metastable cluster counts against beta, one panel per variant."""
+    betas = np.asarray(ds.beta.values, dtype=float)
+    variants = [str(v) for v in ds.variant.values]
+    fig, axes = new_figure(1, len(variants), (3.6 * len(variants) + 1.0, 3.4))
+    for c, variant in enumerate(variants):
+        ax = axes[0][c]
+        pred = ds.predicted_clusters.sel(variant=variant).values  # (beta, cloud)
+        seen = ds.metastable_clusters.sel(variant=variant).values
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a beta with no finite value: NaN
+            ax.plot(betas, np.nanmean(pred, axis=1), "o-", label="predicted (linearisation)")
+            ax.errorbar(betas, np.nanmean(seen, axis=1), yerr=np.nanstd(seen, axis=1), fmt="s",
+                        capsize=3, label="measured (metastable)")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_title(variant, fontsize="medium")
+        ax.set_xlabel("β")
+        ax.set_ylabel("clusters" if c == 0 else "")
+    axes[0][0].legend(fontsize="small")
+    fig.suptitle(run_title(ds, "Cluster counts, predicted and measured"))
+    return save(fig, outdir, "predicted", dpi)
+
+
+def _energy(ds, outdir, dpi: int) -> list[Path]:
+    """log E_beta(t) - log E_beta(0) of cloud 0, one line per beta, one panel per variant."""
+    t = np.asarray(ds.time.values, dtype=float)
+    variants = [str(v) for v in ds.variant.values]
+    fig, axes = new_figure(1, len(variants), (3.6 * len(variants) + 1.0, 3.4))
+    for c, variant in enumerate(variants):
+        ax = axes[0][c]
+        for beta in ds.beta.values.tolist():
+            e = ds.log_energy.sel(variant=variant, beta=beta).isel(cloud=0).values
+            if np.isfinite(e).any():
+                ax.plot(t, e - e[0], label=f"β = {beta:g}")
+        ax.set_title(variant, fontsize="medium")
+        ax.set_xlabel("time t")
+        ax.set_ylabel("log E_β(t) − log E_β(0)" if c == 0 else "")
+    axes[0][0].legend(fontsize="small")
+    fig.suptitle(run_title(ds, "Interaction energy of the first cloud"))
+    return save(fig, outdir, "energy", dpi)

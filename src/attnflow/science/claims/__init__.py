@@ -31,6 +31,7 @@ from typing import Any
 from .laws import (
     _law_departure,
     _law_min_w2,
+    _law_predicted_clusters,
     _law_t_star,
     _terminal_phase,
     _zero_rate_heuristic,
@@ -46,6 +47,7 @@ from .records import (
     Claim,
     ClaimData,
     ClaimRow,
+    ClusterCounts,
     Finding,
     WeightsData,
     ZeroData,
@@ -73,6 +75,7 @@ __all__ = [
     "Claim",
     "ClaimData",
     "ClaimRow",
+    "ClusterCounts",
     "Envelope",
     "Finding",
     "WeightsData",
@@ -144,6 +147,13 @@ CLAIMS: dict[str, Claim] = {
             _law_departure,
         ),
         Claim("law_min_w2", "observed", "min_t W2 against a(beta), beta^-q and C/beta", _law_min_w2),
+        Claim(
+            "predicted_clusters",
+            "observed",
+            "predicted cluster count: the metastable state has as many clusters as the linearisation "
+            "about the uniform measure predicts",
+            _law_predicted_clusters,
+        ),
     )
 }
 

@@ -226,3 +226,28 @@ def _law_min_w2(data: ClaimData) -> Finding:
         "regimes": regimes,
     }
     return Finding(OBSERVED, meaning, -fb.slope, fb.slope_err, tuple(betas.tolist()), left, details=details)
+
+
+def _law_predicted_clusters(data: ClaimData) -> Finding:
+    """The metastable cluster count against the linearisation's, over the betas where it applies."""
+    used = [b for b in data.betas if b.clusters is not None and math.isfinite(b.clusters.measured)]
+    left = {
+        b.label: "no metastable plateau of the count among the saved times"
+        for b in data.betas
+        if b.clusters is not None and b not in used
+    }
+    if all(b.clusters is None for b in data.betas):
+        why = "the linearisation speaks of one head with B = b I and V = v I (softmax or usa) in d = 2 or 3"
+        return Finding(OBSERVED, f"no cluster count is predicted: {why}", note=why)
+    if not used:
+        return Finding(OBSERVED, "no beta reached a metastable plateau to compare", left_out=left)
+    agree = float(np.mean([b.clusters.agree for b in used if b.clusters is not None]))
+    per = [{"beta": b.beta, **vars(b.clusters)} for b in used]
+    meaning = (
+        f"observed: the metastable state has the predicted number of clusters in {100 * agree:.0f} % of "
+        f"the runs over {len(used)} beta(s) (the linearisation about the uniform measure: k* = argmax_k "
+        "k^2 I_k(beta) on the circle); a heuristic beside the theorem, not about it"
+    )
+    return Finding(
+        OBSERVED, meaning, agree, None, tuple(b.beta for b in used), left, details={"per_beta": per}
+    )

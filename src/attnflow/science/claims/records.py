@@ -40,13 +40,25 @@ Kind = Literal["theorem", "heuristic", "conjecture", "observed"]
 # ---------------------------------------------------------------------------------- inputs
 
 
+@dataclass(frozen=True)
+class ClusterCounts:
+    """One beta's clusters against the linearisation (docs/math.md, "Clusters predicted by the
+    linearisation"): the predicted count and the measured count of the metastable state (means over
+    the seeds; measured NaN: no plateau), and the fraction of the seeds where the two are equal."""
+
+    predicted: float
+    measured: float
+    agree: float
+
+
 @dataclass(frozen=True, eq=False)
 class BetaData:
     """What one beta of a run gives the claims. status: its ladder's (science.convergence);
     quantities: name -> Measured (t_star, min_w2, t_dev, t_depart, ...); w2, w2_error (T,): the W2
     curve of its last level and its error (N level + time step); mass_A_max: the largest mass near
     A's top eigenspace (>= FORMED: a metastable phase; NaN: unknown); mass_V_final: the mass near V's
-    top eigenspace at t_max; t_band: the near-minimal band (t_lo, t_hi) around t*."""
+    top eigenspace at t_max; t_band: the near-minimal band (t_lo, t_hi) around t*; clusters: its
+    `ClusterCounts` (None where the linearisation does not apply)."""
 
     beta: float
     status: str
@@ -56,6 +68,7 @@ class BetaData:
     mass_A_max: float = math.nan
     mass_V_final: float = math.nan
     t_band: tuple[float, float] = (math.nan, math.nan)
+    clusters: ClusterCounts | None = None
 
     @property
     def label(self) -> str:
