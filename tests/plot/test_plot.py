@@ -606,7 +606,7 @@ def test_write_report(conc3, tmp_path):
     md = md_path.read_text()
     assert "| t_star_slope | 0.41 |" in md
     assert "| resolution_ratio | [10, 1, 0.1] |" in md
-    fits = md[md.index("## Fits") : md.index("## Figures")]
+    fits = md[md.index("## Fits") : md.index("## Configuration")]
     assert "### t_star\n\n| quantity | value |\n|---|---|\n" in fits and "| b | 0.4 |" in fits  # attrs' fits
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert images == [f"figures/{s}.png" for s in stems[:-1]] + ["figures/tokens.gif"]
@@ -614,13 +614,13 @@ def test_write_report(conc3, tmp_path):
     assert "### Distance to the zero-temperature limit\n" in md  # titles and captions of the experiment
     assert cf.CAPTIONS["t_star"][1] in md
     assert "## Warnings\n\n- N = 400 is too small for beta >= 100\n" in md
-    assert md.index("## Warnings") < md.index("## Summary")
+    assert md.index("## Warnings") < md.index("## Figures") < md.index("## Detail tables")
     assert "## Configuration\n\n| parameter | value |" in md and "| N | 400 |" in md
     assert "| numpy |" in md[md.index("## Provenance") :]  # the provenance
     assert "{'" not in md and '{"' not in md  # no literal anywhere
     page = (tmp_path / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    assert page.count("<img ") == 6 and 'src="figures/tokens.gif"' in page
+    assert page.count("<img ") == 6 and 'src="data:image/gif;base64,' in page  # embedded
     assert "<td>t_star_slope</td><td>0.41</td>" in page
     assert "<li>N = 400 is too small for beta &gt;= 100</li>" in page
     assert not list(tmp_path.glob(".*.tmp"))

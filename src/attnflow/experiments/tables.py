@@ -34,6 +34,7 @@ __all__ = [
     "Section",
     "Table",
     "cell_text",
+    "is_measured",
     "records_table",
     "summary_blocks",
     "summary_document",
@@ -96,10 +97,12 @@ Block = Table | Prose | Figure
 
 @dataclass(frozen=True)
 class Section:
-    """A titled group of blocks ("" for none: the blocks sit under the document's title)."""
+    """A titled group of blocks ("" for none: the blocks sit under the document's title);
+    collapsed: shown folded (a detail the reader opens) where the renderer can fold."""
 
     title: str
     blocks: tuple[Block, ...]
+    collapsed: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,11 +127,13 @@ def is_measured(v: Any) -> bool:
 
 def cell_text(v: Any) -> str:
     """One value as the text of a cell: numbers to 4 digits, None as —, a measured quantity as
-    "v ± e ✓" (or "(not converged)"), a mapping as "k: v; k: v", lists joined, an empty one as
-    "none"; one line."""
+    "v ± e ✓" (✓: converged) or "v ± e (not converged)", one that does not exist as "— (its
+    reason)", a mapping as "k: v; k: v", lists joined, an empty one as "none"; one line."""
     if isinstance(v, Mapping | list | tuple) and not v:
         return "none"
-    if is_measured(v):
+    if is_measured(v) and v.get("value") is None:  # a quantity that does not exist: why
+        text = f"— ({v['reason']})" if v.get("reason") else "— (not determined)"
+    elif is_measured(v):
         if v.get("error") is not None:
             value, error = format_with_error(v.get("value"), v["error"])
             text = f"{value} ± {error}"

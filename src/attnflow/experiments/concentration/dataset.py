@@ -215,17 +215,30 @@ def long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> No
             ds[k].attrs["long_name"] = v
 
 
-def _headline(ds, key: str, beta: float) -> Any:
+def _headline(ds, key: str, beta: float, absent: Mapping[str, str]) -> Any:
     """One per-beta quantity of the summary: {value, error, converged} (its total error and its own
-    convergence), or the bare value for a Dataset written before they were stored."""
+    convergence), with the reason it does not exist where `absent` ({beta: reason}) says so; the
+    bare value for a Dataset written before they were stored."""
     value = finite_or_none(ds[key].sel(beta=beta))
     if f"{key}_converged" not in ds.variables:
         return value
-    return {
+    record = {
         "value": value,
         "error": finite_or_none(ds[f"{key}_error"].sel(beta=beta)),
         "converged": bool(ds[f"{key}_converged"].sel(beta=beta)),
     }
+    if value is None and f"{beta:g}" in absent:
+        record["reason"] = absent[f"{beta:g}"]
+    return record
+
+
+def _no_departure(ds) -> dict[str, str]:
+    """{beta: "no departure: <why>"} for the betas without a metastable phase (claims row
+    law_departure's regimes), whose t_depart does not exist."""
+    for row in json_attr(ds, "claims", []) or []:
+        if isinstance(row, Mapping) and row.get("key") == "law_departure":
+            return {str(b): f"no departure: {why}" for b, why in (row.get("regimes") or {}).items()}
+    return {}
 
 
 def summarize(ds) -> dict[str, Any]:
@@ -234,11 +247,12 @@ def summarize(ds) -> dict[str, Any]:
     cfg = json_attr(ds, "config", {})
     conv = json_attr(ds, "convergence", {})
     headline = [k for k, q in QUANTITIES.items() if q.headline]
+    absent = _no_departure(ds)
     per_beta = {
         f"{b:g}": {
             "status": str(ds.status.sel(beta=b).values),
             "N": int(ds.N_used.sel(beta=b)),
-            **{k: _headline(ds, k, b) for k in headline},
+            **{k: _headline(ds, k, b, absent if k == "t_depart" else {}) for k in headline},
             "resolution_ratio": finite_or_none(ds.resolution_ratio.sel(beta=b)),
         }
         for b in ds.beta.values.tolist()
