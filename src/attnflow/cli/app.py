@@ -156,7 +156,7 @@ def _figures(
     if not quiet and paths:
         figs = [p for p in paths if p.parent.name == FIGURES_DIR]
         drawn = f"{len(figs)} figure file(s) in {out / FIGURES_DIR}" if figs else ""
-        typer.echo("wrote " + " and ".join(x for x in (drawn, *map(str, paths[len(figs):])) if x))
+        typer.echo("wrote " + " and ".join(x for x in (drawn, *map(str, paths[len(figs) :])) if x))
     return paths
 
 

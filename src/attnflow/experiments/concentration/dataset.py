@@ -222,7 +222,7 @@ def _headline(ds, key: str, beta: float, absent: Mapping[str, str]) -> Any:
     value = finite_or_none(ds[key].sel(beta=beta))
     if f"{key}_converged" not in ds.variables:
         return value
-    record = {
+    record: dict[str, Any] = {
         "value": value,
         "error": finite_or_none(ds[f"{key}_error"].sel(beta=beta)),
         "converged": bool(ds[f"{key}_converged"].sel(beta=beta)),
