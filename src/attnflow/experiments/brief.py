@@ -37,8 +37,9 @@ BETA_STATUS = {
 
 #: the most betas listed one per line; more are grouped by status
 MAX_BETA_LINES = 8
-#: the most top-level numbers listed for a summary without betas or claims
+#: the most top-level numbers, and sentences per key, listed for a summary without betas or claims
 MAX_SCALARS = 8
+MAX_SENTENCES = 3
 
 
 def _has_theorem_rows(summary: Mapping[str, Any]) -> bool:
@@ -117,9 +118,11 @@ def status_lines(per_beta: Mapping[str, Mapping[str, Any]]) -> list[str]:
         shown = [
             (k, v) for k, v in rec.items() if k not in ("status", "N") and (is_measured(v) or _scalar(v))
         ]
+        if rec.get("status") == "under-resolved":  # its quantities are not the mean-field ones
+            shown = []
 
         quantities = "; ".join(_quantity(k, v) for k, v in shown[:2])
-        lines.append(f"  β = {beta}: " + ", ".join(head) + (f"; {quantities}" if quantities else ""))
+        lines.append(f"  β = {beta}: " + "; ".join(x for x in (", ".join(head), quantities) if x))
     return lines
 
 
@@ -127,15 +130,31 @@ def _scalar(v: Any) -> bool:
     return v is None or isinstance(v, int | float | str)
 
 
+def _measured_note(row: Mapping[str, Any]) -> str:
+    return "" if row.get("measured") is None else f" (measured {_measured(row)})"
+
+
 def _claim_lines(claims: Sequence[Mapping[str, Any]]) -> list[str]:
     """The theorem rows one per line; the others (heuristic, conjecture, observed) on one line."""
     rows = [r for r in claims if isinstance(r, Mapping)]
     theorem = [r for r in rows if r.get("kind") == "theorem"]
     lines = ["verdicts on the theorem:"] if theorem else []
-    lines += [f"  {r.get('key')}: {r.get('verdict')} (measured {_measured(r)})" for r in theorem]
+    lines += [f"  {r.get('key')}: {r.get('verdict')}{_measured_note(r)}" for r in theorem]
     others = [f"{r.get('key')} {r.get('verdict')}" for r in rows if r.get("kind") != "theorem"]
     if others:
         lines.append("other rows (not verdicts on the theorem): " + "; ".join(others))
+    return lines
+
+
+def _other_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The top-level numbers (at most MAX_SCALARS) and sentences (a law, ...) of a summary without
+    betas or claims; the warnings, statuses' glossary and wall time left out."""
+    skip = ("experiment", "model", "warnings", "statuses", "wall_time_s")
+    scalars = [(k, v) for k, v in summary.items() if _scalar(v) and k not in skip]
+    lines = [f"  {k}: {format_value(v)}" for k, v in scalars[:MAX_SCALARS]]
+    for key, value in summary.items():
+        if key not in skip and isinstance(value, list) and value and all(isinstance(x, str) for x in value):
+            lines += [f"  {key}: {x}" for x in value[:MAX_SENTENCES]]
     return lines
 
 
@@ -152,9 +171,8 @@ def brief_lines(summary: Mapping[str, Any], title: str, report: str = "", show: 
     claims = summary.get("claims")
     if isinstance(claims, list) and claims:
         lines += _claim_lines(claims)
-    if len(lines) == 1:  # neither betas nor claims: the top-level numbers
-        scalars = [(k, v) for k, v in summary.items() if _scalar(v) and k not in ("experiment", "model")]
-        lines += [f"  {k}: {format_value(v)}" for k, v in scalars[:MAX_SCALARS]]
+    if len(lines) == 1:  # neither betas nor claims: the top-level numbers and sentences
+        lines += _other_lines(summary)
     warnings = summary.get("warnings")
     count = len(warnings) if isinstance(warnings, list) else int(bool(warnings))
     if count:
