@@ -261,7 +261,7 @@ def _w2_panel(ax: Axes, ds: xr.Dataset, var: str, styles: list) -> None:
         curves.append(np.asarray(ds["w2_zero"].values, dtype=float))
     if var == "w2":
         _bound_lines(ax, ds, t, betas, styles)
-    if var == "w2" and "t_star" in ds.variables:
+    if var == "w2" and "t_star" in ds.variables and np.isfinite(ds["t_star"].values).any():
         ts = np.asarray(ds["t_star"].values, dtype=float)
         mins = (
             np.asarray(ds["min_w2"].values, dtype=float)
