@@ -36,6 +36,18 @@ WIDE = 6
 PROSE_CELL = 60
 #: the title of the fits: least-squares descriptions of the data, never bounds
 FITS_TITLE = "Fits (least-squares descriptions of the data, not bounds)"
+#: what the less obvious fields of the detail tables mean
+FIELDS = {
+    "threshold": "the number a claims row's measured value is compared with (the exponent, rate or "
+    "constant the theorem guarantees, or a heuristic's limit); the verdict says on which side it lies",
+    "left_out": "the betas a row did not use, each with its reason",
+    "resolution_ratio": "spacing(N) √(β max|Bᵀx|): a β is resolved where it lies below its limit",
+    "estimate": "the doubling ladder's N → ∞ estimate of a quantity",
+    "tol": "the tolerance a quantity was judged converged at",
+    "error_parts": "the parts of a quantity's error: N (the ladder), time step, save grid, flatness, seeds",
+    "probe's integration (tighter)": "the time-step probe: one β run again with a tighter integrator; "
+    "'changes' are how much each quantity moved (the run's own integration is the next row)",
+}
 #: what a quantity's cell says of it (docs/guide.md, "Statuses")
 QUANTITY_STATUS = (
     "A quantity: ✓ converged in N (value ± its error); (not converged): shown, never used in a "
@@ -136,6 +148,13 @@ def _join(title: str, name: str) -> str:
     return f"{title}: {name}" if title else name
 
 
+def _glossary(blocks: list[Block]) -> list[Block]:
+    """What the detail tables' less obvious fields mean: those of FIELDS that the tables use."""
+    words = {c for b in blocks if isinstance(b, Table) for c in (*b.columns, *(r[0] for r in b.rows))}
+    used = tuple(f"{name}: {meaning}" for name, meaning in FIELDS.items() if name in words)
+    return [Prose(used, "What the fields mean", bullets=True)] if used else []
+
+
 def _top(summary: Mapping[str, Any]) -> list[Block]:
     """The verdict table (one line per claims row) and the status of each beta, where the summary
     has them."""
@@ -170,8 +189,8 @@ def report_document(
         sections.append(Section("Verdicts and statuses", tuple(top)))
     sections.append(Section("Figures", tuple(figure_blocks(figures, captions))))
     rest = {k: v for k, v in summary.items() if k != "warnings"}
-    detail = tuple(b for block in summary_blocks(rest) for b in _narrow(block))
-    sections.append(Section("Detail tables", detail, collapsed=True))
+    detail = [b for block in summary_blocks(rest) for b in _narrow(block)]
+    sections.append(Section("Detail tables", tuple(_glossary(detail) + detail), collapsed=True))
     fits = json_attr(ds, "fits")
     if isinstance(fits, Mapping) and fits:
         sections.append(Section(FITS_TITLE, tuple(summary_blocks(fits)), collapsed=True))

@@ -241,6 +241,15 @@ def _no_departure(ds) -> dict[str, str]:
     return {}
 
 
+def _probe(ds) -> dict[str, Any]:
+    """The time-step probe, its integrator named as the probe's beside the run's own."""
+    probe = json_attr(ds, "time_step", {})
+    if not isinstance(probe, Mapping) or "integration" not in probe:
+        return probe
+    named = {("probe's integration (tighter)" if k == "integration" else k): v for k, v in probe.items()}
+    return {**named, "run's integration": ds.attrs.get("integrator")}
+
+
 def summarize(ds) -> dict[str, Any]:
     """Headline numbers: per beta the status, N, t*, min W2 (each with its error and its own
     convergence); the claims table; the time-step probe; timing."""
@@ -265,7 +274,7 @@ def summarize(ds) -> dict[str, Any]:
         "per_beta": per_beta,
         "claims": json_attr(ds, "claims", []),
         "convergence": conv,
-        "time_step": json_attr(ds, "time_step", {}),
+        "time_step": _probe(ds),
         "zero_temperature": {
             k: zero.get(k) for k in ("kind", "reason", "guaranteed", "c_star", "local_rates") if k in zero
         },
