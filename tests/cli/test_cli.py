@@ -82,7 +82,11 @@ def test_run_ends_with_a_short_summary(tmp_path):
     for beta, record in summary["per_beta"].items():
         assert f"  β = {beta}: {record['status']}, N = {record['N']}" in text
     for row in summary["claims"]:
-        shown = f"  {row['key']}: {row['verdict']} (measured" if row["kind"] == "theorem" else row["key"]
+        shown = (
+            f"  {row['key']}: {row['verdict']}"
+            if row["kind"] == "theorem"
+            else f"{row['key']} {row['verdict']}"
+        )
         assert shown in text
     assert f"report: {tmp_path / 'report.html'}" in text and f"every table: attnflow show {tmp_path}" in text
     assert "| key |" not in text and "wrote" not in text.split("report:")[1]  # no full tables
