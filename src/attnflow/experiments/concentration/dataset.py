@@ -245,7 +245,7 @@ def _probe(ds) -> dict[str, Any]:
     """The time-step probe, its integrator named as the probe's beside the run's own."""
     probe = json_attr(ds, "time_step", {})
     if not isinstance(probe, Mapping) or "integration" not in probe:
-        return probe
+        return dict(probe) if isinstance(probe, Mapping) else {}
     named = {("probe's integration (tighter)" if k == "integration" else k): v for k, v in probe.items()}
     return {**named, "run's integration": ds.attrs.get("integrator")}
 
