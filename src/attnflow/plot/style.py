@@ -238,7 +238,8 @@ def beta_legend(fig: Figure, ax: Axes, betas: np.ndarray, cmap: str = BETA_CMAP,
     cb.set_ticklabels([format_value(float(betas[i])) for i in ticks])
     cb.set_label(label)
     beta_labels = {beta_label(float(b)) for b in betas}
-    rest = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab not in beta_labels]
+    # a beta's own line (its label may add its status: "β = 20 (under-resolved)") is in the colorbar
+    rest = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab.split(" (")[0] not in beta_labels]
     if rest:
         ax.legend(*zip(*rest, strict=True), fontsize="small", loc="best")
 

@@ -34,7 +34,7 @@ from ...plot import (
     ticks_at,
     token_figures,
 )
-from ...plot.style import STAR_STYLE, ZERO_TEMPERATURE_STYLE
+from ...plot.style import LEGEND_MAX, STAR_STYLE, ZERO_TEMPERATURE_STYLE
 from ...science.convergence import QUANTITIES
 from ...science.fits import temperature_scale
 from ..terminal import MASS_CAPTION, plot_mass
@@ -255,6 +255,8 @@ def _w2_panel(ax: Axes, ds: xr.Dataset, var: str, styles: list) -> None:
         label = beta_label(b) + (" (under-resolved)" if under else "")
         style = {**styles[i], **(UNDER_RESOLVED if under else {})}
         ax.plot(t, positive(vals[i]), label=label, markevery=markevery(len(t)), **style)
+    if (status == "under-resolved").any() and betas.size > LEGEND_MAX:  # the betas are in a colorbar
+        ax.plot([], [], color="0.4", label="faded: under-resolved β", **UNDER_RESOLVED)
     curves = [vals]
     if var == "w2" and "w2_zero" in ds.variables:
         ax.plot(t, positive(ds["w2_zero"].values), label="β = ∞ (zero temperature)", **ZERO_TEMPERATURE_STYLE)
