@@ -137,11 +137,11 @@ def _narrow(block: Block) -> list[Block]:
         return [block]
     if max((len(c) for r in block.rows for c in r), default=0) <= PROSE_CELL:
         return [block]
-    return [
-        Table(("field", "value"), tuple((c, v) for c, v in zip(block.columns[1:], row[1:], strict=True) if v),
-              _join(block.title, row[0]))
-        for row in block.rows
-    ]  # fmt: skip
+    tables: list[Block] = []
+    for row in block.rows:
+        fields = tuple((c, v) for c, v in zip(block.columns[1:], row[1:], strict=True) if v)
+        tables.append(Table(("field", "value"), fields, _join(block.title, row[0])))
+    return tables
 
 
 def _join(title: str, name: str) -> str:
