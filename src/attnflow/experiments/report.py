@@ -23,7 +23,18 @@ from ..io import atomic_write_text, json_attr
 from .brief import BETA_STATUS, intro, verdict_table
 from .layout import REPORT_HTML, REPORT_MD
 from .render import to_html, to_markdown
-from .tables import Block, Document, Figure, Prose, Section, Table, cell_text, records_table, summary_blocks
+from .tables import (
+    THRESHOLD,
+    Block,
+    Document,
+    Figure,
+    Prose,
+    Section,
+    Table,
+    cell_text,
+    records_table,
+    summary_blocks,
+)
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -38,8 +49,7 @@ PROSE_CELL = 60
 FITS_TITLE = "Fits (least-squares descriptions of the data, not bounds)"
 #: what the less obvious fields of the detail tables mean
 FIELDS = {
-    "threshold": "the number a claims row's measured value is compared with (the exponent, rate or "
-    "constant the theorem guarantees, or a heuristic's limit); the verdict says on which side it lies",
+    "threshold": THRESHOLD,
     "left_out": "the betas a row did not use, each with its reason",
     "resolution_ratio": "spacing(N) √(β max|Bᵀx|): a β is resolved where it lies below its limit",
     "estimate": "the doubling ladder's N → ∞ estimate of a quantity",

@@ -28,6 +28,7 @@ from .._text import format_value, format_with_error
 
 __all__ = [
     "CLAIM_COLUMNS",
+    "THRESHOLD",
     "Document",
     "Figure",
     "Prose",
@@ -44,6 +45,11 @@ __all__ = [
 CLAIM_COLUMNS = ("key", "claim", "kind", "measured", "error", "betas", "left_out", "verdict", "meaning")
 #: further fields of a claims row shown in its table; the others are shown below the table
 CLAIM_EXTRA = ("threshold", "note")
+#: what a claims row's `threshold` is, said under every claims table
+THRESHOLD = (
+    "the number a row's measured value is compared with (the exponent, rate or constant the theorem "
+    "guarantees, or a heuristic's limit); the verdict says on which side it lies"
+)
 #: fields of a measured quantity: shown as one cell "value ± error ✓", its digits those the error
 #: supports (the tolerance it was judged at, `tol`, and the parts of its error stay in the record)
 MEASURED_FIELDS = frozenset({"value", "estimate", "error", "converged", "reason", "tol", "error_parts"})
@@ -278,7 +284,9 @@ def _list_blocks(items: Sequence[Any], title: str) -> list[Block]:
         return [records_table(records, title, first=CLAIM_COLUMNS)]
     shown = (*CLAIM_COLUMNS, *CLAIM_EXTRA)
     main = [{k: v for k, v in r.items() if k in shown} for r in records]
-    blocks: list[Block] = [records_table(main, title, first=shown)]
+    table = records_table(main, title, first=shown)
+    notes = (f"threshold: {THRESHOLD}.",) if "threshold" in table.columns else ()
+    blocks: list[Block] = [Table(table.columns, table.rows, table.title, notes)]
     for r in records:
         rest = {k: v for k, v in r.items() if k not in shown}
         if rest:
