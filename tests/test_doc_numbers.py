@@ -51,5 +51,6 @@ def test_smollm2_numbers_match_a_fresh_run(script):
 
 
 @pytest.mark.slow
-def test_demo_numbers_match_a_fresh_run(script):
-    _fresh(script, "concentration-demo")
+@pytest.mark.parametrize("name", ["concentration-demo", "metastability-tiny"])
+def test_preset_numbers_match_a_fresh_run(script, name):
+    _fresh(script, name)
