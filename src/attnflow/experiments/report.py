@@ -173,7 +173,11 @@ def _top(summary: Mapping[str, Any]) -> list[Block]:
     if isinstance(claims, list) and claims:
         blocks.append(verdict_table(claims))
     per_beta = summary.get("per_beta")
-    if isinstance(per_beta, Mapping) and per_beta and all(isinstance(v, Mapping) for v in per_beta.values()):
+    if (
+        isinstance(per_beta, Mapping)
+        and per_beta
+        and all(isinstance(v, Mapping) and "status" in v for v in per_beta.values())
+    ):
         table = records_table(per_beta, "Status per β", label="beta")
         words = tuple(f"{k}: {v}." for k, v in BETA_STATUS.items())
         blocks.append(Table(table.columns, table.rows, table.title, (*words, QUANTITY_STATUS)))
