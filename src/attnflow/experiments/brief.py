@@ -161,7 +161,7 @@ def _other_lines(summary: Mapping[str, Any]) -> list[str]:
 def brief_lines(summary: Mapping[str, Any], title: str, report: str = "", show: str = "") -> list[str]:
     """What `attnflow run` prints at its end (under 30 lines): the statuses of the betas, the
     verdicts, the warnings' count, and where the report and the full tables are."""
-    lines = [title + (f": {summary['model']}" if summary.get("model") else "")]
+    lines = [title + (f" — {summary['model']}" if summary.get("model") else "")]
     per_beta = summary.get("per_beta")
     if isinstance(per_beta, Mapping) and per_beta and all(isinstance(v, Mapping) for v in per_beta.values()):
         statuses = {str(v.get("status")) for v in per_beta.values() if "status" in v}
