@@ -120,7 +120,6 @@ def status_lines(per_beta: Mapping[str, Mapping[str, Any]]) -> list[str]:
         ]
         if rec.get("status") == "under-resolved":  # its quantities are not the mean-field ones
             shown = []
-
         quantities = "; ".join(_quantity(k, v) for k, v in shown[:2])
         lines.append(f"  β = {beta}: " + "; ".join(x for x in (", ".join(head), quantities) if x))
     return lines
@@ -176,7 +175,7 @@ def brief_lines(summary: Mapping[str, Any], title: str, report: str = "", show: 
     warnings = summary.get("warnings")
     count = len(warnings) if isinstance(warnings, list) else int(bool(warnings))
     if count:
-        lines.append(f"{count} warning(s): see the report's first section")
+        lines.append(f"{count} warning(s), printed above: the report and `attnflow show` list them")
     if report:
         lines.append(f"report: {report}")
     if show:
