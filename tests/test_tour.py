@@ -55,6 +55,7 @@ def test_tour_runs(tmp_path):
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "t_star" in text and "2 run, 0 already done, 0 failed" in text and "beta_eff" in text
+    assert "t* differs between seeds: True" in text  # the sweep varies something that changes the result
     # the claims cell: the demo preset decides the theorem rows it is meant to decide
     for key in ("error_vanishes", "guaranteed_duration", "best_concentration"):
         assert f"{key} (theorem): consistent" in text or f"{key} (theorem): inconsistent" in text

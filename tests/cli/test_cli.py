@@ -70,12 +70,34 @@ def test_run_writes_everything(finished):
     assert set(summary["per_beta"]) == {"10", "20"}
 
 
+def test_run_ends_with_a_short_summary(tmp_path):
+    """After the progress lines: under 30 lines with every beta's status, every claims row's
+    verdict and where the report and the full tables are."""
+    result = invoke("run", *TINY, "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    tail = result.output[result.output.index("concentration: done in") :].splitlines()[1:]
+    assert len(tail) < 30, "\n".join(tail)
+    text = "\n".join(tail)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for beta, record in summary["per_beta"].items():
+        assert f"  β = {beta}: {record['status']}, N = {record['N']}" in text
+    for row in summary["claims"]:
+        shown = (
+            f"  {row['key']}: {row['verdict']}"
+            if row["kind"] == "theorem"
+            else f"{row['key']} {row['verdict']}"
+        )
+        assert shown in text
+    assert f"report: {tmp_path / 'report.html'}" in text and f"every table: attnflow show {tmp_path}" in text
+    assert "| key |" not in text and "wrote" not in text.split("report:")[1]  # no full tables
+
+
 def test_run_prints_resolution_and_warns(tmp_path):
     result = invoke("run", *TINY, "--out", str(tmp_path), "--no-figures")
     assert result.exit_code == 0, result.output
     assert "resolution ratio" in result.output
     assert "warning: beta = 20 is under-resolved at N = 24" in result.output
-    assert "| 20 |" in result.output  # the summary table
+    assert "  β = 20: under-resolved, N = 24" in result.output  # the closing summary, one line per beta
     quiet = invoke("run", *TINY, "--out", str(tmp_path), "--no-figures", "--quiet")  # resumes: nothing to do
     assert quiet.exit_code == 0
     assert "converged window" not in quiet.output and "| 20 |" not in quiet.output  # no messages

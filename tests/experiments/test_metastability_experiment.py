@@ -68,3 +68,14 @@ def test_horizon_covers_both_predictions():
             p = inputs.predictions(beta, N)
             assert inputs.horizon(beta, N) >= min(inputs.t_cap, max(p.values()))
             assert math.isclose(p["finite_N"], math.log(N) / inputs.weights.lam)
+
+
+def test_one_beta_draws_every_figure(tmp_path):
+    """With one beta there is no crossover fit (its numbers are None): the figures still draw, and
+    the map's panels keep their titles apart (two lines each)."""
+    from attnflow.experiments import plot_run
+
+    config = load_config("metastability-tiny", ["betas=[30.0]", "Ns=[32, 64]", "inits=['quadrature']"])
+    ds = run_experiment(config, tmp_path / "run")
+    paths = plot_run(ds, tmp_path / "figures")
+    assert sorted(p.name for p in paths) == ["branches.png", "crossover.png", "map.png"]

@@ -114,7 +114,10 @@ def test_claim_rows_print_the_digits_their_error_supports():
 
 def test_cells():
     assert cell_text({"value": 1.23456, "error": None, "converged": False}) == "1.235 (not converged)"
-    assert cell_text({"value": None, "converged": True}) == "— ✓"
+    assert cell_text({"value": None, "converged": True}) == "— (not determined)"  # never "— ✓"
+    # a quantity that does not exist says why, never "(not converged)"
+    absent = {"value": None, "error": None, "converged": False, "reason": "no departure: no metastable phase"}
+    assert cell_text(absent) == "— (no departure: no metastable phase)"
     assert cell_text({"a": 1, "b": {"c": 2, "d": [1, 2]}}) == "a: 1; b: (c: 2; d: [1, 2])"
     assert cell_text([{"a": 1}, 2]) == "a: 1; 2"
     assert cell_text([]) == cell_text({}) == "none"

@@ -213,6 +213,55 @@ def test_envelope_figure_needs_the_envelope_constants(conc3, tmp_path):
     _check_files(cf.plot_envelope(_with_claims(conc3, [row]), tmp_path, dpi=DPI), ["envelope"])
 
 
+def _figure_of(monkeypatch, draw, ds, tmp_path):
+    """The Figure a figure function draws (its saving skipped)."""
+    drawn = []
+    monkeypatch.setattr(cf, "save", lambda fig, *args, **kw: drawn.append(fig) or [])
+    draw(ds, tmp_path, dpi=DPI)
+    return drawn[0]
+
+
+@pytest.mark.parametrize("draw", [cf.plot_w2, cf.plot_envelope])
+def test_the_bound_drawn_is_the_envelope_and_every_converged_curve_lies_under_it(
+    conc3, tmp_path, monkeypatch, draw
+):
+    # the curves are a(beta) e^{0.6 t} + e^{-t}; the envelope (row bound_envelope) holds for the two
+    # converged betas; the least-squares fit in attrs["fits"] (C1 = 0.3) is crossed by the data
+    row = {
+        "key": "bound_envelope",
+        "betas": [10.0, 100.0],
+        "constants": {"K1": 1.0, "C1": 0.6, "K2": 1.1, "c": 1.0},
+    }
+    ds = _with_claims(conc3, [row])
+    ds["status"] = ("beta", np.array(["converged", "converged", "under-resolved"]))
+    ds.attrs["fits"] = json.dumps({"theorem_bound": {"C1": 0.3, "c": 1.0, "K1": 1.0, "K2": 1.0}})
+    fig = _figure_of(monkeypatch, draw, ds, tmp_path)
+    ax = fig.axes[0]
+    bounds = {line.get_gid(): line for line in ax.get_lines() if (line.get_gid() or "").startswith("bound")}
+    assert set(bounds) == {"bound beta=10", "bound beta=100"}  # the betas the envelope was decided on
+    for beta in (10.0, 100.0):
+        line = bounds[f"bound beta={beta:g}"]
+        assert np.all(ds.w2.sel(beta=beta).values <= np.asarray(line.get_ydata()) * (1 + 1e-12))
+        k = row["constants"]
+        t = np.asarray(line.get_xdata())
+        expected = k["K1"] * np.sqrt(np.log1p(beta) / beta) * np.exp(k["C1"] * t) + k["K2"] * np.exp(
+            -k["c"] * t
+        )
+        np.testing.assert_allclose(
+            line.get_ydata(), expected, rtol=1e-12
+        )  # the row's constants, not the fit's
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert not any("fit" in lab for lab in labels)  # no fitted curve on these figures
+    assert sum("bound" in lab for lab in labels if not lab.startswith("_")) == 1  # one legend entry
+    if draw is cf.plot_w2:  # the under-resolved curve is faded and says so
+        faded = [line for line in ax.get_lines() if line.get_label() == "β = 1000 (under-resolved)"]
+        assert len(faded) == 1 and faded[0].get_alpha() == pytest.approx(0.35)
+        lo, hi = ax.get_ylim()  # the y range is the data's, not half empty
+        data = np.concatenate([ds.w2.values.ravel(), ds.w2_zero.values])
+        span = np.log(data.max() / data.min())  # margins of a few % of the data's span
+        assert np.log(data.min() / lo) <= 0.07 * span and np.log(hi / data.max()) <= 0.13 * span
+
+
 def test_beta_ticks_sit_at_the_data_and_the_title_names_the_n_used(conc3, tmp_path):
     from matplotlib.ticker import FixedLocator
 
@@ -606,7 +655,7 @@ def test_write_report(conc3, tmp_path):
     md = md_path.read_text()
     assert "| t_star_slope | 0.41 |" in md
     assert "| resolution_ratio | [10, 1, 0.1] |" in md
-    fits = md[md.index("## Fits") : md.index("## Figures")]
+    fits = md[md.index("## Fits") : md.index("## Configuration")]
     assert "### t_star\n\n| quantity | value |\n|---|---|\n" in fits and "| b | 0.4 |" in fits  # attrs' fits
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert images == [f"figures/{s}.png" for s in stems[:-1]] + ["figures/tokens.gif"]
@@ -614,13 +663,13 @@ def test_write_report(conc3, tmp_path):
     assert "### Distance to the zero-temperature limit\n" in md  # titles and captions of the experiment
     assert cf.CAPTIONS["t_star"][1] in md
     assert "## Warnings\n\n- N = 400 is too small for beta >= 100\n" in md
-    assert md.index("## Warnings") < md.index("## Summary")
+    assert md.index("## Warnings") < md.index("## Figures") < md.index("## Detail tables")
     assert "## Configuration\n\n| parameter | value |" in md and "| N | 400 |" in md
     assert "| numpy |" in md[md.index("## Provenance") :]  # the provenance
     assert "{'" not in md and '{"' not in md  # no literal anywhere
     page = (tmp_path / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    assert page.count("<img ") == 6 and 'src="figures/tokens.gif"' in page
+    assert page.count("<img ") == 6 and 'src="data:image/gif;base64,' in page  # embedded
     assert "<td>t_star_slope</td><td>0.41</td>" in page
     assert "<li>N = 400 is too small for beta &gt;= 100</li>" in page
     assert not list(tmp_path.glob(".*.tmp"))

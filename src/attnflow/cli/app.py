@@ -49,7 +49,7 @@ from .info import list_command
 from .options import AnimationOption, PdfOption, SetOption
 from .pretrained import heads
 from .show import damaged as _damaged
-from .show import print_summary, show_command
+from .show import show_command
 from .sweep import sweep_command
 from .verify import verify_command
 
@@ -153,9 +153,10 @@ def _figures(
         if debug:
             raise
         typer.echo(f"attnflow: figures incomplete ({type(err).__name__}: {err})", err=True)
-    if not quiet:
-        for p in paths:
-            typer.echo(f"wrote {p}")
+    if not quiet and paths:
+        figs = [p for p in paths if p.parent.name == FIGURES_DIR]
+        drawn = f"{len(figs)} figure file(s) in {out / FIGURES_DIR}" if figs else ""
+        typer.echo("wrote " + " and ".join(x for x in (drawn, *map(str, paths[len(figs) :])) if x))
     return paths
 
 
@@ -216,8 +217,18 @@ def run(
     if figures:
         _figures(ds, summary, out, animation, quiet, pdf, debug)
     if not quiet:
-        print_summary(summary, f"attnflow run: {getattr(cfg, 'experiment', target)}")
-        typer.echo(f"results in {out}/ ({RESULT_STORE} opens with xarray.open_zarr)")
+        _brief(summary, f"attnflow run: {getattr(cfg, 'experiment', target)}", out)
+
+
+def _brief(summary: dict, title: str, out: Path) -> None:
+    """The run's closing summary (under 30 lines): statuses, verdicts, where the rest is."""
+    from ..experiments.brief import brief_lines
+    from ..experiments.layout import REPORT_HTML
+
+    report = out / REPORT_HTML
+    lines = brief_lines(summary, title, str(report) if report.exists() else "", f"attnflow show {out}")
+    typer.echo("\n" + "\n".join(lines))
+    typer.echo(f"results in {out}/ ({RESULT_STORE} opens with xarray.open_zarr)")
 
 
 # ----------------------------------------------------------------------------------------- plot

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from .._text import format_value
+from .._text import format_value, format_with_error
 from .._threads import DEFAULT_THREADS, THREADS_HELP
 from ..io import json_attr
 from ..measures import Nodes
-from ..plot import DPI, fits_of, new_figure, positive, require, run_title, save, ticks_at
+from ..plot import DPI, fits_of, new_figure, plain_log_ticks, positive, require, run_title, save, ticks_at
 from ..progress import Reporter
 from .common import base_attrs, torch_threads
 from .config import KERNEL_HELP, DeviceConfig, Kernel, Threads
@@ -253,12 +253,16 @@ def plot_layers(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
         k = ok[np.argmin(h[ok])]
         hh = np.geomspace(h[ok].min(), h[ok].max(), 50)
         err = fits.get("order_err")
-        lab = f"fitted order {format_value(float(order))}" + (
-            f" ± {format_value(float(err))}" if err is not None else ""
+        shown = (
+            " ± ".join(format_with_error(float(order), float(err)))
+            if err is not None
+            else format_value(order)
         )
+        lab = f"fitted order {shown}"  # to the digits its error supports
         ax.plot(hh, e[k] * (hh / h[k]) ** order, color="0.45", ls="--", label=lab)
     ax.set_xscale("log")
     ax.set_yscale("log", nonpositive="mask")
+    plain_log_ticks(ax.yaxis)
     ticks_at(ax.xaxis, h)  # the steps themselves: no crowded minor labels
     ax.margins(x=0.08)  # room for the "L = ..." labels at both ends
     ax.set_xlabel("step h = T / L (log scale)")

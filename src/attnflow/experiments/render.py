@@ -3,7 +3,7 @@
     to_markdown(doc)              summary.md, report.md, `attnflow show` when piped
     to_markdown(doc, width=120)   the same, every line at most 120 characters: a table too wide
                                   for that is a bulleted list of its rows (`attnflow list` piped)
-    to_html(doc)                  report.html (self-contained but for the images it links)
+    to_html(doc, base)            report.html (one page: its images embedded from base)
     to_terminal(doc, console)     `attnflow show` and `attnflow list` in a terminal (Rich): a table
                                   that does not fit the width wraps its long columns, or else
                                   shows each row as a record; wide=True: every table whole
@@ -13,9 +13,11 @@ Every renderer draws the same rows of the same tables, in the same order.
 
 from __future__ import annotations
 
+import base64
 import html
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .tables import Block, Document, Figure, Prose, Section, Table
@@ -125,16 +127,28 @@ def _md_figure(fig: Figure) -> list[str]:
 
 # --------------------------------------------------------------------------------------- HTML
 
+#: a page 1000 px wide: tables never wider than it (long cells wrap), images scaled to it
 STYLE = (
-    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#111}"
-    "table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #999;padding:3px 8px;"
-    "text-align:left;vertical-align:top}img,video{max-width:100%;border:1px solid #ddd}"
-    "figure{margin:1.5em 0}"
+    "body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#111}"
+    "table{border-collapse:collapse;margin:0.5em 0;max-width:100%}td,th{border:1px solid #999;"
+    "padding:3px 8px;text-align:left;vertical-align:top;overflow-wrap:anywhere}"
+    "img,video{max-width:100%;border:1px solid #ddd}figure{margin:1.5em 0}"
+    "details>summary{cursor:pointer}details>summary>h2{display:inline}"
 )
+#: the media types of the images embedded in report.html
+MEDIA = {
+    ".png": "image/png",
+    ".gif": "image/gif",
+    ".svg": "image/svg+xml",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+}
 
 
-def to_html(doc: Document) -> str:
-    """`doc` as one HTML page (UTF-8, an inline style sheet); every text escaped."""
+def to_html(doc: Document, base: Path | None = None) -> str:
+    """`doc` as one HTML page (UTF-8, an inline style sheet); every text escaped; a collapsed
+    section folded (<details>). base: the folder the figures' paths are relative to, their images
+    then embedded (data URIs) so that the page stands alone; None: images linked by path."""
     e = html.escape
     page = [
         "<!DOCTYPE html>",
@@ -144,18 +158,34 @@ def to_html(doc: Document) -> str:
         f"<h1>{e(doc.title)}</h1>",
     ]
     for section in doc.sections:
-        if section.title:
-            page.append(f"<h2>{e(section.title)}</h2>")
-        level = "h3" if section.title else "h2"
-        for block in section.blocks:
-            if block.title:
-                page.append(f"<{level}>{e(block.title)}</{level}>")
-            page.append(_html_block(block))
+        page += _html_section(section, base)
     page.append("</body></html>")
     return "\n".join(page) + "\n"
 
 
-def _html_block(block: Block) -> str:
+def _html_section(section: Section, base: Path | None) -> list[str]:
+    e = html.escape
+    heading = f"<h2>{e(section.title)}</h2>" if section.title else ""
+    lines = [f"<details><summary>{heading}</summary>" if section.collapsed else heading] if heading else []
+    level = "h3" if section.title else "h2"
+    for block in section.blocks:
+        if block.title:
+            lines.append(f"<{level}>{e(block.title)}</{level}>")
+        lines.append(_html_block(block, base))
+    if heading and section.collapsed:
+        lines.append("</details>")
+    return lines
+
+
+def _image_src(rel: str, base: Path | None) -> str:
+    """The src of an image: a data URI of its bytes when base holds it, else its relative path."""
+    path = base / rel if base is not None else None
+    if path is None or not path.is_file() or path.suffix.lower() not in MEDIA:
+        return rel
+    return f"data:{MEDIA[path.suffix.lower()]};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _html_block(block: Block, base: Path | None = None) -> str:
     e = html.escape
     if isinstance(block, Table):
         head = "".join(f"<th>{e(c)}</th>" for c in block.columns)
@@ -167,7 +197,7 @@ def _html_block(block: Block) -> str:
             return "<ul>" + "".join(f"<li>{e(p)}</li>" for p in block.paragraphs) + "</ul>"
         return "".join(f"<p>{e(p)}</p>" for p in block.paragraphs)
     shown = (
-        f'<img src="{e(block.image)}" alt="{e(block.name)}">'
+        f'<img src="{e(_image_src(block.image, base))}" alt="{e(block.name)}">'
         if block.image
         else (f'<video controls src="{e(block.video)}"></video>' if block.video else "")
     )

@@ -28,12 +28,14 @@ from .._text import format_value, format_with_error
 
 __all__ = [
     "CLAIM_COLUMNS",
+    "THRESHOLD",
     "Document",
     "Figure",
     "Prose",
     "Section",
     "Table",
     "cell_text",
+    "is_measured",
     "records_table",
     "summary_blocks",
     "summary_document",
@@ -43,6 +45,11 @@ __all__ = [
 CLAIM_COLUMNS = ("key", "claim", "kind", "measured", "error", "betas", "left_out", "verdict", "meaning")
 #: further fields of a claims row shown in its table; the others are shown below the table
 CLAIM_EXTRA = ("threshold", "note")
+#: what a claims row's `threshold` is, said under every claims table
+THRESHOLD = (
+    "the number a row's measured value is compared with (the exponent, rate or constant the theorem "
+    "guarantees, or a heuristic's limit); the verdict says on which side it lies"
+)
 #: fields of a measured quantity: shown as one cell "value ± error ✓", its digits those the error
 #: supports (the tolerance it was judged at, `tol`, and the parts of its error stay in the record)
 MEASURED_FIELDS = frozenset({"value", "estimate", "error", "converged", "reason", "tol", "error_parts"})
@@ -96,10 +103,12 @@ Block = Table | Prose | Figure
 
 @dataclass(frozen=True)
 class Section:
-    """A titled group of blocks ("" for none: the blocks sit under the document's title)."""
+    """A titled group of blocks ("" for none: the blocks sit under the document's title);
+    collapsed: shown folded (a detail the reader opens) where the renderer can fold."""
 
     title: str
     blocks: tuple[Block, ...]
+    collapsed: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,11 +133,13 @@ def is_measured(v: Any) -> bool:
 
 def cell_text(v: Any) -> str:
     """One value as the text of a cell: numbers to 4 digits, None as —, a measured quantity as
-    "v ± e ✓" (or "(not converged)"), a mapping as "k: v; k: v", lists joined, an empty one as
-    "none"; one line."""
+    "v ± e ✓" (✓: converged) or "v ± e (not converged)", one that does not exist as "— (its
+    reason)", a mapping as "k: v; k: v", lists joined, an empty one as "none"; one line."""
     if isinstance(v, Mapping | list | tuple) and not v:
         return "none"
-    if is_measured(v):
+    if is_measured(v) and v.get("value") is None:  # a quantity that does not exist: why
+        text = f"— ({v['reason']})" if v.get("reason") else "— (not determined)"
+    elif is_measured(v):
         if v.get("error") is not None:
             value, error = format_with_error(v.get("value"), v["error"])
             text = f"{value} ± {error}"
@@ -273,7 +284,9 @@ def _list_blocks(items: Sequence[Any], title: str) -> list[Block]:
         return [records_table(records, title, first=CLAIM_COLUMNS)]
     shown = (*CLAIM_COLUMNS, *CLAIM_EXTRA)
     main = [{k: v for k, v in r.items() if k in shown} for r in records]
-    blocks: list[Block] = [records_table(main, title, first=shown)]
+    table = records_table(main, title, first=shown)
+    notes = (f"threshold: {THRESHOLD}.",) if "threshold" in table.columns else ()
+    blocks: list[Block] = [Table(table.columns, table.rows, table.title, notes)]
     for r in records:
         rest = {k: v for k, v in r.items() if k not in shown}
         if rest:

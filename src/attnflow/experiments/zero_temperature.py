@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator, model_validator
 
-from .._text import format_value
+from .._text import format_value, format_with_error
 from ..io import json_attr
 from ..measures import DISCRETISATIONS
 from ..plot import (
@@ -312,12 +312,12 @@ def _rate_lines(ax: Axes, t: np.ndarray, w: np.ndarray, fits: dict[str, Any]) ->
         rate = fits.get(key)
         if not (isinstance(rate, int | float) and math.isfinite(rate)):
             continue
-        err = (
-            f" ± {format_value(float(fits['fitted_err']))}"
-            if key == "fitted" and "fitted_err" in fits
-            else ""
-        )
-        label = f"slope −{format_value(float(rate))}{err} ({name})"
+        if key == "fitted" and isinstance(fits.get("fitted_err"), int | float):
+            value, error = format_with_error(float(rate), float(fits["fitted_err"]))
+            shown = f"{value} ± {error}"  # the digits its error supports
+        else:
+            shown = format_value(float(rate))
+        label = f"slope −{shown} ({name})"
         ax.plot(t, w[k0] * np.exp(-rate * (t - t[k0])), color="0.4", ls=ls, lw=1.5, label=label)
     ax.set_ylim(np.nanmin(w[fin]) / 3, np.nanmax(w[fin]) * 3)
 

@@ -95,6 +95,8 @@ def beta_label(b: float) -> str:
 
 def values_label(name: str, values: Any) -> str:
     v = [x.item() if hasattr(x, "item") else x for x in np.asarray(values).ravel()]
+    if len(v) == 1:
+        return f"{name} = {format_value(v[0])}"
     if len(v) <= 4:
         return f"{name} ∈ {{{', '.join(format_value(x) for x in v)}}}"
     return f"{name} = {format_value(v[0])}…{format_value(v[-1])} ({len(v)})"
@@ -222,7 +224,7 @@ def beta_legend(fig: Figure, ax: Axes, betas: np.ndarray, cmap: str = BETA_CMAP,
     beta) and a legend of the other entries (zero temperature, t*, fits)."""
     handles, labels = ax.get_legend_handles_labels()
     if len(betas) <= LEGEND_MAX:
-        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+        fig.legend(handles, labels, loc="outside right center", fontsize="small")
         return
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import BoundaryNorm, ListedColormap
@@ -236,7 +238,8 @@ def beta_legend(fig: Figure, ax: Axes, betas: np.ndarray, cmap: str = BETA_CMAP,
     cb.set_ticklabels([format_value(float(betas[i])) for i in ticks])
     cb.set_label(label)
     beta_labels = {beta_label(float(b)) for b in betas}
-    rest = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab not in beta_labels]
+    # a beta's own line (its label may add its status: "β = 20 (under-resolved)") is in the colorbar
+    rest = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab.split(" (")[0] not in beta_labels]
     if rest:
         ax.legend(*zip(*rest, strict=True), fontsize="small", loc="best")
 
@@ -286,8 +289,13 @@ def ticks_at(axis: Any, values: Sequence[float] | np.ndarray, max_labels: int = 
     step = max(1, math.ceil(v.size / max_labels))
     v = v[::-1][::step][::-1]  # keep the largest value
     axis.set_major_locator(FixedLocator(v.tolist()))
-    axis.set_major_formatter(FuncFormatter(lambda x, _: format_value(float(x), 3)))
+    axis.set_major_formatter(FuncFormatter(lambda x, _: _tick_text(float(x))))
     axis.set_minor_formatter(NullFormatter())
+
+
+def _tick_text(x: float) -> str:
+    """A tick label: whole numbers in full (1024, not 1.02e+03), others to 3 digits."""
+    return str(int(x)) if x.is_integer() and abs(x) < 1e7 else format_value(x, 3)
 
 
 def log_axis_plain_ticks(ax: Axes) -> None:
@@ -305,14 +313,19 @@ def log_axis_plain_ticks(ax: Axes) -> None:
 def plain_log_ticks(axis: Any, n: int = 6) -> None:
     """Ticks of a log `axis` (ax.xaxis or ax.yaxis, its limits set) labelled as plain numbers, at
     least three where its span is less than a decade: about n round values (1, 2, 5 steps) inside
-    the limits instead of the one or two decades' marks a log axis would show."""
+    the limits (1, 2 and 5 times each power of ten for one to three decades) instead of the one or
+    two decades' marks a log axis would show."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter
 
     lo, hi = sorted(axis.get_view_interval())
-    if not (lo > 0 and hi / lo < 10):
+    if not (lo > 0 and hi / lo < 1000):
         axis.set_major_formatter(FuncFormatter(lambda v, _: format_value(float(v), 3)))
         return
-    ticks = [v for v in MaxNLocator(n, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi) if lo <= v <= hi]
+    if hi / lo < 10:
+        ticks = [v for v in MaxNLocator(n, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi) if lo <= v <= hi]
+    else:  # one to three decades: 1, 2, 5 times each power of ten inside the limits
+        decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+        ticks = [m * 10.0**k for k in decades for m in (1, 2, 5) if lo <= m * 10.0**k <= hi]
     if len(ticks) < 3:
         ticks = list(np.geomspace(lo, hi, 4)[1:-1])
     axis.set_major_locator(FixedLocator(ticks))

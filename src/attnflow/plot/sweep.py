@@ -21,7 +21,17 @@ import numpy as np
 
 from .._text import format_value
 from ..io import json_attr
-from .style import DPI, SERIES_CMAP, new_figure, positive, require, run_title, save, series_styles
+from .style import (
+    DPI,
+    SERIES_CMAP,
+    new_figure,
+    plain_log_ticks,
+    positive,
+    require,
+    run_title,
+    save,
+    series_styles,
+)
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -135,6 +145,7 @@ def _finish_panel(ax: Axes, g: _Grid, var: str, log: bool, y_label: str, x_label
         ax.set_xscale("log")
     if log:
         ax.set_yscale("log", nonpositive="mask")
+        plain_log_ticks(ax.yaxis)  # at least three labelled ticks over less than three decades
     if not g.numeric:
         ax.set_xticks(g.xs, [str(v) for v in g.raw])
     ax.set_xlabel(x_label + (" (log scale)" if g.log_x else ""))

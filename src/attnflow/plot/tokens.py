@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 
 #: captions of the token figures, for an experiment's `captions`
 TOKEN_CAPTIONS: dict[str, tuple[str, str]] = {
-    "snapshots": ("Token snapshots", "Token snapshots at chosen times with A's top eigenvectors marked."),
+    "snapshots": (
+        "Token snapshots",
+        "Token snapshots at chosen times (t* among them); stars: ±u₁, A's top eigenvector; "
+        "diamonds: ±v₁, V's top eigenvector, where the run follows it.",
+    ),
     "tokens": ("Animation", "Animation of the tokens, one frame per saved time."),
 }
 ANIMATION_FILE = "tokens.gif"
@@ -160,6 +164,15 @@ def _v_direction(ds: xr.Dataset, d: int) -> np.ndarray | None:
 
 
 V_STYLE: dict[str, Any] = {"ls": "", "marker": "D", "ms": 8, "mfc": "none", "mec": "0.35", "mew": 1.2}
+U_STYLE: dict[str, Any] = {
+    "ls": "",
+    "marker": "*",
+    "ms": 12,
+    "mfc": "none",
+    "mec": "black",
+    "mew": 0.9,
+    "zorder": 4,
+}
 
 
 def _wireframe(n_lat: int = 5, n_lon: int = 4) -> list[np.ndarray]:
@@ -227,6 +240,8 @@ def _plane_axes(ax: Axes, li: str, lj: str, v: np.ndarray | None = None) -> None
     """Unit circle, axes labelled <x, li>, <x, lj>; v: V's top eigenvector in plane coordinates."""
     if v is not None:
         ax.plot([v[0], -v[0]], [v[1], -v[1]], label="±v₁ (top of V), projected", **V_STYLE)
+    if li == "u1":  # A's top eigenvector: the caption's stars, at (+-1, 0) of this plane
+        ax.plot([1.0, -1.0], [0.0, 0.0], label="±u₁ (top of A)", **U_STYLE)
     g = np.linspace(0, 2 * np.pi, 200)
     ax.plot(np.cos(g), np.sin(g), color="0.8", lw=0.8)
     ax.axhline(0, color="0.85", lw=0.6)

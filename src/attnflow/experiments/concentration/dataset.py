@@ -19,7 +19,7 @@ from ...science.convergence import (
 from ...science.energy import ENERGY_LONG_NAME
 from ...science.uncertainty import Measured
 from ..common import finite_or_none, fit_or_reason
-from .evidence import TimeStepProbe
+from .evidence import NO_DEPARTURE, TimeStepProbe
 from .levels import (
     CURVES,
     Cloud,
@@ -222,17 +222,41 @@ def long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> No
             ds[k].attrs["long_name"] = v
 
 
-def _headline(ds, key: str, beta: float) -> Any:
+def _headline(ds, key: str, beta: float, absent: Mapping[str, str]) -> Any:
     """One per-beta quantity of the summary: {value, error, converged} (its total error and its own
-    convergence), or the bare value for a Dataset written before they were stored."""
+    convergence), with the reason it does not exist where `absent` ({beta: reason}) says so; the
+    bare value for a Dataset written before they were stored."""
     value = finite_or_none(ds[key].sel(beta=beta))
     if f"{key}_converged" not in ds.variables:
         return value
-    return {
+    record: dict[str, Any] = {
         "value": value,
         "error": finite_or_none(ds[f"{key}_error"].sel(beta=beta)),
         "converged": bool(ds[f"{key}_converged"].sel(beta=beta)),
     }
+    if value is None and f"{beta:g}" in absent:
+        record["reason"] = absent[f"{beta:g}"]
+    return record
+
+
+def _no_departure(ds) -> dict[str, str]:
+    """{beta: "no departure: <why>"} for the betas whose t_depart does not exist (no metastable phase,
+    or none by t_max): the reason their convergence record carries (`evidence.no_departure`)."""
+    out = {}
+    for beta, record in (json_attr(ds, "convergence", {}) or {}).items():
+        reason = (record.get("t_depart") or {}).get("reason", "") if isinstance(record, Mapping) else ""
+        if reason.startswith(NO_DEPARTURE):
+            out[str(beta)] = reason
+    return out
+
+
+def _probe(ds) -> dict[str, Any]:
+    """The time-step probe, its integrator named as the probe's beside the run's own."""
+    probe = json_attr(ds, "time_step", {})
+    if not isinstance(probe, Mapping) or "integration" not in probe:
+        return dict(probe) if isinstance(probe, Mapping) else {}
+    named = {("probe's integration (tighter)" if k == "integration" else k): v for k, v in probe.items()}
+    return {**named, "run's integration": ds.attrs.get("integrator")}
 
 
 def summarize(ds) -> dict[str, Any]:
@@ -241,11 +265,12 @@ def summarize(ds) -> dict[str, Any]:
     cfg = json_attr(ds, "config", {})
     conv = json_attr(ds, "convergence", {})
     headline = [k for k, q in QUANTITIES.items() if q.headline]
+    absent = _no_departure(ds)
     per_beta = {
         f"{b:g}": {
             "status": str(ds.status.sel(beta=b).values),
             "N": int(ds.N_used.sel(beta=b)),
-            **{k: _headline(ds, k, b) for k in headline},
+            **{k: _headline(ds, k, b, absent if k == "t_depart" else {}) for k in headline},
             "resolution_ratio": finite_or_none(ds.resolution_ratio.sel(beta=b)),
         }
         for b in ds.beta.values.tolist()
@@ -258,7 +283,7 @@ def summarize(ds) -> dict[str, Any]:
         "per_beta": per_beta,
         "claims": json_attr(ds, "claims", []),
         "convergence": conv,
-        "time_step": json_attr(ds, "time_step", {}),
+        "time_step": _probe(ds),
         "zero_temperature": {
             k: zero.get(k) for k in ("kind", "reason", "guaranteed", "c_star", "local_rates") if k in zero
         },

@@ -26,7 +26,7 @@ from ...science.uncertainty import Measured, flatness, measured, time_step_chang
 from .levels import ConcentrationInputs, Ladder, departure_time, located_of
 
 __all__ = [
-    "DOES_NOT_EXIST",
+    "NO_DEPARTURE",
     "TimeStepProbe",
     "beta_evidence",
     "claim_data",
@@ -156,20 +156,18 @@ def beta_evidence(inputs: ConcentrationInputs, lad: Ladder, probe: TimeStepProbe
     )
 
 
-#: the words that open the reason of a quantity that does not exist (no departure), not one that
-#: failed to converge: tables and `show` print it as such
-DOES_NOT_EXIST = "does not exist"
+#: the words that open the reason of a departure that does not exist (not one that failed to
+#: converge): tables and `show` print that reason in its cell
+NO_DEPARTURE = "no departure"
 
 
 def no_departure(peak: float, t_max: float) -> str:
-    """Why a beta has no departure time: no metastable phase (its mass near A's top eigenspace never
-    reached FORMED), or none by t_max."""
+    """Why a beta has no departure time, short enough for a table's cell: no metastable phase (its
+    mass near A's top eigenspace never reached FORMED; the claims rows give the peak), or none by
+    t_max."""
     if peak < FORMED:
-        return (
-            f"{DOES_NOT_EXIST}: no metastable phase (the mass near A's top eigenspace peaks at {peak:.2g} "
-            f"< {FORMED:g})"
-        )
-    return f"{DOES_NOT_EXIST} by t_max = {t_max:g}: the clusters had not left (a longer t_max decides)"
+        return f"{NO_DEPARTURE}: no metastable phase"
+    return f"{NO_DEPARTURE} by t_max = {t_max:g}"
 
 
 def cluster_counts(part: Any) -> ClusterCounts | None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..._text import format_value
+from ..._text import format_value, format_with_error
 from ...io import json_attr
 from ...plot import (
     DPI,
@@ -21,7 +21,6 @@ from ...plot import (
     NothingToPlot,
     beta_label,
     beta_legend,
-    fits_of,
     markevery,
     new_figure,
     pick,
@@ -35,7 +34,7 @@ from ...plot import (
     ticks_at,
     token_figures,
 )
-from ...plot.style import STAR_STYLE, ZERO_TEMPERATURE_STYLE
+from ...plot.style import LEGEND_MAX, STAR_STYLE, ZERO_TEMPERATURE_STYLE
 from ...science.convergence import QUANTITIES
 from ...science.fits import temperature_scale
 from ..terminal import MASS_CAPTION, plot_mass
@@ -47,9 +46,11 @@ if TYPE_CHECKING:
 CAPTIONS: dict[str, tuple[str, str]] = {
     "w2": (
         "Distance to the zero-temperature limit",
-        "Exact W₂(ρ_t^β, Π#ρ₀) against t (log scale), one line per β; stars mark t*(β); thick dashed: "
-        "zero temperature; grey dotted: the fitted bound K₁a(β)e^{C₁t} + K₂e^{-ct}. Right: the "
-        "synchronous coupling bound (an upper bound only).",
+        "Exact W₂(ρ_t^β, Π#ρ₀) against t (log scale), one line per β (an under-resolved β faded); "
+        "stars mark t*(β); thick dashed: zero temperature; thin dashed, in each β's colour: Theorem 1's "
+        "bound K₁a(β)e^{C₁t} + K₂e^{-ct} with the envelope's constants (claims row bound_envelope), "
+        "under which every curve converged in N lies. Right: the synchronous coupling bound (an upper "
+        "bound only).",
     ),
     "envelope": (
         "The converged curves under the theorem's bound",
@@ -102,7 +103,10 @@ FIT_STYLES: tuple[dict[str, Any], ...] = (
     {"color": "0.45", "ls": "-."},
     {"color": "0.6", "ls": ":"},
 )
-BOUND_STYLE: dict[str, Any] = {"color": "0.45", "lw": 1.0, "ls": (0, (1, 1.5)), "alpha": 0.9}
+BOUND_STYLE: dict[str, Any] = {"lw": 1.0, "ls": (0, (4, 2)), "alpha": 0.9}
+BOUND_LABEL = r"bound $K_1 a(\beta) e^{C_1 t} + K_2 e^{-c t}$ (row bound_envelope)"
+#: how an under-resolved beta's curve is drawn: faded, the word in its label
+UNDER_RESOLVED = {"alpha": 0.35}
 
 
 def claim_row(ds: xr.Dataset, key: str) -> dict:
@@ -165,8 +169,20 @@ def _regimes(ax: Axes, ds: xr.Dataset, row: dict, y: np.ndarray) -> None:
             )
 
 
-def _fit_lines(ax: Axes, row: dict, fits: dict[str, tuple[str, Any]]) -> None:
-    """The row's fits over the betas it used: name -> (label, curve(beta, fit)), with their rms."""
+def _param(fit: dict, key: str, sign: float = 1.0) -> str:
+    """A fitted parameter with its error, to the digits the error supports."""
+    value, error = fit.get(key), fit.get(f"{key}_err")
+    if not isinstance(value, int | float):
+        return "—"
+    if not isinstance(error, int | float):
+        return format_value(sign * value, 3)
+    v, e = format_with_error(sign * value, error)
+    return f"{v} ± {e}"
+
+
+def _fit_lines(ax: Axes, row: dict, fits: dict[str, tuple[Any, Any]]) -> None:
+    """The row's fits over the betas it used (never beyond): name -> (label or label(fit),
+    curve(beta, fit)), each called a fit, with its rms."""
     used = np.asarray(row.get("betas") or [], dtype=float)
     found = row.get("fits") or {}
     if used.size < 2:
@@ -176,40 +192,104 @@ def _fit_lines(ax: Axes, row: dict, fits: dict[str, tuple[str, Any]]) -> None:
         f = found.get(name)
         if not isinstance(f, dict) or f.get("rms") is None:
             continue
-        ax.plot(bb, curve(bb, f), lw=1.6, label=f"{label}, rms {format_value(f['rms'], 2)}", **style)
+        text = label(f) if callable(label) else label
+        ax.plot(bb, curve(bb, f), lw=1.6, label=f"fit {text}, rms {format_value(f['rms'], 2)}", **style)
 
 
-def _theorem_bound_curves(ax: Axes, ds: xr.Dataset, t, betas, w2) -> None:
-    """Thin grey dotted curves K1 a(beta) exp(C1 t) + K2 exp(-c t) from attrs["fits"]["theorem_bound"]
-    (one style for all: the betas' colours are the data's), with the y range kept to the data's
-    (the bound grows without limit)."""
-    fit = fits_of(ds).get("theorem_bound")
-    K1, K2, C1, c = (pick(fit, (k,)) for k in ("K1", "K2", "C1", "c"))
-    if K1 is None or K2 is None or C1 is None or c is None:
-        return
+def envelope(ds: xr.Dataset) -> tuple[dict[str, float], list[float]] | None:
+    """The bound that holds: the constants K1, C1, K2, c of the claims row bound_envelope (the
+    smallest, uniform in beta, under which every curve converged in N lies) and the betas it was
+    decided on; None when the row has no constants."""
+    row = claim_row(ds, "bound_envelope")
+    k = row.get("constants") or {}
+    if any(pick(k, (name,)) is None for name in ("K1", "C1", "K2", "c")):
+        return None
+    return {name: float(k[name]) for name in ("K1", "C1", "K2", "c")}, [
+        float(b) for b in row.get("betas") or []
+    ]
+
+
+def bound_curve(k: dict[str, float], beta: float, t: np.ndarray) -> np.ndarray:
+    """Theorem 1's bound K1 a(beta) e^{C1 t} + K2 e^{-c t} with the envelope's constants."""
+    return k["K1"] * temperature_scale(beta) * np.exp(k["C1"] * t) + k["K2"] * np.exp(-k["c"] * t)
+
+
+def _status(ds: xr.Dataset, n: int) -> np.ndarray:
+    return np.asarray(ds["status"].values, dtype=str) if "status" in ds.variables else np.full(n, "")
+
+
+def _bound_lines(ax: Axes, ds: xr.Dataset, t: np.ndarray, betas: np.ndarray, styles: list) -> list:
+    """The envelope's bound over t for each beta it was decided on, thin dashed in the beta's
+    colour: the one curve called a bound (never a fit). Returns the lines drawn."""
+    found = envelope(ds)
+    if found is None:
+        return []
+    k, used = found
+    lines: list = []
     for i, b in enumerate(betas):
-        if not (np.isfinite(b) and b > 0):
-            continue
-        curve = K1 * temperature_scale(b) * np.exp(C1 * t) + K2 * np.exp(-c * t)
-        lab = r"fitted bound $K_1 a(\beta) e^{C_1 t} + K_2 e^{-c t}$" if i == 0 else None
-        ax.plot(t, curve, label=lab, **BOUND_STYLE)
-    data = positive(w2)
-    if "w2_zero" in ds.variables:
-        data = np.concatenate([data.ravel(), positive(ds["w2_zero"].values)])
+        if float(b) in used:
+            label = BOUND_LABEL if not lines else None
+            style = {**BOUND_STYLE, "color": styles[i]["color"], "gid": f"bound beta={b:g}"}
+            lines += ax.plot(t, bound_curve(k, float(b), t), label=label, **style)
+    return lines
+
+
+def _data_range(ax: Axes, *curves: np.ndarray) -> None:
+    """y limits (log axis) just around the data, so that neither a growing bound nor a margin
+    leaves half the panel empty."""
+    data = np.concatenate([positive(c).ravel() for c in curves])
     if np.isfinite(data).any():
-        ax.set_ylim(np.nanmin(data) / 2, np.nanmax(data) * 2)
+        lo, hi = np.nanmin(data), np.nanmax(data)
+        ax.set_ylim(lo / (hi / lo) ** 0.06, hi * (hi / lo) ** 0.12)
+
+
+def _w2_panel(ax: Axes, ds: xr.Dataset, var: str, styles: list) -> None:
+    """One panel of plot_w2: a line per beta (an under-resolved one faded, so named), and on the
+    exact W2 the zero-temperature curve, the envelope's bound and t*(beta)."""
+    t = np.asarray(ds["time"].values, dtype=float)
+    betas = np.asarray(ds["beta"].values, dtype=float)
+    status = _status(ds, betas.size)
+    vals = ds[var].transpose("beta", "time").values
+    for i, b in enumerate(betas):
+        under = status[i] == "under-resolved"
+        label = beta_label(b) + (" (under-resolved)" if under else "")
+        style = {**styles[i], **(UNDER_RESOLVED if under else {})}
+        ax.plot(t, positive(vals[i]), label=label, markevery=markevery(len(t)), **style)
+    if (status == "under-resolved").any() and betas.size > LEGEND_MAX:  # the betas are in a colorbar
+        ax.plot([], [], color="0.4", label="faded: under-resolved β", **UNDER_RESOLVED)
+    curves = [vals]
+    if var == "w2" and "w2_zero" in ds.variables:
+        ax.plot(t, positive(ds["w2_zero"].values), label="β = ∞ (zero temperature)", **ZERO_TEMPERATURE_STYLE)
+        curves.append(np.asarray(ds["w2_zero"].values, dtype=float))
+    if var == "w2":
+        _bound_lines(ax, ds, t, betas, styles)
+    if var == "w2" and "t_star" in ds.variables and np.isfinite(ds["t_star"].values).any():
+        ts = np.asarray(ds["t_star"].values, dtype=float)
+        mins = (
+            np.asarray(ds["min_w2"].values, dtype=float)
+            if "min_w2" in ds.variables
+            else np.array([np.interp(s, t, vals[i]) for i, s in enumerate(ts)])
+        )
+        for i in range(betas.size):  # small stars in each beta's colour: close ones stay apart
+            star = {**STAR_STYLE, "mfc": styles[i]["color"]}
+            ax.plot(ts[i : i + 1], positive(mins[i : i + 1]), ms=10, mew=0.8, **star)
+        ax.plot([], [], ms=10, mew=0.8, label=r"$t^*(\beta)$, minimum over t", **STAR_STYLE)
+    ax.set_yscale("log", nonpositive="mask")
+    _data_range(ax, *curves)
+    plain_log_ticks(ax.yaxis)
 
 
 def plot_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
-    """W2(rho^beta_t, Pi_# rho_0) against t (log y), one line per beta, the zero-temperature curve,
-    t*(beta) marked and the fitted theorem bound (attrs["fits"]["theorem_bound"] = {K1, K2, C1, c})
-    when present; a second panel with the synchronous coupling bound when present.
+    """W2(rho^beta_t, Pi_# rho_0) against t (log y), one line per beta (under-resolved ones faded),
+    the zero-temperature curve, t*(beta) marked and Theorem 1's bound with the envelope's constants
+    (claims row bound_envelope) for the betas it holds on; a second panel with the synchronous
+    coupling bound when present. No fitted curve is drawn: the one curve called a bound is the
+    envelope, under which every converged curve lies.
 
     Needs `w2` (beta, time); uses `w2_zero` (time), `coupling_bound` (beta, time), `t_star`,
-    `min_w2` (beta) when present.  Writes w2.png and w2.pdf in outdir.
+    `min_w2`, `status` (beta) when present.  Writes w2.png and w2.pdf in outdir.
     """
     require(ds, ["w2"], "plot_w2", {"w2": ("beta", "time")})
-    t = np.asarray(ds["time"].values, dtype=float)
     betas = np.asarray(ds["beta"].values, dtype=float)
     styles = series_styles(len(betas))
     has_bound = "coupling_bound" in ds.variables
@@ -218,24 +298,7 @@ def plot_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
     if has_bound:
         panels.append(("coupling_bound", r"coupling bound (an upper bound on $W_2$)"))
     for ax, (var, subtitle) in zip(axes[0], panels, strict=True):
-        vals = ds[var].transpose("beta", "time").values
-        for i, b in enumerate(betas):
-            ax.plot(t, positive(vals[i]), label=beta_label(b), markevery=markevery(len(t)), **styles[i])
-        if "w2_zero" in ds.variables and var == "w2":
-            ax.plot(
-                t, positive(ds["w2_zero"].values), label="β = ∞ (zero temperature)", **ZERO_TEMPERATURE_STYLE
-            )
-        if var == "w2":
-            _theorem_bound_curves(ax, ds, t, betas, vals)
-        if var == "w2" and "t_star" in ds.variables:
-            ts = np.asarray(ds["t_star"].values, dtype=float)
-            mins = (
-                np.asarray(ds["min_w2"].values, dtype=float)
-                if "min_w2" in ds.variables
-                else np.array([np.interp(s, t, vals[i]) for i, s in enumerate(ts)])
-            )
-            ax.plot(ts, positive(mins), ms=13, mew=1.3, label=r"$t^*(\beta)$, minimum over t", **STAR_STYLE)
-        ax.set_yscale("log", nonpositive="mask")
+        _w2_panel(ax, ds, var, styles)
         ax.set_xlabel("time t")
         ax.set_ylabel(
             r"$W_2$, chordal cost $|x-y|^2$ (log scale)" if var == "w2" else "coupling bound (log scale)"
@@ -253,40 +316,37 @@ def plot_envelope(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Pa
     and K2 e^{-c t}. Needs `w2` (beta, time) and a decided envelope; writes nothing (returns []) when
     the row has no constants. Writes envelope.png."""
     require(ds, ["w2"], "plot_envelope", {"w2": ("beta", "time")})
-    k = claim_row(ds, "bound_envelope").get("constants") or {}
-    if any(pick(k, (name,)) is None for name in ("K1", "C1", "K2", "c")):
+    found = envelope(ds)
+    if found is None:
         return []
-    K1, C1, K2, c = (float(k[name]) for name in ("K1", "C1", "K2", "c"))
+    k, used = found
     t = np.asarray(ds["time"].values, dtype=float)
     betas = np.asarray(ds["beta"].values, dtype=float)
-    used = set(claim_row(ds, "bound_envelope").get("betas") or [])
     styles = series_styles(len(betas))
     fig, axes = new_figure(1, 1, (9.5, 5.0))
     ax = axes[0][0]
     w2 = ds["w2"].transpose("beta", "time").values
     for i, b in enumerate(betas):
-        if float(b) not in used:
-            continue
-        ax.plot(t, positive(w2[i]), label=beta_label(b), color=styles[i]["color"], lw=1.8)
-        bound = K1 * temperature_scale(b) * np.exp(C1 * t) + K2 * np.exp(-c * t)
-        ax.plot(t, bound, color=styles[i]["color"], lw=1.1, ls="--")
+        if float(b) in used:
+            ax.plot(t, positive(w2[i]), label=beta_label(b), color=styles[i]["color"], lw=1.8)
+    _bound_lines(ax, ds, t, betas, styles)
+    curves = [w2[[i for i, b in enumerate(betas) if float(b) in used]]]
     if "w2_zero" in ds.variables:
         ax.plot(t, positive(ds["w2_zero"].values), label="β = ∞ (zero temperature)", **ZERO_TEMPERATURE_STYLE)
-    floor = rf"$K_2 e^{{-ct}}$, c = {format_value(c)}"
-    ax.plot(t, K2 * np.exp(-c * t), color="0.4", lw=1.0, ls=":", label=floor)
-    ax.plot([], [], color="0.3", lw=1.1, ls="--", label="bound, dashed (each β's colour)")
-    data = positive(w2[[i for i, b in enumerate(betas) if float(b) in used]])
-    if np.isfinite(data).any():
-        ax.set_ylim(np.nanmin(data) / 2, min(np.nanmax(data) * 3, 10.0))
+        curves.append(np.asarray(ds["w2_zero"].values, dtype=float))
+    floor = rf"$K_2 e^{{-ct}}$, c = {format_value(k['c'])}"
+    ax.plot(t, k["K2"] * np.exp(-k["c"] * t), color="0.4", lw=1.0, ls=":", label=floor)
     ax.set_yscale("log", nonpositive="mask")
+    _data_range(ax, *curves)
+    plain_log_ticks(ax.yaxis)
     ax.set_xlabel("time t")
     ax.set_ylabel(r"$W_2(\rho^\beta_t, \Pi_\#\rho_0)$ (log scale)")
     ax.grid(True, which="both", alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center", fontsize="small")
     ax.set_title(
-        f"K₁ = {format_value(K1, 3)}, C₁ = {format_value(C1, 3)}, K₂ = {format_value(K2, 3)}, "
-        f"c = γ/(2‖B‖) = {format_value(c, 3)}",
+        f"K₁ = {format_value(k['K1'], 3)}, C₁ = {format_value(k['C1'], 3)}, K₂ = {format_value(k['K2'], 3)}, "
+        f"c = γ/(2‖B‖) = {format_value(k['c'], 3)}",
         fontsize="medium",
     )
     fig.suptitle(run_title(ds, r"Converged curves under the bound $K_1 a(\beta) e^{C_1 t} + K_2 e^{-ct}$"))
@@ -311,8 +371,11 @@ def plot_t_star(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
         ax.vlines(betas[ok], lo[ok], hi[ok], color="0.8", lw=6, label="near-minimal band", zorder=1)
     _by_status(ax, ds, "t_star", ts, _error_of(ds, "t_star"))
     fits = {
-        "log_beta": ("a + b log β", lambda bb, f: f["a"] + f["b"] * np.log(bb)),
-        "beta": ("a + b β", lambda bb, f: f["a"] + f["b"] * bb),
+        "log_beta": (
+            lambda f: f"a + b log β, b = {_param(f, 'b')}",
+            lambda bb, f: f["a"] + f["b"] * np.log(bb),
+        ),
+        "beta": (lambda f: f"a + b β, b = {_param(f, 'b')}", lambda bb, f: f["a"] + f["b"] * bb),
     }
     row = claim_row(ds, "law_t_star")
     _fit_lines(ax, row, fits)
@@ -328,15 +391,12 @@ def plot_t_star(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
 def _guaranteed_minimum(ax: Axes, ds: xr.Dataset, betas: np.ndarray) -> None:
     """The minimum over t of the bound with the envelope's constants, against beta (the theorem's
     guaranteed best concentration), when the envelope has them."""
-    k = claim_row(ds, "bound_envelope").get("constants") or {}
-    if any(pick(k, (name,)) is None for name in ("K1", "C1", "K2", "c")):
+    found = envelope(ds)
+    if found is None:
         return
     bb = np.geomspace(betas.min(), betas.max(), 60)
     t = np.linspace(0.0, float(ds["time"].values[-1]) * 4, 4000)
-    vals = [
-        float(np.min(k["K1"] * temperature_scale(b) * np.exp(k["C1"] * t) + k["K2"] * np.exp(-k["c"] * t)))
-        for b in bb
-    ]
+    vals = [float(np.min(bound_curve(found[0], float(b), t))) for b in bb]
     ax.plot(bb, vals, color="0.5", lw=1.4, ls=(0, (1, 1.5)), label="guaranteed: min over t of the bound")
 
 
@@ -355,8 +415,14 @@ def plot_min_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
     ax = axes[0][0]
     _by_status(ax, ds, "min_w2", m, _error_of(ds, "min_w2"))
     fits = {
-        "a_power": ("C a(β)^p", lambda b, f: np.exp(f["a"]) * temperature_scale(b) ** f["b"]),
-        "beta_power": ("C β^-q", lambda b, f: np.exp(f["a"]) * b ** f["b"]),
+        "a_power": (
+            lambda f: f"C a(β)^p, p = {_param(f, 'b')}",
+            lambda b, f: np.exp(f["a"]) * temperature_scale(b) ** f["b"],
+        ),
+        "beta_power": (
+            lambda f: f"C β^-q, q = {_param(f, 'b', -1.0)}",
+            lambda b, f: np.exp(f["a"]) * b ** f["b"],
+        ),
     }
     row = claim_row(ds, "law_min_w2")
     _fit_lines(ax, row, fits)
@@ -388,15 +454,20 @@ def plot_ladder(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path
         strict=True,
     ):
         for i, b in enumerate(betas):
-            N = ds["ladder_N"].values[i]
+            N = np.asarray(ds["ladder_N"].values[i], dtype=float)
             y = np.asarray(ds[var].values[i], dtype=float)
             ok = np.isfinite(N) & np.isfinite(y)
-            ax.plot(N[ok], y[ok], label=beta_label(b), **styles[i])
+            dodge = 2.0 ** (0.05 * (i - (len(betas) - 1) / 2))  # equal values side by side, not on top
+            style = {**styles[i], "mfc": "none", "mew": 1.3}
+            ax.plot(N[ok] * dodge, y[ok], label=beta_label(b), **style)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("number of tokens N (log scale)")
+        Ns = np.asarray(ds["ladder_N"].values, dtype=float).ravel()
+        ticks_at(ax.xaxis, Ns[np.isfinite(Ns)])
+        ax.set_xlabel("number of tokens N (log scale; betas set slightly apart)")
         ax.set_ylabel(label)
         if var == "ladder_min_w2":
             ax.set_yscale("log", nonpositive="mask")
+            plain_log_ticks(ax.yaxis)
         ax.grid(True, which="both", alpha=0.3)
     beta_legend(fig, axes[0][0], betas)
     fig.suptitle(run_title(ds, "Convergence in N: the doubling ladder"))

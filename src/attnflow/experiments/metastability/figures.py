@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._text import format_value, format_with_error
 from ...plot import DPI, beta_label, fits_of, new_figure, require, run_title, save, series_styles, ticks_at
 
 CAPTIONS = {
@@ -16,7 +17,8 @@ CAPTIONS = {
         "The metastable time mapped in (β, N)",
         "The departure t_depart of the clusters from Pi_# rho_0 (the mass near an atom ±u₁ falls back "
         "below half the atom's mass) for each β and number of tokens N, one panel per cloud kind; random "
-        "clouds: the mean over seeds. Grey: no departure (no metastable phase, or none by the horizon).",
+        "clouds: the mean over seeds. Each cell: t_depart to the digits its error supports, the error "
+        'below; grey, "none": no departure (no metastable phase, or none by the horizon).',
     ),
     "branches": (
         "The two branches of the departure",
@@ -45,27 +47,43 @@ def kind_title(ds: Any, kind: str) -> str:
     )
 
 
+def _cell(v: float, e: float) -> str:
+    """A map cell: the departure to the digits its error supports, the error below; "none" where
+    there is no departure."""
+    if not math.isfinite(v):
+        return "none"
+    if not (math.isfinite(e) and e > 0):
+        return format_value(v, 3)
+    value, error = format_with_error(v, e)
+    return f"{value}\n± {error}"
+
+
 def plot_map(ds: Any, outdir: Path, dpi: int = DPI) -> list[Path]:
     """Heatmap of t_depart (beta, N) per cloud kind, each cell labelled with its value."""
     require(ds, ["t_depart"], "plot_map", {"t_depart": ("init", "beta", "N")})
     kinds, betas, Ns = _kinds(ds), ds["beta"].values, ds["N"].values
-    fig, axes = new_figure(1, len(kinds), (0.6 * len(Ns) * len(kinds) + 2.5, 0.45 * len(betas) + 2.2))
+    width = max(0.95 * len(Ns) + 1.0, 3.4)  # inches per panel: room for its two-line title
+    fig, axes = new_figure(1, len(kinds), (width * len(kinds) + 1.3, 0.55 * len(betas) + 2.4))
     t = ds["t_depart"].transpose("init", "beta", "N").values
+    err = (
+        ds["t_depart_error"].transpose("init", "beta", "N").values
+        if "t_depart_error" in ds.variables
+        else np.full(t.shape, math.nan)
+    )
     finite = t[np.isfinite(t)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     image = None
-    for ax, kind, values in zip(axes[0], kinds, t, strict=True):
+    for ax, kind, values, errors in zip(axes[0], kinds, t, err, strict=True):
         ax.set_facecolor("0.85")
         image = ax.imshow(values, origin="lower", aspect="auto", cmap="viridis", vmin=lo, vmax=hi)
         for (j, k), v in np.ndenumerate(values):
-            text = f"{v:.3g}" if math.isfinite(v) else "–"
             colour = "white" if math.isfinite(v) and v < lo + 0.6 * (hi - lo) else "black"
-            ax.text(k, j, text, ha="center", va="center", fontsize="x-small", color=colour)
+            ax.text(k, j, _cell(v, errors[j, k]), ha="center", va="center", fontsize="x-small", color=colour)
         ax.set_xticks(range(len(Ns)), [str(int(n)) for n in Ns], rotation=45)
         ax.set_yticks(range(len(betas)), [f"{b:g}" for b in betas])
         ax.set_xlabel("tokens N")
         ax.set_ylabel("β")
-        ax.set_title(kind_title(ds, kind), fontsize="medium")
+        ax.set_title(kind_title(ds, kind).replace(": ", "\n"), fontsize="medium")
     if image is not None:
         fig.colorbar(image, ax=list(axes[0]), label="departure time t_depart")
     fig.suptitle(run_title(ds, "Departure time of the clusters"))
@@ -90,7 +108,7 @@ def _branch_panel(ax: Any, ds: Any, kind: str, fits: dict[str, Any]) -> None:
         if fit is not None:
             grid = np.geomspace(min(fit["Ns"]), max(fit["Ns"]), 20)
             ax.plot(grid, fit["a"] * np.log(grid) + fit["b"], color=colour, ls="-", lw=1.2)
-        t_mf = entry.get("t_mf", math.nan)
+        t_mf = _number(entry.get("t_mf"))
         if math.isfinite(t_mf) and 0 < t_mf <= 1.3 * top:  # (a negative t_mf: no metastable phase)
             ax.axhline(t_mf, color=colour, ls=":", lw=1.0)
     ax.set_xscale("log")
@@ -124,16 +142,23 @@ def plot_branches(ds: Any, outdir: Path, dpi: int = DPI) -> list[Path]:
     return save(fig, outdir, "branches", dpi)
 
 
+def _number(v: Any) -> float:
+    """A fit's number as a float; NaN where it is missing or None (a fit that had too few points)."""
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
+
+
 def _crossover_line(
     fits: dict[str, Any], kind: str, betas: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(beta grid, N*) of the pooled fit of `kind` with the mean-field branch, or None."""
     pooled = fits.get("kinds", {}).get(kind, {}).get("pooled", {})
     mf = fits.get("mean_field", {})
-    if "a" not in pooled or not pooled["a"] > 0 or "slope" not in mf:
+    a, b = _number(pooled.get("a")), _number(pooled.get("b"))
+    slope, intercept = _number(mf.get("slope")), _number(mf.get("intercept"))
+    if not (a > 0 and math.isfinite(b) and math.isfinite(slope) and math.isfinite(intercept)):
         return None
     grid = np.geomspace(float(betas.min()), float(betas.max()), 100)
-    log_n = (mf["slope"] * grid + mf["intercept"] - pooled["b"]) / pooled["a"]
+    log_n = (slope * grid + intercept - b) / a
     with np.errstate(over="ignore"):
         return grid, np.where(log_n < 700, np.exp(np.minimum(log_n, 700)), np.nan)
 
@@ -151,7 +176,7 @@ def plot_crossover(ds: Any, outdir: Path, dpi: int = DPI) -> list[Path]:
         b, y, lo, hi = [], [], [], []
         for beta in betas:
             cross = per_beta.get(f"{beta:g}", {}).get("crossover", {})
-            log_n, err = cross.get("log_N_star", math.nan), cross.get("log_N_star_err", math.nan)
+            log_n, err = _number(cross.get("log_N_star")), _number(cross.get("log_N_star_err"))
             if math.isfinite(log_n) and log_n < 700:
                 e = err if math.isfinite(err) else 0.0
                 b.append(beta)

