@@ -287,3 +287,17 @@ def test_the_predicted_clusters_row_reports_the_agreement_over_the_betas():
     assert row["measured"] == pytest.approx(0.5) and row["betas"] == [10.0, 20.0, 40.0]
     assert list(row["left_out"]) == ["80"] and "plateau" in row["left_out"]["80"]
     assert [p["predicted"] for p in row["per_beta"]] == [2, 3, 4]
+
+
+def test_an_observed_law_never_mixes_the_two_regimes():
+    """Three betas without a metastable phase and two with one: the laws are fitted over the three
+    (the larger regime, said so in the meaning), and the two are left out as another regime."""
+    data = family(obeying)
+    betas = [
+        BetaData(b.beta, b.status, b.quantities, b.w2, b.w2_error, 0.5 if i < 3 else 0.9, 0.2, b.t_band)
+        for i, b in enumerate(data.betas)
+    ]
+    row = rows_of(ClaimData(T, tuple(betas), WEIGHTS, data.zero))["law_t_star"]
+    assert row["betas"] == [10.0, 20.0, 40.0]
+    assert set(row["left_out"]) == {"80", "160"} and "not the regime" in row["left_out"]["80"]
+    assert "every beta fitted has no metastable phase" in row["meaning"]

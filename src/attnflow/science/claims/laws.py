@@ -105,8 +105,9 @@ def _terminal_phase(data: ClaimData) -> Finding:
 
 def _observed(data: ClaimData, name: str) -> tuple[list[BetaData], dict[str, str], dict[str, str]]:
     """The betas an observed law of `name` is fitted over, the betas left out with why, and the
-    regimes (betas without a metastable phase): the converged betas with a metastable phase, or all
-    converged betas when fewer than MIN_FIT have one (the regimes then flag those in the fit)."""
+    regimes (betas without a metastable phase). A law never mixes the two regimes: the converged
+    betas with a metastable phase, or, when those are fewer than MIN_FIT and fewer than the others,
+    the converged betas without one (the law of that regime, and said so)."""
     used, left = _usable(data, name)
     regimes = _regimes(data)
     for b in data.betas:
@@ -117,12 +118,12 @@ def _observed(data: ClaimData, name: str) -> tuple[list[BetaData], dict[str, str
                 f"{regimes[b.label]}, so no {name}" if undefined else f"{regimes[b.label]}; {left[b.label]}"
             )
     meta = [b for b in used if b.label not in regimes]
-    if len(meta) < MIN_FIT:
-        return used, left, regimes
+    rest = [b for b in used if b.label in regimes]
+    chosen = meta if len(meta) >= MIN_FIT or len(meta) >= len(rest) else rest
     for b in used:
-        if b.label in regimes:
-            left[b.label] = regimes[b.label]
-    return meta, left, regimes
+        if b not in chosen:
+            left[b.label] = regimes.get(b.label, "a metastable phase: not the regime of the betas fitted")
+    return chosen, left, regimes
 
 
 def _time_fits(used: list[BetaData], name: str, symbol: str) -> dict[str, dict[str, Any]]:
@@ -136,13 +137,10 @@ def _time_fits(used: list[BetaData], name: str, symbol: str) -> dict[str, dict[s
 
 
 def _in_fit(used: list[BetaData], regimes: dict[str, str]) -> str:
-    """A note on the betas without a metastable phase that a law was fitted over ("" if none)."""
-    flagged = [b.label for b in used if b.label in regimes]
-    if not flagged:
+    """A note when a law was fitted over the betas without a metastable phase ("" otherwise)."""
+    if not used or any(b.label not in regimes for b in used):
         return ""
-    few = f"in the fit: fewer than {MIN_FIT} have one"
-    verb = "has" if len(flagged) == 1 else "have"
-    return f"; beta = {', '.join(flagged)} {verb} no metastable phase ({few})"
+    return "; every beta fitted has no metastable phase: the law of that regime, not of the metastable one"
 
 
 def _too_few(what: str, used: list[BetaData], left: dict[str, str], regimes: dict[str, str]) -> Finding:
