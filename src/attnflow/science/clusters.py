@@ -102,15 +102,17 @@ def cluster_labels(X: Any, eps: float) -> np.ndarray:
     eps = _angle(eps)
     P, lead = _flat(X)
     B, N, _ = P.shape
-    rows, cols = _edges_dense(P, math.cos(eps)) if N <= DENSE_MAX_N else _edges_tree(P, eps)
-    graph = coo_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(B * N, B * N))
-    _, labels = connected_components(graph, directed=False)
-    labels = labels.reshape(B, N)
-    out = np.empty_like(labels)
-    for b in range(B):  # renumber within each cloud: 0, 1, ... in order of first appearance
-        _, first, inverse = np.unique(labels[b], return_index=True, return_inverse=True)
-        order = np.argsort(np.argsort(first))
-        out[b] = order[inverse]
+    step = max(1, GRAM_ELEMENTS // (N * N)) if N <= DENSE_MAX_N else 1
+    out = np.empty((B, N), dtype=np.int64)
+    for b0 in range(0, B, step):  # a chunk of clouds at a time: a tight cluster has O(N^2) edges
+        chunk = P[b0 : b0 + step]
+        n = chunk.shape[0]
+        rows, cols = _edges_dense(chunk, math.cos(eps)) if N <= DENSE_MAX_N else _edges_tree(chunk, eps)
+        graph = coo_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(n * N, n * N))
+        labels = connected_components(graph, directed=False)[1].reshape(n, N)
+        for b in range(n):  # renumber within each cloud: 0, 1, ... in order of first appearance
+            _, first, inverse = np.unique(labels[b], return_index=True, return_inverse=True)
+            out[b0 + b] = np.argsort(np.argsort(first))[inverse]
     return out.reshape(*lead, N)
 
 

@@ -288,6 +288,7 @@ def reduce_level(
     sp, w, x = inputs.model.spectrum, cloud.weights, run.x
     model = inputs.model.at(beta)
     per_seed: dict[str, list[np.ndarray]] = {k: [] for k in CURVES}
+    predicted = predicted_counts(model, cloud.X0, w)
     for m in range(len(cloud.seeds)):
         xm = x[:, m]
         per_seed["w2"].append(w2_to_target(xm, cloud.PiX0[m], weights=w).values)
@@ -298,7 +299,11 @@ def reduce_level(
             np.asarray(metrics.subspace_mass(xm, sp.v_top_real.basis, inputs.eps, weights=w))
         )
         per_seed["log_energy"].append(log_energy_curve(xm, model, weights=w))
-        per_seed["clusters"].append(np.asarray(count_clusters(xm, inputs.eps, weights=w), dtype=float))
+        per_seed["clusters"].append(
+            np.asarray(count_clusters(xm, inputs.eps, weights=w), dtype=float)
+            if np.isfinite(predicted).any()
+            else np.full(xm.shape[0], np.nan)  # nothing to compare with: not counted (O(N^2) pairs)
+        )
     data: dict[str, Any] = {k: (("seed", "time"), np.stack(v)) for k, v in per_seed.items()}
     data["x"] = (("time", "token", "dim"), x[:, 0, cloud.keep].astype(np.float32))
     ratio = resolution_ratio_of(inputs, beta, cloud)
@@ -314,7 +319,7 @@ def reduce_level(
             "beta": beta,
             "resolution_ratio": ratio,
             "located": to_json({k: v.to_dict() for k, v in located.items()}),
-            "predicted_clusters": to_json(predicted_counts(model, cloud.X0, w).tolist()),
+            "predicted_clusters": to_json(predicted.tolist()),
         },
     )
 
