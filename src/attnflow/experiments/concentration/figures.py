@@ -153,20 +153,28 @@ def _beta_axis(ax: Axes, betas: np.ndarray) -> None:
 
 
 def _regimes(ax: Axes, ds: xr.Dataset, row: dict, y: np.ndarray) -> None:
-    """Mark the betas the row flags as without a metastable phase and left out of its fits."""
-    used = set(row.get("betas") or [])
-    flagged = {float(b) for b in (row.get("regimes") or {})} - used
+    """Mark the betas left out of the row's fits for their regime alone (a law never mixes the betas
+    with and without a metastable phase); a beta left out as not converged is its marker's."""
+    regimes, left = row.get("regimes") or {}, row.get("left_out") or {}
     for b, v in zip(np.asarray(ds["beta"].values, dtype=float), y, strict=True):
-        if b in flagged and np.isfinite(v):
-            ax.annotate(
-                "no metastable phase\n(not in the fits)",
-                (b, v),
-                xytext=(8, -4),
-                textcoords="offset points",
-                fontsize="x-small",
-                color="0.35",
-                va="top",
-            )
+        why = left.get(f"{b:g}")
+        if why is None or not np.isfinite(v):
+            continue
+        if why == regimes.get(f"{b:g}"):
+            text = "no metastable phase\n(not in the fits)"
+        elif "not the regime" in why:
+            text = "a metastable phase\n(not in the fits)"
+        else:
+            continue
+        ax.annotate(
+            text,
+            (b, v),
+            xytext=(8, -4),
+            textcoords="offset points",
+            fontsize="x-small",
+            color="0.35",
+            va="top",
+        )
 
 
 def _param(fit: dict, key: str, sign: float = 1.0) -> str:
