@@ -128,6 +128,7 @@ def _header(rep: dict[str, Any]) -> list[str]:
     if "summary" in rep:
         lines.append(f"[bold]summary:[/bold] {rep['summary']['line']}")
     lines.append(f"norm: {rep['norm']}; {rep['scale']}")
+    lines.append(f"beta: {rep['beta_means']}")
     if rep["tokens"] is not None:
         lines.append(f"tokens ({len(rep['tokens'])}): {' '.join(rep['tokens'])}")
     return lines

@@ -75,7 +75,9 @@ class Head:
     the head's columns of the output projection; V = W_O W_V (d, d).  attention: the Attention of
     MATH.md with Q, K padded by zero rows to (d, d) (B = Q^T K, rank <= d_h), V, beta = beta_eff =
     norm^2 / sqrt(d_h), at rotary offset 0.  kv_head: the key/value head (h // (H / H_kv)).
-    rope: the rotary positions or None.  query_bias: (d,) u with logit_ij += u^T h_j.
+    rope: the rotary positions or None.  query_bias: (d,) u with logit_ij += u^T h_j (without
+    rotary positions).  b_Q, b_K: (d_h,) the head's query bias and its key/value head's key bias
+    (None without), which `attention_output` adds to the queries and keys before the rotation.
     """
 
     layer: int
@@ -91,6 +93,8 @@ class Head:
     W_V: np.ndarray | None = None
     W_O: np.ndarray | None = None
     rope: RoPE | None = None
+    b_Q: np.ndarray | None = None
+    b_K: np.ndarray | None = None
 
     @property
     def beta(self) -> float:
@@ -162,8 +166,10 @@ def _head(
     pad = np.zeros((d - dh, d))
     V = WO @ WV
     att = Attention(np.vstack([Qh, pad]), np.vstack([Kh, pad]), V, norm * norm / math.sqrt(dh))
-    u = Kh.T @ w["b_Q"][rows] / math.sqrt(dh)
-    return Head(i, h, dh, Qh, Kh, V, att, u, norm, kv, WV, WO, rope)
+    bq, bk = w["b_Q"][rows], w["b_K"][kv_rows]
+    u = Kh.T @ bq / math.sqrt(dh)
+    b_Q, b_K = (b if b.any() else None for b in (bq, bk))
+    return Head(i, h, dh, Qh, Kh, V, att, u, norm, kv, WV, WO, rope, b_Q, b_K)
 
 
 def _build_layer(ck: Checkpoint, i: int, norm: float, source: str) -> Layer:
@@ -277,9 +283,10 @@ def attention_output(layer: Layer, H: Any) -> np.ndarray:
     """The layer's self-attention output (before the residual) recomputed from its heads.
 
     H: (N, d) token states as the heads read them (after the norm, before its folded weight; the
-    row order is the position).  Returns (N, d): sum_h softmax_j(h_i^T B_h(i - j) h_j / sqrt(d_h)
-    + u_h^T h_j, j <= i when causal) V_h h_j + output_bias.  Equals the model's own attention
-    sublayer when the extraction is right (tested to 1e-6).
+    row order is the position).  Returns (N, d): sum_h softmax_j(l_ij, j <= i when causal) V_h h_j
+    + output_bias, l_ij = (Q_h h_i + b_Q)^T R(j - i) (K_h h_j + b_K) / sqrt(d_h) (= h_i^T B_h(i - j)
+    h_j / sqrt(d_h) + u_h^T h_j + terms constant in j, without biases under RoPE).  Equals the
+    model's own attention sublayer when the extraction is right (tested to 1e-9).
     """
     H = to_numpy(H).astype(np.float64)
     d = layer.attention.d
@@ -289,10 +296,11 @@ def attention_output(layer: Layer, H: Any) -> np.ndarray:
     out = np.zeros_like(H) + layer.output_bias
     pos = np.arange(N)
     for head in layer.heads:
-        q, k = H @ head.Q.T, H @ head.K.T
+        q = H @ head.Q.T + (0.0 if head.b_Q is None else head.b_Q)
+        k = H @ head.K.T + (0.0 if head.b_K is None else head.b_K)
         if head.rope is not None:
             q, k = head.rope.rotate(q, pos), head.rope.rotate(k, pos)
-        logits = (q @ k.T) / math.sqrt(head.d_head) + (H @ head.query_bias)[None, :]
+        logits = (q @ k.T) / math.sqrt(head.d_head)
         if layer.causal:
             logits = np.where(pos[None, :] <= pos[:, None], logits, -np.inf)
         out += softmax(logits) @ (H @ head.V.T)

@@ -17,13 +17,13 @@ import numpy as np
 from .._threads import DEFAULT_THREADS, torch_threads
 from ..attention import COND_B_MAX, SYMMETRY_TOL
 from ..science.assumptions import OK
-from .beta import fit_beta, unit_scores
+from .beta import BetaFit, bias_logits, fit_beta, unit_scores
 from .checkpoint import Checkpoint, check_layers, open_checkpoint
 from .diagnostics import _distinct_gap, diagnose
-from .forward import TokenStates, attention_logits, token_states
+from .forward import TokenStates, attention_logits, head_inputs, token_states
 from .heads import Head, Layer, load_heads
 
-__all__ = ["OFFSETS", "TOLERANCE", "offset_spread", "report", "summary"]
+__all__ = ["OFFSETS", "TOLERANCE", "head_fits", "offset_spread", "report", "summary"]
 
 #: rotary offsets r = i - j at which a head's checks are repeated (r = 0 is the reported B)
 OFFSETS = (1, 4, 16, 64)
@@ -84,11 +84,13 @@ def _head_entry(h: Head, rec: Layer, ck: Checkpoint, run: TokenStates | None, of
     return diag
 
 
-def _fits(ck: Checkpoint, rec: Layer, run: TokenStates) -> list[dict[str, Any]]:
-    """beta fitted from the model's logits, per head of layer `rec` (see `beta`)."""
-    logits = attention_logits(ck, rec.layer, run.states[rec.layer])
-    X = run.cloud(rec.layer)
-    return [fit_beta(logits[h.head], unit_scores(h, X)).to_dict() for h in rec.heads]
+def head_fits(ck: Checkpoint, rec: Layer, run: TokenStates) -> list[BetaFit]:
+    """beta fitted from the model's logits, per head of layer `rec` (see `beta`): the bias logits
+    as regressors, a fixed effect per query and, under rotary positions, per offset."""
+    S = run.states[rec.layer]
+    logits, H, X = attention_logits(ck, rec.layer, S), head_inputs(ck, rec.layer, S), run.cloud(rec.layer)
+    offsets = rec.rope is not None
+    return [fit_beta(logits[h.head], unit_scores(h, X), bias_logits(h, H), offsets) for h in rec.heads]
 
 
 def _layer_entry(ck: Checkpoint, rec: Layer, run: TokenStates | None, heads: bool, offsets: Sequence[int]):
@@ -106,8 +108,8 @@ def _layer_entry(ck: Checkpoint, rec: Layer, run: TokenStates | None, heads: boo
     if heads:
         entry["heads"] = [_head_entry(h, rec, ck, run, offsets) for h in rec.heads]
         if run is not None:
-            for diag, fit in zip(entry["heads"], _fits(ck, rec, run), strict=True):
-                diag["beta_fit"] = fit
+            for diag, fit in zip(entry["heads"], head_fits(ck, rec, run), strict=True):
+                diag["beta_fit"] = fit.to_dict()
         entry["summary"] = summary(entry["heads"], len(entry["heads"]), where="head")
     return entry
 
@@ -149,6 +151,28 @@ def _model_summary(layers: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def beta_meaning(ck: Checkpoint, with_text: bool) -> str:
+    """What beta_eff measures under the checkpoint's norm convention, and what carries the
+    temperature beside it."""
+    if ck.arch.placement == "pre" and ck.arch.norm == "rmsnorm":
+        return (
+            f"beta_eff = d / sqrt(d_head) = {ck.d / ck.d_head**0.5:.4g} for every head by the RMSNorm's "
+            "convention (|x / rms(x)| = sqrt(d), eps aside): the norm fixes it, the weights do not; "
+            "the temperature is carried by ||B_h|| (beta|B| = beta_eff ||B_h||, the largest logit on "
+            "unit tokens)"
+        )
+    where = (
+        "the median |h| of the text's tokens"
+        if with_text
+        else ("the layer norm's expected |h|" if ck.arch.placement == "post" else "sqrt(d) (no norm)")
+    )
+    return (
+        f"beta_eff = r^2 / sqrt(d_head) with r {where}: token norms vary around r, so the fitted beta "
+        "(the logits' slope on the unit-token score, biases as regressors) is the measured one; "
+        "beta|B| = beta_eff ||B_h|| is the largest logit on unit tokens"
+    )
+
+
 def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | None) -> dict[str, Any]:
     rope, norm = first if first is not None else (None, None)
     notes = list(ck.notes)
@@ -156,7 +180,8 @@ def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | No
     if rope is not None and biased:
         notes.append(
             "query/key biases with rotary positions: their logit terms depend on the offset and are "
-            "not represented in B_h (beta_fit sees them as noise)"
+            "not in B_h; beta_fit takes them as regressors (query-bias and key-bias logits, a fixed "
+            "effect per offset)"
         )
     return {
         "checkpoint": ck.source,
@@ -174,6 +199,7 @@ def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | No
         "norm": norm.describe() if norm is not None else None,
         "scale": f"logits = (Q_h h_i)^T (K_h h_j) / sqrt(d_head): 1/sqrt({ck.d_head}) is in beta_eff, "
         "not in B",
+        "beta_means": beta_meaning(ck, run is not None),
         "text": run.text if run is not None else None,
         "tokens": run.tokens if run is not None else None,
         "ids": run.ids if run is not None else None,
