@@ -32,9 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from .heads import Head
+from .checkpoint import Checkpoint
+from .forward import TokenStates, attention_logits, head_inputs
+from .heads import Head, Layer
 
-__all__ = ["BetaFit", "bias_logits", "fit_beta", "unit_scores"]
+__all__ = ["BetaFit", "bias_logits", "fit_beta", "head_fits", "unit_scores"]
 
 #: alternating projections stop when a sweep moves the residuals by less than this (relative)
 PROJECTION_TOL = 1e-13
@@ -140,3 +142,12 @@ def fit_beta(
     terms = {names[c - 1]: [float(coef[k]), se[k]] for k, c in enumerate(kept) if c > 0}
     r2 = 1.0 - rss / syy if syy > 0 else None
     return BetaFit(float(coef[0]), se[0], r2, n, q, terms, effects)
+
+
+def head_fits(ck: Checkpoint, rec: Layer, run: TokenStates) -> list[BetaFit]:
+    """beta fitted from the model's logits, per head of layer `rec` (see `beta`): the bias logits
+    as regressors, a fixed effect per query and, under rotary positions, per offset."""
+    S = run.states[rec.layer]
+    logits, H, X = attention_logits(ck, rec.layer, S), head_inputs(ck, rec.layer, S), run.cloud(rec.layer)
+    offsets = rec.rope is not None
+    return [fit_beta(logits[h.head], unit_scores(h, X), bias_logits(h, H), offsets) for h in rec.heads]

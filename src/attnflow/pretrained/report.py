@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any, cast
 
 import numpy as np
@@ -17,13 +18,14 @@ import numpy as np
 from .._threads import DEFAULT_THREADS, torch_threads
 from ..attention import COND_B_MAX, SYMMETRY_TOL
 from ..science.assumptions import OK
-from .beta import BetaFit, bias_logits, fit_beta, unit_scores
+from .beta import head_fits
 from .checkpoint import Checkpoint, check_layers, open_checkpoint
 from .diagnostics import _distinct_gap, diagnose
-from .forward import TokenStates, attention_logits, head_inputs, token_states
+from .forward import TokenStates, token_states
 from .heads import Head, Layer, load_heads
+from .regime import StepFit, layer_step, regime_of
 
-__all__ = ["OFFSETS", "TOLERANCE", "head_fits", "offset_spread", "report", "summary"]
+__all__ = ["OFFSETS", "TOLERANCE", "offset_spread", "report", "summary"]
 
 #: rotary offsets r = i - j at which a head's checks are repeated (r = 0 is the reported B)
 OFFSETS = (1, 4, 16, 64)
@@ -84,15 +86,6 @@ def _head_entry(h: Head, rec: Layer, ck: Checkpoint, run: TokenStates | None, of
     return diag
 
 
-def head_fits(ck: Checkpoint, rec: Layer, run: TokenStates) -> list[BetaFit]:
-    """beta fitted from the model's logits, per head of layer `rec` (see `beta`): the bias logits
-    as regressors, a fixed effect per query and, under rotary positions, per offset."""
-    S = run.states[rec.layer]
-    logits, H, X = attention_logits(ck, rec.layer, S), head_inputs(ck, rec.layer, S), run.cloud(rec.layer)
-    offsets = rec.rope is not None
-    return [fit_beta(logits[h.head], unit_scores(h, X), bias_logits(h, H), offsets) for h in rec.heads]
-
-
 def _layer_entry(ck: Checkpoint, rec: Layer, run: TokenStates | None, heads: bool, offsets: Sequence[int]):
     X = run.states[rec.layer] if run is not None else None  # diagnose normalises the rows
     entry: dict[str, Any] = {
@@ -111,7 +104,19 @@ def _layer_entry(ck: Checkpoint, rec: Layer, run: TokenStates | None, heads: boo
             for diag, fit in zip(entry["heads"], head_fits(ck, rec, run), strict=True):
                 diag["beta_fit"] = fit.to_dict()
         entry["summary"] = summary(entry["heads"], len(entry["heads"]), where="head")
+    if run is not None:
+        entry["step"] = asdict(layer_step(ck, rec, run))
     return entry
+
+
+def _regime(layers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model against the window t <~ log beta (`regime`), from the layers' entries."""
+    steps = [StepFit(**L["step"]) for L in layers]
+    fits = [[h["beta_fit"]["beta"] for h in L["heads"]] for L in layers]
+    normB = [h["beta_normB"] for L in layers for h in L["heads"]]
+    out = regime_of(steps, fits, normB).to_dict()
+    out["layers"] = [L["layer"] for L in layers]
+    return out
 
 
 def _closest(rows: list[dict[str, Any]], where: str) -> str:
@@ -239,5 +244,7 @@ def report(
     out = _header(ck, run, first)
     if heads:
         out["summary"] = _model_summary(layers)
+    if run is not None and heads:
+        out["regime"] = _regime(layers)
     out["layers"] = layers
     return out
