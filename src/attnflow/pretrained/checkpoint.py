@@ -110,6 +110,8 @@ class Checkpoint:
             return None
         key, part = (spec, None) if isinstance(spec, str) else spec
         whole = self.array(self.layers[layer] + key, required, cache)
+        if whole is not None and name.endswith("norm_w") and self.arch.norm_offset:
+            whole = whole + self.arch.norm_offset
         if whole is None or part is None:
             return whole
         n = whole.shape[0] // 3
@@ -122,7 +124,14 @@ class Checkpoint:
             if required:
                 raise CheckpointError(f"a {self.layout} checkpoint has no {name!r} tensor")
             return None
-        return self.array(self.prefix + key, required, cache)
+        a = self.array(self.prefix + key, required, cache)
+        return a + self.arch.norm_offset if a is not None and name.endswith("norm_w") else a
+
+    @property
+    def softcap(self) -> float | None:
+        """The attention logits' soft cap c (logits -> c tanh(logits / c)), None without."""
+        value = self.config.get("attn_logit_softcapping")
+        return float(value) if value else None
 
     @property
     def eps(self) -> float:
@@ -197,7 +206,7 @@ def _natural_key(s: str) -> list[Any]:
 
 def _layers(src: _Source, keys: frozenset[str]) -> tuple[Architecture, str, list[str]]:
     """The architecture, key prefix and layer prefixes of a checkpoint, from its keys."""
-    found = detect(keys)
+    found = detect(keys, src.found.config.get("model_type"))
     if found is None:
         shown = ", ".join(sorted(keys)[:6]) or "(no tensors)"
         raise CheckpointError(

@@ -21,7 +21,7 @@ from ..science.assumptions import OK
 from .beta import head_fits
 from .checkpoint import Checkpoint, check_layers, open_checkpoint
 from .diagnostics import _distinct_gap, diagnose
-from .forward import TokenStates, token_states
+from .forward import TokenStates, attention_logits, sink_mass, token_states
 from .heads import Head, Layer, load_heads
 from .regime import StepFit, layer_step, regime_of
 
@@ -83,6 +83,11 @@ def _head_entry(h: Head, rec: Layer, ck: Checkpoint, run: TokenStates | None, of
     )
     if h.rope is not None and offsets:
         diag["offsets"] = offset_spread(h, offsets)
+    if h.sink is not None:
+        diag["sink"] = h.sink
+        if run is not None:
+            logits = attention_logits(ck, rec.layer, run.states[rec.layer])[h.head]
+            diag["sink_mass"] = float(np.mean(sink_mass(logits, h.sink)))
     return diag
 
 
@@ -187,6 +192,17 @@ def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | No
             "query/key biases with rotary positions: their logit terms depend on the offset and are "
             "not in B_h; beta_fit takes them as regressors (query-bias and key-bias logits, a fixed "
             "effect per offset)"
+        )
+    if ck.softcap is not None:
+        notes.append(
+            f"attention logits soft-capped, {ck.softcap:g} tanh(logits / {ck.softcap:g}): the forward "
+            "pass, the field and beta_fit see the capped logits; a head's Attention (B, beta) is uncapped"
+        )
+    if ck.layer_array(0, "sinks", required=False) is not None:
+        notes.append(
+            "attention sinks: a sink logit per head (`sink`) takes softmax mass and gives nothing "
+            "(`sink_mass`, averaged over the queries of the text); in the forward pass and the field, "
+            "not in a head's Attention"
         )
     return {
         "checkpoint": ck.source,
