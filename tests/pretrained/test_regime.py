@@ -70,6 +70,7 @@ def test_steps_are_recovered_on_a_synthetic_stack_with_known_steps():
     assert all(f.r2 == pytest.approx(1.0, abs=1e-10) and f.tokens == 9 for f in fits)
     reg = regime_of(fits, [[10.0, 20.0, 30.0]] * 3, [100.0] * 12)
     assert reg.T == pytest.approx(sum(STEPS)) and reg.times == pytest.approx(np.cumsum(STEPS))
+    assert reg.T_rest == pytest.approx(sum(STEPS[1:]))
     assert reg.beta == 20.0 and reg.window == pytest.approx(math.log(20.0)) and reg.inside
     assert reg.window_normB == pytest.approx(math.log(100.0)) and reg.beyond is None
 

@@ -228,6 +228,10 @@ def heads(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print JSON (every number) instead of tables.")
     ] = False,
+    spectra: Annotated[
+        bool,
+        typer.Option("--spectra", help="With --json: every eigenvalue of A per entry (default: the top 8)."),
+    ] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Tables with every column (wider than 100).")] = False,
     figure: Annotated[
         Path | None,
@@ -250,7 +254,9 @@ def heads(
         raise fail("--figure needs --text or --ids: the regime comes from a forward pass", EXIT_USAGE)
     with exits([BAD_INPUT]):  # a checkpoint or input that cannot be used, a missing extra: one line, exit 2
         path = resolve_checkpoint(checkpoint)
-        rep = report(path, text=text, layer=layer, ids=token_ids, tokenizer=tokenizer, offsets=offs)
+        rep = report(
+            path, text=text, layer=layer, ids=token_ids, tokenizer=tokenizer, offsets=offs, spectra=spectra
+        )
     if json_out:
         typer.echo(to_json(rep, indent=1))
     else:

@@ -55,6 +55,7 @@ class Checkpoint:
     d: int = 0
     d_head: int = 0
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _rows: Callable[[str, np.ndarray], Any] | None = field(default=None, repr=False)
 
     @property
     def layout(self) -> str:
@@ -98,6 +99,21 @@ class Checkpoint:
             raise CheckpointError(f"checkpoint {self.source}: tensor {key!r} contains NaN or inf")
         if cache:
             self._cache[key] = a
+        return a
+
+    def rows(self, key: str, index: np.ndarray) -> np.ndarray:
+        """Rows `index` of the matrix `key`, float64, read alone where the reader can (GGUF: only
+        those rows are dequantised), not cached."""
+        if key in self._cache or self._rows is None or key not in self.keys:
+            return self.array(key, cache=False)[index]
+        try:
+            a = np.asarray(self._rows(key, index), dtype=np.float64)
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise CheckpointError(f"checkpoint {self.source}: cannot read tensor {key!r}: {e}") from None
+        if not np.all(np.isfinite(a)):
+            raise CheckpointError(f"checkpoint {self.source}: tensor {key!r} contains NaN or inf")
         return a
 
     def layer_array(self, layer: int, name: str, required: bool = True, cache: bool = True) -> Any:
@@ -270,6 +286,7 @@ def open_checkpoint(checkpoint: Any, num_heads: int | None = None) -> Checkpoint
         src.source, arch, prefix, layers, heads, kv, f.config, f.tokenizer, keys,
         f.tensors.__getitem__, f.fmt, f.notes, f.token_names,
     )  # fmt: skip
+    ck._rows = getattr(f.tensors, "rows", None)
     ck.d, ck.d_head = _validate_shapes(ck)
     return ck
 

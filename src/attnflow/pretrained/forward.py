@@ -241,10 +241,12 @@ def _attend(H: np.ndarray, ck: Checkpoint, i: int, rope: RoPE | None) -> np.ndar
 def _embed(ck: Checkpoint, enc: _Encoding) -> np.ndarray:
     """Word (+ position + token-type) embeddings of the encoding (+ the layer norm, post-norm)."""
     ids = np.asarray(enc.ids)
-    word = ck.global_array("word", cache=ck.arch.positions != "rope")
-    if ids.max() >= word.shape[0]:
-        raise CheckpointError(f"tokenizer ids reach {ids.max()} but the vocabulary has {word.shape[0]} rows")
-    E = word[ids] * (math.sqrt(ck.d) if ck.arch.embed_scale else 1.0)
+    vocab = _vocab_size(ck)
+    if ids.max() >= vocab:
+        raise CheckpointError(f"tokenizer ids reach {ids.max()} but the vocabulary has {vocab} rows")
+    E = ck.rows(ck.prefix + ck.arch.embeddings["word"], ids) * (
+        math.sqrt(ck.d) if ck.arch.embed_scale else 1.0
+    )
     if ck.arch.positions == "learned":
         pos = ck.global_array("position")
         offset = (

@@ -109,7 +109,9 @@ def _median(values: Sequence[float | None]) -> float | None:
 class Regime:
     """Where a model sits against the window t <~ log beta (see the module's doc).
 
-    steps: the StepFit of each layer; times: t_l = h_0 + ... + h_l; T: the stack's time;
+    steps: the StepFit of each layer; times: t_l = h_0 + ... + h_l; T: the stack's time; T_rest:
+    without the first layer (its step acts on the embeddings, which need not be on the scale of
+    the residual stream: SmolLM2's first step is 20 with R^2 = 0);
     beta_layers: per layer the median over heads of the fitted beta; beta: the median over every
     head; beta_normB: the median of beta ||B_h||; window, window_normB: log beta and
     log(beta ||B||); ratio: T / window; inside: T <= window; beyond: the first layer whose t_l
@@ -119,6 +121,7 @@ class Regime:
     steps: tuple[StepFit, ...]
     times: tuple[float, ...]
     T: float
+    T_rest: float
     beta_layers: tuple[float | None, ...]
     beta: float | None
     beta_normB: float | None
@@ -133,13 +136,14 @@ class Regime:
         return asdict(self)
 
 
-def _verdict(T: float, beta: float | None, window: float | None, window_B: float | None) -> str:
+def _verdict(T: float, rest: float, beta: float | None, window: float | None, window_B: float | None) -> str:
     if beta is None or window is None or window <= 0:
         return f"T = {T:.3g}; no fitted beta > 1, so no window to compare it with"
     where = "inside" if T <= window else "beyond"
     line = (
         f"T = sum h_l = {T:.3g} against log beta_eff = log {beta:.3g} = {window:.3g} (T / log beta = "
-        f"{T / window:.2g}): {where} the window t <~ log beta"
+        f"{T / window:.2g}): {where} the window t <~ log beta; without layer 0, T = {rest:.3g} "
+        f"({'inside' if rest <= window else 'beyond'})"
     )
     if window_B is not None:
         line += f"; with beta ||B|| the window is {window_B:.3g}"
@@ -162,9 +166,10 @@ def regime_of(
     inside = None if window is None else T <= window
     beyond = next((k for k, t in enumerate(times) if window is not None and t > window), None)
     ratio = T / window if window else None
-    line = _verdict(T, beta, window, window_B)
+    rest = T - h[0] if h else 0.0
+    line = _verdict(T, rest, beta, window, window_B)
     return Regime(
-        tuple(steps), times, T, beta_layers, beta, bB, window, window_B, ratio, inside, beyond, line
+        tuple(steps), times, T, rest, beta_layers, beta, bB, window, window_B, ratio, inside, beyond, line
     )
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict
 from typing import Any, cast
 
 import numpy as np
 
-from .._threads import DEFAULT_THREADS, torch_threads
+from .._threads import DEFAULT_THREADS, blas_threads, check_threads
 from ..attention import COND_B_MAX, SYMMETRY_TOL
 from ..science.assumptions import OK
 from .beta import head_fits
@@ -25,10 +26,12 @@ from .forward import TokenStates, attention_logits, sink_mass, token_states
 from .heads import Head, Layer, load_heads
 from .regime import StepFit, layer_step, regime_of
 
-__all__ = ["OFFSETS", "TOLERANCE", "offset_spread", "report", "summary"]
+__all__ = ["OFFSETS", "SPECTRUM_KEEP", "TOLERANCE", "offset_spread", "report", "summary"]
 
 #: rotary offsets r = i - j at which a head's checks are repeated (r = 0 is the reported B)
 OFFSETS = (1, 4, 16, 64)
+#: eigenvalues of A kept per entry in the report unless `spectra` (the rest: count only)
+SPECTRUM_KEEP = 8
 #: what "satisfies assumption 1" means, as `check_assumptions` judges it
 TOLERANCE = f"cond(B) <= {COND_B_MAX:.0e}, asymmetry <= {SYMMETRY_TOL:.0e}, gap > 0"
 
@@ -74,9 +77,24 @@ def offset_spread(head: Head, offsets: Sequence[int]) -> dict[str, Any]:
     return {"offsets": [0, *offsets], **{n: _span([row[k] for row in rows]) for k, n in enumerate(names)}}
 
 
-def _head_entry(h: Head, rec: Layer, ck: Checkpoint, run: TokenStates | None, offsets: Sequence[int]):
+def _trimmed(diag: dict[str, Any], spectra: bool) -> dict[str, Any]:
+    """diag with each assumption's list of eigenvalues cut to the top SPECTRUM_KEEP (and their
+    count, "eigenvalues_count") unless `spectra`: d of them per head would repeat in every entry."""
+    if spectra:
+        return diag
+    for item in diag["assumptions"]["items"]:
+        eig = item["numbers"].get("eigenvalues")
+        if isinstance(eig, list) and len(eig) > SPECTRUM_KEEP:
+            item["numbers"]["eigenvalues"] = eig[:SPECTRUM_KEEP]
+            item["numbers"]["eigenvalues_count"] = len(eig)
+    return diag
+
+
+def _head_entry(
+    h: Head, rec: Layer, ck: Checkpoint, run: TokenStates | None, offsets: Sequence[int], spectra: bool
+):
     X = run.states[rec.layer] if run is not None else None  # diagnose normalises the rows
-    diag = diagnose(h.attention, X)
+    diag = _trimmed(diagnose(h.attention, X), spectra)
     diag["head"], diag["kv_head"] = h.head, h.kv_head
     diag["query_bias_ratio"] = (
         float(np.linalg.norm(h.query_bias)) * rec.norm / (h.beta * max(diag["norm_B"], 1e-300))
@@ -91,7 +109,9 @@ def _head_entry(h: Head, rec: Layer, ck: Checkpoint, run: TokenStates | None, of
     return diag
 
 
-def _layer_entry(ck: Checkpoint, rec: Layer, run: TokenStates | None, heads: bool, offsets: Sequence[int]):
+def _layer_entry(
+    ck: Checkpoint, rec: Layer, run: TokenStates | None, heads: bool, offsets: Sequence[int], spectra: bool
+):
     X = run.states[rec.layer] if run is not None else None  # diagnose normalises the rows
     entry: dict[str, Any] = {
         "layer": rec.layer,
@@ -100,11 +120,11 @@ def _layer_entry(ck: Checkpoint, rec: Layer, run: TokenStates | None, heads: boo
         "norm_source": rec.norm_source,
         "beta_eff": rec.beta,
         "output_bias_norm": float(np.linalg.norm(rec.output_bias)),
-        "full": diagnose(rec.attention, X),
+        "full": _trimmed(diagnose(rec.attention, X), spectra),
         "heads": [],
     }
     if heads:
-        entry["heads"] = [_head_entry(h, rec, ck, run, offsets) for h in rec.heads]
+        entry["heads"] = [_head_entry(h, rec, ck, run, offsets, spectra) for h in rec.heads]
         if run is not None:
             for diag, fit in zip(entry["heads"], head_fits(ck, rec, run), strict=True):
                 diag["beta_fit"] = fit.to_dict()
@@ -238,6 +258,7 @@ def report(
     tokenizer: Any = None,
     offsets: Sequence[int] = OFFSETS,
     threads: int = DEFAULT_THREADS,
+    spectra: bool = False,
 ) -> dict[str, Any]:
     """`diagnose` of every layer (whole layer and each head) of a checkpoint, with summaries.
 
@@ -246,16 +267,18 @@ def report(
     head's beta is fitted from its logits ("beta_fit").  offsets: rotary offsets at which the
     checks are repeated ("offsets" per head; rotary models only).  threads: BLAS threads (1 is
     fastest on a shared machine).  "summary" (the model) and each layer's "summary" count the heads
-    that satisfy assumption 1 and name the closest.
+    that satisfy assumption 1 and name the closest.  spectra: keep every eigenvalue of A in each
+    entry's assumption numbers (default: the top `SPECTRUM_KEEP` and their count).
     """
-    with torch_threads(threads):
+    n = check_threads(threads)
+    with blas_threads(n) if n else nullcontext():  # NumPy only: torch is not imported (0.3 GB)
         ck = open_checkpoint(checkpoint, num_heads)
         idx = check_layers(None if layer is None else [layer], ck.num_layers)
         run = token_states(ck, text, tokenizer, ids=ids) if text is not None or ids is not None else None
         layers, first = [], None
         for i in idx:  # one layer at a time: a layer's Attention objects are large (d x d each)
             (rec,) = load_heads(ck, layers=[i], states=run)
-            layers.append(_layer_entry(ck, rec, run, heads, offsets))
+            layers.append(_layer_entry(ck, rec, run, heads, offsets, spectra))
             first = first or (rec.rope, rec.input_norm)
     out = _header(ck, run, first)
     if heads:

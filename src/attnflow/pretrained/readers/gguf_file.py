@@ -209,9 +209,18 @@ def read(path: Path) -> Found:
             return w.astype(np.float64) - spec.norm_offset
         return w
 
+    def load_rows(name: str, index: Any) -> np.ndarray:
+        """Rows `index` of a matrix, dequantised alone (an embedding's rows for a text's tokens)."""
+        t = by_name[name]
+        cols = int(t.shape[0])
+        try:
+            return gguf.quants.dequantize(t.data[index], t.tensor_type).astype(np.float32).reshape(-1, cols)
+        except Exception as e:
+            raise CheckpointError(f"checkpoint {path}: cannot dequantise {t.name}: {e}") from None
+
     tokens = _field(reader, "tokenizer.ggml.tokens")
     return Found(
-        LazyTensors(list(by_name), load),
+        LazyTensors(list(by_name), load, load_rows),
         config,
         tokenizer_next_to(path) or _tokenizer(reader),
         "gguf",
