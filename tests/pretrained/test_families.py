@@ -172,3 +172,22 @@ def test_gemma2_logits_are_capped_and_sinks_take_mass(family):
                 e = np.exp(np.vstack([logits.T, np.full(len(IDS), sd[p + "sinks"][h["head"]])]).T)
                 assert h["sink_mass"] == pytest.approx(np.mean(e[:, -1] / e.sum(axis=1)), rel=1e-9)
     assert "regime" in rep and len(rep["regime"]["steps"]) == 2
+
+
+def test_lean_report_keeps_the_top_eigenvalues_and_reads_only_the_embedding_rows(family, monkeypatch):
+    path, sd, _ = family
+    ck = P.open_checkpoint(path)
+    np.testing.assert_array_equal(
+        ck.rows("model.embed_tokens.weight", np.array(IDS)), sd["model.embed_tokens.weight"][IDS]
+    )
+    loaded = []
+    load = ck._get
+    monkeypatch.setattr(ck, "_get", lambda key: loaded.append(key) or load(key))
+    P.token_states(ck, ids=IDS)
+    assert "model.embed_tokens.weight" not in loaded  # its rows only, dequantised alone
+    short = P.report(path, layer=0, offsets=())["layers"][0]["heads"][0]["assumptions"]["items"][0]["numbers"]
+    full = P.report(path, layer=0, offsets=(), spectra=True)["layers"][0]["heads"][0]["assumptions"]["items"][
+        0
+    ]
+    assert short["eigenvalues"] == full["numbers"]["eigenvalues"][:8] and short["eigenvalues_count"] == 32
+    assert len(full["numbers"]["eigenvalues"]) == 32 and "eigenvalues_count" not in full["numbers"]

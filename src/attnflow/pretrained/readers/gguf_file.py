@@ -191,6 +191,9 @@ def read(path: Path) -> Found:
     spec = GGUF_ARCHITECTURES[arch]
     by_name = {_hf_name(t.name, spec): t for t in reader.tensors}
     config = _config(reader, arch, spec, {t.name for t in reader.tensors})
+    embedding = by_name.get("model.embed_tokens.weight")
+    if embedding is not None:  # its rows, from the header: the matrix itself is not read for it
+        config.setdefault("vocab_size", int(embedding.shape[-1]))
     n_heads = config.get("num_attention_heads")
     heads = {"q_proj": n_heads, "k_proj": config.get("num_key_value_heads", n_heads)}
 
