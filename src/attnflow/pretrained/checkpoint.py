@@ -56,6 +56,7 @@ class Checkpoint:
     d_head: int = 0
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _rows: Callable[[str, np.ndarray], Any] | None = field(default=None, repr=False)
+    _shape: Callable[[str], tuple[int, ...]] | None = field(default=None, repr=False)
 
     @property
     def layout(self) -> str:
@@ -101,6 +102,16 @@ class Checkpoint:
             self._cache[key] = a
         return a
 
+    def layer_shape(self, layer: int, name: str) -> tuple[int, ...] | None:
+        """The shape of a per-layer tensor (by its MATH name), from the file's header where the
+        reader has one (the tensor is not read), else from the tensor; None when absent."""
+        spec = self.arch.keys.get(name)
+        if spec is None or self._shape is None or not isinstance(spec, str):
+            a = self.layer_array(layer, name, required=False, cache=False)
+            return None if a is None else tuple(a.shape)
+        key = self.layers[layer] + spec
+        return tuple(self._shape(key)) if key in self.keys else None
+
     def rows(self, key: str, index: np.ndarray) -> np.ndarray:
         """Rows `index` of the matrix `key`, float64, read alone where the reader can (GGUF: only
         those rows are dequantised), not cached."""
@@ -115,6 +126,13 @@ class Checkpoint:
         if not np.all(np.isfinite(a)):
             raise CheckpointError(f"checkpoint {self.source}: tensor {key!r} contains NaN or inf")
         return a
+
+    def release(self, layer: int) -> None:
+        """Drop layer `layer`'s cached tensors (a model is read one layer at a time: its layers'
+        dequantised weights are never all held at once)."""
+        prefix = self.layers[layer]
+        for key in [k for k in self._cache if k.startswith(prefix)]:
+            del self._cache[key]
 
     def layer_array(self, layer: int, name: str, required: bool = True, cache: bool = True) -> Any:
         """Per-layer tensor by its MATH name (W_Q, b_Q, ..., see `Architecture.keys`), float64;
@@ -287,6 +305,7 @@ def open_checkpoint(checkpoint: Any, num_heads: int | None = None) -> Checkpoint
         f.tensors.__getitem__, f.fmt, f.notes, f.token_names,
     )  # fmt: skip
     ck._rows = getattr(f.tensors, "rows", None)
+    ck._shape = getattr(f.tensors, "shape", None)
     ck.d, ck.d_head = _validate_shapes(ck)
     return ck
 
@@ -305,8 +324,8 @@ def _validate_shapes(ck: Checkpoint) -> tuple[int, int]:
             W = ck.array(p + "in_proj_weight")
             if W.ndim != 2 or W.shape[0] != 3 * W.shape[1]:
                 raise CheckpointError(f"checkpoint {ck.source}: {p}in_proj_weight has shape {W.shape}")
-    W_Q = ck.layer_array(0, "W_Q")
-    d = int(W_Q.shape[-1])
+    shape = ck.layer_shape(0, "W_Q")
+    d = int(shape[-1]) if shape is not None else int(ck.layer_array(0, "W_Q").shape[-1])
     head_dim = ck.config.get("head_dim") if ck.layout == "llama" else None
     for i in range(ck.num_layers):
         H, kv = ck.num_heads[i], ck.num_kv_heads[i]
@@ -319,19 +338,21 @@ def _validate_shapes(ck: Checkpoint) -> tuple[int, int]:
                 f"checkpoint {ck.source}: {H} query heads cannot share {kv} key/value heads (not a divisor)"
             )
         dh = int(head_dim or d // H)
-        for name in ATTENTION_KEYS:
-            W = ck.layer_array(i, name)
+        for name in ATTENTION_KEYS:  # shapes from the header where the reader has one: nothing read
+            shape = ck.layer_shape(i, name)
+            if shape is None:
+                ck.layer_array(i, name)  # missing: the error that names it
             want = _expected_rows(ck, i, name, d, dh)
-            if W.shape != want:
+            if shape != want:
                 raise CheckpointError(
-                    f"checkpoint {ck.source}: layer {i} {name} has shape {W.shape}, expected {want}"
+                    f"checkpoint {ck.source}: layer {i} {name} has shape {shape}, expected {want}"
                 )
         for name in BIAS_KEYS:
-            b = ck.layer_array(i, name, required=False)
+            shape = ck.layer_shape(i, name)
             rows = d if name == "b_O" else _expected_rows(ck, i, "W" + name[1:], d, dh)[0]
-            if b is not None and b.shape != (rows,):
+            if shape is not None and shape != (rows,):
                 raise CheckpointError(
-                    f"checkpoint {ck.source}: layer {i} {name} has shape {b.shape}, expected ({rows},)"
+                    f"checkpoint {ck.source}: layer {i} {name} has shape {shape}, expected ({rows},)"
                 )
     return d, int(head_dim or d // ck.num_heads[0])
 

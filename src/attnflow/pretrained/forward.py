@@ -310,6 +310,7 @@ def token_states(
     states = [X]
     for i in range(ck.num_layers):
         X = _block(ck, i, X, rope)
+        ck.release(i)
         states.append(X)
     return TokenStates(text, enc.tokens, np.stack(states), enc.ids)
 

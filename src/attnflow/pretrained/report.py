@@ -279,6 +279,7 @@ def report(
         for i in idx:  # one layer at a time: a layer's Attention objects are large (d x d each)
             (rec,) = load_heads(ck, layers=[i], states=run)
             layers.append(_layer_entry(ck, rec, run, heads, offsets, spectra))
+            ck.release(i)
             first = first or (rec.rope, rec.input_norm)
     out = _header(ck, run, first)
     if heads:

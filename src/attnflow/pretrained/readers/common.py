@@ -77,11 +77,19 @@ class LazyTensors(Mapping[str, Any]):
         names: list[str],
         load: Callable[[str], Any],
         load_rows: Callable[[str, Any], Any] | None = None,
+        shapes: Mapping[str, tuple[int, ...]] | None = None,
     ) -> None:
         self._names = list(names)
         self._set = set(names)
         self._load = load
         self._load_rows = load_rows
+        self._shapes = shapes
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The tensor's shape, from the file's header where the reader knows it (not read)."""
+        if self._shapes is not None and name in self._shapes:
+            return self._shapes[name]
+        return tuple(self[name].shape)
 
     def rows(self, name: str, index: Any) -> Any:
         if name not in self._set:

@@ -175,6 +175,39 @@ def _tokenizer(reader: Any) -> Any:
     return tok
 
 
+def _tensors(
+    gguf: Any, path: Path, spec: GgufArchitecture, by_name: dict[str, Any], config: dict
+) -> LazyTensors:
+    """The file's tensors by Hugging Face name, dequantised on access (rows alone where asked),
+    their shapes from the header."""
+    n_heads = config.get("num_attention_heads")
+    heads = {"q_proj": n_heads, "k_proj": config.get("num_key_value_heads", n_heads)}
+
+    def dequantise(t: Any, data: Any, shape: tuple[int, ...]) -> np.ndarray:
+        try:
+            return gguf.quants.dequantize(data, t.tensor_type).astype(np.float32).reshape(shape)
+        except Exception as e:
+            raise CheckpointError(f"checkpoint {path}: cannot dequantise {t.name}: {e}") from None
+
+    def load(name: str) -> np.ndarray:
+        t = by_name[name]
+        w = dequantise(t, t.data, tuple(int(n) for n in reversed(t.shape)))
+        n = heads.get(name.rsplit(".", 2)[-2])
+        if spec.permuted_qk and n:
+            w = unpermute_rows(w, int(n))
+        if spec.norm_offset and name.endswith("norm.weight"):
+            return w.astype(np.float64) - spec.norm_offset
+        return w
+
+    def load_rows(name: str, index: Any) -> np.ndarray:
+        """Rows `index` of a matrix, dequantised alone (an embedding's rows for a text's tokens)."""
+        t = by_name[name]
+        return dequantise(t, t.data[index], (-1, int(t.shape[0])))
+
+    shapes = {n: tuple(int(k) for k in reversed(t.shape)) for n, t in by_name.items()}
+    return LazyTensors(list(by_name), load, load_rows, shapes)
+
+
 def read(path: Path) -> Found:
     """The tensors (float32 on access, Hugging Face names), config and tokenizer of a GGUF file."""
     gguf = require("gguf", f"reading {path.name}")
@@ -194,39 +227,10 @@ def read(path: Path) -> Found:
     embedding = by_name.get("model.embed_tokens.weight")
     if embedding is not None:  # its rows, from the header: the matrix itself is not read for it
         config.setdefault("vocab_size", int(embedding.shape[-1]))
-    n_heads = config.get("num_attention_heads")
-    heads = {"q_proj": n_heads, "k_proj": config.get("num_key_value_heads", n_heads)}
-
-    def load(name: str) -> np.ndarray:
-        t = by_name[name]
-        try:
-            w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-            w = w.reshape(tuple(int(n) for n in reversed(t.shape)))
-        except Exception as e:
-            raise CheckpointError(f"checkpoint {path}: cannot dequantise {t.name}: {e}") from None
-        proj = name.rsplit(".", 2)[-2]
-        n = heads.get(proj)
-        if spec.permuted_qk and n:
-            w = unpermute_rows(w, int(n))
-        if spec.norm_offset and name.endswith("norm.weight"):
-            return w.astype(np.float64) - spec.norm_offset
-        return w
-
-    def load_rows(name: str, index: Any) -> np.ndarray:
-        """Rows `index` of a matrix, dequantised alone (an embedding's rows for a text's tokens)."""
-        t = by_name[name]
-        cols = int(t.shape[0])
-        try:
-            return gguf.quants.dequantize(t.data[index], t.tensor_type).astype(np.float32).reshape(-1, cols)
-        except Exception as e:
-            raise CheckpointError(f"checkpoint {path}: cannot dequantise {t.name}: {e}") from None
-
     tokens = _field(reader, "tokenizer.ggml.tokens")
-    return Found(
-        LazyTensors(list(by_name), load, load_rows),
-        config,
-        tokenizer_next_to(path) or _tokenizer(reader),
-        "gguf",
-        _notes(reader, spec.permuted_qk),
-        list(tokens) if tokens is not None else None,
-    )
+    names = list(tokens) if tokens is not None else None
+    tokenizer = tokenizer_next_to(path) or _tokenizer(reader)
+    for key in [k for k in reader.fields if k.startswith("tokenizer.ggml.")]:
+        del reader.fields[key]  # read once above: the parsed vocabulary is hundreds of MB of small arrays
+    tensors = _tensors(gguf, path, spec, by_name, config)
+    return Found(tensors, config, tokenizer, "gguf", _notes(reader, spec.permuted_qk), names)
