@@ -191,3 +191,24 @@ def test_lean_report_keeps_the_top_eigenvalues_and_reads_only_the_embedding_rows
     ]
     assert short["eigenvalues"] == full["numbers"]["eigenvalues"][:8] and short["eigenvalues_count"] == 32
     assert len(full["numbers"]["eigenvalues"]) == 32 and "eigenvalues_count" not in full["numbers"]
+
+
+def test_the_numbers_over_rotary_offsets_equal_the_dense_ones(family):
+    """offset_spread's d_h x d_h pieces against each offset's dense Attention (d x d)."""
+    from attnflow.pretrained.diagnostics import diagnose
+    from attnflow.pretrained.report import offset_spread
+
+    path, _, _ = family
+    (L,) = P.load_heads(path, layers=[1])
+    for h in L.heads[:2]:
+        spread = offset_spread(h, (1, 5))
+        dense = [diagnose(h.attention_at(r)) for r in (0, 1, 5)]
+        for name, key in [
+            ("asymmetry", "asymmetry"),
+            ("norm_B", "norm_B"),
+            ("mu1", "mu1"),
+            ("rel_gap", "rel_gap"),
+        ]:
+            values = [d[key] for d in dense]
+            assert spread[name] == pytest.approx([min(values), max(values)], rel=1e-8, abs=1e-12), name
+        assert spread["rank_B"] == [8, 8] and all(d["rank_B"] == 8 for d in dense)

@@ -17,7 +17,7 @@ from typing import Any, cast
 import numpy as np
 
 from .._threads import DEFAULT_THREADS, blas_threads, check_threads
-from ..attention import COND_B_MAX, SYMMETRY_TOL
+from ..attention import COND_B_MAX, SYMMETRY_TOL, Attention
 from ..science.assumptions import OK
 from .beta import head_fits
 from .checkpoint import Checkpoint, check_layers, open_checkpoint
@@ -45,24 +45,33 @@ def _span(values: Sequence[float | None]) -> list[float] | None:
     return [min(v), max(v)] if v else None
 
 
-def _at_offset(head: Head, r: int) -> tuple[float, float, float, float, int]:
+def _pieces(head: Head) -> tuple[np.ndarray, ...]:
+    """The d_h x d_h pieces every offset's numbers come from (`_at_offset`): Q_h Q_h^T,
+    G = W_V K_h^T, Q_h W_O, W_O^T W_O and the R factors of Q_h^T and K_h^T."""
+    assert head.W_V is not None and head.W_O is not None
+    R1 = cast(np.ndarray, np.linalg.qr(head.Q.T, mode="r"))  # NumPy's stubs say QRResult
+    RK = cast(np.ndarray, np.linalg.qr(head.K.T, mode="r"))
+    return head.Q @ head.Q.T, head.W_V @ head.K.T, head.Q @ head.W_O, head.W_O.T @ head.W_O, R1, RK
+
+
+def _at_offset(head: Head, pieces: tuple[np.ndarray, ...], r: int) -> tuple[float, float, float, float, int]:
     """(asymmetry, mu1, relative gap, ||B||, rank B) of A_h(r) = V_h B_h(r)^T, B_h(r) = Q_h^T K_r
-    with K_r = R(-r) K_h: from d_h x d_h pieces (A = F Q_h with F = V_h K_r^T, rank <= d_h; its
-    other d - d_h eigenvalues are exact zeros)."""
+    with K_r = R(-r) K_h, from d_h x d_h pieces: A = F Q_h with F = V_h K_r^T = W_O (G R(-r)^T)
+    (rank <= d_h; its other d - d_h eigenvalues are exact zeros), and B's nonzero singular values
+    those of R1 (RK R(-r)^T)^T (Q_h^T = U1 R1, K_h^T = U2 RK)."""
     assert head.rope is not None
-    K = head.rope.matrix(-r) @ head.K
-    F = head.V @ K.T  # (d, d_h)
-    QF = head.Q @ F
-    norm2 = float(np.trace((F.T @ F) @ (head.Q @ head.Q.T)))
+    QQ, G, QW, OO, R1, RK = pieces
+    Rm = head.rope.matrix(-r)
+    Gr = G @ Rm.T
+    QF = QW @ Gr
+    norm2 = float(np.trace((Gr.T @ OO @ Gr) @ QQ))  # |A|_F^2 = trace(F^T F Q Q^T)
     asym = math.sqrt(max(2 * norm2 - 2 * float(np.trace(QF @ QF)), 0.0) / norm2) / 2 if norm2 > 0 else 0.0
     w = np.concatenate([np.linalg.eigvals(QF), np.zeros(head.Q.shape[1] - head.d_head)])
     w = w[np.lexsort((-w.imag, -w.real))]
     radius = float(np.max(np.abs(w)))
     mu1, mu2, _ = _distinct_gap(w.real, radius)
     gap = mu1 - mu2 if mu2 is not None else 0.0
-    R1 = cast(np.ndarray, np.linalg.qr(head.Q.T, mode="r"))  # NumPy's stubs say QRResult
-    R2 = cast(np.ndarray, np.linalg.qr(K.T, mode="r"))
-    s = np.linalg.svd(R1 @ R2.T, compute_uv=False)  # the nonzero singular values of B_h(r) = Q_h^T K_r
+    s = np.linalg.svd(R1 @ (RK @ Rm.T).T, compute_uv=False)
     rank = int(np.sum(s > s[0] * head.Q.shape[1] * np.finfo(float).eps)) if s[0] > 0 else 0
     return asym, mu1, gap / radius if radius > 0 else 0.0, float(s[0]), rank
 
@@ -72,9 +81,23 @@ def offset_spread(head: Head, offsets: Sequence[int]) -> dict[str, Any]:
     max] of the asymmetry of A, its top real part mu1, its relative gap, ||B|| and the rank of B.
     Numbers, not verdicts: `check_assumptions` judges r = 0 (the head's reported B); B_h(r) has
     rank <= d_h < d at every r, so assumption 1 fails at every offset through B alone."""
-    rows = [_at_offset(head, r) for r in (0, *offsets)]
+    pieces = _pieces(head)
+    rows = [_at_offset(head, pieces, r) for r in (0, *offsets)]
     names = ("asymmetry", "mu1", "rel_gap", "norm_B", "rank_B")
     return {"offsets": [0, *offsets], **{n: _span([row[k] for row in rows]) for k, n in enumerate(names)}}
+
+
+#: what an Attention caches (d x d matrices, eigenvectors): dropped once an entry is written
+_DERIVED = ("B", "A", "_spectrum", "singular_values_B", "_head_rows", "cond_B", "norm_B")
+
+
+def _diagnosed(att: Attention, X: np.ndarray | None, spectra: bool) -> dict[str, Any]:
+    """diagnose(att, X), trimmed (`_trimmed`), with att's cached matrices dropped afterwards: a
+    layer's heads are diagnosed one by one and never all held with their eigenvectors."""
+    diag = _trimmed(diagnose(att, X), spectra)
+    for name in _DERIVED:
+        att.__dict__.pop(name, None)
+    return diag
 
 
 def _trimmed(diag: dict[str, Any], spectra: bool) -> dict[str, Any]:
@@ -94,7 +117,7 @@ def _head_entry(
     h: Head, rec: Layer, ck: Checkpoint, run: TokenStates | None, offsets: Sequence[int], spectra: bool
 ):
     X = run.states[rec.layer] if run is not None else None  # diagnose normalises the rows
-    diag = _trimmed(diagnose(h.attention, X), spectra)
+    diag = _diagnosed(h.attention, X, spectra)
     diag["head"], diag["kv_head"] = h.head, h.kv_head
     diag["query_bias_ratio"] = (
         float(np.linalg.norm(h.query_bias)) * rec.norm / (h.beta * max(diag["norm_B"], 1e-300))
@@ -120,7 +143,7 @@ def _layer_entry(
         "norm_source": rec.norm_source,
         "beta_eff": rec.beta,
         "output_bias_norm": float(np.linalg.norm(rec.output_bias)),
-        "full": _trimmed(diagnose(rec.attention, X), spectra),
+        "full": _diagnosed(rec.attention, X, spectra),
         "heads": [],
     }
     if heads:
