@@ -151,7 +151,8 @@ class Dynamics:
     sigma >= 0 of the Stratonovich noise sigma P_x^perp o dW. usa_time: "model" (the formula as
     written: its speed grows like e^{beta ||B||}) or "rescaled" (the field divided by e^{beta max_h
     ||B_h||}, a change of time). alpha: nGPT's step (dtheta/dt = alpha P^perp m / |m|). redraw: a
-    `Redraw` (fresh weights every period) or None.
+    `Redraw` (fresh weights every period) or None.  softcap: c > 0 caps every score, beta x_i^T B_h
+    x_j -> c tanh(beta x_i^T B_h x_j / c) (Gemma-2's attention logit soft-capping), or None.
     """
 
     def __init__(
@@ -166,6 +167,7 @@ class Dynamics:
         usa_time: str = "model",
         alpha: float = 1.0,
         redraw: Redraw | None = None,
+        softcap: float | None = None,
     ) -> None:
         self.heads = _check_heads(heads)
         self.W_O = _check_outputs(W_O, self.heads)
@@ -180,6 +182,11 @@ class Dynamics:
         if redraw is not None and not isinstance(redraw, Redraw):
             raise TypeError(f"redraw must be an attnflow.flow.Redraw or None, got {type(redraw).__name__}")
         self.redraw = redraw
+        self.softcap = None if softcap is None else _check_nonnegative(softcap, "softcap")
+        if self.softcap == 0:
+            raise ValueError(
+                "softcap must be a finite number > 0 (the cap c of c tanh(s / c)) or None, got 0"
+            )
 
     # ------------------------------------------------------------------------------ structure
 
@@ -248,6 +255,8 @@ class Dynamics:
             out.append(f"noise = {self.noise:g}")
         if self.redraw is not None:
             out.append(f"weights redrawn every {self.redraw.period:g}")
+        if self.softcap is not None:
+            out.append(f"scores soft-capped at {self.softcap:g}")
         return out
 
     @property
@@ -283,6 +292,8 @@ class Dynamics:
             parts.append(f"noise sigma = {self.noise:g}")
         if self.redraw is not None:
             parts.append(f"weights {self.redraw.label} every {self.redraw.period:g}")
+        if self.softcap is not None:
+            parts.append(f"scores capped at {self.softcap:g} tanh(s / {self.softcap:g})")
         return ", ".join(parts)
 
     def log_time_scale(self, beta: float | None = None) -> float:
@@ -303,6 +314,7 @@ class Dynamics:
             "usa_time": self.usa_time,
             "alpha": self.alpha,
             "redraw": self.redraw,
+            "softcap": self.softcap,
         }
 
     def with_beta(self, beta: float) -> Dynamics:
