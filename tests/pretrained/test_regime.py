@@ -133,3 +133,8 @@ def test_heads_prints_the_regime_and_draws_it(tmp_path):
     assert (tmp_path / "r.png").stat().st_size > 1000
     bad = runner.invoke(app, ["heads", str(tmp_path / "ck"), "--figure", str(tmp_path / "s.png")])
     assert bad.exit_code == 2 and "--figure needs --text" in bad.output and not (tmp_path / "s.png").exists()
+    one = runner.invoke(
+        app, ["heads", str(tmp_path / "ck"), "--text", "the cat", "--layer", "1", "--figure", "x.png"]
+    )
+    assert one.exit_code == 2 and "--figure needs every layer" in one.output
+    assert "regime" not in P.report(tmp_path / "ck", "the cat sat", layer=1, offsets=())

@@ -252,6 +252,8 @@ def heads(
     token_ids, offs = _int_list(ids, "--ids"), _int_list(offsets, "--offsets") or []
     if figure is not None and text is None and token_ids is None:
         raise fail("--figure needs --text or --ids: the regime comes from a forward pass", EXIT_USAGE)
+    if figure is not None and layer is not None:
+        raise fail("--figure needs every layer (no --layer): the regime is the whole stack's", EXIT_USAGE)
     with exits([BAD_INPUT]):  # a checkpoint or input that cannot be used, a missing extra: one line, exit 2
         path = resolve_checkpoint(checkpoint)
         rep = report(

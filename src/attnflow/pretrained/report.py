@@ -307,7 +307,7 @@ def report(
     out = _header(ck, run, first)
     if heads:
         out["summary"] = _model_summary(layers)
-    if run is not None and heads:
+    if run is not None and heads and layer is None:  # the stack's time needs every layer
         out["regime"] = _regime(layers)
     out["layers"] = layers
     return out
