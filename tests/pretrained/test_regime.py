@@ -138,3 +138,18 @@ def test_heads_prints_the_regime_and_draws_it(tmp_path):
     )
     assert one.exit_code == 2 and "--figure needs every layer" in one.output
     assert "regime" not in P.report(tmp_path / "ck", "the cat sat", layer=1, offsets=())
+
+
+def test_the_heuristic_departure_from_small_pieces_equals_the_dense_one():
+    from attnflow.pretrained.regime import departure
+
+    sd, _ = bert_state(d=16, heads=4, layers=1, seed=8)
+    (L,) = P.load_heads(sd, num_heads=4, norm=3.0)
+    for h in L.heads:
+        A, B = h.attention.A, h.attention.B
+        w, U = np.linalg.eigh((A + A.T) / 2)
+        u1, u2 = U[:, -1], U[:, -2]
+        delta = np.linalg.norm(B.T @ u1) - u1 @ B @ u1
+        lam = (w[-1] - w[-2]) / np.linalg.norm(B.T @ u2)
+        assert delta >= 0 and lam > 0
+        assert departure(h, 7.0, 20) == pytest.approx((math.log(20) / lam, 7.0 * delta / lam), rel=1e-8)

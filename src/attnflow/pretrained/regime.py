@@ -45,7 +45,16 @@ from .checkpoint import Checkpoint, open_checkpoint
 from .forward import TokenStates, head_inputs, token_states
 from .heads import Head, Layer, attention_output, load_heads
 
-__all__ = ["Regime", "StepFit", "attention_field", "fit_step", "layer_step", "regime", "regime_of"]
+__all__ = [
+    "Regime",
+    "StepFit",
+    "attention_field",
+    "departure",
+    "fit_step",
+    "layer_step",
+    "regime",
+    "regime_of",
+]
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,31 @@ def norm_B(head: Head) -> float:
     (Q_h Q_h^T)(K_h K_h^T)."""
     w = np.linalg.eigvals((head.Q @ head.Q.T) @ (head.K @ head.K.T))
     return math.sqrt(max(float(np.max(w.real)), 0.0))
+
+
+def departure(head: Head, beta: float, N: int) -> tuple[float, float] | None:
+    """The heuristic metastable times of MATH.md ("Why concentration lasts longer than guaranteed")
+    on the symmetric part S = (A_h + A_h^T) / 2 of the head, u_1, u_2 its top eigenvectors, gap
+    gamma = mu_1 - mu_2: delta = |B^T u_1| - u_1^T B u_1, lambda = gamma / |B^T u_2|; returns
+    (log N / lambda, delta beta / lambda): the finite-N departure (its intercept b unknown, taken 0)
+    and the mean-field one.  From 2 d_h x 2 d_h pieces (S = U M U^T, U = [V_h K_h^T, Q_h^T]).
+    None when S has no positive gap among its nonzero eigenvalues.  A heuristic derived for
+    symmetric A: a trained head's A is not (asymmetry about 0.7), so these are orders of magnitude.
+    """
+    k = head.d_head
+    U = np.hstack([head.V @ head.K.T, head.Q.T])
+    Qu, Ru = np.linalg.qr(U)
+    M = np.zeros((2 * k, 2 * k))
+    M[:k, k:] = M[k:, :k] = np.eye(k) / 2
+    w, Y = np.linalg.eigh(Ru @ M @ Ru.T)
+    w, Y = w[::-1], Y[:, ::-1]
+    if not w[1] > 0 or not w[0] > w[1]:
+        return None
+    u1, u2 = Qu @ Y[:, 0], Qu @ Y[:, 1]
+    Bt = lambda u: head.K.T @ (head.Q @ u)  # noqa: E731 -- B^T u = K^T (Q u)
+    delta = float(np.linalg.norm(Bt(u1)) - (head.Q @ u1) @ (head.K @ u1))
+    lam = float((w[0] - w[1]) / np.linalg.norm(Bt(u2)))
+    return math.log(N) / lam, delta * beta / lam
 
 
 def _median(values: Sequence[float | None]) -> float | None:
