@@ -102,6 +102,10 @@ def test_the_window_verdict_and_the_norm_of_B():
     reg = regime_of(steps, [[math.e**3.5]] * 3, [50.0])  # t_l = 2, 4, 6 against log beta = 3.5
     assert reg.T == 6.0 and reg.window == pytest.approx(3.5) and not reg.inside and reg.beyond == 1
     assert "beyond the window" in reg.line and reg.ratio == pytest.approx(6 / 3.5)
+    assert reg.metastable is None and "metastable" not in reg.line  # no departures given
+    reg = regime_of(steps, [[math.e**3.5]] * 3, [50.0], [(2.0, 5.0), (8.0, 10.0), None])
+    assert reg.metastable == 5.0 and reg.departure_N == 5.0 and reg.departure_mf == 7.5  # medians
+    assert "heuristic metastable time" in reg.line and "T is beyond it" in reg.line
     sd, _ = bert_state(d=16, heads=4, layers=1, seed=2)
     (L,) = P.load_heads(sd, num_heads=4)
     for h in L.heads:

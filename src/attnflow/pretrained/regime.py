@@ -149,7 +149,9 @@ class Regime:
     beta_layers: per layer the median over heads of the fitted beta; beta: the median over every
     head; beta_normB: the median of beta ||B_h||; window, window_normB: log beta and
     log(beta ||B||); ratio: T / window; inside: T <= window; beyond: the first layer whose t_l
-    passes the window (None); line: the verdict in words.
+    passes the window (None); metastable: the heuristic metastable time, the median over heads of
+    min(log N / lambda, delta beta / lambda) (`departure`; None without a head with a gap), and
+    departure_N, departure_mf the medians of the two branches; line: the verdict in words.
     """
 
     steps: tuple[StepFit, ...]
@@ -164,6 +166,9 @@ class Regime:
     ratio: float | None
     inside: bool | None
     beyond: int | None
+    metastable: float | None
+    departure_N: float | None
+    departure_mf: float | None
     line: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,10 +190,13 @@ def _verdict(T: float, rest: float, beta: float | None, window: float | None, wi
 
 
 def regime_of(
-    steps: Sequence[StepFit], fits: Sequence[Sequence[float | None]], normB: Sequence[float]
+    steps: Sequence[StepFit],
+    fits: Sequence[Sequence[float | None]],
+    normB: Sequence[float],
+    departures: Sequence[tuple[float, float] | None] = (),
 ) -> Regime:
-    """The Regime from each layer's step, each layer's fitted betas per head and beta ||B_h|| of
-    every head."""
+    """The Regime from each layer's step, each layer's fitted betas per head, beta ||B_h|| of
+    every head and each head's heuristic `departure` (finite N, mean field)."""
     h = [s.h if s.h is not None else 0.0 for s in steps]
     times = tuple(float(t) for t in np.cumsum(h))
     T = times[-1] if times else 0.0
@@ -201,10 +209,19 @@ def regime_of(
     beyond = next((k for k, t in enumerate(times) if window is not None and t > window), None)
     ratio = T / window if window else None
     rest = T - h[0] if h else 0.0
+    known = [dep for dep in departures if dep is not None]
+    meta = _median([min(dep) for dep in known])
     line = _verdict(T, rest, beta, window, window_B)
+    if meta is not None:
+        line += (
+            f"; heuristic metastable time (median over heads of min(log N / lambda, delta beta / lambda), "
+            f"symmetric parts) {meta:.3g}: T is {'below' if T <= meta else 'beyond'} it"
+        )
+    n_branch, mf_branch = _median([d[0] for d in known]), _median([d[1] for d in known])
     return Regime(
-        tuple(steps), times, T, rest, beta_layers, beta, bB, window, window_B, ratio, inside, beyond, line
-    )
+        tuple(steps), times, T, rest, beta_layers, beta, bB, window, window_B, ratio, inside, beyond,
+        meta, n_branch, mf_branch, line,
+    )  # fmt: skip
 
 
 def _fitted(fits: Sequence[BetaFit]) -> list[float | None]:
@@ -221,9 +238,12 @@ def regime(
     steps: list[StepFit] = []
     fits: list[list[float | None]] = []
     normB: list[float] = []
+    deps: list[tuple[float, float] | None] = []
     for i in range(ck.num_layers):  # one layer at a time: a layer's Attention objects are large
         (rec,) = load_heads(ck, layers=[i], states=run)
         steps.append(layer_step(ck, rec, run))
         fits.append(_fitted(head_fits(ck, rec, run)))
         normB.extend(h.beta * norm_B(h) for h in rec.heads)
-    return regime_of(steps, fits, normB)
+        for h, b in zip(rec.heads, fits[-1], strict=True):
+            deps.append(departure(h, b if b is not None else h.beta, len(run.tokens)))
+    return regime_of(steps, fits, normB, deps)

@@ -24,7 +24,7 @@ from .checkpoint import Checkpoint, check_layers, open_checkpoint
 from .diagnostics import _distinct_gap, diagnose
 from .forward import TokenStates, attention_logits, sink_mass, token_states
 from .heads import Head, Layer, load_heads
-from .regime import StepFit, layer_step, regime_of
+from .regime import StepFit, departure, layer_step, regime_of
 
 __all__ = ["OFFSETS", "SPECTRUM_KEEP", "TOLERANCE", "offset_spread", "report", "summary"]
 
@@ -149,8 +149,10 @@ def _layer_entry(
     if heads:
         entry["heads"] = [_head_entry(h, rec, ck, run, offsets, spectra) for h in rec.heads]
         if run is not None:
-            for diag, fit in zip(entry["heads"], head_fits(ck, rec, run), strict=True):
+            for h, diag, fit in zip(rec.heads, entry["heads"], head_fits(ck, rec, run), strict=True):
                 diag["beta_fit"] = fit.to_dict()
+                dep = departure(h, fit.beta if fit.beta is not None else h.beta, len(run.tokens))
+                diag["departure"] = None if dep is None else list(dep)
         entry["summary"] = summary(entry["heads"], len(entry["heads"]), where="head")
     if run is not None:
         entry["step"] = asdict(layer_step(ck, rec, run))
@@ -162,7 +164,8 @@ def _regime(layers: list[dict[str, Any]]) -> dict[str, Any]:
     steps = [StepFit(**L["step"]) for L in layers]
     fits = [[h["beta_fit"]["beta"] for h in L["heads"]] for L in layers]
     normB = [h["beta_normB"] for L in layers for h in L["heads"]]
-    out = regime_of(steps, fits, normB).to_dict()
+    deps = [h["departure"] for L in layers for h in L["heads"]]
+    out = regime_of(steps, fits, normB, [None if d is None else (d[0], d[1]) for d in deps]).to_dict()
     out["layers"] = [L["layer"] for L in layers]
     return out
 
