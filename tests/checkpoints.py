@@ -253,6 +253,98 @@ def write_gguf(path, **kw):
     return ref, config
 
 
+GEMMA2_NAMES = {  # Gemma-2's llama.cpp names where they differ from LLaMA's
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}
+
+
+def family_state(family, d=32, heads=4, kv_heads=2, layers=2, ffn=32, vocab=40, seed=0, cap=2.0):
+    """A LLaMA-style state dict (Hugging Face names, float32) of one decoder family and its config:
+    "qwen2" adds q/k/v biases; "gemma2" adds the norms after each sublayer (Gemma-2 names: the
+    second norm is the pre-feed-forward one; weights stored as w, scaled by 1 + w), soft-capping
+    at `cap`, a tanh-GELU gate and embeddings scaled by sqrt(d); "sinks" adds a sink logit per head
+    (self_attn.sinks, gpt-oss's name)."""
+    sd, config = llama_state(
+        d=d, heads=heads, kv_heads=kv_heads, layers=layers, ffn=ffn, vocab=vocab, seed=seed
+    )
+    rng = np.random.default_rng(seed + 100)
+    dh = d // heads
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        if family == "qwen2":
+            for proj, n in (("q_proj", heads), ("k_proj", kv_heads), ("v_proj", kv_heads)):
+                sd[p + f"self_attn.{proj}.bias"] = rng.normal(0, 0.5, n * dh).astype(np.float32)
+        if family == "sinks":
+            sd[p + "self_attn.sinks"] = rng.normal(0.5, 1.0, heads).astype(np.float32)
+        if family == "gemma2":
+            sd[p + "pre_feedforward_layernorm.weight"] = sd.pop(p + "post_attention_layernorm.weight") - 1
+            sd[p + "input_layernorm.weight"] -= 1
+            for n in ("post_attention_layernorm.weight", "post_feedforward_layernorm.weight"):
+                sd[p + n] = rng.normal(0.0, 0.2, d).astype(np.float32)
+    if family == "gemma2":
+        sd["model.norm.weight"] -= 1
+        # 1 + w exact in float32, as the file holds it
+        for name in [n for n in sd if n.endswith("norm.weight")]:
+            sd[name] = (sd[name] + np.float32(1)) - np.float32(1)
+        config.update(model_type="gemma2", hidden_act="gelu_pytorch_tanh", attn_logit_softcapping=cap)
+    else:
+        config["model_type"] = "qwen2" if family == "qwen2" else "llama"
+    config["family"] = family
+    return sd, config
+
+
+def write_gguf_family(path, family, **kw):
+    """`family_state` written as llama.cpp writes it (all tensors F32): architecture "qwen2",
+    "gemma2" or (sinks) "llama"; LLaMA's W_Q, W_K rows interleaved, the others' kept; Gemma's norm
+    weights written as 1 + w and its soft cap as metadata; sinks as blk.N.attn_sinks.weight.
+    Returns (state dict, config)."""
+    import gguf
+
+    sd, config = family_state(family, **kw)
+    arch = {"qwen2": "qwen2", "gemma2": "gemma2", "sinks": "llama"}[family]
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in [
+        ("block_count", config["num_hidden_layers"]),
+        ("embedding_length", config["hidden_size"]),
+        ("feed_forward_length", config["intermediate_size"]),
+        ("attention.head_count", heads),
+        ("attention.head_count_kv", kv),
+        ("context_length", config["max_position_embeddings"]),
+        ("rope.dimension_count", config["hidden_size"] // heads),
+    ]:
+        w.add_uint32(f"{arch}.{key}", value)
+    w.add_float32(f"{arch}.rope.freq_base", config["rope_theta"])
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", config["rms_norm_eps"])
+    if family == "gemma2":
+        w.add_float32("gemma2.attn_logit_softcapping", config["attn_logit_softcapping"])
+    names = {**GGUF_NAMES, **(GEMMA2_NAMES if family == "gemma2" else {})}
+    names.update(
+        {f"self_attn.{p}_proj.bias": f"attn_{p}.bias" for p in "qkv"},
+        **{"self_attn.sinks": "attn_sinks.weight"},
+    )
+    for name, value in sd.items():
+        raw = value + 1 if family == "gemma2" and name.endswith("norm.weight") else value
+        if name.startswith("model.layers."):
+            i, rest = name.removeprefix("model.layers.").split(".", 1)
+            gname = f"blk.{i}.{names[rest]}"
+            if arch == "llama" and ("q_proj.weight" in rest or "k_proj.weight" in rest):
+                raw = llama_cpp_permute(raw, heads if "q_proj" in rest else kv)
+        else:
+            gname = {
+                "model.embed_tokens.weight": "token_embd.weight",
+                "model.norm.weight": "output_norm.weight",
+            }[name]
+        w.add_tensor(gname, np.ascontiguousarray(raw, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return sd, config
+
+
 # ------------------------------------------------------------------------------------------- ONNX
 
 

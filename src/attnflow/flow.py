@@ -160,7 +160,8 @@ class Dynamics:
     cloud: the whole cloud turns; each token alone has the same law). usa_time: "model" (the formula as
     written: its speed grows like e^{beta ||B||}) or "rescaled" (the field divided by e^{beta max_h
     ||B_h||}, a change of time). alpha: nGPT's step (dtheta/dt = alpha P^perp m / |m|). redraw: a
-    `Redraw` (fresh weights every period) or None.
+    `Redraw` (fresh weights every period) or None.  softcap: c > 0 caps every score, beta x_i^T B_h
+    x_j -> c tanh(beta x_i^T B_h x_j / c) (Gemma-2's attention logit soft-capping), or None.
     """
 
     def __init__(
@@ -177,6 +178,7 @@ class Dynamics:
         sensitivity: float = 0.0,
         alpha: float = 1.0,
         redraw: Redraw | None = None,
+        softcap: float | None = None,
     ) -> None:
         self.heads = _check_heads(heads)
         self.W_O = _check_outputs(W_O, self.heads)
@@ -198,6 +200,11 @@ class Dynamics:
         if redraw is not None and not isinstance(redraw, Redraw):
             raise TypeError(f"redraw must be an attnflow.flow.Redraw or None, got {type(redraw).__name__}")
         self.redraw = redraw
+        self.softcap = None if softcap is None else _check_nonnegative(softcap, "softcap")
+        if self.softcap == 0:
+            raise ValueError(
+                "softcap must be a finite number > 0 (the cap c of c tanh(s / c)) or None, got 0"
+            )
 
     # ------------------------------------------------------------------------------ structure
 
@@ -266,6 +273,8 @@ class Dynamics:
             out.append(f"noise = {self.noise:g}" + (" (common)" if self.noise_kind == "common" else ""))
         if self.redraw is not None:
             out.append(f"weights redrawn every {self.redraw.period:g}")
+        if self.softcap is not None:
+            out.append(f"scores soft-capped at {self.softcap:g}")
         return out
 
     @property
@@ -303,6 +312,8 @@ class Dynamics:
             parts.append(f"{'common ' if self.noise_kind == 'common' else ''}noise sigma = {self.noise:g}")
         if self.redraw is not None:
             parts.append(f"weights {self.redraw.label} every {self.redraw.period:g}")
+        if self.softcap is not None:
+            parts.append(f"scores capped at {self.softcap:g} tanh(s / {self.softcap:g})")
         return ", ".join(parts)
 
     def log_time_scale(self, beta: float | None = None) -> float:
@@ -325,6 +336,7 @@ class Dynamics:
             "sensitivity": self.sensitivity,
             "alpha": self.alpha,
             "redraw": self.redraw,
+            "softcap": self.softcap,
         }
 
     def with_beta(self, beta: float) -> Dynamics:

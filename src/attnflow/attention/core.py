@@ -235,13 +235,24 @@ class Attention:
 
     @cached_property
     def B(self) -> np.ndarray:
-        """B = Q^T K, (d, d). ValueError when its entries leave the range of MAX_ENTRY."""
-        return _product(self.Q.T, self.K, "B = Q^T K", "Q and K")
+        """B = Q^T K, (d, d). ValueError when its entries leave the range of MAX_ENTRY.  For one
+        head of a layer (`_head_rows`) from its r nonzero rows: Q_r^T K_r, r/d of the work."""
+        keep = self._head_rows
+        if keep is None:
+            return _product(self.Q.T, self.K, "B = Q^T K", "Q and K")
+        return _product(self.Q[keep].T, self.K[keep], "B = Q^T K", "Q and K")
 
     @cached_property
     def A(self) -> np.ndarray:
-        """A = V B^T, (d, d). ValueError when its entries leave the range of MAX_ENTRY."""
-        return _product(self.V, self.B.T, "A = V B^T", "V, Q and K")
+        """A = V B^T, (d, d). ValueError when its entries leave the range of MAX_ENTRY.  For one
+        head of a layer: (V K_r^T) Q_r, two products of width r instead of one of width d."""
+        keep = self._head_rows
+        if keep is None:
+            return _product(self.V, self.B.T, "A = V B^T", "V, Q and K")
+        self.B  # noqa: B018 -- B's own range check first, as in the dense path
+        with np.errstate(all="ignore"):  # an overflow shows in the product, which names it
+            F = self.V @ self.K[keep].T
+        return _product(F, self.Q[keep], "A = V B^T", "V, Q and K")
 
     @cached_property
     def _head_rows(self) -> np.ndarray | None:

@@ -7,6 +7,8 @@ column, `--json` every number.
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -128,9 +130,30 @@ def _header(rep: dict[str, Any]) -> list[str]:
     if "summary" in rep:
         lines.append(f"[bold]summary:[/bold] {rep['summary']['line']}")
     lines.append(f"norm: {rep['norm']}; {rep['scale']}")
+    lines.append(f"beta: {rep['beta_means']}")
     if rep["tokens"] is not None:
         lines.append(f"tokens ({len(rep['tokens'])}): {' '.join(rep['tokens'])}")
     return lines
+
+
+def _regime_section(reg: dict[str, Any]) -> list[Any]:
+    """The model against the window t <~ log beta: one row per layer (step h_l ± se, R^2 of the
+    layer's motion on its attention field, t_l, the heads' median fitted beta), then the verdict."""
+    from rich.table import Table, box
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
+    for c in ("layer", "h_l ± se", "R^2", "t_l", "beta_l (median fit)", "log beta_l"):
+        table.add_column(c, no_wrap=True)
+    rows = zip(reg["layers"], reg["steps"], reg["times"], reg["beta_layers"], strict=True)
+    for layer, step, t, beta in rows:
+        h = "-" if step["h"] is None else f"{step['h']:.3g} ± {_g(step['se'], '.1g')}"
+        log_beta = "-" if beta is None or beta <= 0 else f"{math.log(beta):.3g}"
+        table.add_row(str(layer), h, _g(step["r2"], ".2f"), f"{t:.3g}", _g(beta), log_beta)
+    head = (
+        "[bold]regime:[/bold] step h_l of each layer fitted on the forward pass (the tokens' gnomonic "
+        "displacement P_x y / <x, y> = h_l v(x) against the layer's attention field v), t_l = sum h_k"
+    )
+    return ["", head, table, f"[bold]regime:[/bold] {reg['line']}"]
 
 
 def _print_tables(rep: dict[str, Any], wide: bool) -> None:
@@ -140,6 +163,8 @@ def _print_tables(rep: dict[str, Any], wide: bool) -> None:
     console = Console(width=width, highlight=False)
     for line in _header(rep):
         console.print(line)
+    for part in _regime_section(rep["regime"]) if "regime" in rep else []:
+        console.print(part)
     with_tokens = rep["tokens"] is not None
     gqa = rep["num_kv_heads"] != rep["num_heads"]
     for L in rep["layers"]:
@@ -203,7 +228,20 @@ def heads(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print JSON (every number) instead of tables.")
     ] = False,
+    spectra: Annotated[
+        bool,
+        typer.Option("--spectra", help="With --json: every eigenvalue of A per entry (default: the top 8)."),
+    ] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Tables with every column (wider than 100).")] = False,
+    figure: Annotated[
+        Path | None,
+        typer.Option(
+            "--figure",
+            metavar="FILE.png",
+            help="With --text or --ids: draw the layers on the (t, beta) plane beside the window "
+            "t <~ log beta to this PNG.",
+        ),
+    ] = None,
 ) -> None:
     """Per layer and head: rank or cond(B), asymmetry of A, top eigenvalue, gap, effective beta (and,
     with a text, beta fitted from the attention), and the theorem's assumptions as `attnflow check`
@@ -212,10 +250,29 @@ def heads(
     from ..pretrained import report, resolve_checkpoint
 
     token_ids, offs = _int_list(ids, "--ids"), _int_list(offsets, "--offsets") or []
+    if figure is not None and text is None and token_ids is None:
+        raise fail("--figure needs --text or --ids: the regime comes from a forward pass", EXIT_USAGE)
+    if figure is not None and layer is not None:
+        raise fail("--figure needs every layer (no --layer): the regime is the whole stack's", EXIT_USAGE)
     with exits([BAD_INPUT]):  # a checkpoint or input that cannot be used, a missing extra: one line, exit 2
         path = resolve_checkpoint(checkpoint)
-        rep = report(path, text=text, layer=layer, ids=token_ids, tokenizer=tokenizer, offsets=offs)
+        rep = report(
+            path, text=text, layer=layer, ids=token_ids, tokenizer=tokenizer, offsets=offs, spectra=spectra
+        )
     if json_out:
         typer.echo(to_json(rep, indent=1))
     else:
         _print_tables(rep, wide)
+    if figure is not None:
+        _draw(rep, figure, checkpoint, json_out)
+
+
+def _draw(rep: dict[str, Any], figure: Path, name: str, quiet: bool) -> None:
+    """The regime figure to `figure` (PNG), its path on stderr with --json, on stdout otherwise."""
+    from ..plot import plot_regime
+
+    reg = rep["regime"]
+    title = f"{name}: T = {reg['T']:.3g}, log beta = {_g(reg['window'])}"
+    with exits([BAD_INPUT]):
+        path = plot_regime(reg, figure.with_suffix(".png"), title=title)
+    typer.echo(f"figure: {path}", err=quiet)

@@ -1,6 +1,7 @@
 """The velocity of a `Dynamics` beyond the single head (docs/math.md, "Beyond the single head"):
 
     s_ij^h = beta theta_i^T B_h theta_j + log w_j          (j <= i only, mask = "causal")
+             (beta theta_i^T B_h theta_j -> c tanh(beta theta_i^T B_h theta_j / c) with softcap = c)
     m_i^h  = sum_j e^{s_ij^h} V_h theta_j / sum_j e^{s_ij^h}          (normalization = "softmax")
            = sum_j e^{s_ij^h} V_h theta_j = (softmax mean) Z_i^h     (normalization = "usa")
            = the w-weighted mean of V_h theta_j over the j whose x_i^T B_h x_j is within r of the row's
@@ -57,6 +58,8 @@ def unsupported(name: str, dyn: Dynamics) -> str | None:
             f"kernel {name!r} computes one softmax head on the sphere; this model has "
             f"{', '.join(dyn.departures())}: use kernel 'auto', 'fused', 'blocked' or 'sdpa'"
         )
+    if name in ("sdpa", "fused") and dyn.softcap is not None:
+        return f"kernel {name!r} cannot cap the scores (softcap): use kernel 'auto' or 'blocked'"
     if name == "sdpa" and dyn.normalization == "usa":
         return (
             "kernel 'sdpa' cannot compute normalization = 'usa' (torch's SDPA returns no partition "
@@ -67,9 +70,11 @@ def unsupported(name: str, dyn: Dynamics) -> str | None:
 
 def choose(dyn: Dynamics, X: torch.Tensor | None) -> str:
     """The kernel for `dyn` on the state X (M, N, d): "fused" on the CPU where its compiled core runs
-    and clouds are large (N >= MIN_COMPILED_N), else "sdpa" (softmax) or "blocked" (usa)."""
+    and clouds are large (N >= MIN_COMPILED_N), else "sdpa" (softmax) or "blocked" (usa, softcap)."""
     from .fused import backend_for
 
+    if dyn.softcap is not None:
+        return "blocked"
     N = 0 if X is None else X.shape[-2]
     device = "cpu" if X is None else X.device
     if N >= MIN_COMPILED_N and backend_for(dyn.d, device) == "compiled":
@@ -156,7 +161,8 @@ def mixed_output(
         B_h = torch.tensor(att.B, dtype=theta.dtype, device=theta.device)
         V_h = torch.tensor(V, dtype=theta.dtype, device=theta.device)
         q = (theta @ B_h) * beta
-        mean, logZ = head_sums(q, theta, logw, theta @ V_h.T, causal, "fused" if impl == "fused" else "torch")
+        path = "fused" if impl == "fused" else "torch"
+        mean, logZ = head_sums(q, theta, logw, theta @ V_h.T, causal, path, dyn.softcap)
         if usa:
             mean = mean * _usa_factor(logZ - shift, dyn)
         out += mean
@@ -195,12 +201,14 @@ def head_sums(
     v: torch.Tensor,
     causal: bool,
     path: str = "torch",
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax means and log-partition functions of one head for every cloud: scores s_ij = q_i . k_j
     + logw_j (natural units: beta is in q), q, k, v (M, N, d), logw (M, N) or None -> (mean (M, N, d),
-    log Z (M, N)). path: "fused" (the compiled core per cloud where it runs, else torch) or "torch"."""
+    log Z (M, N)). path: "fused" (the compiled core per cloud where it runs, else torch) or "torch".
+    softcap: c with q_i . k_j -> c tanh(q_i . k_j / c) before logw is added (torch path only)."""
     M, N, _ = q.shape
-    if path == "fused" and _compiled_ok(q):
+    if path == "fused" and _compiled_ok(q) and softcap is None:
         f64 = torch.float64
         means, logZs = [], []
         lw0 = torch.zeros(N, dtype=f64)
@@ -210,7 +218,7 @@ def head_sums(
             means.append(mean)
             logZs.append(logZ)
         return torch.stack(means).to(q.dtype), torch.stack(logZs).to(q.dtype)
-    return _sums_torch(q, k, logw, v, causal)
+    return _sums_torch(q, k, logw, v, causal, softcap)
 
 
 def _compiled_ok(q: torch.Tensor) -> bool:
@@ -220,7 +228,12 @@ def _compiled_ok(q: torch.Tensor) -> bool:
 
 
 def _sums_torch(
-    q: torch.Tensor, k: torch.Tensor, logw: torch.Tensor | None, v: torch.Tensor, causal: bool
+    q: torch.Tensor,
+    k: torch.Tensor,
+    logw: torch.Tensor | None,
+    v: torch.Tensor,
+    causal: bool,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`head_sums` in torch: blocks of queries (every cloud at once) against their keys."""
     M, N, _ = q.shape
@@ -232,6 +245,8 @@ def _sums_torch(
         e = min(N, s + block)
         stop = e if causal else N
         S = torch.matmul(q[:, s:e], kT[:, :, :stop])  # (M, b, stop)
+        if softcap is not None:
+            S = softcap * torch.tanh(S / softcap)
         if logw is not None:
             S += logw[:, None, :stop]
         later = None

@@ -3,6 +3,7 @@
 `style`: colours, markers, titles, legends, saving as PNG (and PDF inside `figure_formats`).
 `tokens`: snapshots of the tokens on the sphere and their animation.
 `sweep`: the generic figure of a sweep (every per-point number against a grid axis).
+`regime`: a model's layers on the (t, beta) plane beside the window t <~ log beta.
 
 Each experiment draws its own figures in its module (`attnflow.experiments`), with these pieces;
 `attnflow.experiments.plot_run` draws every figure of a run. Matplotlib is imported inside the
@@ -12,6 +13,7 @@ functions: `import attnflow.plot` stays light.
 from __future__ import annotations
 
 from .animation import animate, token_figures
+from .regime import plot_regime
 from .style import (
     BETA_CMAP,
     DPI,
@@ -62,6 +64,7 @@ __all__ = [
     "new_figure",
     "pick",
     "plain_log_ticks",
+    "plot_regime",
     "plot_snapshots",
     "plot_sweep",
     "positive",

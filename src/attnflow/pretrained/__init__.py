@@ -11,7 +11,8 @@ A checkpoint is read as (Q, K, V, beta) per layer and per head, in the notation 
   with grouped key/value heads and rotary offsets (`rope`).
 - `forward`: the tokenizer and NumPy forward passes (BERT, LLaMA), for the model's own token states.
 - `diagnostics`: the theorem's assumptions on one head, checked by `attnflow.science.assumptions`;
-  `report`: every head of a checkpoint with summaries; `beta`: beta fitted from the logits.
+  `report`: every head of a checkpoint with summaries; `beta`: beta fitted from the logits;
+  `regime`: each layer's step fitted on the forward pass, the stack's time against log beta.
 """
 
 from .architectures import ARCHITECTURES, Architecture
@@ -22,6 +23,7 @@ from .diagnostics import spectra as spectra  # the tests compare it with dense s
 from .forward import TokenStates, attention_logits, hidden_states, token_cloud, token_states, tokenize
 from .heads import Head, Layer, Norm, attention_output, head_attention, load_heads
 from .readers import READERS, MissingExtra
+from .regime import Regime, StepFit, regime
 from .report import report
 from .rope import RoPE
 from .sources import resolve_checkpoint
@@ -37,7 +39,9 @@ __all__ = [
     "Layer",
     "MissingExtra",
     "Norm",
+    "Regime",
     "RoPE",
+    "StepFit",
     "TokenStates",
     "attention_logits",
     "attention_output",
@@ -47,6 +51,7 @@ __all__ = [
     "hidden_states",
     "load_heads",
     "open_checkpoint",
+    "regime",
     "report",
     "resolve_checkpoint",
     "symmetric_part_attention",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -28,10 +28,14 @@ class Architecture:
     query: regex matching a layer's query weight; group `prefix`, and `i` for numbered layers.
     layer: the layer prefix from `prefix` and `i`.  keys: MATH name -> `Key` per layer (attention
     W_Q, b_Q, W_K, b_K, W_V, b_V, W_O, b_O; norms attn_norm_w/_b, ffn_norm_w/_b; feed-forward W_1,
-    b_1, W_2, b_2 or W_gate, W_up, W_down).  embeddings: word, position, type, norm_w, norm_b and
-    final_norm_w, after the prefix.  norm: "layernorm", "rmsnorm" or "none"; placement: "post"
-    (norm after each residual add, BERT) or "pre" (norm on each sublayer's input, LLaMA) or "none";
-    ffn: "gelu" (with `hidden_act`), "swiglu" or "none"; positions: "learned", "rope" or "none".
+    b_1, W_2, b_2 or W_gate, W_up, W_down; sinks: a sink logit per head; post_attn_norm_w,
+    post_ffn_norm_w: norms of the sublayers' outputs, Gemma-2).  embeddings: word, position, type,
+    norm_w, norm_b and final_norm_w, after the prefix.  norm: "layernorm", "rmsnorm" or "none";
+    placement: "post" (norm after each residual add, BERT) or "pre" (norm on each sublayer's input,
+    LLaMA) or "none"; ffn: "gelu" (with `hidden_act`), "swiglu", "geglu" (tanh GELU gate) or "none";
+    positions: "learned", "rope" or "none".  model_types: the config's model_type values that pick
+    this entry over another with the same keys; norm_offset: added to every norm weight (Gemma
+    stores w and scales by 1 + w); embed_scale: the embeddings are multiplied by sqrt(d).
     """
 
     name: str
@@ -49,6 +53,9 @@ class Architecture:
     kv_heads_keys: tuple[str, ...] = ()
     eps_keys: tuple[str, ...] = ()
     eps_default: float = 1e-12
+    model_types: tuple[str, ...] = ()
+    norm_offset: float = 0.0
+    embed_scale: bool = False
 
     @property
     def pattern(self) -> re.Pattern[str]:
@@ -128,6 +135,7 @@ _LLAMA = Architecture(
             "W_gate": "mlp.gate_proj.weight",
             "W_up": "mlp.up_proj.weight",
             "W_down": "mlp.down_proj.weight",
+            "sinks": "self_attn.sinks",
         }
     ),
     embeddings=_frozen({"word": "embed_tokens.weight", "final_norm_w": "norm.weight"}),
@@ -160,13 +168,38 @@ _MHA = Architecture(
     ),
 )
 
-ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (_BERT, _LLAMA, _MHA)}
+_GEMMA2 = replace(
+    _LLAMA,
+    name="gemma2",
+    description="Gemma-2-style decoders: the LLaMA layout with norms after each sublayer too, "
+    "logit soft-capping, a tanh-GELU gate, embeddings scaled by sqrt(d), norm weights 1 + w",
+    keys=_frozen(
+        {
+            **_LLAMA.keys,
+            "post_attn_norm_w": "post_attention_layernorm.weight",
+            "ffn_norm_w": "pre_feedforward_layernorm.weight",
+            "post_ffn_norm_w": "post_feedforward_layernorm.weight",
+        }
+    ),
+    ffn="geglu",
+    model_types=("gemma2",),
+    norm_offset=1.0,
+    embed_scale=True,
+)
+
+ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (_BERT, _LLAMA, _GEMMA2, _MHA)}
 
 
-def detect(keys: frozenset[str]) -> tuple[Architecture, dict[str, set[int]]] | None:
-    """The first architecture whose query key matches, with {prefix: layer numbers} (empty sets for
-    unnumbered layers: one layer per prefix); None when none matches."""
-    for arch in ARCHITECTURES.values():
+def detect(
+    keys: frozenset[str], model_type: str | None = None
+) -> tuple[Architecture, dict[str, set[int]]] | None:
+    """The first architecture whose query key matches (one that names `model_type` first, one
+    that names other model types never), with {prefix: layer numbers} (empty sets for unnumbered
+    layers: one layer per prefix); None when none matches."""
+    ordered = sorted(ARCHITECTURES.values(), key=lambda a: model_type not in a.model_types)
+    for arch in ordered:
+        if arch.model_types and model_type not in arch.model_types:
+            continue
         found: dict[str, set[int]] = {}
         for k in keys:
             m = arch.pattern.match(k)

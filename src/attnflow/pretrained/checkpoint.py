@@ -55,6 +55,8 @@ class Checkpoint:
     d: int = 0
     d_head: int = 0
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _rows: Callable[[str, np.ndarray], Any] | None = field(default=None, repr=False)
+    _shape: Callable[[str], tuple[int, ...]] | None = field(default=None, repr=False)
 
     @property
     def layout(self) -> str:
@@ -100,6 +102,38 @@ class Checkpoint:
             self._cache[key] = a
         return a
 
+    def layer_shape(self, layer: int, name: str) -> tuple[int, ...] | None:
+        """The shape of a per-layer tensor (by its MATH name), from the file's header where the
+        reader has one (the tensor is not read), else from the tensor; None when absent."""
+        spec = self.arch.keys.get(name)
+        if spec is None or self._shape is None or not isinstance(spec, str):
+            a = self.layer_array(layer, name, required=False, cache=False)
+            return None if a is None else tuple(a.shape)
+        key = self.layers[layer] + spec
+        return tuple(self._shape(key)) if key in self.keys else None
+
+    def rows(self, key: str, index: np.ndarray) -> np.ndarray:
+        """Rows `index` of the matrix `key`, float64, read alone where the reader can (GGUF: only
+        those rows are dequantised), not cached."""
+        if key in self._cache or self._rows is None or key not in self.keys:
+            return self.array(key, cache=False)[index]
+        try:
+            a = np.asarray(self._rows(key, index), dtype=np.float64)
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise CheckpointError(f"checkpoint {self.source}: cannot read tensor {key!r}: {e}") from None
+        if not np.all(np.isfinite(a)):
+            raise CheckpointError(f"checkpoint {self.source}: tensor {key!r} contains NaN or inf")
+        return a
+
+    def release(self, layer: int) -> None:
+        """Drop layer `layer`'s cached tensors (a model is read one layer at a time: its layers'
+        dequantised weights are never all held at once)."""
+        prefix = self.layers[layer]
+        for key in [k for k in self._cache if k.startswith(prefix)]:
+            del self._cache[key]
+
     def layer_array(self, layer: int, name: str, required: bool = True, cache: bool = True) -> Any:
         """Per-layer tensor by its MATH name (W_Q, b_Q, ..., see `Architecture.keys`), float64;
         None when absent and not required."""
@@ -110,6 +144,8 @@ class Checkpoint:
             return None
         key, part = (spec, None) if isinstance(spec, str) else spec
         whole = self.array(self.layers[layer] + key, required, cache)
+        if whole is not None and name.endswith("norm_w") and self.arch.norm_offset:
+            whole = whole + self.arch.norm_offset
         if whole is None or part is None:
             return whole
         n = whole.shape[0] // 3
@@ -122,7 +158,14 @@ class Checkpoint:
             if required:
                 raise CheckpointError(f"a {self.layout} checkpoint has no {name!r} tensor")
             return None
-        return self.array(self.prefix + key, required, cache)
+        a = self.array(self.prefix + key, required, cache)
+        return a + self.arch.norm_offset if a is not None and name.endswith("norm_w") else a
+
+    @property
+    def softcap(self) -> float | None:
+        """The attention logits' soft cap c (logits -> c tanh(logits / c)), None without."""
+        value = self.config.get("attn_logit_softcapping")
+        return float(value) if value else None
 
     @property
     def eps(self) -> float:
@@ -197,7 +240,7 @@ def _natural_key(s: str) -> list[Any]:
 
 def _layers(src: _Source, keys: frozenset[str]) -> tuple[Architecture, str, list[str]]:
     """The architecture, key prefix and layer prefixes of a checkpoint, from its keys."""
-    found = detect(keys)
+    found = detect(keys, src.found.config.get("model_type"))
     if found is None:
         shown = ", ".join(sorted(keys)[:6]) or "(no tensors)"
         raise CheckpointError(
@@ -261,6 +304,8 @@ def open_checkpoint(checkpoint: Any, num_heads: int | None = None) -> Checkpoint
         src.source, arch, prefix, layers, heads, kv, f.config, f.tokenizer, keys,
         f.tensors.__getitem__, f.fmt, f.notes, f.token_names,
     )  # fmt: skip
+    ck._rows = getattr(f.tensors, "rows", None)
+    ck._shape = getattr(f.tensors, "shape", None)
     ck.d, ck.d_head = _validate_shapes(ck)
     return ck
 
@@ -279,8 +324,8 @@ def _validate_shapes(ck: Checkpoint) -> tuple[int, int]:
             W = ck.array(p + "in_proj_weight")
             if W.ndim != 2 or W.shape[0] != 3 * W.shape[1]:
                 raise CheckpointError(f"checkpoint {ck.source}: {p}in_proj_weight has shape {W.shape}")
-    W_Q = ck.layer_array(0, "W_Q")
-    d = int(W_Q.shape[-1])
+    shape = ck.layer_shape(0, "W_Q")
+    d = int(shape[-1]) if shape is not None else int(ck.layer_array(0, "W_Q").shape[-1])
     head_dim = ck.config.get("head_dim") if ck.layout == "llama" else None
     for i in range(ck.num_layers):
         H, kv = ck.num_heads[i], ck.num_kv_heads[i]
@@ -293,19 +338,21 @@ def _validate_shapes(ck: Checkpoint) -> tuple[int, int]:
                 f"checkpoint {ck.source}: {H} query heads cannot share {kv} key/value heads (not a divisor)"
             )
         dh = int(head_dim or d // H)
-        for name in ATTENTION_KEYS:
-            W = ck.layer_array(i, name)
+        for name in ATTENTION_KEYS:  # shapes from the header where the reader has one: nothing read
+            shape = ck.layer_shape(i, name)
+            if shape is None:
+                ck.layer_array(i, name)  # missing: the error that names it
             want = _expected_rows(ck, i, name, d, dh)
-            if W.shape != want:
+            if shape != want:
                 raise CheckpointError(
-                    f"checkpoint {ck.source}: layer {i} {name} has shape {W.shape}, expected {want}"
+                    f"checkpoint {ck.source}: layer {i} {name} has shape {shape}, expected {want}"
                 )
         for name in BIAS_KEYS:
-            b = ck.layer_array(i, name, required=False)
+            shape = ck.layer_shape(i, name)
             rows = d if name == "b_O" else _expected_rows(ck, i, "W" + name[1:], d, dh)[0]
-            if b is not None and b.shape != (rows,):
+            if shape is not None and shape != (rows,):
                 raise CheckpointError(
-                    f"checkpoint {ck.source}: layer {i} {name} has shape {b.shape}, expected ({rows},)"
+                    f"checkpoint {ck.source}: layer {i} {name} has shape {shape}, expected ({rows},)"
                 )
     return d, int(head_dim or d // ck.num_heads[0])
 

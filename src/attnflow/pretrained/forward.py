@@ -5,7 +5,10 @@ layer (`TokenStates`); `tokenize`, `hidden_states` and `token_cloud` are views o
 follow the architecture (`architectures`): post-layer-norm BERT blocks (embeddings + layer norm,
 then per layer self-attention, residual, layer norm, GELU feed-forward, residual, layer norm) and
 pre-RMSNorm LLaMA blocks (causal attention with rotary positions and grouped key/value heads,
-SwiGLU feed-forward, each on the normed residual stream and added to it).  Checked against torch
+SwiGLU feed-forward, each on the normed residual stream and added to it; Gemma-2: each sublayer's
+output normed too, logits soft-capped, a tanh-GELU gate, embeddings scaled by sqrt(d)), with
+attention sinks (a logit per head of a key that takes mass and gives nothing) where the checkpoint
+has them.  Checked against torch
 and ONNX references in the tests.
 """
 
@@ -28,6 +31,8 @@ __all__ = [
     "attention_logits",
     "head_inputs",
     "hidden_states",
+    "sink_mass",
+    "softcap",
     "softmax",
     "token_cloud",
     "token_states",
@@ -158,11 +163,28 @@ def _activation(name: str) -> Callable[[np.ndarray], np.ndarray]:
     raise CheckpointError(f"hidden_act {name!r} is not supported (gelu, gelu_new, relu, silu)")
 
 
-def softmax(z: np.ndarray) -> np.ndarray:
-    """Row softmax over the last axis, max-subtracted."""
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+def softmax(z: np.ndarray, sink: Any = None) -> np.ndarray:
+    """Row softmax over the last axis, max-subtracted.  sink: a logit per row (broadcast to
+    z.shape[:-1], e.g. (heads, 1)) of an extra key that takes mass and gives nothing (attention
+    sinks): the weights then sum to 1 - sink_mass."""
+    if sink is None:
+        m = z.max(axis=-1, keepdims=True)
+        e = np.exp(z - m)
+        return e / e.sum(axis=-1, keepdims=True)
+    s = np.broadcast_to(np.asarray(sink, dtype=np.float64)[..., None], (*z.shape[:-1], 1))
+    m = np.maximum(z.max(axis=-1, keepdims=True), s)
+    e = np.exp(z - m)
+    return e / (e.sum(axis=-1, keepdims=True) + np.exp(s - m))
+
+
+def sink_mass(logits: np.ndarray, sink: float) -> np.ndarray:
+    """The mass the sink takes from each query's softmax, 1 - sum_j w_ij: logits (N, N) -> (N,)."""
+    return 1.0 - softmax(logits, np.full(logits.shape[0], sink)).sum(axis=-1)
+
+
+def softcap(logits: np.ndarray, cap: float | None) -> np.ndarray:
+    """Logit soft-capping c tanh(logits / c) (Gemma-2), the logits themselves without a cap."""
+    return logits if cap is None else cap * np.tanh(logits / cap)
 
 
 def head_inputs(ck: Checkpoint, i: int, X: np.ndarray) -> np.ndarray:
@@ -185,7 +207,7 @@ def _logits(H: np.ndarray, w: dict[str, np.ndarray], ck: Checkpoint, i: int, rop
     if rope is not None:
         pos = np.arange(N)
         q, k = rope.rotate(q, pos), rope.rotate(k, pos)
-    logits = q @ k.transpose(0, 2, 1) / math.sqrt(dh)
+    logits = softcap(q @ k.transpose(0, 2, 1) / math.sqrt(dh), ck.softcap)
     if ck.arch.causal:
         logits = np.where(np.tril(np.ones((N, N), dtype=bool)), logits, -np.inf)
     return logits, v
@@ -193,7 +215,8 @@ def _logits(H: np.ndarray, w: dict[str, np.ndarray], ck: Checkpoint, i: int, rop
 
 def attention_logits(ck: Checkpoint, i: int, X: np.ndarray) -> np.ndarray:
     """The logits (H, N, N) of layer i's heads on the states X (N, d) entering it, as the model
-    computes them (norm, biases, rotary positions, 1/sqrt(d_head); -inf where the causal mask is)."""
+    computes them (norm, biases, rotary positions, 1/sqrt(d_head), soft cap; -inf where the causal
+    mask is)."""
     H = _normed(ck, i, X)
     return _logits(H, layer_weights(ck, i), ck, i, layer_rope(ck))[0]
 
@@ -210,17 +233,20 @@ def _attend(H: np.ndarray, ck: Checkpoint, i: int, rope: RoPE | None) -> np.ndar
     """Multi-head self-attention of one sequence, (N, d) -> (N, d), from layer i's weights."""
     w = layer_weights(ck, i)
     logits, v = _logits(H, w, ck, i, rope)
-    ctx = softmax(logits) @ v  # (heads, N, dh)
+    sinks = ck.layer_array(i, "sinks", required=False)
+    ctx = softmax(logits, None if sinks is None else sinks[:, None]) @ v  # (heads, N, dh)
     return ctx.transpose(1, 0, 2).reshape(H.shape[0], -1) @ w["W_O"].T + w["b_O"]
 
 
 def _embed(ck: Checkpoint, enc: _Encoding) -> np.ndarray:
     """Word (+ position + token-type) embeddings of the encoding (+ the layer norm, post-norm)."""
     ids = np.asarray(enc.ids)
-    word = ck.global_array("word", cache=ck.arch.positions != "rope")
-    if ids.max() >= word.shape[0]:
-        raise CheckpointError(f"tokenizer ids reach {ids.max()} but the vocabulary has {word.shape[0]} rows")
-    E = word[ids]
+    vocab = _vocab_size(ck)
+    if ids.max() >= vocab:
+        raise CheckpointError(f"tokenizer ids reach {ids.max()} but the vocabulary has {vocab} rows")
+    E = ck.rows(ck.prefix + ck.arch.embeddings["word"], ids) * (
+        math.sqrt(ck.d) if ck.arch.embed_scale else 1.0
+    )
     if ck.arch.positions == "learned":
         pos = ck.global_array("position")
         offset = (
@@ -251,11 +277,14 @@ def _block(ck: Checkpoint, i: int, X: np.ndarray, rope: RoPE | None) -> np.ndarr
         inner = act(X @ arr(i, "W_1").T + (0.0 if b1 is None else b1))
         ffn = inner @ arr(i, "W_2").T + (0.0 if b2 is None else b2)
         return _layer_norm(X + ffn, arr(i, "ffn_norm_w"), arr(i, "ffn_norm_b", False), ck.eps)
-    X = X + _attend(_normed(ck, i, X), ck, i, rope)
+    post_attn, post_ffn = arr(i, "post_attn_norm_w", False), arr(i, "post_ffn_norm_w", False)
+    a = _attend(_normed(ck, i, X), ck, i, rope)
+    X = X + (a if post_attn is None else _rms(a, ck.eps) * post_attn)
     h = _rms(X, ck.eps) * arr(i, "ffn_norm_w")
-    silu = _activation("silu")
+    act = _activation("gelu_pytorch_tanh" if ck.arch.ffn == "geglu" else "silu")
     gate, up = h @ arr(i, "W_gate", cache=False).T, h @ arr(i, "W_up", cache=False).T
-    return X + (silu(gate) * up) @ arr(i, "W_down", cache=False).T
+    f = (act(gate) * up) @ arr(i, "W_down", cache=False).T
+    return X + (f if post_ffn is None else _rms(f, ck.eps) * post_ffn)
 
 
 def token_states(
@@ -281,6 +310,7 @@ def token_states(
     states = [X]
     for i in range(ck.num_layers):
         X = _block(ck, i, X, rope)
+        ck.release(i)
         states.append(X)
     return TokenStates(text, enc.tokens, np.stack(states), enc.ids)
 

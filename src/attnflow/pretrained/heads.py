@@ -38,7 +38,7 @@ import numpy as np
 from .._checks import check_positive, to_numpy
 from ..attention import Attention
 from .checkpoint import Checkpoint, check_layers, layer_weights, open_checkpoint
-from .forward import TokenStates, head_inputs, softmax, token_states
+from .forward import TokenStates, head_inputs, softcap, softmax, token_states
 from .rope import RoPE, layer_rope
 
 __all__ = ["Head", "Layer", "Norm", "attention_output", "head_attention", "layer_rope", "load_heads"]
@@ -75,7 +75,12 @@ class Head:
     the head's columns of the output projection; V = W_O W_V (d, d).  attention: the Attention of
     MATH.md with Q, K padded by zero rows to (d, d) (B = Q^T K, rank <= d_h), V, beta = beta_eff =
     norm^2 / sqrt(d_h), at rotary offset 0.  kv_head: the key/value head (h // (H / H_kv)).
-    rope: the rotary positions or None.  query_bias: (d,) u with logit_ij += u^T h_j.
+    rope: the rotary positions or None.  query_bias: (d,) u with logit_ij += u^T h_j (without
+    rotary positions).  b_Q, b_K: (d_h,) the head's query bias and its key/value head's key bias
+    (None without), which `attention_output` adds to the queries and keys before the rotation.
+    sink: the head's sink logit (None without): an extra key that takes softmax mass and gives
+    nothing.  softcap: c of the logits' soft cap c tanh(logits / c) (None without).  Neither is in
+    `attention` (the maths has no term for them); `attention_output` and the field apply both.
     """
 
     layer: int
@@ -91,6 +96,10 @@ class Head:
     W_V: np.ndarray | None = None
     W_O: np.ndarray | None = None
     rope: RoPE | None = None
+    b_Q: np.ndarray | None = None
+    b_K: np.ndarray | None = None
+    sink: float | None = None
+    softcap: float | None = None
 
     @property
     def beta(self) -> float:
@@ -152,9 +161,7 @@ def _input_norm(ck: Checkpoint, i: int) -> Norm:
     return Norm("none", "none", None, 0.0, folded=False)
 
 
-def _head(
-    i: int, h: int, w: dict[str, np.ndarray], group: int, dh: int, norm: float, rope: RoPE | None
-) -> Head:
+def _head(i: int, h: int, w: dict[str, np.ndarray], group: int, dh: int, norm: float, ck: Checkpoint) -> Head:
     rows, kv = slice(h * dh, (h + 1) * dh), h // group
     kv_rows = slice(kv * dh, (kv + 1) * dh)
     Qh, Kh, WV, WO = w["W_Q"][rows], w["W_K"][kv_rows], w["W_V"][kv_rows], w["W_O"][:, rows]
@@ -162,8 +169,12 @@ def _head(
     pad = np.zeros((d - dh, d))
     V = WO @ WV
     att = Attention(np.vstack([Qh, pad]), np.vstack([Kh, pad]), V, norm * norm / math.sqrt(dh))
-    u = Kh.T @ w["b_Q"][rows] / math.sqrt(dh)
-    return Head(i, h, dh, Qh, Kh, V, att, u, norm, kv, WV, WO, rope)
+    bq, bk = w["b_Q"][rows], w["b_K"][kv_rows]
+    u = Kh.T @ bq / math.sqrt(dh)
+    b_Q, b_K = (b if b.any() else None for b in (bq, bk))
+    sinks = ck.layer_array(i, "sinks", required=False)
+    sink = None if sinks is None else float(sinks[h])
+    return Head(i, h, dh, Qh, Kh, V, att, u, norm, kv, WV, WO, layer_rope(ck), b_Q, b_K, sink, ck.softcap)
 
 
 def _build_layer(ck: Checkpoint, i: int, norm: float, source: str) -> Layer:
@@ -174,8 +185,7 @@ def _build_layer(ck: Checkpoint, i: int, norm: float, source: str) -> Layer:
         w = {**w, **{n: w[n] * inorm.weight[None, :] for n in ("W_Q", "W_K", "W_V")}}
     H, dh = ck.num_heads[i], ck.d_head
     group = H // ck.num_kv_heads[i]
-    rope = layer_rope(ck)
-    heads = tuple(_head(i, h, w, group, dh, norm, rope) for h in range(H))
+    heads = tuple(_head(i, h, w, group, dh, norm, ck) for h in range(H))
     rows = np.concatenate([np.arange(dh) + (h // group) * dh for h in range(H)])  # kv rows per query head
     K, WV, b_V = w["W_K"][rows], w["W_V"][rows], w["b_V"][rows]
     d = ck.d
@@ -277,9 +287,11 @@ def attention_output(layer: Layer, H: Any) -> np.ndarray:
     """The layer's self-attention output (before the residual) recomputed from its heads.
 
     H: (N, d) token states as the heads read them (after the norm, before its folded weight; the
-    row order is the position).  Returns (N, d): sum_h softmax_j(h_i^T B_h(i - j) h_j / sqrt(d_h)
-    + u_h^T h_j, j <= i when causal) V_h h_j + output_bias.  Equals the model's own attention
-    sublayer when the extraction is right (tested to 1e-6).
+    row order is the position).  Returns (N, d): sum_h softmax_j(l_ij, j <= i when causal) V_h h_j
+    + output_bias, l_ij = (Q_h h_i + b_Q)^T R(j - i) (K_h h_j + b_K) / sqrt(d_h) (= h_i^T B_h(i - j)
+    h_j / sqrt(d_h) + u_h^T h_j + terms constant in j, without biases under RoPE), soft-capped
+    and with the sink's mass where the head has them.  Equals the model's own attention sublayer
+    when the extraction is right (tested to 1e-9).
     """
     H = to_numpy(H).astype(np.float64)
     d = layer.attention.d
@@ -289,11 +301,13 @@ def attention_output(layer: Layer, H: Any) -> np.ndarray:
     out = np.zeros_like(H) + layer.output_bias
     pos = np.arange(N)
     for head in layer.heads:
-        q, k = H @ head.Q.T, H @ head.K.T
+        q = H @ head.Q.T + (0.0 if head.b_Q is None else head.b_Q)
+        k = H @ head.K.T + (0.0 if head.b_K is None else head.b_K)
         if head.rope is not None:
             q, k = head.rope.rotate(q, pos), head.rope.rotate(k, pos)
-        logits = (q @ k.T) / math.sqrt(head.d_head) + (H @ head.query_bias)[None, :]
+        logits = softcap((q @ k.T) / math.sqrt(head.d_head), head.softcap)
         if layer.causal:
             logits = np.where(pos[None, :] <= pos[:, None], logits, -np.inf)
-        out += softmax(logits) @ (H @ head.V.T)
+        sink = None if head.sink is None else np.full(N, head.sink)
+        out += softmax(logits, sink) @ (H @ head.V.T)
     return out

@@ -68,12 +68,33 @@ class Found:
 
 
 class LazyTensors(Mapping[str, Any]):
-    """A read-only mapping of tensor names to arrays made on access by `load(name)`."""
+    """A read-only mapping of tensor names to arrays made on access by `load(name)`; `rows(name,
+    index)` makes only those rows of a matrix when the reader can (`load_rows`), the whole tensor
+    indexed otherwise (an embedding's rows for a few tokens, not all of it)."""
 
-    def __init__(self, names: list[str], load: Callable[[str], Any]) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        load: Callable[[str], Any],
+        load_rows: Callable[[str, Any], Any] | None = None,
+        shapes: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> None:
         self._names = list(names)
         self._set = set(names)
         self._load = load
+        self._load_rows = load_rows
+        self._shapes = shapes
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The tensor's shape, from the file's header where the reader knows it (not read)."""
+        if self._shapes is not None and name in self._shapes:
+            return self._shapes[name]
+        return tuple(self[name].shape)
+
+    def rows(self, name: str, index: Any) -> Any:
+        if name not in self._set:
+            raise KeyError(name)
+        return self._load(name)[index] if self._load_rows is None else self._load_rows(name, index)
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._set:

@@ -7,14 +7,18 @@ names map to Hugging Face's (``blk.3.attn_q.weight`` -> ``model.layers.3.self_at
 and its metadata to config.json keys.  llama.cpp's converter reorders the rows of W_Q and W_K of
 llama models (each head's rotary pairs interleaved, (2k, 2k+1), instead of Hugging Face's halves,
 (k, k + d_head/2)); the reader puts them back, so that every checkpoint of one architecture has one
-layout.  A byte-level BPE tokenizer is rebuilt from the file's vocabulary and merges when its
-pre-tokenizer is one of `PRE_TOKENIZERS`.
+layout; Qwen2 and Gemma-2 files keep Hugging Face's order.  Qwen2's q/k/v biases, Gemma-2's norms
+after each sublayer and its logit soft cap (`{arch}.attn_logit_softcapping`, norm weights stored
+as 1 + w and put back to w) and attention sinks (`blk.N.attn_sinks.weight`, gpt-oss's name, read
+in any of these architectures) are read.  A byte-level BPE tokenizer is rebuilt from the file's
+vocabulary and merges when its pre-tokenizer is one of `PRE_TOKENIZERS`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,7 @@ BLOCK_NAMES = {
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
+    "attn_sinks.weight": "self_attn.sinks",
 }
 GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -56,19 +61,40 @@ CONFIG_KEYS = {
     "rms_norm_eps": "attention.layer_norm_rms_epsilon",
     "intermediate_size": "feed_forward_length",
     "max_position_embeddings": "context_length",
+    "attn_logit_softcapping": "attn_logit_softcapping",
+    "sliding_window": "attention.sliding_window",
 }
 
 
 @dataclass(frozen=True)
 class GgufArchitecture:
-    """How one GGUF architecture maps to Hugging Face: its model_type and whether llama.cpp's
-    converter interleaved the rotary rows of W_Q and W_K."""
+    """How one GGUF architecture maps to Hugging Face: its model_type, whether llama.cpp's
+    converter interleaved the rotary rows of W_Q and W_K, the feed-forward's activation, block
+    names that differ from `BLOCK_NAMES`, and the offset the converter added to the norm weights
+    (Gemma's 1 + w, taken off again: the Hugging Face layout stores w)."""
 
     model_type: str
     permuted_qk: bool
+    hidden_act: str = "silu"
+    names: Mapping[str, str] = field(default_factory=dict)
+    norm_offset: float = 0.0
 
 
-GGUF_ARCHITECTURES = {"llama": GgufArchitecture("llama", permuted_qk=True)}
+GGUF_ARCHITECTURES = {
+    "llama": GgufArchitecture("llama", permuted_qk=True),
+    "qwen2": GgufArchitecture("qwen2", permuted_qk=False),  # q/k/v biases, rotate-half rows kept
+    "gemma2": GgufArchitecture(
+        "gemma2",
+        permuted_qk=False,
+        hidden_act="gelu_pytorch_tanh",
+        names={
+            "post_attention_norm.weight": "post_attention_layernorm.weight",
+            "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+            "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+        },
+        norm_offset=1.0,
+    ),
+}
 # llama.cpp pre-tokenizer name -> (split digits one by one before the byte-level split)
 PRE_TOKENIZERS = {"gpt2": False, "smollm": True}
 
@@ -87,17 +113,18 @@ def _field(reader: Any, key: str, default: Any = None) -> Any:
     return f.contents()
 
 
-def _hf_name(name: str) -> str:
+def _hf_name(name: str, spec: GgufArchitecture) -> str:
     if name in GLOBAL_NAMES:
         return GLOBAL_NAMES[name]
     parts = name.split(".", 2)
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in BLOCK_NAMES:
-        return f"model.layers.{parts[1]}.{BLOCK_NAMES[parts[2]]}"
+    names = {**BLOCK_NAMES, **spec.names}
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in names:
+        return f"model.layers.{parts[1]}.{names[parts[2]]}"
     return name
 
 
-def _config(reader: Any, arch: str, model_type: str, names: set[str]) -> dict[str, Any]:
-    config: dict[str, Any] = {"model_type": model_type, "hidden_act": "silu"}
+def _config(reader: Any, arch: str, spec: GgufArchitecture, names: set[str]) -> dict[str, Any]:
+    config: dict[str, Any] = {"model_type": spec.model_type, "hidden_act": spec.hidden_act}
     for key, meta in CONFIG_KEYS.items():
         value = _field(reader, f"{arch}.{meta}")
         if value is not None:
@@ -148,6 +175,39 @@ def _tokenizer(reader: Any) -> Any:
     return tok
 
 
+def _tensors(
+    gguf: Any, path: Path, spec: GgufArchitecture, by_name: dict[str, Any], config: dict
+) -> LazyTensors:
+    """The file's tensors by Hugging Face name, dequantised on access (rows alone where asked),
+    their shapes from the header."""
+    n_heads = config.get("num_attention_heads")
+    heads = {"q_proj": n_heads, "k_proj": config.get("num_key_value_heads", n_heads)}
+
+    def dequantise(t: Any, data: Any, shape: tuple[int, ...]) -> np.ndarray:
+        try:
+            return gguf.quants.dequantize(data, t.tensor_type).astype(np.float32).reshape(shape)
+        except Exception as e:
+            raise CheckpointError(f"checkpoint {path}: cannot dequantise {t.name}: {e}") from None
+
+    def load(name: str) -> np.ndarray:
+        t = by_name[name]
+        w = dequantise(t, t.data, tuple(int(n) for n in reversed(t.shape)))
+        n = heads.get(name.rsplit(".", 2)[-2])
+        if spec.permuted_qk and n:
+            w = unpermute_rows(w, int(n))
+        if spec.norm_offset and name.endswith("norm.weight"):
+            return w.astype(np.float64) - spec.norm_offset
+        return w
+
+    def load_rows(name: str, index: Any) -> np.ndarray:
+        """Rows `index` of a matrix, dequantised alone (an embedding's rows for a text's tokens)."""
+        t = by_name[name]
+        return dequantise(t, t.data[index], (-1, int(t.shape[0])))
+
+    shapes = {n: tuple(int(k) for k in reversed(t.shape)) for n, t in by_name.items()}
+    return LazyTensors(list(by_name), load, load_rows, shapes)
+
+
 def read(path: Path) -> Found:
     """The tensors (float32 on access, Hugging Face names), config and tokenizer of a GGUF file."""
     gguf = require("gguf", f"reading {path.name}")
@@ -162,30 +222,15 @@ def read(path: Path) -> Found:
             f"{', '.join(sorted(GGUF_ARCHITECTURES))})"
         )
     spec = GGUF_ARCHITECTURES[arch]
-    by_name = {_hf_name(t.name): t for t in reader.tensors}
-    config = _config(reader, arch, spec.model_type, {t.name for t in reader.tensors})
-    n_heads = config.get("num_attention_heads")
-    heads = {"q_proj": n_heads, "k_proj": config.get("num_key_value_heads", n_heads)}
-
-    def load(name: str) -> np.ndarray:
-        t = by_name[name]
-        try:
-            w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-            w = w.reshape(tuple(int(n) for n in reversed(t.shape)))
-        except Exception as e:
-            raise CheckpointError(f"checkpoint {path}: cannot dequantise {t.name}: {e}") from None
-        proj = name.rsplit(".", 2)[-2]
-        n = heads.get(proj)
-        if spec.permuted_qk and n:
-            w = unpermute_rows(w, int(n))
-        return w
-
+    by_name = {_hf_name(t.name, spec): t for t in reader.tensors}
+    config = _config(reader, arch, spec, {t.name for t in reader.tensors})
+    embedding = by_name.get("model.embed_tokens.weight")
+    if embedding is not None:  # its rows, from the header: the matrix itself is not read for it
+        config.setdefault("vocab_size", int(embedding.shape[-1]))
     tokens = _field(reader, "tokenizer.ggml.tokens")
-    return Found(
-        LazyTensors(list(by_name), load),
-        config,
-        tokenizer_next_to(path) or _tokenizer(reader),
-        "gguf",
-        _notes(reader, spec.permuted_qk),
-        list(tokens) if tokens is not None else None,
-    )
+    names = list(tokens) if tokens is not None else None
+    tokenizer = tokenizer_next_to(path) or _tokenizer(reader)
+    for key in [k for k in reader.fields if k.startswith("tokenizer.ggml.")]:
+        del reader.fields[key]  # read once above: the parsed vocabulary is hundreds of MB of small arrays
+    tensors = _tensors(gguf, path, spec, by_name, config)
+    return Found(tensors, config, tokenizer, "gguf", _notes(reader, spec.permuted_qk), names)
