@@ -229,6 +229,11 @@ def _absolute(inside: np.ndarray, index: int) -> int:
     return int(inside[index]) if index >= 0 else -1
 
 
+def _number(x: Any) -> float:
+    """A number of a JSON record as a float (null: NaN)."""
+    return math.nan if x is None else float(x)
+
+
 def _take_located(
     q: CurveQuantities,
     inside: np.ndarray,
@@ -245,9 +250,10 @@ def _take_located(
         loc = located.get(name)
         span_ok = name != "t_star" or index + 1 <= last
         if loc is not None and index > 0 and int(loc["index"]) == index and span_ok:
-            values[name], bias[name] = float(loc["t"]), float(loc["error"])
-            if name == "t_star":
-                values["min_w2"], bias["min_w2"] = float(loc["value"]), float(loc["value_error"])
+            values[name], bias[name] = _number(loc["t"]), _number(loc["error"])
+            least, spread = _number(loc.get("value")), _number(loc.get("value_error"))
+            if name == "t_star" and math.isfinite(least) and math.isfinite(spread):
+                values["min_w2"], bias["min_w2"] = least, spread
     return replace(q, **values, bias=bias)
 
 

@@ -314,7 +314,7 @@ def zoom_minimum(
     sample, until the bracket is narrower than 2 tol. The minimum of a unimodal stretch lies in the
     final bracket; `value` is the least sample."""
     f0, evaluations = f(state0, t0), 0
-    best_v, spread = f0, math.nan
+    best_v, spread = math.nan, math.nan  # (no zoom: nothing sampled inside, no value)
     while t1 - t0 > 2.0 * tol:
         ts = _zoom_points(t0, t1, n)
         try:

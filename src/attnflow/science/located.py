@@ -49,13 +49,17 @@ def brackets(
     level: float = 0.5,
     n: int = ZOOM_POINTS,
 ) -> np.ndarray:
-    """The first zoom's points of every time `locate_times` would locate on these saved curves, sorted:
-    where a solver that cannot restart saves its states densely (within the saved span)."""
+    """The first zoom's points of every time `locate_times` would locate on these saved curves, and
+    of the brackets one saved step either side (the next pass of a solver may read its time one step
+    away), sorted: where a solver that cannot restart saves its states densely."""
     t = np.asarray(times, dtype=np.float64)
     points: list[np.ndarray] = []
 
     def record(_state: Any, t0: float, ts: np.ndarray) -> list[float]:
-        points.append(np.asarray(ts, dtype=np.float64))
+        i0, i1 = (int(np.searchsorted(t, x)) for x in (t0, float(ts[-1])))
+        for shift in (-1, 0, 1):
+            if 0 <= i0 + shift and i1 + shift < t.size:
+                points.append(np.linspace(float(t[i0 + shift]), float(t[i1 + shift]), n + 1)[1:])
         raise LookupError  # one zoom: its points are what a dense save needs
 
     w = np.asarray(w2, dtype=np.float64)
