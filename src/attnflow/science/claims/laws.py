@@ -75,10 +75,14 @@ def _terminal_phase(data: ClaimData) -> Finding:
         if label in left:
             left[label] = f"{flag}, so no departure"
     if not used:
-        why = (
-            "no beta has a departure converged in N (with N tokens the cluster leaves once the last token "
-            "near the softmax maximiser has passed, after a time ~ log N)"
-        )
+        regimes = _regimes(data)
+        if data.betas and all(b.label in regimes for b in data.betas):
+            why = "no beta has a metastable phase, so none departs (the terminal phase follows a departure)"
+        else:
+            why = (
+                "no beta has a departure converged in N (with N tokens the cluster leaves once the last "
+                "token near the softmax maximiser has passed, after a time ~ log N)"
+            )
         return Finding(
             "not resolved", f"Conjecture 1 is not tested: {why}", betas=(), left_out=left, note=why
         )
