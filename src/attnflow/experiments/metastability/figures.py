@@ -49,10 +49,13 @@ def kind_title(ds: Any, kind: str) -> str:
 
 def _cell(v: float, e: float) -> str:
     """A map cell: the departure to the digits its error supports, the error below; "none" where
-    there is no departure."""
+    there is no departure; "(one cloud)" below a mean of one departed cloud of several, whose error
+    (the seeds' spread) is unknown."""
     if not math.isfinite(v):
         return "none"
-    if not (math.isfinite(e) and e > 0):
+    if not math.isfinite(e):
+        return f"{format_value(v, 3)}\n(one cloud)"
+    if not e > 0:
         return format_value(v, 3)
     value, error = format_with_error(v, e)
     return f"{value}\n± {error}"

@@ -86,7 +86,8 @@ def point_stats(clouds: list[CloudReading]) -> PointStats:
     bias = np.array([c.bias for c in clouds])[ok]
     n = int(ok.sum())
     spread = float(np.std(t[ok], ddof=1)) if n > 1 else math.nan
-    sem = spread / math.sqrt(n) if n > 1 else 0.0
+    # one cloud of several departed: the spread over seeds is unknown, and so is the mean's error
+    sem = spread / math.sqrt(n) if n > 1 else (0.0 if len(clouds) == 1 else math.nan)
     grid = float(np.sqrt(np.mean(bias**2)))
     return PointStats(float(np.mean(t[ok])), math.hypot(sem, grid), spread, n / len(clouds))
 

@@ -77,6 +77,9 @@ def _map(ds: Any, kind: str) -> dict[str, dict[str, Any]]:
             if value is None:
                 statuses = sorted({s for s in q["status"].values.tolist() if s})
                 row[f"N = {N}"] = ", ".join(statuses)
+            elif "error" not in value:  # one departed cloud of several: the seeds' spread is unknown
+                departed = int(np.sum(q["status"].values == "departed"))
+                row[f"N = {N}"] = f"{value['value']:.3g} ({departed} of {q.sizes['seed']} clouds departed)"
             else:
                 row[f"N = {N}"] = value
         rows[f"{beta:g}"] = row
