@@ -244,7 +244,8 @@ def _take_located(
     bracket the same event (the located one's saved index is the window's, and a minimum's bracket
     lies inside the window); their error is then the root tolerance. A time read off the samples
     only (none located, or another event) keeps the saved step as its error (`curves`)."""
-    values, bias = {}, dict(q.bias)
+    values: dict[str, Any] = {}
+    bias = dict(q.bias)
     last = int(inside[-1])
     for name, index in indices.items():
         loc = located.get(name)

@@ -83,6 +83,13 @@ def brackets(
     return np.unique(np.concatenate(points))
 
 
+def _deviation(
+    w2_of: Callable[[Any], float], ref: Callable[[float], float], delta: float
+) -> Callable[[Any, float], float]:
+    """g(state, t) = W2(state) - (1 + delta) W2_ref(t): t_dev(delta) is where it turns positive."""
+    return lambda state, t: w2_of(state) - (1.0 + delta) * ref(t)
+
+
 def locate_times(
     times: np.ndarray,
     w2: np.ndarray,
@@ -131,7 +138,7 @@ def locate_times(
         for name, delta in deviations.items():
             c = crossing(t, w, (1.0 + delta) * np.asarray(reference, dtype=np.float64), "up")
             if c.index > 0:
-                out[name] = within(c.index, lambda s, u, d=delta: w2_of(s) - (1.0 + d) * ref(u))
+                out[name] = within(c.index, _deviation(w2_of, ref, delta))
     d = departure(t, mass, level)
     if d.index > 0:
         out["t_depart"] = within(d.index, lambda s, _t: level - mass_of(s))

@@ -106,7 +106,7 @@ FIT_STYLES: tuple[dict[str, Any], ...] = (
 BOUND_STYLE: dict[str, Any] = {"lw": 1.0, "ls": (0, (4, 2)), "alpha": 0.9}
 BOUND_LABEL = r"bound $K_1 a(\beta) e^{C_1 t} + K_2 e^{-c t}$ (row bound_envelope)"
 #: how an under-resolved beta's curve is drawn: faded, the word in its label
-UNDER_RESOLVED = {"alpha": 0.35}
+UNDER_RESOLVED: dict[str, Any] = {"alpha": 0.35}
 
 
 def claim_row(ds: xr.Dataset, key: str) -> dict:
