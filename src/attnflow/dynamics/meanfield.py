@@ -185,6 +185,15 @@ def _split(rec: Any, t_pass: np.ndarray, t_out: np.ndarray) -> tuple[list, list,
     return states, dense, np.asarray(rec.n_nodes)[at_out]
 
 
+def _dense_times(dense: Callable | None, t_out: np.ndarray, states: list) -> np.ndarray:
+    """The extra times where the next pass saves its states (`dense`), strictly inside the span and
+    not already saved."""
+    if dense is None:
+        return np.zeros(0)
+    extra = np.asarray(dense(t_out, states), dtype=np.float64).reshape(-1)
+    return extra[(extra > t_out[0]) & (extra < t_out[-1]) & ~np.isin(extra, t_out)]
+
+
 def _simulate(att, times, level, density, settings, centres, progress, dense=None) -> MeanFieldTrajectory:
     att = _check_2d_attention(att)
     s = _check_settings(settings)
@@ -220,21 +229,12 @@ def _simulate(att, times, level, density, settings, centres, progress, dense=Non
         states, dense_states, n_nodes = _split(rec, t_pass, t_out)
         dense_t = t_pass[~np.isin(t_pass, t_out)]
         moved = _moved(previous, states)
-        passes.append(
-            dict(
-                rec.counts,
-                evals=0,
-                wall_s=_time.perf_counter() - wall,
-                separatrix0=sep[0].tolist(),
-                moved=moved,
-            )
-        )
+        wall_s = _time.perf_counter() - wall
+        passes.append(dict(rec.counts, evals=0, wall_s=wall_s, separatrix0=sep[0].tolist(), moved=moved))
         if moved < s.pass_tol:
             break
         previous, c0, centre_of_t = states, sep[0], _spline(np.asarray(rec.t), sep)
-        if dense is not None and k + 1 < s.max_passes:
-            extra = np.asarray(dense(t_out, states), dtype=np.float64).reshape(-1)
-            extra = extra[(extra > t_out[0]) & (extra < t_out[-1]) & ~np.isin(extra, t_out)]
+        extra = _dense_times(dense, t_out, states) if k + 1 < s.max_passes else extra
     assert rec is not None and sep is not None
     info = dict(
         level=int(level),
