@@ -7,7 +7,8 @@ read back only as it was written.
 The record FILES_RECORD, in the folder beside the files, holds the size and SHA-256 of each recorded
 file by name; it is rewritten atomically with each file. A file that differs from its record, or that
 is not recorded at all (written by hand, or by an attnflow that kept no record), is named: a reader
-refuses it and `attnflow verify` reports it. Standard library only.
+refuses it and `attnflow verify` reports it. A recorded file, or the record, that is a symbolic link
+(wherever it points), a folder or a FIFO is named for what it is and never read. Standard library only.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from .paths import REGULAR, file_kind
 from .stores import StoreError, atomic_write_text
 
 __all__ = [
@@ -43,6 +45,8 @@ def recorded_files(folder: str | os.PathLike) -> dict[str, list] | None:
     """{name: [size, sha256]} of the folder's record; {} when there is none; None when the record is
     damaged (not a record of this format)."""
     path = Path(folder) / FILES_RECORD
+    if file_kind(path) not in (REGULAR, "absent"):
+        return None
     try:
         record = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -95,12 +99,25 @@ def write_checked_text(path: str | os.PathLike, text: str) -> Path:
 
 def file_problem(path: str | os.PathLike) -> str | None:
     """What is wrong with `path` against its folder's record ("altered ...", "missing", "has no
-    checksum ..."), or None when it is as written."""
+    checksum ...", "is a symbolic link ..."), or None when it is as written."""
+    problem = _not_a_file(Path(path))
+    if problem is not None:
+        return problem
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         data = None
     return _problem(Path(path), data)
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why `path` or its folder's record is not read: a symbolic link, a folder, a FIFO..., or None."""
+    for p, what in ((path, "a file it wrote"), (path.parent / FILES_RECORD, "its checksum record")):
+        kind = file_kind(p)
+        if kind not in (REGULAR, "absent"):
+            where = "" if p == path else f"its checksum record {p} "
+            return f"{where}is {kind}, where attnflow keeps {what}; not read (rerun to rewrite it)"
+    return None
 
 
 def _problem(path: Path, data: bytes | None) -> str | None:
@@ -124,6 +141,9 @@ def _problem(path: Path, data: bytes | None) -> str | None:
 
 def read_checked_text(path: str | os.PathLike) -> str:
     """The text of `path` (UTF-8) when it is as written (`file_problem`), else StoreError naming it."""
+    problem = _not_a_file(Path(path))
+    if problem is not None:
+        raise StoreError(path, problem)
     data = Path(path).read_bytes()  # once: what is checked is what is returned
     problem = _problem(Path(path), data)
     if problem is not None:

@@ -148,10 +148,14 @@ def _config_disagrees(out: Path, values: dict) -> list[str]:
 
 def _summary_problems(out: Path, has_result: bool, notes: list[str]) -> list[str]:
     """summary.json, summary.md and the report against their checksums (and summary.json as JSON)."""
-    from ..io import file_problem
+    from ..io import FILES_RECORD, file_problem
+    from ..io.paths import REGULAR, file_kind
 
-    problems = []
     rerun = "rerun the run to rewrite it"
+    record = out / FILES_RECORD
+    if (kind := file_kind(record)) not in (REGULAR, "absent"):  # never read through
+        return [f"{record}: is {kind}, where attnflow keeps the checksums of its files; not read ({rerun})"]
+    problems = []
     for name in (layout.SUMMARY_JSON, layout.SUMMARY_MD, layout.REPORT_MD, layout.REPORT_HTML):
         path = out / name
         if not path.exists():

@@ -1,0 +1,107 @@
+"""The fault probe of issue 35: links and hard links in a run folder, copied summaries, files replaced
+by folders, hostile checkpoints, API input the command line refuses, and a finished result replaced
+by another run. Each failure is one line (exit 2 for bad input, 1 for a damaged folder), no
+traceback, and nothing outside the folder is written or read."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from attnflow.io.lock import LOCK_FILE
+from cli_helpers import TINY, invoke
+
+
+def one_line(result, code: int, *needles: str) -> str:
+    """The command exited `code` with one "attnflow..." line on stderr holding every needle."""
+    assert result.exit_code == code, result.output
+    for text in ("Traceback", ".py:"):
+        assert text not in result.output, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnflow"), result.stderr
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.fixture
+def run(finished, tmp_path):
+    """A copy of the finished tiny run."""
+    out = tmp_path / "run"
+    shutil.copytree(finished, out, symlinks=True)
+    return out
+
+
+# ----------------------------------------------------------------------- links in and out of a folder
+
+
+def test_a_hard_linked_lock_is_refused_and_the_file_it_shares_untouched(run, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    os.link(victim, run / LOCK_FILE)
+    result = invoke("run", *TINY, "--out", str(run), "-q", "--no-figures")
+    one_line(result, 2, LOCK_FILE, "2 hard links")
+    assert victim.read_text() == "keep"
+    result = invoke("verify", str(run))
+    assert result.exit_code == 1 and "2 hard links" in result.output
+
+
+def _store_files(run):
+    """One chunk, the metadata and the checksums of result.zarr and of a part, and the file record."""
+    part = sorted((run / "parts").glob("*.zarr"))[0]
+    chunk = next(p for p in sorted((run / "result.zarr").rglob("*")) if p.is_file() and p.name[0].isdigit())
+    names = [".zmetadata", ".zattrs", ".attnflow-checksums.json"]
+    stores = [*(run / "result.zarr" / n for n in names), *(part / n for n in names)]
+    return [chunk, *stores, run / ".attnflow-files.json"]
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_a_file_inside_a_store_linked_out_is_named_and_not_read(run, tmp_path, index):
+    path = _store_files(run)[index]
+    outside, data = tmp_path / "outside", path.read_bytes()
+    outside.write_bytes(data)  # the same bytes: only the link is wrong
+    path.unlink()
+    path.symlink_to(outside)
+    result = invoke("verify", str(run))
+    assert result.exit_code == 1, result.output
+    assert f"{path}: is a symbolic link (to {outside})" in result.output
+    if "parts" in path.parts:  # the part is recomputed, never reused through the link
+        result = invoke("run", *TINY, "--out", str(run), "--no-figures")
+        assert result.exit_code == 0, result.output
+        assert "is damaged" in result.stderr and "symbolic link" in result.stderr
+        assert not path.is_symlink() and invoke("verify", str(run)).exit_code == 0
+    else:
+        one_line(invoke("show", str(run)), 1, str(path), "symbolic link")
+    assert outside.read_bytes() == data
+
+
+def test_show_refuses_a_summary_linked_out(run, tmp_path):
+    outside = tmp_path / "summary.md"
+    outside.write_bytes((run / "summary.md").read_bytes())
+    (run / "summary.md").unlink()
+    (run / "summary.md").symlink_to(outside)
+    one_line(invoke("show", str(run)), 1, "summary.md", "symbolic link")
+
+
+NAMES = [
+    "config.toml", "summary.json", "summary.md", ".attnflow-files.json", "result.zarr/.zmetadata",
+    "result.zarr/.zattrs", "result.zarr/.attnflow-checksums.json", "result.zarr/.zgroup", "PART/.zmetadata",
+    "PART/.attnflow-checksums.json", "PART/.zattrs", LOCK_FILE,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_file_replaced_by_a_folder_is_named_by_verify_and_show(run, name):
+    part = sorted((run / "parts").glob("*.zarr"))[0]
+    path = run / name.replace("PART", f"parts/{part.name}")
+    if path.exists():
+        path.unlink()
+    path.mkdir()
+    (path / "x").write_text("x")
+    result = invoke("verify", str(run))
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert f"{path}" in result.output
+    result = invoke("show", str(run))
+    assert "Traceback" not in result.output and result.exit_code in (0, 1, 2), result.output
