@@ -105,3 +105,24 @@ def test_a_file_replaced_by_a_folder_is_named_by_verify_and_show(run, name):
     assert f"{path}" in result.output
     result = invoke("show", str(run))
     assert "Traceback" not in result.output and result.exit_code in (0, 1, 2), result.output
+
+
+# ---------------------------------------------------------------------------------- one run identity
+
+
+def test_summaries_copied_from_another_run_are_refused(run, tmp_path):
+    import json
+
+    other = tmp_path / "other"
+    result = invoke("run", *TINY, "--set", "N=16", "--out", str(other), "-q", "--no-figures")
+    assert result.exit_code == 0, result.output
+    run_id = json.loads((run / "summary.json").read_text())["run"]
+    assert len(run_id) == 16 and f"| run | {run_id} |" in (run / "summary.md").read_text()
+    assert json.loads((run / ".attnflow-files.json").read_text())["run"] == run_id
+    for name in ("summary.json", "summary.md", ".attnflow-files.json"):
+        shutil.copyfile(other / name, run / name)
+    result = invoke("verify", str(run))
+    assert result.exit_code == 1, result.output
+    for name in ("summary.json", "summary.md", ".attnflow-files.json"):
+        assert f"{run / name}: its run fingerprint is " in result.output
+    one_line(invoke("show", str(run)), 1, "run fingerprint", "copied from another run")

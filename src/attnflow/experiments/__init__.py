@@ -384,8 +384,7 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
     if out is not None:
         if state == "extend":
             _folder.remove(out, _folder.DRAWN)  # figures and report of the previous result
-        md = summary_markdown(summary, f"attnflow run: {exp.name}")
-        _folder.write_result(out, ds, to_json(summary, indent=2) + "\n", md)
+        _folder.write_result(out, ds, summary, f"attnflow run: {exp.name}")
         if state == "extend":
             _folder.write_config(out, config)
     reporter.done(f"{exp.name}: done in {this_run:.1f} s")

@@ -35,14 +35,18 @@ __all__ = [
     "DRAWN",
     "FOLDERS",
     "RUN_FILES",
+    "RUN_KEY",
     "RunFolderError",
     "discard_unfinished",
+    "identity_problems",
     "plan_folder",
     "remove",
     "write_config",
     "write_result",
 ]
 
+#: the key of summary.json (and row of summary.md) holding the run fingerprint of result.zarr
+RUN_KEY = "run"
 #: every name a run writes into its folder
 RUN_FILES = (
     layout.CONFIG_FILE,
@@ -215,11 +219,45 @@ def write_config(out: Path, config: BaseModel) -> None:
     atomic_write_text(inside(out, layout.CONFIG_FILE), to_toml(config))
 
 
-def write_result(out: Path, ds: Any, summary_json: str, summary_md: str) -> None:
-    """out/result.zarr (atomically, with its checksums), then summary.json and summary.md with theirs
-    (`attnflow.io.write_checked_text`: what `show` and `verify` check them against)."""
-    from ..io import inside, write_checked_text, write_dataset
+def write_result(out: Path, ds: Any, summary: dict[str, Any], title: str) -> None:
+    """out/result.zarr (atomically, with its checksums), then summary.json and summary.md (titled
+    `title`) with theirs (`attnflow.io.write_checked_text`: what `show` and `verify` check them
+    against). The summaries and the file record carry the run fingerprint of the store
+    (`attnflow.io.store_fingerprint`): `identity_problems` ties them to this result."""
+    from ..io import inside, record_run, store_fingerprint, to_json, write_checked_text, write_dataset
+    from . import summary_markdown
 
-    write_dataset(ds, inside(out, layout.RESULT_STORE))
-    write_checked_text(inside(out, layout.SUMMARY_JSON), summary_json)
-    write_checked_text(inside(out, layout.SUMMARY_MD), summary_md)
+    run = store_fingerprint(write_dataset(ds, inside(out, layout.RESULT_STORE)))
+    summary = {**summary, RUN_KEY: run}
+    record_run(out, run)
+    write_checked_text(inside(out, layout.SUMMARY_JSON), to_json(summary, indent=2) + "\n")
+    write_checked_text(inside(out, layout.SUMMARY_MD), summary_markdown(summary, title))
+
+
+def identity_problems(out: Path) -> list[str]:
+    """Where summary.json, summary.md or the file record of the finished run `out` carry another run
+    fingerprint than its result.zarr (copied from another run), one line each; [] when they agree.
+    Call it once result.zarr passed its checksums."""
+    import json
+    import re
+
+    from ..io import FILES_RECORD, recorded_run, store_fingerprint
+
+    run = store_fingerprint(out / layout.RESULT_STORE)
+    fix = f"not written with the {layout.RESULT_STORE} there (copied from another run?); rerun to rewrite it"
+    problems = []
+    if recorded_run(out) != run:
+        problems.append(f"{out / FILES_RECORD}: its run fingerprint is {recorded_run(out)}, {fix}")
+    for name in (layout.SUMMARY_JSON, layout.SUMMARY_MD):
+        path = out / name
+        try:
+            text = path.read_text(encoding="utf-8")
+            if name == layout.SUMMARY_JSON:
+                held = json.loads(text).get(RUN_KEY)
+            else:
+                held = next(iter(re.findall(rf"^\| {RUN_KEY} +\| ([0-9a-f]+) +\|", text, re.M)), None)
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            continue  # missing or unreadable: its checksum says so
+        if held != run:
+            problems.append(f"{path}: its run fingerprint is {held}, {fix}")
+    return problems

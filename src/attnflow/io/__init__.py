@@ -14,7 +14,9 @@ from .files import (
     forget_files,
     read_checked_text,
     record_files,
+    record_run,
     recorded_files,
+    recorded_run,
     write_checked_text,
 )
 from .paths import OutsideFolderError, inside, link_out
@@ -27,6 +29,7 @@ from .stores import (
     clean_stale,
     dataset_problems,
     read_dataset,
+    store_fingerprint,
     verify_dataset,
     write_checksums,
     write_dataset,
@@ -56,7 +59,10 @@ __all__ = [
     "read_checked_text",
     "read_dataset",
     "record_files",
+    "record_run",
     "recorded_files",
+    "recorded_run",
+    "store_fingerprint",
     "to_json",
     "verify_dataset",
     "write_checked_text",

@@ -29,7 +29,9 @@ __all__ = [
     "forget_files",
     "read_checked_text",
     "record_files",
+    "record_run",
     "recorded_files",
+    "recorded_run",
     "write_checked_text",
 ]
 
@@ -59,8 +61,25 @@ def recorded_files(folder: str | os.PathLike) -> dict[str, list] | None:
     return files
 
 
-def _write_record(folder: Path, files: dict[str, list]) -> None:
-    record = {"format": FILES_FORMAT, "algorithm": "sha256", "files": files}
+def recorded_run(folder: str | os.PathLike) -> str | None:
+    """The run fingerprint the folder's record carries (`record_run`), or None (no record, a damaged
+    one, or one written before records carried it)."""
+    path = Path(folder) / FILES_RECORD
+    if recorded_files(folder) is None or not path.is_file():
+        return None
+    run = json.loads(path.read_bytes()).get("run")
+    return run if isinstance(run, str) else None
+
+
+def record_run(folder: str | os.PathLike, run: str) -> None:
+    """Tie the folder's record to one run: the fingerprint of the result its files were made from."""
+    _write_record(Path(folder), recorded_files(folder) or {}, run)
+
+
+def _write_record(folder: Path, files: dict[str, list], run: str | None = None) -> None:
+    record: dict = {"format": FILES_FORMAT, "algorithm": "sha256", "files": files}
+    if (run := run or recorded_run(folder)) is not None:
+        record["run"] = run
     text = json.dumps(record, indent=0, sort_keys=True)
     atomic_write_text(folder / FILES_RECORD, text)
 

@@ -38,7 +38,7 @@ def file_kind(path: str | os.PathLike, follow: bool = False) -> str:
     except (FileNotFoundError, NotADirectoryError):
         return "absent"
     if stat.S_ISLNK(mode):
-        return f"a symbolic link (to {os.readlink(path)})"
+        return f"a symbolic link (to {os.readlink(os.fspath(path))})"
     if stat.S_ISREG(mode):
         return REGULAR
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")

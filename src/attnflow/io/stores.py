@@ -195,6 +195,13 @@ def _file_problem(fs: Any, root: str, rel: str, size: int, digest: str) -> str |
     return None
 
 
+def store_fingerprint(target: str | os.PathLike) -> str:
+    """The fingerprint of a zarr store as written: 16 hex digits of the SHA-256 of its checksum record
+    (which covers every file of the store). The run's summaries and file record carry it."""
+    fs, root = _fs(target)
+    return hashlib.sha256(_read_bytes(fs, root, CHECKSUM_FILE)).hexdigest()[:16]
+
+
 def dataset_problems(target: str | os.PathLike) -> list[tuple[str, str]]:
     """What is wrong with the zarr store `target` (a path or an fsspec URL) against its checksums, as
     (file, problem) pairs: [] when every file is as written. A store without checksums (written by

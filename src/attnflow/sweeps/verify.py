@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..experiments import layout
 from ..experiments.folder import RUN_FILES as _RUN_NAMES
+from ..experiments.folder import identity_problems
 
 __all__ = ["Verification", "verify_folder", "verify_run"]
 
@@ -64,6 +65,8 @@ def verify_run(out: str | os.PathLike) -> tuple[list[str], list[str]]:
         problems += [f"{f}: {p} ({rerun})" for f, p in found]
         if not found and values is not None:
             problems += _config_disagrees(out, values)
+        if not found:
+            problems += identity_problems(out)
     parts = sorted((out / layout.PARTS_DIR).glob("*.zarr")) if (out / layout.PARTS_DIR).is_dir() else []
     for part in parts:
         problems += [f"{f}: {p} (a rerun recomputes this part)" for f, p in dataset_problems(part)]
