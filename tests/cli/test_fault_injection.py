@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 from attnflow.io.lock import LOCK_FILE
@@ -126,3 +127,44 @@ def test_summaries_copied_from_another_run_are_refused(run, tmp_path):
     for name in ("summary.json", "summary.md", ".attnflow-files.json"):
         assert f"{run / name}: its run fingerprint is " in result.output
     one_line(invoke("show", str(run)), 1, "run fingerprint", "copied from another run")
+
+
+# ------------------------------------------------------------------ the API refuses what the CLI does
+
+
+@pytest.fixture(scope="module")
+def att():
+    from attnflow import Attention
+
+    return Attention(np.eye(2), np.eye(2), np.eye(2), 1.0)
+
+
+def test_the_api_refuses_complex_input(att):
+    import attnflow as af
+
+    X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(
+        ValueError, match=r"X0 must be real, got complex entries .*largest imaginary part 0\.5"
+    ):
+        af.simulate(X + 0.5j * np.eye(2), att, [0.0, 1.0])
+    with pytest.raises(ValueError, match="times must be real"):
+        af.simulate(X, att, np.array([0.0, 1.0 + 1e-3j]))
+    with pytest.raises(ValueError, match="Y must be real"):
+        af.w2(X, X + 0.5j)
+    with pytest.raises(ValueError, match="a must be real"):
+        af.w2(X, X, a=np.array([0.5 + 1j, 0.5]))
+    assert af.w2(X + 0j, X) == 0.0  # a zero imaginary part is a real array
+
+
+def test_a_time_span_beyond_max_steps_is_refused_before_integrating(att):
+    import time
+
+    import attnflow as af
+
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"take 1e\+302 steps, more than options\['max_steps'\] = 10000000"):
+        af.simulate(np.eye(2), att, [0.0, 1e300])
+    with pytest.raises(ValueError, match=r"take 1\.1e\+03 steps, more than options\['max_steps'\] = 1000"):
+        af.simulate(np.eye(2), att, [0.0, 11.0], dt=0.01, options={"max_steps": 1000})
+    assert time.perf_counter() - t0 < 2.0
+    assert af.simulate(np.eye(2), att, [0.0, 9.0], dt=0.01, options={"max_steps": 1000}).x.shape == (2, 2, 2)

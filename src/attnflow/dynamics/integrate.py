@@ -152,6 +152,7 @@ def simulate(
         clouds = _check_clouds(X0, att, device, normalize, deprecated.get("betas"))
         t_out = check_times(times)
         numerics = _check_numerics(method, dt, kernel, dtype, options)
+        _check_steps(t_out, numerics)
         clouds = _weighted(clouds, weights)
         noise = _noise(clouds.temps.att, numerics, seed)
         itemsize = 4 if numerics.dtype == "float32" else 8
@@ -213,6 +214,19 @@ def _check_numerics(method: Any, dt: Any, kernel: Any, dtype: Any, options: Any)
     if method == "adaptive":
         check_rtol_for_dtype(opts["rtol"], name, method)
     return _Numerics(method, kernel, name, dt, opts)
+
+
+def _check_steps(times: np.ndarray, numerics: _Numerics) -> None:
+    """Refuse, before integrating, a fixed-step run whose t_final / dt steps exceed options['max_steps']
+    (the adaptive method's step count is known only as it runs: max_steps stops it there)."""
+    if numerics.method == "adaptive":
+        return
+    limit, steps = numerics.options["max_steps"], float(times[-1]) / numerics.dt
+    if steps > limit:
+        raise ValueError(
+            f"times up to t = {float(times[-1]):.6g} at dt = {numerics.dt:g} take {steps:.3g} steps, more "
+            f"than options['max_steps'] = {limit}: shorten the times, take a larger dt, or raise max_steps"
+        )
 
 
 def _noise(model: Attention | Dynamics, numerics: _Numerics, seed: Any) -> Noise | None:
