@@ -168,3 +168,80 @@ def test_a_time_span_beyond_max_steps_is_refused_before_integrating(att):
         af.simulate(np.eye(2), att, [0.0, 11.0], dt=0.01, options={"max_steps": 1000})
     assert time.perf_counter() - t0 < 2.0
     assert af.simulate(np.eye(2), att, [0.0, 9.0], dt=0.01, options={"max_steps": 1000}).x.shape == (2, 2, 2)
+
+
+# ------------------------------------------------------------------ checkpoints that lie about sizes
+
+
+def _patch(path, key: bytes, skip: int, fmt: str, value: int) -> None:
+    """Overwrite the number `skip` bytes after the name `key` in the file (struct format `fmt`)."""
+    import struct
+
+    data = bytearray(path.read_bytes())
+    at = data.index(key) + len(key) + skip
+    data[at : at + struct.calcsize(fmt)] = struct.pack(fmt, value)
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="module")
+def bad_checkpoints(tmp_path_factory):
+    import struct
+    import zipfile
+
+    import torch
+
+    from checkpoints import write_gguf
+
+    folder = tmp_path_factory.mktemp("checkpoints")
+    q = "model.layers.0.self_attn.q_proj.weight"
+    torch.save({q: torch.zeros(1).expand(20000, 20000)}, folder / "stride0.bin")  # 2 kB, 1.6 GB declared
+    torch.save({q: torch.zeros(4000, 4000)}, folder / "stored.bin")
+    with (
+        zipfile.ZipFile(folder / "stored.bin") as z,
+        zipfile.ZipFile(folder / "deflated.bin", "w", compression=zipfile.ZIP_DEFLATED) as out,
+    ):
+        for info in z.infolist():
+            out.writestr(info.filename, z.read(info.filename))
+    (folder / "stored.bin").unlink()
+    write_gguf(folder / "overlap.gguf", layers=1)
+    data = (folder / "overlap.gguf").read_bytes()
+    # a tensor info: name, n_dims (u32), dims (u64 each), type (u32), offset (u64)
+    embd = data.index(b"token_embd.weight") + len(b"token_embd.weight")
+    embd_offset = struct.unpack_from("<Q", data, embd + 4 + 16 + 4)[0]
+    _patch(folder / "overlap.gguf", b"blk.0.attn_q.weight", 4 + 16 + 4, "<Q", embd_offset)
+    write_gguf(folder / "zero-heads.gguf", layers=1)
+    _patch(folder / "zero-heads.gguf", b"llama.attention.head_count", 4, "<I", 0)  # after the value type
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("name", "needles"),
+    [
+        ("stride0.bin", ["declares shape (20000, 20000) (1600 MB) over a storage of 4 bytes"]),
+        ("deflated.bin", ["its records expand to 64", "on disk (compressed storages)"]),
+        ("overlap.gguf", ["the data of", "overlap those of", "each tensor's data once"]),
+        ("zero-heads.gguf", ["its config gives 0 attention heads"]),
+    ],
+)
+def test_a_checkpoint_that_lies_about_its_sizes_is_refused_before_allocating(bad_checkpoints, name, needles):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    one_line(invoke("heads", str(bad_checkpoints / name)), 2, str(bad_checkpoints / name), *needles)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 300_000  # kB: nothing declared
+
+
+def test_heads_and_check_name_a_path_that_is_no_checkpoint_for_what_it_is(tmp_path):
+    fifo, folder, text = tmp_path / "fifo", tmp_path / "folder", tmp_path / "notes.txt"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    text.write_text("not a checkpoint")
+    one_line(invoke("heads", str(fifo)), 2, str(fifo), "a FIFO, not a regular file")
+    one_line(invoke("heads", "/dev/zero"), 2, "a character device, not a regular file")
+    one_line(invoke("heads", str(text)), 2, "is not a checkpoint")
+    one_line(invoke("heads", str(folder)), 2, "no weights in")
+    one_line(invoke("check", str(fifo)), 2, "a FIFO, not a regular file")
+    one_line(invoke("check", str(folder)), 2, "a folder, not a file")
+    out = tmp_path / "out"
+    one_line(invoke("run", *TINY, "-s", f"weights={fifo}", "-o", str(out)), 2, "a FIFO, not a regular file")
+    assert not out.exists()

@@ -18,7 +18,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["REGULAR", "OutsideFolderError", "file_kind", "inside", "link_out"]
+__all__ = ["REGULAR", "OutsideFolderError", "file_kind", "inside", "link_out", "not_a_file"]
 
 REGULAR = "a regular file"
 _KINDS = (
@@ -28,6 +28,17 @@ _KINDS = (
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
 )
+
+
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """None when `path` is a regular file (through a link); else why it cannot be read as one: "no
+    such file", "a folder, not a file", "a FIFO, not a regular file" ..."""
+    kind = file_kind(path, follow=True)
+    if kind == REGULAR:
+        return None
+    if kind == "absent":
+        return "no such file"
+    return f"{kind}, not a file" if kind == "a folder" else f"{kind}, not a regular file"
 
 
 def file_kind(path: str | os.PathLike, follow: bool = False) -> str:
