@@ -10,6 +10,8 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from attnflow.io.lock import LOCK_FILE
 from cli_helpers import TINY, invoke
@@ -245,3 +247,32 @@ def test_heads_and_check_name_a_path_that_is_no_checkpoint_for_what_it_is(tmp_pa
     out = tmp_path / "out"
     one_line(invoke("run", *TINY, "-s", f"weights={fifo}", "-o", str(out)), 2, "a FIFO, not a regular file")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------- leftovers and grids
+
+
+def test_a_leftover_old_link_in_parts_is_removed_as_verify_promises(run, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    link = run / "parts" / ".beta=10_N=24.zarr.old-0123abcd"
+    link.symlink_to(outside)
+    result = invoke("verify", str(run))
+    assert f"note: {link}: left by an interrupted write; the next run removes it" in result.output
+    assert invoke("run", *TINY, "--out", str(run), "-q", "--no-figures").exit_code == 0
+    assert not os.path.lexists(link) and (outside / "keep.txt").read_text() == "keep"
+
+
+def test_a_grid_range_of_2_to_the_70_is_refused_in_one_line(tmp_path):
+    out = tmp_path / "sweep"
+    result = invoke("sweep", "concentration-tiny", "--grid", f"seed=0:{2**70}", "-o", str(out), "-q")
+    one_line(result, 2, "--grid", f"{2**70:,} points", "at most 100,000 points")
+    assert not out.exists()
+
+
+@given(st.integers(-40, 40), st.integers(-40, 40), st.integers(-7, 7).filter(bool))
+def test_the_size_of_a_range_axis_is_its_length(a, b, step):
+    from attnflow.sweeps.grid import grid_size
+
+    assert grid_size({"seed": range(a, b, step), "beta": [1, 2]}) == 2 * len(range(a, b, step))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..io.lock import lock_file_problem
 from ..io.paths import link_out
+from ..io.stores import is_leftover
 from . import layout
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def _check_entries(out: Path) -> None:
     names: list[tuple[str, ...]] = [(name,) for name in RUN_FILES]
     parts = out / layout.PARTS_DIR
     if parts.is_dir() and link_out(out, layout.PARTS_DIR) is None:
-        names += [(layout.PARTS_DIR, p.name) for p in sorted(parts.iterdir())]
+        names += [(layout.PARTS_DIR, p.name) for p in sorted(parts.iterdir()) if not is_leftover(p.name)]
     for path in names:
         err = link_out(out, *path)
         if err is not None:

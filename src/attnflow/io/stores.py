@@ -248,14 +248,20 @@ def verify_dataset(target: str | os.PathLike) -> None:
         raise StoreError(path, problem + more)
 
 
+def is_leftover(name: str) -> bool:
+    """Whether `name` is a temporary of an interrupted write (`clean_stale` removes it)."""
+    return name.startswith(".") and (".tmp-" in name or ".old-" in name)
+
+
 def clean_stale(folder: str | os.PathLike) -> int:
-    """Remove temporary stores/files left in `folder` by an interrupted write; returns how many."""
+    """Remove temporary stores/files left in `folder` by an interrupted write; returns how many. A link
+    of that name is removed itself, never what it points to."""
     folder = Path(folder)
     n = 0
     if folder.is_dir():
         for p in folder.iterdir():
-            if p.name.startswith(".") and (".tmp-" in p.name or ".old-" in p.name):
-                if p.is_dir():
+            if is_leftover(p.name):
+                if p.is_dir() and not p.is_symlink():
                     shutil.rmtree(p, ignore_errors=True)
                 else:
                     p.unlink(missing_ok=True)
