@@ -276,3 +276,34 @@ def test_the_size_of_a_range_axis_is_its_length(a, b, step):
     from attnflow.sweeps.grid import grid_size
 
     assert grid_size({"seed": range(a, b, step), "beta": [1, 2]}) == 2 * len(range(a, b, step))
+
+
+# -------------------------------------------------------------- a finished result is never replaced
+
+
+def test_a_finished_result_is_not_replaced_by_another_run_without_overwrite(run):
+    import json
+
+    from attnflow.io import read_dataset, store_fingerprint
+
+    before = store_fingerprint(run / "result.zarr"), (run / "summary.json").read_bytes()
+    for sets in (["N=16"], ["betas=[10]"], ["tol=0.05"]):  # another N, a beta fewer, another ladder tolerance
+        args = [a for s in sets for a in ("--set", s)]
+        result = invoke("run", *TINY, *args, "--out", str(run), "-q", "--no-figures")
+        one_line(result, 2, "holds a finished concentration run", sets[0].split("=")[0], "--overwrite")
+        assert (store_fingerprint(run / "result.zarr"), (run / "summary.json").read_bytes()) == before
+    result = invoke("run", *TINY, "--set", "betas=[10, 20, 30]", "--out", str(run), "-q", "--no-figures")
+    assert result.exit_code == 0, result.output  # more betas extend it
+    assert read_dataset(run / "result.zarr").sizes["beta"] == 3
+    args = ["--set", "N=16", "--out", str(run), "-q", "--no-figures", "--overwrite"]
+    assert invoke("run", *TINY, *args).exit_code == 0
+    assert json.loads((run / "summary.json").read_text())["N"] == 16
+
+
+def test_a_fifo_inside_a_store_is_named_and_never_opened(run):
+    chunk = next(p for p in sorted((run / "result.zarr").rglob("*")) if p.is_file() and p.name[0].isdigit())
+    chunk.unlink()
+    os.mkfifo(chunk)  # opening it would block: verify and show name it without reading
+    result = invoke("verify", str(run))
+    assert result.exit_code == 1 and f"{chunk}: is a FIFO" in result.output, result.output
+    one_line(invoke("show", str(run)), 1, str(chunk), "is a FIFO")

@@ -279,9 +279,11 @@ def run_experiment(
     as is quiet=True. The torch threads are the config's `threads` (docs/guide.md, "Threads").
     out is checked before anything is written there (RunFolderError naming what is there): a folder
     holding something else than a run is refused, and so is a run of another experiment or other
-    parameters unless overwrite=True, which replaces it. A run may change the experiment's
-    `part_keys` (e.g. add betas): the parts it shares are reused, and config.toml is rewritten only
-    once the new result is, so the folder's config and result always agree. A part is reused only if
+    parameters unless overwrite=True, which replaces it. A run may add values to a list of the
+    experiment's `part_keys` (e.g. betas), and change the others while no result is written (a
+    finished result is replaced only with overwrite=True): the parts it shares are reused, and
+    config.toml is rewritten only once the new result is, so the folder's config and result always
+    agree. A part is reused only if
     it is what this run computes (`attnflow.experiments.parts`); summary.json and summary.md are
     written with their checksums (`attnflow.io.files`). One process at a time writes into out
     (LockedError naming the holder); a lock left by a process that died is taken over, with a notice

@@ -2,11 +2,13 @@
 
 `plan_folder(out, config, exp, overwrite)` reads the folder and says how the run will use it: "new"
 (absent or empty), "resume" (a run of the same config: its parts are reused), "extend" (the same
-experiment and parameters, other `Experiment.part_keys`, e.g. more betas) or "replace" (overwrite=True
-on a run of another experiment or other parameters). Anything else is a RunFolderError naming what is
-there: a file, a folder that is not writable, a folder holding something else than a run, a symbolic
-link out of the folder in place of one of the run's files (or of a part), a file where the run keeps a
-folder (or the reverse), a lock file that is not a regular file. The folder is left untouched by the
+experiment and parameters, other `Experiment.part_keys`: values added to a list such as betas; any
+change of them while the run is unfinished) or "replace" (overwrite=True on a run of another
+experiment or other parameters, or on a finished run that another value of a part key would
+replace). Anything else is a RunFolderError naming what is there: a file, a folder that is not
+writable, a folder holding something else than a run, a symbolic link out of the folder in place of
+one of the run's files (or of a part), a file where the run keeps a folder (or the reverse), a lock
+file that is not a regular file. The folder is left untouched by the
 check, so `overwrite` deletes nothing before every check has passed. `run_experiment` checks, then
 takes the folder's lock, then checks again.
 
@@ -168,6 +170,11 @@ def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool =
         if overwrite:
             return "replace"
         raise RunFolderError(out, f"holds a run of {there.get('experiment')!r}, not {exp.name!r}", True)
+    return _compare(out, config, exp, there, overwrite)
+
+
+def _compare(out: Path, config: BaseModel, exp: Experiment, there: dict[str, Any], overwrite: bool) -> str:
+    """`plan_folder` of a folder holding a run of `exp` whose config.toml reads `there`."""
     here = _toml_values(config)
     fixed = sorted(
         k for k in {*here, *there} if k not in {"threads", *exp.part_keys} and here.get(k) != there.get(k)
@@ -177,8 +184,29 @@ def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool =
             return "replace"
         diff = ", ".join(f"{k} = {_show(there.get(k))} there, {_show(here.get(k))} here" for k in fixed[:4])
         raise RunFolderError(out, f"holds a {exp.name} run with other parameters ({diff})", True)
-    same = all(here.get(k) == there.get(k) for k in exp.part_keys)
-    return "resume" if same else "extend"
+    if all(here.get(k) == there.get(k) for k in exp.part_keys):
+        return "resume"
+    changed = _not_extending(here, there, exp.part_keys)
+    if changed and (out / layout.RESULT_STORE).exists():  # a finished result is replaced only when asked
+        if overwrite:
+            return "replace"
+        raise RunFolderError(
+            out,
+            f"holds a finished {exp.name} run and {', '.join(changed[:3])} makes another run (only adding "
+            "values to a list, e.g. betas, extends a finished run)",
+            True,
+        )
+    return "extend"
+
+
+def _not_extending(here: dict[str, Any], there: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """The keys (as "k = old there, new here") whose change does more than add values to a list."""
+    return [
+        f"{k} = {_show(there.get(k))} there, {_show(here.get(k))} here"
+        for k in keys
+        if here.get(k) != there.get(k)
+        and not (isinstance(here.get(k), list) and all(v in here[k] for v in there.get(k) or []))
+    ]
 
 
 def remove(out: Path, names: tuple[str, ...] = RUN_FILES) -> None:
