@@ -307,3 +307,32 @@ def test_a_fifo_inside_a_store_is_named_and_never_opened(run):
     result = invoke("verify", str(run))
     assert result.exit_code == 1 and f"{chunk}: is a FIFO" in result.output, result.output
     one_line(invoke("show", str(run)), 1, str(chunk), "is a FIFO")
+
+
+def test_work_far_beyond_the_machine_is_refused_with_its_estimate(att):
+    import time
+
+    import attnflow as af
+    from attnflow._text import format_value
+    from attnflow.dynamics.work import check_work
+    from attnflow.kernels import costs
+
+    X = af.sample_uniform(20000, 2, seed=0)
+    c = costs.active()["sdpa"]["float64"]
+    each = c["call"] + 20000**2 * (c["pair"] + 2 * c["pair_d"])  # the cost model's closed form
+    hours = 1e6 * 4 * each / 3600  # t_final / dt steps of rk4 on one thread (threads=1)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="pass force=True") as err:
+        af.simulate(X, att, [0.0, 1e4], kernel="sdpa")
+    assert time.perf_counter() - t0 < 5.0  # refused before the first step
+    assert f"about {format_value(hours, 3)} hours on 1 thread(s) (1e+06 steps x 4 evaluations" in str(
+        err.value
+    )
+    assert "N = 20000 tokens in d = 2" in str(err.value)
+
+    class Numerics:
+        method, dt, kernel, dtype = "rk4", 1e-2, "sdpa", "float64"
+
+    check_work(X, X.shape, att, 1e4, Numerics, force=True)  # the escape: nothing refused
+    with pytest.raises(ValueError, match="more than a day"):
+        check_work(X, X.shape, att, 1e4, Numerics, force=False)
