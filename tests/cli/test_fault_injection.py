@@ -213,7 +213,20 @@ def bad_checkpoints(tmp_path_factory):
     _patch(folder / "overlap.gguf", b"blk.0.attn_q.weight", 4 + 16 + 4, "<Q", embd_offset)
     write_gguf(folder / "zero-heads.gguf", layers=1)
     _patch(folder / "zero-heads.gguf", b"llama.attention.head_count", 4, "<I", 0)  # after the value type
+    _lying_onnx(folder / "lying.onnx")
     return folder
+
+
+def _lying_onnx(path) -> None:
+    """An ONNX graph whose one initializer declares 20000 x 20000 float32 over 4 bytes."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    w = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[20000, 20000], raw_data=b"\0\0\0\0")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y], [w])
+    onnx.save(helper.make_model(graph), str(path))
 
 
 @pytest.mark.parametrize(
@@ -223,6 +236,7 @@ def bad_checkpoints(tmp_path_factory):
         ("deflated.bin", ["its records expand to 64", "on disk (compressed storages)"]),
         ("overlap.gguf", ["the data of", "overlap those of", "each tensor's data once"]),
         ("zero-heads.gguf", ["its config gives 0 attention heads"]),
+        ("lying.onnx", ["initializer W declares shape (20000, 20000) but holds 1 values"]),
     ],
 )
 def test_a_checkpoint_that_lies_about_its_sizes_is_refused_before_allocating(bad_checkpoints, name, needles):
