@@ -114,13 +114,16 @@ def test_a_file_replaced_by_a_folder_is_named_by_verify_and_show(run, name):
 
 
 def test_summaries_copied_from_another_run_are_refused(run, tmp_path):
+    import hashlib
     import json
 
     other = tmp_path / "other"
     result = invoke("run", *TINY, "--set", "N=16", "--out", str(other), "-q", "--no-figures")
     assert result.exit_code == 0, result.output
     run_id = json.loads((run / "summary.json").read_text())["run"]
-    assert len(run_id) == 16 and f"| run | {run_id} |" in (run / "summary.md").read_text()
+    checksums = (run / "result.zarr" / ".attnflow-checksums.json").read_bytes()
+    assert run_id == hashlib.sha256(checksums).hexdigest()[:16]
+    assert f"| run | {run_id} |" in (run / "summary.md").read_text()
     assert json.loads((run / ".attnflow-files.json").read_text())["run"] == run_id
     for name in ("summary.json", "summary.md", ".attnflow-files.json"):
         shutil.copyfile(other / name, run / name)
@@ -321,6 +324,12 @@ def test_a_fifo_inside_a_store_is_named_and_never_opened(run):
     result = invoke("verify", str(run))
     assert result.exit_code == 1 and f"{chunk}: is a FIFO" in result.output, result.output
     one_line(invoke("show", str(run)), 1, str(chunk), "is a FIFO")
+    summary = run / "summary.md"
+    summary.unlink()
+    os.mkfifo(summary)
+    result = invoke("verify", str(run))
+    assert result.exit_code == 1 and f"{summary}: is a FIFO" in result.output, result.output
+    one_line(invoke("show", str(run)), 1, str(summary), "is a FIFO")
 
 
 def test_work_far_beyond_the_machine_is_refused_with_its_estimate(att):
