@@ -271,14 +271,16 @@ def identity_problems(out: Path) -> list[str]:
     import re
 
     from ..io import FILES_RECORD, recorded_run, store_fingerprint
+    from ..io.paths import REGULAR, file_kind
 
     run = store_fingerprint(out / layout.RESULT_STORE)
-    fix = f"not written with the {layout.RESULT_STORE} there (copied from another run?); rerun to rewrite it"
     problems = []
     if recorded_run(out) != run:
-        problems.append(f"{out / FILES_RECORD}: its run fingerprint is {recorded_run(out)}, {fix}")
+        problems.append(f"{out / FILES_RECORD}: {_other_run(recorded_run(out))}")
     for name in (layout.SUMMARY_JSON, layout.SUMMARY_MD):
         path = out / name
+        if file_kind(path) != REGULAR:
+            continue  # missing, a link, a FIFO...: named by its checksum check, never read here
         try:
             text = path.read_text(encoding="utf-8")
             if name == layout.SUMMARY_JSON:
@@ -288,5 +290,14 @@ def identity_problems(out: Path) -> list[str]:
         except (OSError, UnicodeDecodeError, ValueError, AttributeError):
             continue  # missing or unreadable: its checksum says so
         if held != run:
-            problems.append(f"{path}: its run fingerprint is {held}, {fix}")
+            problems.append(f"{path}: {_other_run(held)}")
     return problems
+
+
+def _other_run(held: str | None) -> str:
+    """Why a file whose run fingerprint is `held` (not result.zarr's) is not trusted, and the fix."""
+    fix = "rerun the run to rewrite it (its parts are reused)"
+    if held is None:
+        return f"carries no run fingerprint (written by an older attnflow, or not with this result); {fix}"
+    where = f"not written with the {layout.RESULT_STORE} there (copied from another run?)"
+    return f"its run fingerprint is {held}, {where}; {fix}"
