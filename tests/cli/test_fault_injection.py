@@ -362,3 +362,16 @@ def test_work_far_beyond_the_machine_is_refused_with_its_estimate(att):
     check_work(X, X.shape, att, 1e4, Numerics, force=True)  # the escape: nothing refused
     with pytest.raises(ValueError, match="more than a day"):
         check_work(X, X.shape, att, 1e4, Numerics, force=False)
+
+
+def test_heads_of_a_file_that_cannot_be_read_exits_2_in_one_line(tmp_path, monkeypatch):
+    import attnflow.pretrained as pretrained
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"x")
+
+    def unreadable(checkpoint, **kw):
+        raise PermissionError(13, "Permission denied", str(checkpoint))
+
+    monkeypatch.setattr(pretrained, "report", unreadable)  # root reads any file: the refusal is made up
+    one_line(invoke("heads", str(path)), 2, f"cannot read {path}: Permission denied")

@@ -11,7 +11,12 @@ from typing import Annotated, Any
 
 import typer
 
-from .console import BAD_INPUT, EXIT_USAGE, PIPED_WIDTH, exits, fail, is_terminal
+from .console import BAD_INPUT, EXIT_USAGE, PIPED_WIDTH, Failure, exits, fail, is_terminal
+
+#: a checkpoint file that cannot be read at all (permissions, a device that fails): exit 2, one line
+_UNREADABLE = Failure(
+    (OSError,), EXIT_USAGE, lambda e: f"cannot read {e.filename or 'the checkpoint'}: {e.strerror or e}"
+)
 
 STATUS_SHORT = {"ok": "ok", "fails": "FAILS", "not checkable": "n/c"}
 NARROW = 100  # the width of the default tables
@@ -212,7 +217,7 @@ def heads(
     from ..pretrained import report, resolve_checkpoint
 
     token_ids, offs = _int_list(ids, "--ids"), _int_list(offsets, "--offsets") or []
-    with exits([BAD_INPUT]):  # a checkpoint or input that cannot be used, a missing extra: one line, exit 2
+    with exits([BAD_INPUT, _UNREADABLE]):  # a checkpoint that cannot be used or read: one line, exit 2
         path = resolve_checkpoint(checkpoint)
         rep = report(path, text=text, layer=layer, ids=token_ids, tokenizer=tokenizer, offsets=offs)
     if json_out:
