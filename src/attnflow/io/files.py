@@ -131,11 +131,12 @@ def file_problem(path: str | os.PathLike) -> str | None:
 
 def _not_a_file(path: Path) -> str | None:
     """Why `path` or its folder's record is not read: a symbolic link, a folder, a FIFO..., or None."""
-    for p, what in ((path, "a file it wrote"), (path.parent / FILES_RECORD, "its checksum record")):
-        kind = file_kind(p)
-        if kind not in (REGULAR, "absent"):
-            where = "" if p == path else f"its checksum record {p} "
-            return f"{where}is {kind}, where attnflow keeps {what}; not read (rerun to rewrite it)"
+    kind = file_kind(path)
+    if kind not in (REGULAR, "absent"):
+        return f"is {kind}, where attnflow keeps a file it wrote; not read (rerun to rewrite it)"
+    record = path.parent / FILES_RECORD
+    if (kind := file_kind(record)) not in (REGULAR, "absent"):
+        return f"its checksum record {record} is {kind}; not read (rerun to rewrite it)"
     return None
 
 
