@@ -85,6 +85,19 @@ def check_betas(
     return arr
 
 
+def real_array(A: np.ndarray, name: str) -> np.ndarray:
+    """A, or its real part when every imaginary part is 0; ValueError naming `name` for complex
+    entries (NumPy would drop their imaginary parts with only a warning)."""
+    if A.dtype.kind != "c":
+        return A
+    if np.any(A.imag != 0):
+        raise ValueError(
+            f"{name} must be real, got complex entries (dtype {A.dtype}, largest imaginary part "
+            f"{float(np.max(np.abs(A.imag))):.3g})"
+        )
+    return A.real
+
+
 def check_matrix(M: Any, name: str, d: int | None = None) -> np.ndarray:
     """A finite square float64 matrix, of size d x d when d is given. Complex entries are refused
     (NumPy would drop their imaginary parts with a warning), unless every imaginary part is 0."""
@@ -130,6 +143,10 @@ def check_points(
     """
     try:
         A = to_numpy(X)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real array of shape (N, d), got {type(X).__name__}") from None
+    A = real_array(A, name)
+    try:
         A = A.astype(np.float64, copy=not (A.dtype == np.float64 and A.flags.c_contiguous))
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real array of shape (N, d), got {type(X).__name__}") from None
@@ -162,7 +179,7 @@ def check_points(
 
 def check_times(times: Any, name: str = "times") -> np.ndarray:
     """Output times: finite, non-negative, non-decreasing 1-D float64 array, at least one entry."""
-    t = np.atleast_1d(to_numpy(times).astype(np.float64))
+    t = np.atleast_1d(real_array(to_numpy(times), name).astype(np.float64))
     if t.ndim != 1 or t.size == 0:
         raise ValueError(f"{name} must be a non-empty 1-D array of times, got shape {t.shape}")
     if not np.all(np.isfinite(t)):
@@ -226,12 +243,16 @@ def check_weights(w: Any, shape: int | tuple[int, ...], name: str = "weights") -
     if isinstance(shape, int):
         shape = (*np.shape(w)[:-1], shape) if 1 <= np.ndim(w) <= 2 else (shape,)
     n = shape[-1]
+    not_real = f"{name} must be a real array of {n} weights per cloud, got {type(w).__name__}"
     try:
-        W = to_numpy(w).astype(np.float64, copy=False)
+        W = to_numpy(w)
     except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be a real array of {n} weights per cloud, got {type(w).__name__}"
-        ) from None
+        raise TypeError(not_real) from None
+    W = real_array(W, name)
+    try:
+        W = W.astype(np.float64, copy=False)
+    except (TypeError, ValueError):
+        raise TypeError(not_real) from None
     try:
         fits = W.ndim >= 1 and W.shape[-1] == n and np.broadcast_shapes(W.shape, shape) == tuple(shape)
     except ValueError:

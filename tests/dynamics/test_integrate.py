@@ -425,8 +425,12 @@ def test_auto_kernel_redecided_during_run(monkeypatch):
 
 def test_max_steps():
     att = random_attention(3, 1.0, seed=22)
-    with pytest.raises(RuntimeError, match="max_steps = 10 reached"):
-        simulate(af.sample_uniform(5, 3, seed=0), att, [1.0], dt=1e-2, options={"max_steps": 10})
+    X0 = af.sample_uniform(5, 3, seed=0)
+    with pytest.raises(ValueError, match=r"take 100 steps, more than options\['max_steps'\] = 10"):
+        simulate(X0, att, [1.0], dt=1e-2, options={"max_steps": 10})  # before the first step
+    # 1.0 / dt = 100 steps, but landing on each of 200 output times takes one more each
+    with pytest.raises(RuntimeError, match="max_steps = 150 reached"):
+        simulate(X0, att, np.linspace(0.005, 1.0, 200), dt=1e-2, options={"max_steps": 150})
 
 
 # ---------------------------------------------------------------- bad input

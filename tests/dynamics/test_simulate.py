@@ -37,8 +37,8 @@ def test_options_per_method():
     b = simulate(X0, att, [0.5], method="adaptive", options={"rtol": 1e-9, "atol": 1e-11, "first_step": 1e-4})
     assert b.info["n_steps"] != a.info["n_steps"]
     np.testing.assert_allclose(b.x, a.x, rtol=0, atol=1e-8)
-    for method in ("euler", "heun", "rk4"):
-        with pytest.raises(RuntimeError, match="max_steps = 3 reached"):
+    for method in ("euler", "heun", "rk4"):  # refused before the first step: 0.5 / dt = 50 steps
+        with pytest.raises(ValueError, match=r"take 50 steps, more than options\['max_steps'\] = 3"):
             simulate(X0, att, [0.5], method=method, options={"max_steps": 3})
     assert set(OPTIONS["rk4"]) == {"max_steps"}
     assert set(OPTIONS["adaptive"]) == {"rtol", "atol", "max_steps", "first_step", "norm"}
@@ -105,7 +105,7 @@ def test_flat_solver_settings_are_deprecated():
     with pytest.warns(DeprecationWarning):
         fixed = simulate(X0, att, [0.5], method="rk4", rtol=1e-8, max_steps=100)
     np.testing.assert_array_equal(fixed.x, simulate(X0, att, [0.5], method="rk4").x)
-    with pytest.warns(DeprecationWarning), pytest.raises(RuntimeError, match="max_steps = 3"):
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"options\[.max_steps.\] = 3"):
         simulate(X0, att, [0.5], max_steps=3)
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="both flat and in options"):
         simulate(X0, att, [0.5], method="adaptive", rtol=1e-8, options={"rtol": 1e-7})

@@ -287,10 +287,11 @@ def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     assert calls == []
     run_experiment(load_config("concentration", [*TINY, "betas=[10, 30, 100]"]), tmp_path)
     assert calls == [30.0]
-    # another N is another level of the ladder: computed, the N = 32 parts stay for a later ladder
+    # another N makes another run: the finished result is not replaced unless overwrite=True
     calls.clear()
-    run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path)
-    assert calls == [10.0, 100.0, 100.0]
+    with pytest.raises(ValueError, match=r"holds a finished concentration run and N = 32 there, 24 here"):
+        run_experiment(load_config("concentration", [*TINY, "N=24"]), tmp_path)
+    assert calls == []
     # a change that alters every level's result (here eps) is another run: refused in this folder
     # unless overwrite=True, which replaces it (its parts are not reused)
     calls.clear()

@@ -182,3 +182,45 @@ def test_the_digest_of_a_weights_file_is_of_its_arrays(tmp_path):
     first = content_digest(tmp_path / "config.json")
     (tmp_path / "config.json").write_text("[]")
     assert content_digest(tmp_path / "config.json") != first  # any other file: its bytes
+
+
+# ------------------------------------------------------------------------------- what a path is
+
+
+def test_file_kind_names_each_kind_of_path(tmp_path):
+    from attnflow.io.paths import REGULAR, file_kind, not_a_file
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    assert file_kind(tmp_path / "file") == REGULAR and not_a_file(tmp_path / "file") is None
+    assert (
+        file_kind(tmp_path / "folder") == "a folder"
+        and not_a_file(tmp_path / "folder") == "a folder, not a file"
+    )
+    assert (
+        file_kind(tmp_path / "fifo") == "a FIFO"
+        and not_a_file(tmp_path / "fifo") == "a FIFO, not a regular file"
+    )
+    assert file_kind(tmp_path / "link") == f"a symbolic link (to {tmp_path / 'file'})"
+    assert file_kind(tmp_path / "link", follow=True) == REGULAR and not_a_file(tmp_path / "link") is None
+    assert file_kind("/dev/null") == "a character device"
+    assert file_kind(tmp_path / "absent") == "absent" and not_a_file(tmp_path / "absent") == "no such file"
+    assert file_kind(tmp_path / "file" / "below") == "absent"
+
+
+def test_a_hard_linked_lock_is_refused_and_nothing_written(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    os.link(victim, folder / LOCK_FILE)
+    assert "2 hard links" in lock_file_problem(folder)
+    with pytest.raises(LockedError, match="2 hard links"), folder_lock(folder):
+        pass
+    assert victim.read_text() == "keep"
+    os.unlink(victim)  # one link left: a lock file like any other
+    assert lock_file_problem(folder) is None
+    with folder_lock(folder):
+        assert lock_holder(folder)["pid"] == os.getpid()

@@ -23,8 +23,11 @@ def load_attention(path: str | os.PathLike[str], beta: float = 1.0) -> Attention
 
     name = os.fspath(path)
     beta = check_beta(beta)
-    if not os.path.isfile(name):
-        raise FileNotFoundError(f"{name}: no such file (attention weights: an .npz holding Q, K, V)")
+    from ..io.paths import not_a_file
+
+    if (why := not_a_file(name)) is not None:
+        error = FileNotFoundError if why == "no such file" else ValueError
+        raise error(f"{name}: {why} (attention weights: an .npz holding Q, K, V)")
     archive = load_arrays(name)  # never unpickles: a pickle or an object array is refused, naming the file
     if not isinstance(archive, dict):
         raise ValueError(f"{name}: a single array, not an .npz archive; {_SAVE_HINT}")

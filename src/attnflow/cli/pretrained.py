@@ -13,7 +13,12 @@ from typing import Annotated, Any
 
 import typer
 
-from .console import BAD_INPUT, EXIT_USAGE, PIPED_WIDTH, exits, fail, is_terminal
+from .console import BAD_INPUT, EXIT_USAGE, PIPED_WIDTH, Failure, exits, fail, is_terminal
+
+#: a checkpoint file that cannot be read at all (permissions, a device that fails): exit 2, one line
+_UNREADABLE = Failure(
+    (OSError,), EXIT_USAGE, lambda e: f"cannot read {e.filename or 'the checkpoint'}: {e.strerror or e}"
+)
 
 STATUS_SHORT = {"ok": "ok", "fails": "FAILS", "not checkable": "n/c"}
 NARROW = 100  # the width of the default tables
@@ -239,7 +244,7 @@ def heads(
             "--figure",
             metavar="FILE.png",
             help="With --text or --ids: draw the layers on the (t, beta) plane beside the window "
-            "t <~ log beta to this PNG.",
+            "t up to about log beta, to this PNG.",
         ),
     ] = None,
 ) -> None:
@@ -254,7 +259,7 @@ def heads(
         raise fail("--figure needs --text or --ids: the regime comes from a forward pass", EXIT_USAGE)
     if figure is not None and layer is not None:
         raise fail("--figure needs every layer (no --layer): the regime is the whole stack's", EXIT_USAGE)
-    with exits([BAD_INPUT]):  # a checkpoint or input that cannot be used, a missing extra: one line, exit 2
+    with exits([BAD_INPUT, _UNREADABLE]):  # a checkpoint that cannot be used or read: one line, exit 2
         path = resolve_checkpoint(checkpoint)
         rep = report(
             path, text=text, layer=layer, ids=token_ids, tokenizer=tokenizer, offsets=offs, spectra=spectra

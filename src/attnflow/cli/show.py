@@ -181,6 +181,10 @@ def _run_info(directory: Path) -> dict[str, Any]:
             ds = read_dataset(store, load=False)  # its files checked against their checksums first
         except StoreError as err:
             raise damaged(err, directory) from None
+        from ..experiments.folder import identity_problems
+
+        for problem in identity_problems(directory)[:1]:  # summaries of another run: refused
+            raise damaged(ValueError(problem), directory)
         info["dataset"] = {
             "path": str(store),
             "sizes": {str(k): int(v) for k, v in ds.sizes.items()},

@@ -53,6 +53,7 @@ from .arguments import (
 )
 from .steppers import AdaptiveSettings, Field, Noise, Output, Steps, run_adaptive, run_fixed
 from .trajectory import Trajectory
+from .work import check_work
 
 __all__ = ["METHODS", "OPTIONS", "ORDERS", "SDE_ORDERS", "simulate"]
 
@@ -101,6 +102,7 @@ def simulate(
     progress: bool | Callable[[float, float], Any] | None = None,
     threads: int = DEFAULT_THREADS,
     seed: Any = None,
+    force: bool = False,
     **deprecated: Any,
 ) -> Trajectory:
     """Integrate the token dynamics dx_i/dt = P_{x_i}^perp(sum_j w_ij V x_j) from X0 at t = 0.
@@ -138,6 +140,10 @@ def simulate(
     seed: the seed of the noise of a Dynamics with noise > 0 (an int >= 0 or a NumPy Generator; None:
     0): the same seed gives the same path. Noise needs a fixed-step method; the scheme has strong
     order 1/2 and weak order 1 (SDE_ORDERS).
+    force: run even what is estimated to take more than a day on these threads (`dynamics.work`:
+    t_final / dt steps of a fixed-step method, each kernel evaluation priced by the kernels' cost
+    model); without it such a run is refused before its first step, with the estimate. A fixed-step
+    run of more than options["max_steps"] steps is refused before its first step, force or not.
     Deprecated: the flat rtol=, atol=, max_steps= (use options) and betas= (it overrides att.beta:
     pass a list of Attention objects), each with a DeprecationWarning.
     Returns Trajectory(t=times (T,), x (T, N, d), or (T, M, N, d) for a batch, weights, info): x is
@@ -153,10 +159,12 @@ def simulate(
         clouds = _check_clouds(X0, att, device, normalize, deprecated.get("betas"))
         t_out = check_times(times)
         numerics = _check_numerics(method, dt, kernel, dtype, options)
+        _check_steps(t_out, numerics)
         clouds = _weighted(clouds, weights)
         noise = _noise(clouds.temps.att, numerics, seed)
         itemsize = 4 if numerics.dtype == "float32" else 8
         check_saved_memory(len(t_out), clouds.shape, itemsize, clouds.out_device)
+        check_work(clouds.X0, clouds.shape, clouds.temps.att, float(t_out[-1]), numerics, force)
         return _simulate(clouds, t_out, numerics, callback, noise)
 
 
@@ -214,6 +222,19 @@ def _check_numerics(method: Any, dt: Any, kernel: Any, dtype: Any, options: Any)
     if method == "adaptive":
         check_rtol_for_dtype(opts["rtol"], name, method)
     return _Numerics(method, kernel, name, dt, opts)
+
+
+def _check_steps(times: np.ndarray, numerics: _Numerics) -> None:
+    """Refuse, before integrating, a fixed-step run whose t_final / dt steps exceed options['max_steps']
+    (the adaptive method's step count is known only as it runs: max_steps stops it there)."""
+    if numerics.method == "adaptive":
+        return
+    limit, steps = numerics.options["max_steps"], float(times[-1]) / numerics.dt
+    if steps > limit:
+        raise ValueError(
+            f"times up to t = {float(times[-1]):.6g} at dt = {numerics.dt:g} take {steps:.3g} steps, more "
+            f"than options['max_steps'] = {limit}: shorten the times, take a larger dt, or raise max_steps"
+        )
 
 
 def _noise(model: Attention | Dynamics, numerics: _Numerics, seed: Any) -> Noise | None:

@@ -279,9 +279,11 @@ def run_experiment(
     as is quiet=True. The torch threads are the config's `threads` (docs/guide.md, "Threads").
     out is checked before anything is written there (RunFolderError naming what is there): a folder
     holding something else than a run is refused, and so is a run of another experiment or other
-    parameters unless overwrite=True, which replaces it. A run may change the experiment's
-    `part_keys` (e.g. add betas): the parts it shares are reused, and config.toml is rewritten only
-    once the new result is, so the folder's config and result always agree. A part is reused only if
+    parameters unless overwrite=True, which replaces it. A run may add values to a list of the
+    experiment's `part_keys` (e.g. betas), and change the others while no result is written (a
+    finished result is replaced only with overwrite=True): the parts it shares are reused, and
+    config.toml is rewritten only once the new result is, so the folder's config and result always
+    agree. A part is reused only if
     it is what this run computes (`attnflow.experiments.parts`); summary.json and summary.md are
     written with their checksums (`attnflow.io.files`). One process at a time writes into out
     (LockedError naming the holder); a lock left by a process that died is taken over, with a notice
@@ -384,8 +386,7 @@ def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporte
     if out is not None:
         if state == "extend":
             _folder.remove(out, _folder.DRAWN)  # figures and report of the previous result
-        md = summary_markdown(summary, f"attnflow run: {exp.name}")
-        _folder.write_result(out, ds, to_json(summary, indent=2) + "\n", md)
+        _folder.write_result(out, ds, summary, f"attnflow run: {exp.name}")
         if state == "extend":
             _folder.write_config(out, config)
     reporter.done(f"{exp.name}: done in {this_run:.1f} s")

@@ -2,11 +2,13 @@
 
 `plan_folder(out, config, exp, overwrite)` reads the folder and says how the run will use it: "new"
 (absent or empty), "resume" (a run of the same config: its parts are reused), "extend" (the same
-experiment and parameters, other `Experiment.part_keys`, e.g. more betas) or "replace" (overwrite=True
-on a run of another experiment or other parameters). Anything else is a RunFolderError naming what is
-there: a file, a folder that is not writable, a folder holding something else than a run, a symbolic
-link out of the folder in place of one of the run's files (or of a part), a file where the run keeps a
-folder (or the reverse), a lock file that is not a regular file. The folder is left untouched by the
+experiment and parameters, other `Experiment.part_keys`: values added to a list such as betas; any
+change of them while the run is unfinished) or "replace" (overwrite=True on a run of another
+experiment or other parameters, or on a finished run that another value of a part key would
+replace). Anything else is a RunFolderError naming what is there: a file, a folder that is not
+writable, a folder holding something else than a run, a symbolic link out of the folder in place of
+one of the run's files (or of a part), a file where the run keeps a folder (or the reverse), a lock
+file that is not a regular file. The folder is left untouched by the
 check, so `overwrite` deletes nothing before every check has passed. `run_experiment` checks, then
 takes the folder's lock, then checks again.
 
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..io.lock import lock_file_problem
 from ..io.paths import link_out
+from ..io.stores import is_leftover
 from . import layout
 
 if TYPE_CHECKING:
@@ -35,14 +38,18 @@ __all__ = [
     "DRAWN",
     "FOLDERS",
     "RUN_FILES",
+    "RUN_KEY",
     "RunFolderError",
     "discard_unfinished",
+    "identity_problems",
     "plan_folder",
     "remove",
     "write_config",
     "write_result",
 ]
 
+#: the key of summary.json (and row of summary.md) holding the run fingerprint of result.zarr
+RUN_KEY = "run"
 #: every name a run writes into its folder
 RUN_FILES = (
     layout.CONFIG_FILE,
@@ -108,7 +115,7 @@ def _check_entries(out: Path) -> None:
     names: list[tuple[str, ...]] = [(name,) for name in RUN_FILES]
     parts = out / layout.PARTS_DIR
     if parts.is_dir() and link_out(out, layout.PARTS_DIR) is None:
-        names += [(layout.PARTS_DIR, p.name) for p in sorted(parts.iterdir())]
+        names += [(layout.PARTS_DIR, p.name) for p in sorted(parts.iterdir()) if not is_leftover(p.name)]
     for path in names:
         err = link_out(out, *path)
         if err is not None:
@@ -163,6 +170,11 @@ def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool =
         if overwrite:
             return "replace"
         raise RunFolderError(out, f"holds a run of {there.get('experiment')!r}, not {exp.name!r}", True)
+    return _compare(out, config, exp, there, overwrite)
+
+
+def _compare(out: Path, config: BaseModel, exp: Experiment, there: dict[str, Any], overwrite: bool) -> str:
+    """`plan_folder` of a folder holding a run of `exp` whose config.toml reads `there`."""
     here = _toml_values(config)
     fixed = sorted(
         k for k in {*here, *there} if k not in {"threads", *exp.part_keys} and here.get(k) != there.get(k)
@@ -172,8 +184,29 @@ def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool =
             return "replace"
         diff = ", ".join(f"{k} = {_show(there.get(k))} there, {_show(here.get(k))} here" for k in fixed[:4])
         raise RunFolderError(out, f"holds a {exp.name} run with other parameters ({diff})", True)
-    same = all(here.get(k) == there.get(k) for k in exp.part_keys)
-    return "resume" if same else "extend"
+    if all(here.get(k) == there.get(k) for k in exp.part_keys):
+        return "resume"
+    changed = _not_extending(here, there, exp.part_keys)
+    if changed and (out / layout.RESULT_STORE).exists():  # a finished result is replaced only when asked
+        if overwrite:
+            return "replace"
+        raise RunFolderError(
+            out,
+            f"holds a finished {exp.name} run and {', '.join(changed[:3])} makes another run (only adding "
+            "values to a list, e.g. betas, extends a finished run)",
+            True,
+        )
+    return "extend"
+
+
+def _not_extending(here: dict[str, Any], there: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """The keys (as "k = old there, new here") whose change does more than add values to a list."""
+    return [
+        f"{k} = {_show(there.get(k))} there, {_show(here.get(k))} here"
+        for k in keys
+        if here.get(k) != there.get(k)
+        and not (isinstance(here.get(k), list) and all(v in here[k] for v in there.get(k) or []))
+    ]
 
 
 def remove(out: Path, names: tuple[str, ...] = RUN_FILES) -> None:
@@ -215,11 +248,56 @@ def write_config(out: Path, config: BaseModel) -> None:
     atomic_write_text(inside(out, layout.CONFIG_FILE), to_toml(config))
 
 
-def write_result(out: Path, ds: Any, summary_json: str, summary_md: str) -> None:
-    """out/result.zarr (atomically, with its checksums), then summary.json and summary.md with theirs
-    (`attnflow.io.write_checked_text`: what `show` and `verify` check them against)."""
-    from ..io import inside, write_checked_text, write_dataset
+def write_result(out: Path, ds: Any, summary: dict[str, Any], title: str) -> None:
+    """out/result.zarr (atomically, with its checksums), then summary.json and summary.md (titled
+    `title`) with theirs (`attnflow.io.write_checked_text`: what `show` and `verify` check them
+    against). The summaries and the file record carry the run fingerprint of the store
+    (`attnflow.io.store_fingerprint`): `identity_problems` ties them to this result."""
+    from ..io import inside, record_run, store_fingerprint, to_json, write_checked_text, write_dataset
+    from . import summary_markdown
 
-    write_dataset(ds, inside(out, layout.RESULT_STORE))
-    write_checked_text(inside(out, layout.SUMMARY_JSON), summary_json)
-    write_checked_text(inside(out, layout.SUMMARY_MD), summary_md)
+    run = store_fingerprint(write_dataset(ds, inside(out, layout.RESULT_STORE)))
+    summary = {**summary, RUN_KEY: run}
+    record_run(out, run)
+    write_checked_text(inside(out, layout.SUMMARY_JSON), to_json(summary, indent=2) + "\n")
+    write_checked_text(inside(out, layout.SUMMARY_MD), summary_markdown(summary, title))
+
+
+def identity_problems(out: Path) -> list[str]:
+    """Where summary.json, summary.md or the file record of the finished run `out` carry another run
+    fingerprint than its result.zarr (copied from another run), one line each; [] when they agree.
+    Call it once result.zarr passed its checksums."""
+    import json
+    import re
+
+    from ..io import FILES_RECORD, recorded_run, store_fingerprint
+    from ..io.paths import REGULAR, file_kind
+
+    run = store_fingerprint(out / layout.RESULT_STORE)
+    problems = []
+    if recorded_run(out) != run:
+        problems.append(f"{out / FILES_RECORD}: {_other_run(recorded_run(out))}")
+    for name in (layout.SUMMARY_JSON, layout.SUMMARY_MD):
+        path = out / name
+        if file_kind(path) != REGULAR:
+            continue  # missing, a link, a FIFO...: named by its checksum check, never read here
+        try:
+            text = path.read_text(encoding="utf-8")
+            if name == layout.SUMMARY_JSON:
+                held = json.loads(text).get(RUN_KEY)
+            else:
+                held = next(iter(re.findall(rf"^\| {RUN_KEY} +\| ([0-9a-f]+) +\|", text, re.M)), None)
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            continue  # missing or unreadable: its checksum says so
+        if held != run:
+            problems.append(f"{path}: {_other_run(held)}")
+    return problems
+
+
+def _other_run(held: str | None) -> str:
+    """Why a file whose run fingerprint is `held` (not result.zarr's) is not trusted, and the fix."""
+    fix = "rerun the run to rewrite it (its parts are reused)"
+    if held is None:
+        return f"carries no run fingerprint (written by an older attnflow, or not with this result); {fix}"
+    where = f"not written with the {layout.RESULT_STORE} there (copied from another run?)"
+    return f"its run fingerprint is {held}, {where}; {fix}"

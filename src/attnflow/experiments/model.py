@@ -42,7 +42,6 @@ Keys added after 0.1 enter the parts' fingerprint only when set to another value
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
@@ -314,9 +313,10 @@ def weights_file(path: str) -> Attention:
     cache is keyed by the digest the parts' fingerprint covers, so an edited file is read again);
     ValueError naming `weights`."""
     from ..io import content_digest
+    from ..io.paths import not_a_file
 
-    if not Path(path).is_file():
-        raise ValueError(f"weights = {path!r}: no such file; use {or_list(WEIGHTS)} or {_FILE}")
+    if (why := not_a_file(path)) is not None:
+        raise ValueError(f"weights = {path!r}: {why}; use {or_list(WEIGHTS)} or {_FILE}")
     return _weights_of(path, content_digest(path))
 
 

@@ -64,8 +64,10 @@ def load_arrays(path: str | os.PathLike) -> np.ndarray | dict[str, np.ndarray]:
 
 def _read_arrays(path: Path) -> np.ndarray | dict[str, np.ndarray]:
     """The array of a .npy or text file, or the arrays of an .npz by name; ValueError naming the file."""
-    if not path.is_file():
-        raise ValueError(f"{path}: file not found")
+    from .paths import not_a_file
+
+    if (why := not_a_file(path)) is not None:
+        raise ValueError(f"{path}: {why}")
     if path.suffix not in ARRAY_SUFFIXES:
         raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .npy, .npz, .txt or .csv")
     if path.suffix in (".npy", ".npz"):

@@ -7,7 +7,8 @@ read back only as it was written.
 The record FILES_RECORD, in the folder beside the files, holds the size and SHA-256 of each recorded
 file by name; it is rewritten atomically with each file. A file that differs from its record, or that
 is not recorded at all (written by hand, or by an attnflow that kept no record), is named: a reader
-refuses it and `attnflow verify` reports it. Standard library only.
+refuses it and `attnflow verify` reports it. A recorded file, or the record, that is a symbolic link
+(wherever it points), a folder or a FIFO is named for what it is and never read. Standard library only.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from .paths import REGULAR, file_kind
 from .stores import StoreError, atomic_write_text
 
 __all__ = [
@@ -27,7 +29,9 @@ __all__ = [
     "forget_files",
     "read_checked_text",
     "record_files",
+    "record_run",
     "recorded_files",
+    "recorded_run",
     "write_checked_text",
 ]
 
@@ -43,6 +47,8 @@ def recorded_files(folder: str | os.PathLike) -> dict[str, list] | None:
     """{name: [size, sha256]} of the folder's record; {} when there is none; None when the record is
     damaged (not a record of this format)."""
     path = Path(folder) / FILES_RECORD
+    if file_kind(path) not in (REGULAR, "absent"):
+        return None
     try:
         record = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -55,8 +61,25 @@ def recorded_files(folder: str | os.PathLike) -> dict[str, list] | None:
     return files
 
 
-def _write_record(folder: Path, files: dict[str, list]) -> None:
-    record = {"format": FILES_FORMAT, "algorithm": "sha256", "files": files}
+def recorded_run(folder: str | os.PathLike) -> str | None:
+    """The run fingerprint the folder's record carries (`record_run`), or None (no record, a damaged
+    one, or one written before records carried it)."""
+    path = Path(folder) / FILES_RECORD
+    if recorded_files(folder) is None or not path.is_file():
+        return None
+    run = json.loads(path.read_bytes()).get("run")
+    return run if isinstance(run, str) else None
+
+
+def record_run(folder: str | os.PathLike, run: str) -> None:
+    """Tie the folder's record to one run: the fingerprint of the result its files were made from."""
+    _write_record(Path(folder), recorded_files(folder) or {}, run)
+
+
+def _write_record(folder: Path, files: dict[str, list], run: str | None = None) -> None:
+    record: dict = {"format": FILES_FORMAT, "algorithm": "sha256", "files": files}
+    if (run := run or recorded_run(folder)) is not None:
+        record["run"] = run
     text = json.dumps(record, indent=0, sort_keys=True)
     atomic_write_text(folder / FILES_RECORD, text)
 
@@ -95,12 +118,26 @@ def write_checked_text(path: str | os.PathLike, text: str) -> Path:
 
 def file_problem(path: str | os.PathLike) -> str | None:
     """What is wrong with `path` against its folder's record ("altered ...", "missing", "has no
-    checksum ..."), or None when it is as written."""
+    checksum ...", "is a symbolic link ..."), or None when it is as written."""
+    problem = _not_a_file(Path(path))
+    if problem is not None:
+        return problem
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         data = None
     return _problem(Path(path), data)
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why `path` or its folder's record is not read: a symbolic link, a folder, a FIFO..., or None."""
+    kind = file_kind(path)
+    if kind not in (REGULAR, "absent"):
+        return f"is {kind}, where attnflow keeps a file it wrote; not read (rerun to rewrite it)"
+    record = path.parent / FILES_RECORD
+    if (kind := file_kind(record)) not in (REGULAR, "absent"):
+        return f"its checksum record {record} is {kind}; not read (rerun to rewrite it)"
+    return None
 
 
 def _problem(path: Path, data: bytes | None) -> str | None:
@@ -124,6 +161,9 @@ def _problem(path: Path, data: bytes | None) -> str | None:
 
 def read_checked_text(path: str | os.PathLike) -> str:
     """The text of `path` (UTF-8) when it is as written (`file_problem`), else StoreError naming it."""
+    problem = _not_a_file(Path(path))
+    if problem is not None:
+        raise StoreError(path, problem)
     data = Path(path).read_bytes()  # once: what is checked is what is returned
     problem = _problem(Path(path), data)
     if problem is not None:

@@ -11,8 +11,9 @@ runs cannot be seen from here, and the message says which file to delete if it d
 `fcntl` (Windows) the lock is the file alone, with the same pid check.
 
 The lock file is opened without following a symbolic link (O_NOFOLLOW) and used only when it is a
-regular file: a link in its place (through which the lock record would overwrite the file it points
-to), a folder or a FIFO is a LockedError naming it, and nothing is written.
+regular file with one link: a symbolic link in its place (through which the lock record would
+overwrite the file it points to), a hard link (a second name of another file, which the record
+would overwrite as well), a folder or a FIFO is a LockedError naming it, and nothing is written.
 
 Standard library only.
 """
@@ -122,9 +123,9 @@ def _kind(mode: int) -> str:
     return "not a regular file (a FIFO, socket or device)"
 
 
-def _bad_lock(path: Path, mode: int) -> str:
-    """Why `path`, of this mode, cannot be the lock file, and the fix."""
-    what = _kind(mode)
+def _bad_lock(path: Path, mode: int, links: int = 1) -> str:
+    """Why `path`, of this mode and number of hard links, cannot be the lock file, and the fix."""
+    what = f"a file with {links} hard links (another file's name too)" if stat.S_ISREG(mode) else _kind(mode)
     if stat.S_ISLNK(mode):
         what += f" (to {os.readlink(path)})"
     return (
@@ -134,14 +135,14 @@ def _bad_lock(path: Path, mode: int) -> str:
 
 
 def lock_file_problem(folder: str | os.PathLike) -> str | None:
-    """Why the lock file of `folder` cannot be used (a symbolic link, a folder, a FIFO...), or None when
-    it is absent or a regular file. Reads only (lstat: a link is not followed)."""
+    """Why the lock file of `folder` cannot be used (a symbolic or hard link, a folder, a FIFO...), or
+    None when it is absent or a regular file of one link. Reads only (lstat: a link is not followed)."""
     path = Path(folder) / LOCK_FILE
     try:
-        mode = os.lstat(path).st_mode
+        st = os.lstat(path)
     except OSError:
         return None
-    return None if stat.S_ISREG(mode) else _bad_lock(path, mode)
+    return None if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else _bad_lock(path, st.st_mode, st.st_nlink)
 
 
 def check_free(folder: str | os.PathLike) -> None:
@@ -205,7 +206,7 @@ def _acquire(path: Path, on_stale: Callable[[str], None] | None) -> int:
 
 def _open_lock(path: Path) -> int:
     """The lock file opened for writing (created if absent), never through a symbolic link and only
-    when it is a regular file; LockedError naming it otherwise."""
+    when it is a regular file of one link; LockedError naming it otherwise."""
     problem = lock_file_problem(path.parent)  # a link or a folder: refused before any open
     if problem is not None:
         raise LockedError(path.parent, {}, problem)
@@ -216,10 +217,10 @@ def _open_lock(path: Path) -> int:
         if stat.S_ISREG(mode):
             raise
         raise LockedError(path.parent, {}, _bad_lock(path, mode)) from err
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a hard link made since the check
         os.close(fd)
-        raise LockedError(path.parent, {}, _bad_lock(path, mode))
+        raise LockedError(path.parent, {}, _bad_lock(path, st.st_mode, st.st_nlink))
     return fd
 
 

@@ -6,15 +6,53 @@ A symbolic link that resolves inside the folder is followed; one that leads outs
 planted in a folder received from someone else, aimed at a file of the user's) is refused with one
 line naming the link and its target, before anything is read or written through it.
 
+`file_kind(path)` names what a path is ("a regular file", "a folder", "a FIFO", "a symbolic link
+(to ...)", ...), so that a path that is no regular file is called what it is, not "no such file".
+
 Standard library only.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
-__all__ = ["OutsideFolderError", "inside", "link_out"]
+__all__ = ["REGULAR", "OutsideFolderError", "file_kind", "inside", "link_out", "not_a_file"]
+
+REGULAR = "a regular file"
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """None when `path` is a regular file (through a link); else why it cannot be read as one: "no
+    such file", "a folder, not a file", "a FIFO, not a regular file" ..."""
+    kind = file_kind(path, follow=True)
+    if kind == REGULAR:
+        return None
+    if kind == "absent":
+        return "no such file"
+    return f"{kind}, not a file" if kind == "a folder" else f"{kind}, not a regular file"
+
+
+def file_kind(path: str | os.PathLike, follow: bool = False) -> str:
+    """What `path` is: REGULAR, "a folder", "a FIFO", "a socket", "a character device", "a block
+    device", "a symbolic link (to T)" (follow=False: the link itself is named) or "absent"."""
+    try:
+        mode = (os.stat if follow else os.lstat)(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "absent"
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link (to {os.readlink(os.fspath(path))})"
+    if stat.S_ISREG(mode):
+        return REGULAR
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 class OutsideFolderError(ValueError):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .encode import clean_attrs
+from .paths import REGULAR, file_kind
 
 # the checksums of a store's files, inside the store (zarr ignores it)
 CHECKSUM_FILE = ".attnflow-checksums.json"
@@ -165,14 +166,56 @@ def write_checksums(target: str | os.PathLike) -> None:
         os.fsync(f.fileno())
 
 
+def _not_files(root: str) -> list[tuple[str, str]]:
+    """The entries of the local store `root` that are neither regular files nor folders of its own: a
+    symbolic link (wherever it points: a store holds no links) or a FIFO, socket or device."""
+    found = []
+    for folder, dirs, names in os.walk(root):
+        for name in sorted([*dirs, *names]):
+            kind = file_kind(os.path.join(folder, name))
+            if kind not in (REGULAR, "a folder"):
+                found.append((os.path.join(folder, name), f"is {kind}, not a file the store wrote; not read"))
+    return found
+
+
+def _file_problem(fs: Any, root: str, rel: str, size: int, digest: str) -> str | None:
+    """What is wrong with one file of a store against its size and SHA-256, or None."""
+    if rel.startswith("/") or ".." in rel.split("/"):
+        return "named by the checksum record, outside the store; not read"
+    if fs is None and (kind := file_kind(os.path.join(root, rel))) not in (REGULAR, "absent"):
+        return f"is {kind}, where the store keeps a file"
+    try:
+        data = _read_bytes(fs, root, rel)
+    except FileNotFoundError:
+        return "missing"
+    if len(data) != size:
+        return f"{len(data)} bytes, written with {size} (truncated or altered)"
+    if hashlib.sha256(data).hexdigest() != digest:
+        return "altered (its SHA-256 differs from the one written)"
+    return None
+
+
+def store_fingerprint(target: str | os.PathLike) -> str:
+    """The fingerprint of a zarr store as written: 16 hex digits of the SHA-256 of its checksum record
+    (which covers every file of the store). The run's summaries and file record carry it."""
+    fs, root = _fs(target)
+    return hashlib.sha256(_read_bytes(fs, root, CHECKSUM_FILE)).hexdigest()[:16]
+
+
 def dataset_problems(target: str | os.PathLike) -> list[tuple[str, str]]:
     """What is wrong with the zarr store `target` (a path or an fsspec URL) against its checksums, as
     (file, problem) pairs: [] when every file is as written. A store without checksums (written by
-    attnflow 0.1.0, or by xarray directly) cannot be verified: that is a problem too."""
+    attnflow 0.1.0, or by xarray directly) cannot be verified: that is a problem too; so is a local
+    store holding a symbolic link, a FIFO or a device, or a folder where it keeps a file (nothing is
+    read through them)."""
     fs, root = _fs(target)
     where = f"{root}/{CHECKSUM_FILE}"
     if not (os.path.isdir(root) if fs is None else fs.isdir(root)):
         return [(root, "no dataset there")]
+    if fs is None and (links := _not_files(root)):
+        return links
+    if fs is None and (kind := file_kind(where)) not in (REGULAR, "absent"):
+        return [(where, f"is {kind}, where the store keeps its checksums")]
     try:
         record = json.loads(_read_bytes(fs, root, CHECKSUM_FILE))
         files = record["files"] if record.get("format") == CHECKSUM_FORMAT else None
@@ -185,19 +228,11 @@ def dataset_problems(target: str | os.PathLike) -> list[tuple[str, str]]:
         return [(where, f"missing: the store has no checksums ({why}), so it cannot be verified")]
     except (ValueError, KeyError, AttributeError, TypeError, UnicodeDecodeError):
         return [(where, "not a valid checksum record (truncated or overwritten)")]
-    problems = []
-    for rel, (size, digest) in files.items():
-        try:
-            data = _read_bytes(fs, root, rel)
-        except FileNotFoundError:
-            problems.append((f"{root}/{rel}", "missing"))
-            continue
-        if len(data) != size:
-            problems.append(
-                (f"{root}/{rel}", f"{len(data)} bytes, written with {size} (truncated or altered)")
-            )
-        elif hashlib.sha256(data).hexdigest() != digest:
-            problems.append((f"{root}/{rel}", "altered (its SHA-256 differs from the one written)"))
+    problems = [
+        (f"{root}/{rel}", problem)
+        for rel, (size, digest) in files.items()
+        if (problem := _file_problem(fs, root, rel, size, digest)) is not None
+    ]
     problems += [
         (f"{root}/{rel}", "not part of the store as written") for rel in _files(fs, root) if rel not in files
     ]
@@ -213,14 +248,20 @@ def verify_dataset(target: str | os.PathLike) -> None:
         raise StoreError(path, problem + more)
 
 
+def is_leftover(name: str) -> bool:
+    """Whether `name` is a temporary of an interrupted write (`clean_stale` removes it)."""
+    return name.startswith(".") and (".tmp-" in name or ".old-" in name)
+
+
 def clean_stale(folder: str | os.PathLike) -> int:
-    """Remove temporary stores/files left in `folder` by an interrupted write; returns how many."""
+    """Remove temporary stores/files left in `folder` by an interrupted write; returns how many. A link
+    of that name is removed itself, never what it points to."""
     folder = Path(folder)
     n = 0
     if folder.is_dir():
         for p in folder.iterdir():
-            if p.name.startswith(".") and (".tmp-" in p.name or ".old-" in p.name):
-                if p.is_dir():
+            if is_leftover(p.name):
+                if p.is_dir() and not p.is_symlink():
                     shutil.rmtree(p, ignore_errors=True)
                 else:
                     p.unlink(missing_ok=True)

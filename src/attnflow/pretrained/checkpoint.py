@@ -281,6 +281,11 @@ def _head_counts(
         )
         raise CheckpointError(f"checkpoint {src.source}: {where}: pass num_heads")
     kv = arch.config_value(config, arch.kv_heads_keys) or h
+    if int(h) < 1 or int(kv) < 1:  # 0 heads: no layer to read (and a division by zero to come)
+        raise CheckpointError(
+            f"checkpoint {src.source}: its config gives {h} attention heads and {kv} key/value heads; a "
+            "layer has at least one of each"
+        )
     return [int(h)] * n, [int(kv)] * n
 
 

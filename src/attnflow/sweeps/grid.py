@@ -133,9 +133,17 @@ def check_grid(grid: Any) -> dict[str, list | range]:
     return out
 
 
+def _length(values: Any) -> int:
+    """How many values an axis holds; a range of any size (len() of a range past 2^63 overflows)."""
+    if isinstance(values, range):
+        span = values.stop - values.start if values.step > 0 else values.start - values.stop
+        return max(0, -(-span // abs(values.step)))
+    return len(values)
+
+
 def grid_size(grid: dict[str, Any]) -> int:
     """The number of points of the grid (the product of its axes' lengths), without making them."""
-    return math.prod(len(v) for v in grid.values())
+    return math.prod(_length(v) for v in grid.values())
 
 
 def _bytes(n: float) -> str:
@@ -153,7 +161,7 @@ def check_grid_size(grid: dict[str, Any], yes: bool = False, point_bytes: float 
     n = grid_size(grid)
     if n <= CONFIRM_POINTS or (yes and n <= MAX_POINTS):
         return n
-    axes = " x ".join(f"{k}: {len(v):,} values" for k, v in grid.items())
+    axes = " x ".join(f"{k}: {_length(v):,} values" for k, v in grid.items())
     size = f"about {_bytes(n * point_bytes)}" if point_bytes else f"at least {_bytes(n * POINT_BYTES_FLOOR)}"
     what = f"{n:,} points ({axes}), {size} in the store"
     if n > MAX_POINTS:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..experiments import layout
 from ..experiments.folder import RUN_FILES as _RUN_NAMES
+from ..experiments.folder import identity_problems
 
 __all__ = ["Verification", "verify_folder", "verify_run"]
 
@@ -48,7 +49,7 @@ def verify_run(out: str | os.PathLike) -> tuple[list[str], list[str]]:
     result.zarr and every part against their checksums, summary.json, summary.md and the report
     against theirs, no symbolic link out of the folder and a lock that is a regular file; an
     unfinished run, temporaries and a live lock are notes."""
-    from ..io import dataset_problems
+    from ..io import dataset_problems, is_leftover
     from ..io.lock import describe, lock_holder
 
     out = Path(out)
@@ -64,6 +65,8 @@ def verify_run(out: str | os.PathLike) -> tuple[list[str], list[str]]:
         problems += [f"{f}: {p} ({rerun})" for f, p in found]
         if not found and values is not None:
             problems += _config_disagrees(out, values)
+        if not found:
+            problems += identity_problems(out)
     parts = sorted((out / layout.PARTS_DIR).glob("*.zarr")) if (out / layout.PARTS_DIR).is_dir() else []
     for part in parts:
         problems += [f"{f}: {p} (a rerun recomputes this part)" for f, p in dataset_problems(part)]
@@ -77,7 +80,7 @@ def verify_run(out: str | os.PathLike) -> tuple[list[str], list[str]]:
             notes += [
                 f"{p}: left by an interrupted write; the next run removes it"
                 for p in sorted(folder.iterdir())
-                if p.name.startswith(".") and (".tmp-" in p.name or ".old-" in p.name)
+                if is_leftover(p.name)
             ]
     if (holder := lock_holder(out)) is not None:
         notes.append(f"a run is writing into this folder: {describe(holder)}")
@@ -89,13 +92,14 @@ def verify_run(out: str | os.PathLike) -> tuple[list[str], list[str]]:
 
 def _outside(out: Path) -> list[str]:
     """The run's names in `out` that are symbolic links out of it, and a lock that is no regular file."""
-    from ..io import link_out
+    from ..io import is_leftover, link_out
     from ..io.lock import lock_file_problem
 
     problems = [f"{out}: {p}" for p in [lock_file_problem(out)] if p]
     names: list[tuple[str, ...]] = [(name,) for name in _RUN_NAMES]
     if (out / layout.PARTS_DIR).is_dir() and link_out(out, layout.PARTS_DIR) is None:
-        names += [(layout.PARTS_DIR, p.name) for p in sorted((out / layout.PARTS_DIR).iterdir())]
+        parts = sorted((out / layout.PARTS_DIR).iterdir())
+        names += [(layout.PARTS_DIR, p.name) for p in parts if not is_leftover(p.name)]  # removed, not read
     return problems + [str(err) for err in (link_out(out, *n) for n in names) if err is not None]
 
 
@@ -148,10 +152,14 @@ def _config_disagrees(out: Path, values: dict) -> list[str]:
 
 def _summary_problems(out: Path, has_result: bool, notes: list[str]) -> list[str]:
     """summary.json, summary.md and the report against their checksums (and summary.json as JSON)."""
-    from ..io import file_problem
+    from ..io import FILES_RECORD, file_problem
+    from ..io.paths import REGULAR, file_kind
 
-    problems = []
     rerun = "rerun the run to rewrite it"
+    record = out / FILES_RECORD
+    if (kind := file_kind(record)) not in (REGULAR, "absent"):  # never read through
+        return [f"{record}: is {kind}, where attnflow keeps the checksums of its files; not read ({rerun})"]
+    problems = []
     for name in (layout.SUMMARY_JSON, layout.SUMMARY_MD, layout.REPORT_MD, layout.REPORT_HTML):
         path = out / name
         if not path.exists():

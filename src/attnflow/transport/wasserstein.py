@@ -108,6 +108,8 @@ def _measure_weights(w: Any, n: int, name: str) -> np.ndarray:
     try:
         return check_weights(w, (n,), name)
     except ValueError as err:
+        if "complex" in str(err):
+            raise
         try:
             W = to_numpy(w).astype(np.float64)
         except (TypeError, ValueError):

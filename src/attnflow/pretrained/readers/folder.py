@@ -75,8 +75,12 @@ def weights_in(folder: Path) -> Path:
 
 
 def _read_file(path: Path) -> Found:
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint file {path} does not exist")
+    from ...io.paths import not_a_file
+
+    if (why := not_a_file(path)) is not None:
+        raise CheckpointError(
+            f"checkpoint file {path} {'does not exist' if why == 'no such file' else 'is ' + why}"
+        )
     reader = reader_for(path)
     if reader is None:
         raise CheckpointError(f"{path} is not a checkpoint: expected {EXPECTED}")

@@ -26,7 +26,7 @@ import numpy as np
 
 from .common import CheckpointError, Found, LazyTensors, require, tokenizer_next_to
 
-__all__ = ["GGUF_ARCHITECTURES", "PRE_TOKENIZERS", "GgufArchitecture", "read", "unpermute_rows"]
+__all__ = ["GGUF_ARCHITECTURES", "PRE_TOKENIZERS", "GgufArchitecture", "check_data", "read", "unpermute_rows"]
 
 # Per-block GGUF tensor names -> Hugging Face llama-style names (relative to model.layers.{i}.)
 BLOCK_NAMES = {
@@ -208,6 +208,26 @@ def _tensors(
     return LazyTensors(list(by_name), load, load_rows, shapes)
 
 
+def check_data(reader: Any, path: Path) -> None:
+    """CheckpointError naming the first tensor whose data leave the file or overlap another's (a GGUF
+    file holds each tensor's bytes once: two names read from one range are not two tensors)."""
+    size = path.stat().st_size
+    spans = sorted((int(t.data_offset), int(t.data_offset) + int(t.n_bytes), t.name) for t in reader.tensors)
+    for (start, end, name), (next_start, _, next_name) in zip(
+        spans, [*spans[1:], (size, 0, "")], strict=True
+    ):
+        if end > size:
+            raise CheckpointError(
+                f"checkpoint {path}: the data of {name} (bytes {start}-{end}) end past the file "
+                f"({size} bytes)"
+            )
+        if next_start < end:
+            raise CheckpointError(
+                f"checkpoint {path}: the data of {next_name} (from byte {next_start}) overlap those of "
+                f"{name} (bytes {start}-{end}); a GGUF file holds each tensor's data once"
+            )
+
+
 def read(path: Path) -> Found:
     """The tensors (float32 on access, Hugging Face names), config and tokenizer of a GGUF file."""
     gguf = require("gguf", f"reading {path.name}")
@@ -215,6 +235,7 @@ def read(path: Path) -> Found:
         reader = gguf.GGUFReader(str(path))
     except Exception as e:
         raise CheckpointError(f"checkpoint {path} is not a readable GGUF file: {e}") from None
+    check_data(reader, path)
     arch = _field(reader, "general.architecture")
     if arch not in GGUF_ARCHITECTURES:
         raise CheckpointError(

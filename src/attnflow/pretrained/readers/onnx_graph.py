@@ -325,6 +325,24 @@ def _bert(g: _Graph, path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any],
     return tensors, config, folded
 
 
+def check_initializers(graph: Any, path: Path) -> None:
+    """CheckpointError naming the first initializer whose declared shape is not the number of values
+    it holds (in its raw bytes, external data included once loaded, or its typed field)."""
+    from onnx import helper
+
+    for t in graph.initializer:
+        if t.data_type in (0, 8):  # undefined, strings: not weights
+            continue
+        declared = math.prod(t.dims)
+        if t.raw_data:
+            held = len(t.raw_data) // helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        else:
+            fields = (t.float_data, t.double_data, t.int32_data, t.int64_data, t.uint64_data)
+            held = max(len(f) for f in fields)
+        if held != declared or any(n < 0 for n in t.dims):
+            raise _error(path, f"initializer {t.name} declares shape {tuple(t.dims)} but holds {held} values")
+
+
 def read(path: Path) -> Found:
     """A BERT state dict, config and notes from an ONNX graph (see the module's doc)."""
     onnx = require("onnx", f"reading {path.name}")
@@ -334,6 +352,7 @@ def read(path: Path) -> Found:
         model = onnx.load(str(path))
     except Exception as e:
         raise CheckpointError(f"checkpoint {path} is not a readable ONNX file: {e}") from None
+    check_initializers(model.graph, path)
     tensors, config, folded = _bert(_Graph(model.graph, numpy_helper), path)
     notes = ["weights found by following the graph from each Softmax (initializer names not used)"]
     if folded:
