@@ -217,6 +217,9 @@ def bad_checkpoints(tmp_path_factory):
     write_gguf(folder / "zero-heads.gguf", layers=1)
     _patch(folder / "zero-heads.gguf", b"llama.attention.head_count", 4, "<I", 0)  # after the value type
     _lying_onnx(folder / "lying.onnx")
+    write_gguf(folder / "truncated.gguf", layers=1)
+    data = (folder / "truncated.gguf").read_bytes()
+    (folder / "truncated.gguf").write_bytes(data[: len(data) * 2 // 3])  # a download cut short
     return folder
 
 
@@ -240,6 +243,7 @@ def _lying_onnx(path) -> None:
         ("overlap.gguf", ["the data of", "overlap those of", "each tensor's data once"]),
         ("zero-heads.gguf", ["its config gives 0 attention heads"]),
         ("lying.onnx", ["initializer W declares shape (20000, 20000) but holds 1 values"]),
+        ("truncated.gguf", ["is truncated or malformed: not a readable GGUF file"]),
     ],
 )
 def test_a_checkpoint_that_lies_about_its_sizes_is_refused_before_allocating(bad_checkpoints, name, needles):

@@ -234,7 +234,10 @@ def read(path: Path) -> Found:
     try:
         reader = gguf.GGUFReader(str(path))
     except Exception as e:
-        raise CheckpointError(f"checkpoint {path} is not a readable GGUF file: {e}") from None
+        raise CheckpointError(
+            f"checkpoint {path} is truncated or malformed: not a readable GGUF file ({e}; "
+            f"{path.stat().st_size} bytes)"
+        ) from None
     check_data(reader, path)
     arch = _field(reader, "general.architecture")
     if arch not in GGUF_ARCHITECTURES:
