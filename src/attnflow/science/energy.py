@@ -49,16 +49,20 @@ def _head(model: Any) -> Attention:
 
 def _log_pair_sums(P: np.ndarray, logw: np.ndarray, S: np.ndarray) -> np.ndarray:
     """log sum_ij exp(x_i^T S x_j + log w_i + log w_j) of each cloud of P (C, N, d), rows in blocks."""
-    from scipy.special import logsumexp
-
     C, N, _ = P.shape
     rows = max(1, PAIR_ELEMENTS // (C * N))
+    Q = P @ S  # rows of x_i^T S
     parts = []
     for i0 in range(0, N, rows):
-        scores = np.einsum("cid,de,cje->cij", P[:, i0 : i0 + rows], S, P, optimize=True)
+        scores = np.matmul(Q[:, i0 : i0 + rows], P.transpose(0, 2, 1))
         scores += logw[:, i0 : i0 + rows, None] + logw[:, None, :]
-        parts.append(logsumexp(scores, axis=(1, 2)))
-    return np.asarray(logsumexp(np.stack(parts, axis=1), axis=1))
+        top = scores.max(axis=(1, 2))
+        scores -= top[:, None, None]
+        np.exp(scores, out=scores)  # in place: one pass less than scipy's logsumexp, no copies
+        parts.append(top + np.log(scores.sum(axis=(1, 2))))
+    stacked = np.stack(parts, axis=1)
+    top = stacked.max(axis=1)
+    return top + np.log(np.exp(stacked - top[:, None]).sum(axis=1))
 
 
 def _log_weights(weights: Any, log_weights: Any, lead: tuple[int, ...], N: int) -> np.ndarray:

@@ -281,7 +281,6 @@ def reduce_level(
 
     from ...science import metrics
     from ...science.clusters import count_clusters
-    from ...science.energy import log_energy_curve
     from ...science.linearisation import predicted_counts
     from ...transport.wasserstein import w2_to_target
 
@@ -298,7 +297,7 @@ def reduce_level(
         per_seed["mass_V"].append(
             np.asarray(metrics.subspace_mass(xm, sp.v_top_real.basis, inputs.eps, weights=w))
         )
-        per_seed["log_energy"].append(log_energy_curve(xm, model, weights=w))
+        per_seed["log_energy"].append(_energy(xm, model, w))
         per_seed["clusters"].append(
             np.asarray(count_clusters(xm, inputs.eps, weights=w), dtype=float)
             if np.isfinite(predicted).any()
@@ -388,6 +387,23 @@ def resolution_ratio_of(inputs: ConcentrationInputs, beta: float, cloud: Cloud) 
         gap = float(np.max(np.diff(theta, append=theta[0] + 2.0 * math.pi)))
         ratio *= gap / spacing(cloud.N, 2)
     return ratio
+
+
+#: pair terms x_i^T B x_j of the interaction energy one level may evaluate (about half a second): past
+#: it, the energy is measured at every k-th saved time only (NaN between), k the smallest that fits
+ENERGY_PAIRS = 2**27
+
+
+def _energy(x: np.ndarray, model: Any, weights: np.ndarray | None) -> np.ndarray:
+    """log E_beta of the saved states x (T, N, d) (`science.energy`), at every k-th saved time where
+    the O(N^2) sums of every one would pass ENERGY_PAIRS, NaN at the others."""
+    from ...science.energy import log_energy_curve
+
+    T, N = x.shape[0], x.shape[1]
+    k = max(1, math.ceil(T * N * N / ENERGY_PAIRS))
+    out = np.full(T, np.nan)
+    out[::k] = log_energy_curve(x[::k], model, weights=weights)
+    return out
 
 
 def located_of(part: Any) -> dict[str, dict[str, float]]:
