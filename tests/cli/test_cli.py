@@ -463,6 +463,20 @@ def test_show(finished, tmp_path):
     assert_clean_error(invoke("show", str(tmp_path)), 1, "unfinished", "beta=10")
 
 
+def test_show_of_a_run_loads_no_xarray(finished):
+    """`attnflow show` reads the store's metadata only: xarray, zarr, torch and matplotlib stay out."""
+    code = (
+        "import sys; from attnflow.cli import main; sys.argv = ['attnflow', 'show', sys.argv[1]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', ' '.join(sorted(sys.modules)))"
+    )
+    argv = [sys.executable, "-c", code, str(finished)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    assert "result.zarr" in out.stdout
+    loaded = set(out.stdout.split("LOADED")[-1].split())
+    assert not {m for m in loaded if m.split(".")[0] in ("xarray", "zarr", "torch", "matplotlib", "dask")}
+
+
 # ---------------------------------------------------------------------------------------- plot
 
 
