@@ -24,9 +24,10 @@ def pytest_unconfigure(config):
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def finished(tmp_path_factory):
-    """A finished tiny concentration run (tests that damage it work on a copy)."""
+    """A finished tiny concentration run, made once for the session: tests that change it (damage,
+    resume, plot) work on a copy."""
     from cli_helpers import TINY, invoke
 
     out = tmp_path_factory.mktemp("run") / "tiny"

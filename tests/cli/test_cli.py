@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -495,12 +496,14 @@ def test_plot_needs_a_result(tmp_path):
 
 
 @pytest.mark.slow
-def test_plot_writes_figures_and_report(finished):
-    result = invoke("plot", str(finished), "--no-animation", "--pdf")
+def test_plot_writes_figures_and_report(finished, tmp_path):
+    run = tmp_path / "run"  # a copy: the finished run is shared by the whole session
+    shutil.copytree(finished, run)
+    result = invoke("plot", str(run), "--no-animation", "--pdf")
     assert result.exit_code == 0, result.output
-    pngs = list((finished / "figures").glob("*.png"))
+    pngs = list((run / "figures").glob("*.png"))
     assert pngs and all(p.with_suffix(".pdf").exists() for p in pngs)
-    assert (finished / "report.md").exists()
+    assert (run / "report.md").exists()
 
 
 # --------------------------------------------------------------------------------------- check
