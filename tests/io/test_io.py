@@ -80,6 +80,10 @@ def test_layout_refuses_a_damaged_store(tmp_path):
         read_layout(path)
     with pytest.raises(StoreError, match=r"\.zmetadata: cannot be read"):
         read_layout(path, verify=False)
+    meta = {"metadata": {"x/.zarray": {"shape": [2, 3]}, "x/.zattrs": {"_ARRAY_DIMENSIONS": ["a"]}}}
+    (path / ".zmetadata").write_text(json.dumps(meta))  # two lengths, one dimension name
+    with pytest.raises(StoreError, match=r"\.zmetadata: cannot be read \(ValueError"):
+        read_layout(path, verify=False)
 
 
 def test_overwrite_replaces_the_store(tmp_path):

@@ -130,12 +130,12 @@ def read_layout(path: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
         dims = {name: meta[f"{name}/.zattrs"]["_ARRAY_DIMENSIONS"] for name in names}
         shapes = {name: meta[f"{name}/.zarray"]["shape"] for name in names}
         attrs = dict(meta.get(".zattrs", {}))
+        sizes: dict[str, int] = {}
+        for name in names:
+            for dim, length in zip(dims[name], shapes[name], strict=True):
+                sizes.setdefault(str(dim), int(length))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise StoreError(where, f"cannot be read ({type(err).__name__}: {err})") from None
-    sizes: dict[str, int] = {}
-    for name in names:
-        for dim, length in zip(dims[name], shapes[name], strict=True):
-            sizes.setdefault(str(dim), int(length))
     listed = [meta[f"{n}/.zattrs"].get("coordinates", "") for n in names] + [attrs.get("coordinates", "")]
     coords = set(sizes) | {word for text in listed if isinstance(text, str) for word in text.split()}
     attrs.pop("coordinates", None)
