@@ -778,13 +778,11 @@ def test_concentration_curves_against_pot_at_every_time():
 
 
 @pytest.mark.slow
-def test_demo_converges_every_beta_and_decides_the_claims(tmp_path):
+def test_demo_converges_every_beta_and_decides_the_claims(demo_run):
     """`attnflow run` without a name (and `make demo`) runs concentration-demo: every beta converged
     in N, and the theorem rows error_vanishes, guaranteed_duration and best_concentration decided
     from at least 4 converged betas, each row with its fields."""
-    from attnflow.cli.app import DEFAULT_RUN
-
-    ds = run_experiment(load_config(DEFAULT_RUN), tmp_path)
+    ds = read_dataset(demo_run / "result.zarr")
     summary = REGISTRY["concentration"].summarize(ds)
     assert {v["status"] for v in summary["per_beta"].values()} == {"converged"}
     rows = {row["key"]: row for row in summary["claims"]}
