@@ -24,9 +24,23 @@ def pytest_unconfigure(config):
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """The default run (`attnflow run`: the concentration-demo preset, no figures), made once for the
+    session: the demo's test and the docs' demo numbers both read it."""
+    from attnflow.cli.app import DEFAULT_RUN
+    from cli_helpers import invoke
+
+    out = tmp_path_factory.mktemp("demo") / DEFAULT_RUN
+    result = invoke("run", DEFAULT_RUN, "--out", str(out), "--quiet", "--no-figures")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="session")
 def finished(tmp_path_factory):
-    """A finished tiny concentration run (tests that damage it work on a copy)."""
+    """A finished tiny concentration run, made once for the session: tests that change it (damage,
+    resume, plot) work on a copy."""
     from cli_helpers import TINY, invoke
 
     out = tmp_path_factory.mktemp("run") / "tiny"

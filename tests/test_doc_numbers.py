@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -51,6 +52,15 @@ def test_smollm2_numbers_match_a_fresh_run(script):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["concentration-demo", "metastability-tiny"])
-def test_preset_numbers_match_a_fresh_run(script, name):
-    _fresh(script, name)
+def test_demo_numbers_match_a_fresh_run(script, demo_run):
+    """The demo's block from the session's demo run (the same command as the script's)."""
+    summary = json.loads((demo_run / "summary.json").read_text(encoding="utf-8"))
+    block = script.BLOCKS["concentration-demo"]
+    page = (script.DOCS / block.page).read_text(encoding="utf-8")
+    new = script.replaced(page, "concentration-demo", block.write(summary))
+    assert new == page, "docs: the concentration-demo block differs; run python docs/doc_numbers.py"
+
+
+@pytest.mark.slow
+def test_metastability_numbers_match_a_fresh_run(script):
+    _fresh(script, "metastability-tiny")

@@ -307,6 +307,7 @@ def test_one_thread_policy_for_api_and_configs():
     assert torch.get_num_threads() == before
 
 
+@pytest.mark.filterwarnings("ignore:t_max = :attnflow.experiments.config.ConfigWarning")  # short on purpose
 def test_the_overall_bar_of_a_ladder_weighs_each_level_by_its_cost():
     """concentration: the zero-temperature part and the time-step probe count as a first level each,
     each level advances the bar by N^2, a ladder that stops early advances by the levels it skips; the

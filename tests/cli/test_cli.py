@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -463,6 +464,20 @@ def test_show(finished, tmp_path):
     assert_clean_error(invoke("show", str(tmp_path)), 1, "unfinished", "beta=10")
 
 
+def test_show_of_a_run_loads_no_xarray(finished):
+    """`attnflow show` reads the store's metadata only: xarray, zarr, torch and matplotlib stay out."""
+    code = (
+        "import sys; from attnflow.cli import main; sys.argv = ['attnflow', 'show', sys.argv[1]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', ' '.join(sorted(sys.modules)))"
+    )
+    argv = [sys.executable, "-c", code, str(finished)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    assert "result.zarr" in out.stdout
+    loaded = set(out.stdout.split("LOADED")[-1].split())
+    assert not {m for m in loaded if m.split(".")[0] in ("xarray", "zarr", "torch", "matplotlib", "dask")}
+
+
 # ---------------------------------------------------------------------------------------- plot
 
 
@@ -481,12 +496,14 @@ def test_plot_needs_a_result(tmp_path):
 
 
 @pytest.mark.slow
-def test_plot_writes_figures_and_report(finished):
-    result = invoke("plot", str(finished), "--no-animation", "--pdf")
+def test_plot_writes_figures_and_report(finished, tmp_path):
+    run = tmp_path / "run"  # a copy: the finished run is shared by the whole session
+    shutil.copytree(finished, run)
+    result = invoke("plot", str(run), "--no-animation", "--pdf")
     assert result.exit_code == 0, result.output
-    pngs = list((finished / "figures").glob("*.png"))
+    pngs = list((run / "figures").glob("*.png"))
     assert pngs and all(p.with_suffix(".pdf").exists() for p in pngs)
-    assert (finished / "report.md").exists()
+    assert (run / "report.md").exists()
 
 
 # --------------------------------------------------------------------------------------- check

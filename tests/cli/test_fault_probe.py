@@ -127,6 +127,7 @@ def test_symmetric_false_runs_and_its_claims_say_the_theorem_does_not_apply(tmp_
     assert {c["verdict"] for c in claims if c["kind"] == "theorem"} == {"not applicable"}
 
 
+@pytest.mark.slow  # about 26 s: a whole run, then every figure
 def test_plot_of_an_under_resolved_run_draws_what_it_can_and_the_report(tmp_path):
     out = tmp_path / "run"
     result = invoke("run", "resolution-tiny", "-o", str(out), "-q", "-s", "N_max=32")

@@ -53,6 +53,7 @@ def search_calls(monkeypatch):
     return calls
 
 
+@pytest.mark.slow  # about 17 s: three graded levels, then a resume
 def test_graded_run_levels_weights_and_resume(tmp_path, search_calls):
     config = load_config("concentration", GRADED)
     ds = run_experiment(config, tmp_path)

@@ -134,6 +134,7 @@ def test_noisy_pre_ln_runs_report_the_spread_over_seeds():
     np.testing.assert_array_equal(again.w2.values, ds.w2.values)  # seeded: the same numbers
 
 
+@pytest.mark.filterwarnings("ignore:t_max = :attnflow.experiments.config.ConfigWarning")  # short on purpose
 def test_concentration_stores_the_interaction_energy():
     """log E_beta per beta and time, from every token of the measure: with n_keep = N the stored
     tokens (uniform quadrature weights) give it back; NaN for distinct heads."""

@@ -364,6 +364,7 @@ def test_the_reference_s_local_rates_fit_any_time_grid():
     assert rates and all(abs((w["window"][1] - w["window"][0]) - 3.9) < 1e-9 for w in rates)
 
 
+@pytest.mark.filterwarnings("ignore:t_max = :attnflow.experiments.config.ConfigWarning")  # short on purpose
 def test_inverse_temperatures_whose_scores_leave_the_arithmetic_are_refused():
     """beta ||B|| must be a number in the run's dtype (beta = 1e308 made the state NaN at once)."""
     one_line_error("concentration-tiny", ["betas=[10.0, 1e308]"], "betas: beta = 1e+308 with ||B|| = 3")

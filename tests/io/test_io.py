@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from attnflow.io import atomic_write_text, clean_stale, provenance, read_dataset, to_json, write_dataset
+from attnflow.io import (
+    StoreError,
+    atomic_write_text,
+    clean_stale,
+    provenance,
+    read_dataset,
+    read_layout,
+    to_json,
+    write_dataset,
+)
 
 
 def _ds(scale: float = 1.0) -> xr.Dataset:
@@ -47,6 +56,34 @@ def test_dict_attrs_are_stored_as_json_and_objects_rejected(tmp_path):
     with pytest.raises(TypeError, match="'bad'"):
         write_dataset(ds, tmp_path / "s.zarr")
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_layout_from_metadata_is_xarrays(tmp_path):
+    """read_layout (no xarray) gives xarray's sizes, data variables (in order) and attrs, with a
+    dimension without coordinate, a non-index coordinate and a variable sorting before the others."""
+    ds = _ds()
+    ds["A_first"] = (("k",), np.zeros(2))
+    ds = ds.assign_coords(label=("beta", ["low", "high"]))
+    path = write_dataset(ds, tmp_path / "r.zarr")
+    layout = read_layout(path)
+    with xr.open_zarr(path, chunks=None) as back:
+        assert list(layout["sizes"].items()) == list(back.sizes.items())
+        assert layout["variables"] == list(back.data_vars)
+        assert layout["attrs"] == back.attrs
+    assert "label" not in layout["variables"] and layout["sizes"]["k"] == 2
+
+
+def test_layout_refuses_a_damaged_store(tmp_path):
+    path = write_dataset(_ds(), tmp_path / "r.zarr")
+    (path / ".zmetadata").write_text("{}")
+    with pytest.raises(StoreError, match=r"\.zmetadata: 2 bytes, written with"):
+        read_layout(path)
+    with pytest.raises(StoreError, match=r"\.zmetadata: cannot be read"):
+        read_layout(path, verify=False)
+    meta = {"metadata": {"x/.zarray": {"shape": [2, 3]}, "x/.zattrs": {"_ARRAY_DIMENSIONS": ["a"]}}}
+    (path / ".zmetadata").write_text(json.dumps(meta))  # two lengths, one dimension name
+    with pytest.raises(StoreError, match=r"\.zmetadata: cannot be read \(ValueError"):
+        read_layout(path, verify=False)
 
 
 def test_overwrite_replaces_the_store(tmp_path):

@@ -175,23 +175,22 @@ def _run_info(directory: Path) -> dict[str, Any]:
         raise damaged(ValueError(f"{summary_json}: not JSON ({err})"), directory) from None
     store = directory / RESULT_STORE
     if store.exists():
-        from ..io import StoreError, json_attr, read_dataset
+        from types import SimpleNamespace
 
-        try:
-            ds = read_dataset(store, load=False)  # its files checked against their checksums first
+        from ..io import StoreError, json_attr, read_layout
+
+        try:  # its files checked against their checksums first; its metadata only (no xarray)
+            layout = read_layout(store)
         except StoreError as err:
             raise damaged(err, directory) from None
         from ..experiments.folder import identity_problems
 
         for problem in identity_problems(directory)[:1]:  # summaries of another run: refused
             raise damaged(ValueError(problem), directory)
-        info["dataset"] = {
-            "path": str(store),
-            "sizes": {str(k): int(v) for k, v in ds.sizes.items()},
-            "variables": [str(v) for v in ds.data_vars],
-        }
-        info["provenance"] = json_attr(ds, "provenance", {})
-        info["kernel"], info["integrator"] = ds.attrs.get("kernel"), ds.attrs.get("integrator")
+        info["dataset"] = {"path": str(store), "sizes": layout["sizes"], "variables": layout["variables"]}
+        attrs = layout["attrs"]
+        info["provenance"] = json_attr(SimpleNamespace(attrs=attrs), "provenance", {})
+        info["kernel"], info["integrator"] = attrs.get("kernel"), attrs.get("integrator")
     figdir = directory / FIGURES_DIR
     info["figures"] = sorted(p.name for p in figdir.glob("*.png")) if figdir.is_dir() else []
     info["report"] = str(directory / REPORT_MD) if (directory / REPORT_MD).exists() else None

@@ -114,6 +114,35 @@ def read_dataset(path: str | os.PathLike, load: bool = True, verify: bool = True
     return ds
 
 
+def read_layout(path: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
+    """The layout of a store written by `write_dataset`, from its consolidated metadata alone (no
+    xarray, zarr or chunk read: what `attnflow show` prints): {"sizes": {dim: length}, "variables":
+    [data variable names], "attrs": the Dataset's attrs}, in xarray's order. verify: as in
+    `read_dataset`; a store without readable metadata raises StoreError naming the file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no dataset at {path}")
+    if verify:
+        verify_dataset(path)
+    where = path / ".zmetadata"
+    try:
+        meta = json.loads(where.read_bytes())["metadata"]
+        names = [key[: -len("/.zarray")] for key in meta if key.endswith("/.zarray")]
+        dims = {name: meta[f"{name}/.zattrs"]["_ARRAY_DIMENSIONS"] for name in names}
+        shapes = {name: meta[f"{name}/.zarray"]["shape"] for name in names}
+        attrs = dict(meta.get(".zattrs", {}))
+        sizes: dict[str, int] = {}
+        for name in names:
+            for dim, length in zip(dims[name], shapes[name], strict=True):
+                sizes.setdefault(str(dim), int(length))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise StoreError(where, f"cannot be read ({type(err).__name__}: {err})") from None
+    listed = [meta[f"{n}/.zattrs"].get("coordinates", "") for n in names] + [attrs.get("coordinates", "")]
+    coords = set(sizes) | {word for text in listed if isinstance(text, str) for word in text.split()}
+    attrs.pop("coordinates", None)
+    return {"sizes": sizes, "variables": [n for n in names if n not in coords], "attrs": attrs}
+
+
 # ------------------------------------------------------------------------------------- checksums
 
 
