@@ -773,6 +773,7 @@ def test_command_exit_codes_failed_and_interrupted(tmp_path, monkeypatch):
         assert res.exit_code == code and text in res.output, res.output
 
 
+@pytest.mark.filterwarnings("ignore:t_max = :attnflow.experiments.config.ConfigWarning")  # short on purpose
 @pytest.mark.slow
 def test_command_runs_concentration_grid(client, tmp_path):
     """The real experiment, a tiny grid, through `attnflow sweep --scheduler` on the 2-worker cluster."""
