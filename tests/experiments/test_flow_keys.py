@@ -172,3 +172,17 @@ def test_concentration_of_identity_weights_fills_the_predicted_clusters_row():
     row = {r["key"]: r for r in json.loads(ds.attrs["claims"])}["predicted_clusters"]
     assert row["betas"] == [2.0] and row["per_beta"][0]["predicted"] == 2 and row["measured"] == 1.0
     assert ds.clusters.dims == ("beta", "time") and float(ds.clusters.values[0, -1]) == 2.0
+
+
+def test_times_are_located_only_where_a_saved_state_restarts_the_run():
+    """The located times integrate again from a saved direction: the paper's flow and nGPT can, a
+    noisy run, redrawn weights and pre-LN tokens (whose norms are not kept) cannot."""
+    from attnflow.attention import worked_example
+    from attnflow.experiments.common import restartable
+    from attnflow.flow import Dynamics
+
+    att = worked_example(10.0)
+    assert restartable(att) and restartable(Dynamics(att, layer_norm="ngpt"))
+    assert not restartable(Dynamics(att, noise=0.1))
+    assert not restartable(Dynamics(att, layer_norm="pre"))
+    assert not restartable(Dynamics(att, layer_norm="peri"))

@@ -49,8 +49,13 @@ def simulate_kwargs(config: SimulationConfig) -> dict[str, Any]:
 def restartable(model: Any) -> bool:
     """Whether a run of `model` (an Attention or a Dynamics) can be integrated again from a saved
     state, to locate a time on its solution: an autonomous, noiseless flow (no Brownian path to
-    replay, no weights redrawn in time)."""
-    return getattr(model, "noise", 0.0) == 0.0 and getattr(model, "redraw", None) is None
+    replay, no weights redrawn in time) on the sphere (the experiments keep the directions of the
+    states: pre- and peri-LN tokens lose their norms there)."""
+    return (
+        getattr(model, "noise", 0.0) == 0.0
+        and getattr(model, "redraw", None) is None
+        and getattr(model, "on_sphere", True)
+    )
 
 
 def unit_float64(x: np.ndarray) -> np.ndarray:
