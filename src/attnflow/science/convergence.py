@@ -12,10 +12,11 @@ N_min, 2 N_min, ... and compares consecutive levels:
   time ~ log N: docs/experiments.md, "What converges in N");
 - the *quantities* of level k are read off its curve inside that window only (the first level: its
   whole curve, the reference of the second): min W2, its argmin t*, the entry time into the
-  near-minimal band and the deviation times t_dev(delta). They lie between saved times: minima and
-  crossings are interpolated (`attnflow.science.curves`), and each carries the save grid's bias as
-  an error (`grid`). A minimum at the window's right edge is not a minimum (the curve may fall
-  further later): it is flagged `edge` and never counts as converged;
+  near-minimal band and the deviation times t_dev(delta). They lie between saved times: each level
+  locates them on its continuous solution (`attnflow.science.located`), and each carries where it
+  was read as an error (`grid`: the root tolerance, or the saved step for a time read off the
+  samples, `attnflow.science.curves`). A minimum at the window's right edge is not a minimum (the
+  curve may fall further later): it is flagged `edge` and never counts as converged;
 - a beta is *converged* when its curves agree over the whole saved span [0, t_max] for `streak`
   doublings in a row: more tokens cannot change what the run says;
 - a quantity is *converged* when it is not at an edge and has changed by less than `tol` (relative

@@ -5,8 +5,9 @@ The error of a quantity q of one beta (t*, min W2, a crossing time) is the sum o
 - `N`: the last difference between levels of its N ladder (`attnflow.science.convergence`);
 - `time_step`: how far q moves when the integration is repeated with tighter tolerances (10x, or
   half the fixed step) on one probe level (`time_step_change`);
-- `grid`: the save grid's bias (minima and crossings read between saved times,
-  `attnflow.science.curves`);
+- `grid`: where the time was read: the root tolerance of a time located on the continuous
+  solution (`attnflow.science.located`), the saved step for one read off the samples
+  (`attnflow.science.curves`), the cubic-against-parabola difference for min W2's value;
 - `flatness` (the time of a minimum only): the half-width of the band W2 <= (1 + tol) min W2 with
   tol the relative error of min W2 itself: the times the curve cannot be told from its minimum at;
 - `seeds` (random clouds only): the standard error of the mean over the seeds.
