@@ -10,6 +10,7 @@ import importlib
 import itertools
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -216,7 +217,8 @@ def test_envelope_figure_needs_the_envelope_constants(conc3, tmp_path):
 def _figure_of(monkeypatch, draw, ds, tmp_path):
     """The Figure a figure function draws (its saving skipped)."""
     drawn = []
-    monkeypatch.setattr(cf, "save", lambda fig, *args, **kw: drawn.append(fig) or [])
+    module = sys.modules[draw.__module__]  # (w2 and envelope live in bound_figures)
+    monkeypatch.setattr(module, "save", lambda fig, *args, **kw: drawn.append(fig) or [])
     draw(ds, tmp_path, dpi=DPI)
     return drawn[0]
 

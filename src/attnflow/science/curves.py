@@ -57,6 +57,7 @@ __all__ = [
     "locate_minimum",
     "zoom_crossing",
     "zoom_minimum",
+    "zoom_points",
 ]
 
 
@@ -262,8 +263,21 @@ class Located:
         }
 
 
-def _zoom_points(t0: float, t1: float, n: int) -> np.ndarray:
+def zoom_points(t0: float, t1: float, n: int) -> np.ndarray:
+    """The n points of one zoom of the bracket [t0, t1], after t0 (what a dense save must hold)."""
     return np.linspace(t0, t1, n + 1)[1:]
+
+
+def _zoom(
+    advance: Advance, state0: Any, t0: float, t1: float, n: int
+) -> tuple[np.ndarray, Sequence[Any]] | None:
+    """One zoom of the bracket [t0, t1]: its n points after t0 and the states there, integrated again
+    from state0; None where `advance` cannot reach them (LookupError: a dense save without them)."""
+    ts = zoom_points(t0, t1, n)
+    try:
+        return ts, advance(state0, t0, ts)
+    except LookupError:
+        return None
 
 
 def zoom_crossing(
@@ -282,12 +296,8 @@ def zoom_crossing(
     saved index of t1. A solution that no longer crosses inside (t0, t1] (integrated again, it can
     differ from the saved one by the integrator's tolerance) leaves the bracket (t0, t1]."""
     evaluations = 0
-    while t1 - t0 > 2.0 * tol:
-        ts = _zoom_points(t0, t1, n)
-        try:
-            states = advance(state0, t0, ts)
-        except LookupError:
-            break
+    while t1 - t0 > 2.0 * tol and (zoom := _zoom(advance, state0, t0, t1, n)) is not None:
+        ts, states = zoom
         evaluations += len(ts)
         across = [k for k, (s, t) in enumerate(zip(states, ts, strict=True)) if g(s, float(t)) > 0]
         if not across:
@@ -315,12 +325,8 @@ def zoom_minimum(
     final bracket; `value` is the least sample."""
     f0, evaluations = f(state0, t0), 0
     best_v, spread = math.nan, math.nan  # (no zoom: nothing sampled inside, no value)
-    while t1 - t0 > 2.0 * tol:
-        ts = _zoom_points(t0, t1, n)
-        try:
-            states = advance(state0, t0, ts)
-        except LookupError:
-            break
+    while t1 - t0 > 2.0 * tol and (zoom := _zoom(advance, state0, t0, t1, n)) is not None:
+        ts, states = zoom
         evaluations += len(ts)
         all_t = [t0, *map(float, ts)]
         all_s = [state0, *states]

@@ -20,7 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from .curves import ZOOM_POINTS, ZOOM_RTOL, Advance, Located, crossing, departure, zoom_crossing, zoom_minimum
+from .curves import (
+    ZOOM_POINTS,
+    ZOOM_RTOL,
+    Advance,
+    Located,
+    crossing,
+    departure,
+    zoom_crossing,
+    zoom_minimum,
+    zoom_points,
+)
 
 __all__ = ["LOCATED", "brackets", "locate_times"]
 
@@ -59,7 +69,7 @@ def brackets(
         i0, i1 = (int(np.searchsorted(t, x)) for x in (t0, float(ts[-1])))
         for shift in (-1, 0, 1):
             if 0 <= i0 + shift and i1 + shift < t.size:
-                points.append(np.linspace(float(t[i0 + shift]), float(t[i1 + shift]), n + 1)[1:])
+                points.append(zoom_points(float(t[i0 + shift]), float(t[i1 + shift]), n))
         raise LookupError  # one zoom: its points are what a dense save needs
 
     w = np.asarray(w2, dtype=np.float64)

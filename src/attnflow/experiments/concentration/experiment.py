@@ -60,10 +60,10 @@ from .levels import (
     located_of,
     reduce_level,
     separatrix_part,
-    zero_temperature,
 )
 from .meanfield import meanfield_level
 from .presets import PRESETS
+from .zero import zero_temperature
 
 # the keys of the N ladder: they choose which levels run, not what one level computes
 LADDER_KEYS = frozenset({"betas", "N", "N_min", "N_max", "tol", "streak", "curve_atol", "curve_rtol"})
