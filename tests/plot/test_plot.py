@@ -764,6 +764,33 @@ def test_titles_say_what_was_run(conc3):
     assert line == "concentration, N ∈ {200, 2000}, d = 3, β = 10…1000 (3), kernel ∈ {sdpa, blocked}, 3 seeds"
 
 
+def test_under_resolved_betas_are_named_in_the_title_and_faded_everywhere(conc3, monkeypatch, tmp_path):
+    """Nothing under-resolved is drawn like something resolved: the title names those betas, their
+    curves (W2 and mass panels) are faded and labelled, their t* stars are hollow and faded."""
+    ds = conc3.copy()
+    ds["status"] = ("beta", np.array(["converged", "under-resolved", "under-resolved"]))
+    assert plot.run_title(ds, "w").splitlines()[2] == (
+        "β ∈ {100, 1000} under-resolved (N too small: not the mean-field limit)"
+    )
+    ds["status"] = ("beta", np.array(["under-resolved"] * 3))
+    assert plot.run_title(ds, "w").splitlines()[2].startswith("every β under-resolved")
+    ds["status"] = ("beta", np.array(["converged", "converged", "under-resolved"]))
+    assert len(plot.run_title(ds, "w").splitlines()) == 3
+    ds["status"] = ("beta", np.array(["converged"] * 3))
+    assert len(plot.run_title(ds, "w").splitlines()) == 2  # nothing to say
+    ds["status"] = ("beta", np.array(["converged", "converged", "under-resolved"]))
+    for draw in (cf.plot_w2, cf.plot_mass):
+        fig = _figure_of(monkeypatch, draw, ds, tmp_path)
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                under = "(under-resolved)" in str(line.get_label())
+                assert (line.get_alpha() == pytest.approx(0.35)) == under or line.get_label().startswith("_")
+            assert sum("β = 1000 (under-resolved)" == line.get_label() for line in ax.get_lines()) <= 1
+        if draw is cf.plot_w2:
+            stars = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "*" and len(ln.get_xdata())]
+            assert [s.get_alpha() for s in stars] == [None, None, pytest.approx(0.35)]
+
+
 @settings(max_examples=40, deadline=None)
 @given(d=st.integers(2, 6), k=st.integers(0, 3), n=st.integers(3, 12), seed=st.integers(0, 2**31 - 1))
 def test_directions_property(d, k, n, seed):

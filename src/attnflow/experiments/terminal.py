@@ -23,7 +23,6 @@ from ..measures import Nodes
 from ..plot import (
     DPI,
     TOKEN_CAPTIONS,
-    beta_label,
     beta_legend,
     config_value,
     markevery,
@@ -35,7 +34,7 @@ from ..plot import (
     series_styles,
     token_figures,
 )
-from ..plot.style import ZERO_TEMPERATURE_STYLE
+from ..plot.style import ZERO_TEMPERATURE_STYLE, beta_line, beta_status
 from ..progress import Reporter
 from .common import (
     base_attrs,
@@ -248,7 +247,7 @@ def plot_mass(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
     require(ds, ["mass_A", "mass_V"], "plot_mass", dims)
     t = np.asarray(ds["time"].values, dtype=float)
     betas = np.asarray(ds["beta"].values, dtype=float)
-    styles = series_styles(len(betas))
+    styles, status = series_styles(len(betas)), beta_status(ds)
     eps = config_value(ds, "eps", "epsilon")
     within = f"within ε = {format_value(eps)}" if isinstance(eps, int | float) else "within ε"
     panels = [
@@ -265,7 +264,8 @@ def plot_mass(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
         vals = ds[var].transpose("beta", "time").values
         for i, b in enumerate(betas):
             y = positive(vals[i]) if var == "lyapunov" else vals[i]
-            ax.plot(t, y, label=beta_label(b), markevery=markevery(len(t)), **styles[i])
+            label, style = beta_line(float(b), styles[i], str(status[i]))
+            ax.plot(t, y, label=label, markevery=markevery(len(t)), **style)
             if tt is not None and var != "lyapunov" and np.isfinite(tt[i]):
                 ax.axvline(tt[i], color=styles[i]["color"], ls=styles[i]["linestyle"], lw=0.9, alpha=0.8)
         if var == "lyapunov" and "lyapunov_zero" in ds.variables and ds["lyapunov_zero"].dims == ("time",):

@@ -134,7 +134,19 @@ def run_title(ds: xr.Dataset, what: str) -> str:
         seed = ds.attrs.get("seed", config_value(ds, "seed"))
         if seed is not None:
             parts.append(f"seed {seed}")
-    return f"{what}\n" + ", ".join(parts)
+    return f"{what}\n" + ", ".join(parts) + _under_resolved_note(ds)
+
+
+def _under_resolved_note(ds: xr.Dataset) -> str:
+    """A third title line naming the under-resolved betas (faded in the figure), or ""."""
+    if "beta" not in ds.coords:
+        return ""
+    status = beta_status(ds)
+    under = np.asarray(ds["beta"].values, dtype=float)[status == "under-resolved"]
+    if under.size == 0:
+        return ""
+    which = "every β" if under.size == status.size else values_label("β", under)
+    return f"\n{which} under-resolved (N too small: not the mean-field limit)"
 
 
 def new_figure(nrows: int, ncols: int, size: tuple[float, float], **subplot_kw: Any):
@@ -244,12 +256,36 @@ def beta_legend(fig: Figure, ax: Axes, betas: np.ndarray, cmap: str = BETA_CMAP,
         ax.legend(*zip(*rest, strict=True), fontsize="small", loc="best")
 
 
-def beta_curves(ax: Axes, t: np.ndarray, values: np.ndarray, betas: np.ndarray, log: bool = False) -> list:
-    """One line per beta: values (n_beta, T) against t, styled by `series_styles`. Returns the styles."""
+#: how an under-resolved beta's curve is drawn: faded, the word in its label and in the title
+UNDER_RESOLVED: dict[str, Any] = {"alpha": 0.35}
+
+
+def beta_status(ds: xr.Dataset) -> np.ndarray:
+    """Each beta's status (beta,) of str ("converged", "resolved", "under-resolved"; "" unknown)."""
+    n = ds.sizes.get("beta", 0)
+    if "status" in ds.variables and ds["status"].dims == ("beta",):
+        return np.asarray(ds["status"].values, dtype=str)
+    return np.full(n, "")
+
+
+def beta_line(beta: float, style: dict[str, Any], status: str) -> tuple[str, dict[str, Any]]:
+    """The label and line style of one beta's curve: an under-resolved one faded and so named."""
+    if status == "under-resolved":
+        return beta_label(beta) + " (under-resolved)", {**style, **UNDER_RESOLVED}
+    return beta_label(beta), style
+
+
+def beta_curves(
+    ax: Axes, t: np.ndarray, values: np.ndarray, betas: np.ndarray, log: bool = False, status: Any = None
+) -> list:
+    """One line per beta: values (n_beta, T) against t, styled by `series_styles`; status (n_beta,)
+    of str or None: an "under-resolved" beta's line is faded and so labelled. Returns the styles."""
     styles = series_styles(len(betas))
+    status = np.full(len(betas), "") if status is None else np.asarray(status, dtype=str)
     for i, b in enumerate(betas):
         y = positive(values[i]) if log else values[i]
-        ax.plot(t, y, label=beta_label(b), markevery=markevery(len(t)), **styles[i])
+        label, style = beta_line(float(b), styles[i], str(status[i]))
+        ax.plot(t, y, label=label, markevery=markevery(len(t)), **style)
     if log:
         ax.set_yscale("log", nonpositive="mask")
     return styles

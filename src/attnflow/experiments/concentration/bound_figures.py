@@ -25,7 +25,14 @@ from ...plot import (
     save,
     series_styles,
 )
-from ...plot.style import LEGEND_MAX, STAR_STYLE, ZERO_TEMPERATURE_STYLE
+from ...plot.style import (
+    LEGEND_MAX,
+    STAR_STYLE,
+    UNDER_RESOLVED,
+    ZERO_TEMPERATURE_STYLE,
+    beta_line,
+    beta_status,
+)
 from ...science.fits import temperature_scale
 
 if TYPE_CHECKING:
@@ -34,8 +41,6 @@ if TYPE_CHECKING:
 
 BOUND_STYLE: dict[str, Any] = {"lw": 1.0, "ls": (0, (4, 2)), "alpha": 0.9}
 BOUND_LABEL = r"bound $K_1 a(\beta) e^{C_1 t} + K_2 e^{-c t}$ (row bound_envelope)"
-#: how an under-resolved beta's curve is drawn: faded, the word in its label
-UNDER_RESOLVED: dict[str, Any] = {"alpha": 0.35}
 
 
 def claim_row(ds: xr.Dataset, key: str) -> dict:
@@ -62,10 +67,6 @@ def envelope(ds: xr.Dataset) -> tuple[dict[str, float], list[float]] | None:
 def bound_curve(k: dict[str, float], beta: float, t: np.ndarray) -> np.ndarray:
     """Theorem 1's bound K1 a(beta) e^{C1 t} + K2 e^{-c t} with the envelope's constants."""
     return k["K1"] * temperature_scale(beta) * np.exp(k["C1"] * t) + k["K2"] * np.exp(-k["c"] * t)
-
-
-def _status(ds: xr.Dataset, n: int) -> np.ndarray:
-    return np.asarray(ds["status"].values, dtype=str) if "status" in ds.variables else np.full(n, "")
 
 
 def _bound_lines(ax: Axes, ds: xr.Dataset, t: np.ndarray, betas: np.ndarray, styles: list) -> list:
@@ -98,12 +99,10 @@ def _w2_panel(ax: Axes, ds: xr.Dataset, var: str, styles: list) -> None:
     exact W2 the zero-temperature curve, the envelope's bound and t*(beta)."""
     t = np.asarray(ds["time"].values, dtype=float)
     betas = np.asarray(ds["beta"].values, dtype=float)
-    status = _status(ds, betas.size)
+    status = beta_status(ds)
     vals = ds[var].transpose("beta", "time").values
     for i, b in enumerate(betas):
-        under = status[i] == "under-resolved"
-        label = beta_label(b) + (" (under-resolved)" if under else "")
-        style = {**styles[i], **(UNDER_RESOLVED if under else {})}
+        label, style = beta_line(float(b), styles[i], str(status[i]))
         ax.plot(t, positive(vals[i]), label=label, markevery=markevery(len(t)), **style)
     if (status == "under-resolved").any() and betas.size > LEGEND_MAX:  # the betas are in a colorbar
         ax.plot([], [], color="0.4", label="faded: under-resolved β", **UNDER_RESOLVED)
@@ -122,6 +121,8 @@ def _w2_panel(ax: Axes, ds: xr.Dataset, var: str, styles: list) -> None:
         )
         for i in range(betas.size):  # small stars in each beta's colour: close ones stay apart
             star = {**STAR_STYLE, "mfc": styles[i]["color"]}
+            if status[i] == "under-resolved":  # faded like its curve: not a mean-field t*
+                star = {**star, "mfc": "none", "mec": styles[i]["color"], **UNDER_RESOLVED}
             ax.plot(ts[i : i + 1], positive(mins[i : i + 1]), ms=10, mew=0.8, **star)
         ax.plot([], [], ms=10, mew=0.8, label=r"$t^*(\beta)$, minimum over t", **STAR_STYLE)
     ax.set_yscale("log", nonpositive="mask")
