@@ -7,6 +7,7 @@ import torch
 import attnflow as af
 from attnflow.dynamics import circle_field
 from attnflow.dynamics.circle_field import CircleField, importance, sparse_field
+from attnflow.kernels import compiled
 
 F64 = torch.float64
 
@@ -51,10 +52,36 @@ def test_sparse_path_equals_dense(beta):
     assert float((dense - sparse).abs().max()) < 1e-13
 
 
-def test_field_keeps_masses_far_below_float_range():
+BACKENDS = [
+    "torch",
+    pytest.param(
+        "compiled",
+        marks=pytest.mark.skipif(compiled.core() is None, reason="no compiled core (no C compiler)"),
+    ),
+]
+
+
+@pytest.mark.parametrize("beta", [20.0, 1e4])
+def test_the_compiled_core_gives_the_torch_field(beta):
+    """The dense field by the fused C core (the default where it exists) against torch's fused
+    attention and its sparse path, on two clusters and thin streams with log-weights to -420."""
+    if compiled.core() is None:
+        pytest.skip("no compiled core (no C compiler)")
+    att = af.worked_example(beta, d=2)
+    th, lw = stream_state()
+    phi = torch.cat([th, torch.linspace(-3, 9, 257, dtype=F64)])
+    fast, ref = CircleField(att, "compiled"), CircleField(att, "torch")
+    assert fast.backend == "compiled" and ref.backend == "torch"
+    got = fast(phi, th, lw)
+    assert float((got - ref.dense(phi, th, lw)).abs().max()) < 1e-13
+    assert float((got - sparse_field(ref, phi, th, lw)).abs().max()) < 1e-13
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_field_keeps_masses_far_below_float_range(backend):
     """Log-weights of -5000 (e^-5000 underflows to 0): a common shift changes no softmax, and a
     key of weight e^-5000 next to heavy ones changes nothing."""
-    f = CircleField(af.worked_example(1e4, d=2))
+    f = CircleField(af.worked_example(1e4, d=2), backend)
     th, lw = stream_state(400)
     phi = torch.linspace(0.0, 6.0, 101, dtype=F64)
     base = f.dense(phi, th, lw)

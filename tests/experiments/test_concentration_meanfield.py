@@ -38,3 +38,8 @@ def test_beta_10_converges_on_the_graded_ladders_value(tmp_path):
     assert np.all(np.isfinite(ds.log_energy.values))  # the tail's log-weights carried into E_beta
     solver = json.loads(ds.attrs["solver"])
     assert all(s["method"] == "meanfield" for s in solver)
+    # the cost of each level is read from the results: level 1 has more nodes and takes more steps
+    nodes, steps = ds.cost_nodes.values[0], ds.cost_steps.values[0]
+    assert nodes[1] > nodes[0] > 0 and steps[1] >= steps[0] > 0
+    assert np.all(ds.cost_rejected.values[0] >= 0) and np.all(ds.cost_evals.values[0] >= 7 * steps)
+    assert np.all(ds.cost_wall_s.values[0] > 0)

@@ -420,6 +420,11 @@ def test_resolution_preset_runs_the_ladder(tmp_path):
         # the first level has nothing to compare with: it is read over its whole curve
         assert ds.ladder_window.values[i, 0] == pytest.approx(float(ds.time.values[-1]))
         assert np.isfinite(ds.ladder_min_w2.values[i, 0])
+        # what each level cost (rk4: fixed steps, none rejected, 4 evaluations a step)
+        n = len(Ns)
+        assert ds.cost_nodes.values[i, :n].tolist() == Ns
+        assert np.all(ds.cost_steps.values[i, :n] == 80) and np.all(ds.cost_rejected.values[i, :n] == 0)
+        assert np.all(ds.cost_evals.values[i, :n] >= 4 * 80) and np.all(ds.cost_wall_s.values[i, :n] > 0)
     summary = REGISTRY["concentration"].summarize(ds)
     assert summary["convergence"]["10"]["levels"][0] == 16
     json.dumps(summary)

@@ -62,7 +62,40 @@ def _ladder_table(ladders: list[Ladder]) -> dict[str, Any]:
             row = {"N": p.attrs["N"], "window": q.t_end, "ratio": p.attrs["resolution_ratio"]}
             for k in LADDER_COLUMNS:
                 table[k][i, j] = row[k] if k in row else getattr(q, k)
-    return {f"ladder_{k}": (("beta", "level"), v) for k, v in table.items()}
+    out = {f"ladder_{k}": (("beta", "level"), v) for k, v in table.items()}
+    cost = {k: np.full((len(ladders), L), np.nan) for k in COST_COLUMNS}
+    for i, lad in enumerate(ladders):
+        for j, p in enumerate(lad.parts):
+            for k, v in _cost_of(p).items():
+                cost[k][i, j] = v
+    return out | {f"cost_{k}": (("beta", "level"), v) for k, v in cost.items()}
+
+
+#: what each level cost, read from its solver's record (`_cost_of`): wall seconds, largest node count,
+#: accepted and rejected steps, field evaluations
+COST_COLUMNS = ("wall_s", "nodes", "steps", "rejected", "evals")
+
+
+def _cost_of(part) -> dict[str, float]:
+    """A level's cost columns (NaN where its record, e.g. of an older version, lacks one): the
+    mean-field flow's passes summed, or the particle integrator's counts."""
+    s = json_attr(part, "solver", {}) or {}
+    if s.get("method") == "meanfield":
+        passes = s.get("passes") or []
+        return {
+            "wall_s": s.get("wall_s", math.nan),
+            "nodes": s.get("max_nodes", math.nan),
+            "steps": sum(p.get("steps", 0) for p in passes) if passes else math.nan,
+            "rejected": sum(p.get("rejected", 0) for p in passes) if passes else math.nan,
+            "evals": s.get("field_evals", math.nan),
+        }
+    return {
+        "wall_s": s.get("wall_time_s", math.nan),
+        "nodes": float(part.attrs.get("N", math.nan)),
+        "steps": s.get("n_steps", math.nan),
+        "rejected": s.get("n_rejected", math.nan),
+        "evals": s.get("n_evals", math.nan),
+    }
 
 
 def _per_beta_variables(evidence: list[BetaData]) -> dict[str, Any]:
