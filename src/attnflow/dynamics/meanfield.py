@@ -75,7 +75,7 @@ def _run_pass(
 ) -> _Record:
     """One forward pass from t = 0 to t_run, saving the states at t_out."""
     st, rec = _initial_state(pb, centres, width), _Record()
-    keys, j, h = _keys(pb, st), 0, min(1e-2, t_run)
+    keys, j, h, err_old, rejected = _keys(pb, st), 0, min(1e-2, t_run), 1.0, False
     while j < len(t_out) and t_out[j] <= 0.0:
         _save_now(pb, st, keys, rec)
         j += 1
@@ -87,9 +87,10 @@ def _run_pass(
         if _narrow_unresolved(pb, st, att, rec):
             keys = _keys(pb, st)
             continue
-        fac = 0.9 * att.err**-0.2 if att.err > 0 else 5.0
+        fac = _step_factor(att.err, err_old)
         if att.err > 1.0 or not math.isfinite(att.err):
             rec.counts["rejected"] += 1
+            rejected = True
             h *= min(1.0, max(0.2, fac)) if math.isfinite(att.err) else 0.2
             if h < 1e-12 * max(1.0, st.t):
                 raise RuntimeError(f"step size underflow at t = {st.t:.6g} (h = {h:.3g})")
@@ -100,11 +101,27 @@ def _run_pass(
         _advance(pb, st, att, h, centre_of_t, width, rec)
         keys = _keys(pb, st)
         rec.counts["steps"] += 1
-        h *= min(5.0, max(0.2, fac))
+        h *= min(1.0 if rejected else 5.0, max(0.2, fac))  # no growth right after a rejection
+        err_old, rejected = max(att.err, 1e-4), False
         if progress is not None:
             progress(min(st.t, float(t_out[-1])), float(t_out[-1]))
     rec.t.append(st.t)
     return rec
+
+
+#: the PI step-size controller of Hairer and Wanner's DOPRI5 (Lund stabilisation): the new step
+#: follows the error of the last two accepted steps, err^-(1/5 - 0.75 b) err_old^b
+PI_BETA = 0.06
+
+
+def _step_factor(err: float, err_old: float) -> float:
+    """The factor of the next step size from the error norm of this attempt and of the last accepted
+    step (PI control; before clipping to [0.2, 5])."""
+    if not err > 0:
+        return 5.0
+    if not math.isfinite(err):
+        return 0.2
+    return 0.9 * err ** -(0.2 - 0.75 * PI_BETA) * err_old**PI_BETA
 
 
 def _backward(pb: _Problem, rec: _Record) -> np.ndarray:
