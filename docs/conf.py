@@ -1,0 +1,94 @@
+"""Sphinx configuration of the attnflow documentation (`make docs` builds docs/_build/html).
+
+The pages are the Markdown files of docs/ (MyST), the API reference is docs/api/*.rst (autodoc,
+autosummary, numpydoc), and the gallery is examples/gallery/, executed at build time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import attnflow  # noqa: E402
+
+project = "attnflow"
+author = "attnflow contributors"
+copyright = "attnflow contributors"
+release = attnflow.__version__
+version = release
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "numpydoc",
+    "sphinx_gallery.gen_gallery",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "**/*.ipynb", "auto_examples/*.py", "auto_examples/*.ipynb"]
+
+# MyST: `[math.md](math.md)` links between the pages; headings get anchors for `page.md#section`
+myst_heading_anchors = 3
+myst_enable_extensions = ["deflist"]
+
+# the API reference: one page per name (docs/api/generated/, written at build time)
+autosummary_generate = True
+autosummary_imported_members = True
+autodoc_default_options = {"members": False}
+autodoc_typehints = "none"  # the signature shows the hints; numpydoc sections give types in words
+numpydoc_show_class_members = False
+numpydoc_class_members_toctree = False
+numpydoc_validation_checks: set[str] = set()
+
+sphinx_gallery_conf = {
+    "examples_dirs": str(ROOT / "examples" / "gallery"),
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",  # executed: every plot_*.py (each well under a minute on 2 cores)
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "within_subsection_order": "FileNameSortKey",
+    "abort_on_example_error": True,
+}
+
+html_theme = "pydata_sphinx_theme"
+html_title = f"attnflow {release}"
+html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
+html_static_path: list[str] = []
+
+
+# The docstrings write their formulas as plain text (|B^T x|, sum_j w_ij, x * y): in reST `|...|` is
+# a substitution and `*...*` emphasis, so both are escaped outside inline literals and literal blocks.
+_LITERAL = re.compile(r"(``.*?``|`[^`]*`)")
+
+
+def _escape(line: str) -> str:
+    parts = _LITERAL.split(line)
+    parts[::2] = [p.replace("|", "\\|").replace("*", "\\*") for p in parts[::2]]
+    return "".join(parts)
+
+
+def plain_text_formulas(app, what, name, obj, options, lines: list[str]) -> None:
+    if not name.startswith("attnflow"):
+        return
+    block = None  # the indentation of the paragraph that opened a literal block (`::`)
+    for i, line in enumerate(lines):
+        indent = len(line) - len(line.lstrip())
+        if block is not None and line.strip() and indent <= block:
+            block = None
+        if block is None and not line.lstrip().startswith(">>>"):
+            lines[i] = _escape(line)
+            if line.rstrip().endswith("::"):
+                block = indent
+
+
+def setup(app) -> None:
+    app.connect("autodoc-process-docstring", plain_text_formulas, priority=400)  # before numpydoc
