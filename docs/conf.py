@@ -34,6 +34,7 @@ extensions = [
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
+smartquotes = False  # the pages and docstrings write code-like text: (..., N, d), "rk4"
 exclude_patterns = ["_build", "**/*.ipynb", "auto_examples/*.py", "auto_examples/*.ipynb"]
 
 # MyST: `[math.md](math.md)` links between the pages; headings get anchors for `page.md#section`
@@ -68,6 +69,7 @@ html_static_path: list[str] = []
 # The docstrings write their formulas as plain text (|B^T x|, sum_j w_ij, x * y): in reST `|...|` is
 # a substitution and `*...*` emphasis, so both are escaped outside inline literals and literal blocks.
 _LITERAL = re.compile(r"(``.*?``|`[^`]*`)")
+_STARRED = re.compile(r"^(\s*)\\(\*)(?:\\(\*))?(?=\w+( :|$))")
 
 
 def _escape(line: str) -> str:
@@ -85,7 +87,8 @@ def plain_text_formulas(app, what, name, obj, options, lines: list[str]) -> None
         if block is not None and line.strip() and indent <= block:
             block = None
         if block is None and not line.lstrip().startswith(">>>"):
-            lines[i] = _escape(line)
+            # numpydoc escapes the stars of `*args` / `**kwargs` in a parameter's name itself
+            lines[i] = _STARRED.sub(r"\1\2\3", _escape(line))
             if line.rstrip().endswith("::"):
                 block = indent
 
