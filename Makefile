@@ -71,7 +71,7 @@ $(VENV)/.installed-docs: $(VENV)/.installed
 	touch $@
 
 docs: $(VENV)/.installed-docs
-	OMP_NUM_THREADS=1 MPLBACKEND=Agg $(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	OMP_NUM_THREADS=1 MPLBACKEND=Agg $(BIN)/python -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache docs/_build docs/api/generated docs/auto_examples docs/sg_execution_times.rst

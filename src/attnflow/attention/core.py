@@ -40,15 +40,29 @@ class EigenSpace:
 class Spectrum:
     """Spectral data of A = V B^T (and of V) used by the theory.
 
-    eigenvalues: (d,) eigenvalues of A, descending by real part (real float64 when A is symmetric).
-    eigenvectors: (d, d) columns u_k matching `eigenvalues` (orthonormal when A is symmetric).
-    mu1, mu2: top eigenvalue and the next distinct one strictly below (real parts); mu2 is None when
-        A has a single distinct eigenvalue.  gap = mu1 - mu2 (0.0 when mu2 is None).
-    multiplicity: dimension of the top eigenspace.
-    top: top eigenspace of A; top_projector: P_1, orthogonal when A is symmetric, the spectral
-        (Riesz) projector otherwise (all NaN when the top eigenvalue is defective).
-    v_top_real, v_top_magnitude: top eigenspace of V by largest real part and by largest modulus
-        (computed on first use: checking the assumptions does not need V's spectrum).
+    Attributes
+    ----------
+    eigenvalues : array (d,)
+        Eigenvalues of A, descending by real part (real float64 when A is symmetric).
+    eigenvectors : array (d, d)
+        Columns u_k matching `eigenvalues` (orthonormal when A is symmetric).
+    mu1, mu2 : float
+        Top eigenvalue and the next distinct one strictly below (real parts); mu2 is None when A has
+        a single distinct eigenvalue.
+    gap : float
+        mu1 - mu2 (0.0 when mu2 is None).
+    multiplicity : int
+        Dimension of the top eigenspace.
+    symmetric : bool
+        Whether A is symmetric; asymmetry says how far it is from it.
+    top : EigenSpace
+        Top eigenspace of A.
+    top_projector : array (d, d)
+        P_1, orthogonal when A is symmetric, the spectral (Riesz) projector otherwise (all NaN when
+        the top eigenvalue is defective).
+    v_top_real, v_top_magnitude : EigenSpace
+        Top eigenspace of V by largest real part and by largest modulus (computed on first use:
+        checking the assumptions does not need V's spectrum).
     """
 
     eigenvalues: np.ndarray
@@ -215,8 +229,15 @@ def _product(L: np.ndarray, R: np.ndarray, what: str, weights: str) -> np.ndarra
 class Attention:
     """Single-head attention on S^{d-1}: weights Q, K, V (d, d) and inverse temperature beta.
 
-    beta is in (0, inf]; beta = inf is the zero-temperature limit.  Derived: B = Q^T K (so that
-    <Q x, K y> = x^T B y) and A = V B^T.  Instances are immutable; `with_beta` makes a copy.
+    Derived: B = Q^T K (so that <Q x, K y> = x^T B y) and A = V B^T. Instances are immutable;
+    `with_beta` makes a copy.
+
+    Parameters
+    ----------
+    Q, K, V : array (d, d)
+        Query, key and value weights.
+    beta : float
+        In (0, inf]; beta = inf is the zero-temperature limit.
     """
 
     def __init__(self, Q, K, V, beta: float = 1.0) -> None:
@@ -311,7 +332,25 @@ class Attention:
 def attention_from_A(A, B, beta: float = 1.0) -> Attention:
     """Attention with Q = I, K = B and V = A B^{-T}, so that B and A are the given matrices.
 
-    B must be invertible.  This is how MATH.md builds examples whose A is symmetric.
+    This is how MATH.md builds examples whose A is symmetric.
+
+    Parameters
+    ----------
+    A : array (d, d)
+        The matrix A = V B^T.
+    B : array (d, d)
+        The matrix B = Q^T K; must be invertible.
+    beta : float
+        Inverse temperature, in (0, inf].
+
+    Returns
+    -------
+    Attention
+
+    Raises
+    ------
+    ValueError
+        When B's condition number exceeds COND_B_MAX.
     """
     A = check_matrix(A, "A")
     B = check_matrix(B, "B", A.shape[0])
