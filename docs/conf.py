@@ -6,6 +6,8 @@ autosummary, numpydoc), and the gallery is examples/gallery/, executed at build 
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import re
 import sys
@@ -42,6 +44,7 @@ myst_heading_anchors = 3
 myst_enable_extensions = ["deflist"]
 
 # the API reference: one page per name (docs/api/generated/, written at build time)
+templates_path = ["_templates"]  # autosummary/data.rst: a constant's page without its repr
 autosummary_generate = True
 autosummary_imported_members = True
 autodoc_default_options = {"members": False}
@@ -93,5 +96,37 @@ def plain_text_formulas(app, what, name, obj, options, lines: list[str]) -> None
                 block = indent
 
 
+def _constant_doc(name: str, obj: object) -> list[str]:
+    """A module constant's comment (the `#` lines above its assignment, or the one after it) in the
+    module of its package that defines it, and its value when short."""
+    package, _, attr = name.rpartition(".")
+    folder = ROOT / "src" / Path(*package.split("."))
+    files = [folder / "__init__.py", *sorted(folder.rglob("*.py"))] if folder.is_dir() else []
+    for path in files:
+        lines = path.read_text().splitlines()
+        starts = [i for i, line in enumerate(lines) if re.match(rf"{attr}\s*(:[^=]*)?=", line)]
+        module = ".".join(path.relative_to(ROOT / "src").with_suffix("").parts).removesuffix(".__init__")
+        if not starts or getattr(importlib.import_module(module), attr, None) is not obj:
+            continue
+        i, above = starts[0], []
+        while i > 0 and lines[i - 1].startswith("#"):
+            i -= 1
+            above.insert(0, lines[i].lstrip("#:").strip())
+        after = lines[starts[0]].partition("  # ")[2].strip()
+        text = [" ".join(above)] if above else [after] if after else []
+        value = repr(obj)
+        return text + (["", f"Value: ``{value}``"] if len(value) <= 80 and " at 0x" not in value else [])
+    return []
+
+
+def constant_docs(app, what, name, obj, options, lines: list[str]) -> None:
+    if what != "data" or not name.startswith("attnflow"):
+        return
+    own = "\n".join(lines).strip()
+    if not own or own == inspect.cleandoc(type(obj).__doc__ or "").strip():  # the type's, not its own
+        lines[:] = _constant_doc(name, obj)
+
+
 def setup(app) -> None:
+    app.connect("autodoc-process-docstring", constant_docs, priority=300)
     app.connect("autodoc-process-docstring", plain_text_formulas, priority=400)  # before numpydoc
