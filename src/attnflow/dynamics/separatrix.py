@@ -47,9 +47,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SeparatrixSearch:
-    """Result of `locate_separatrices`: angles (k,) the located initial angles (bracket midpoints,
-    radians), brackets (k, 2), passes: one dict per pass (centres, brackets, widths, N, tracers,
-    n_steps, wall_time_s, undecided = points between the brackets' ends still undecided at t_max)."""
+    """Result of `locate_separatrices`.
+
+    Attributes
+    ----------
+    angles : array (k,)
+        The located initial angles (bracket midpoints, radians).
+    brackets : array (k, 2)
+        Their brackets.
+    passes : list of dict
+        One per pass (centres, brackets, widths, N, tracers, n_steps, wall_time_s, undecided = points
+        between the brackets' ends still undecided at t_max).
+    """
 
     angles: np.ndarray
     brackets: np.ndarray
@@ -206,11 +215,24 @@ def locate_separatrices(
 ) -> SeparatrixSearch:
     """Initial angles of the separatrices of the weighted mean-field flow on S^1, by bisection on fates.
 
-    att: d = 2 weights, finite beta.  brackets (k, 2): [lo, hi] angles (radians) each holding one
-    separatrix.  t_max: the integration time (fates must be decided by then).  settings: a
-    SeparatrixSettings (h and du, the grading of the nodes, have no default), or its fields as keywords
-    (h=..., du=..., tracers=...), which also override those of a given settings.
-    Returns a SeparatrixSearch; its width is the precision reached.
+    Parameters
+    ----------
+    att : Attention
+        d = 2 weights, finite beta.
+    brackets : array (k, 2)
+        [lo, hi] angles (radians) each holding one separatrix.
+    t_max : float
+        The integration time (fates must be decided by then).
+    settings : SeparatrixSettings, optional
+        h and du, the grading of the nodes, have no default.
+    **fields
+        The settings' fields as keywords (h=..., du=..., tracers=...), which also override those of
+        a given settings.
+
+    Returns
+    -------
+    SeparatrixSearch
+        Its width is the precision reached.
     """
     att = _check_2d(att)
     br = np.array(brackets, dtype=np.float64).reshape(-1, 2)
