@@ -47,7 +47,6 @@ myst_enable_extensions = ["deflist"]
 templates_path = ["_templates"]  # autosummary/data.rst: a constant's page without its repr
 autosummary_generate = True
 autosummary_imported_members = True
-autodoc_default_options = {"members": False}
 autodoc_typehints = "none"  # the signature shows the hints; numpydoc sections give types in words
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
