@@ -44,7 +44,7 @@ $(VENV)/.checkpoints: $(VENV)/.installed-test
 	touch $@
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples docs
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
