@@ -21,7 +21,15 @@ COND_B_MAX = 1e12  # B with a larger 2-norm condition number counts as singular
 
 @dataclass(frozen=True)
 class EigenSpace:
-    """An invariant subspace of a matrix: eigenvalues it carries and an orthonormal basis (d, m)."""
+    """An invariant subspace of a matrix.
+
+    Attributes
+    ----------
+    eigenvalues : array (m,)
+        The eigenvalues it carries.
+    basis : array (d, m)
+        An orthonormal basis.
+    """
 
     eigenvalues: np.ndarray  # (m,) real or complex
     basis: np.ndarray  # (d, m), orthonormal columns spanning the real invariant subspace
@@ -101,9 +109,20 @@ def _real_basis(vectors: np.ndarray) -> np.ndarray:
 
 
 def top_eigenspace(M: np.ndarray, by: str = "real") -> EigenSpace:
-    """Top eigenspace of a real square matrix M, by largest real part (`by="real"`) or modulus.
+    """Top eigenspace of a real square matrix M, by largest real part or modulus.
 
     For a complex pair the real invariant plane spanned by Re u and Im u is returned.
+
+    Parameters
+    ----------
+    M : array (d, d)
+        Real, square.
+    by : str
+        "real" (largest real part) or "magnitude" (largest modulus).
+
+    Returns
+    -------
+    EigenSpace
     """
     if by not in ("real", "magnitude"):
         raise ValueError(f"by must be 'real' or 'magnitude', got {by!r}")
@@ -162,8 +181,20 @@ def _eig_sorted(A: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None):
 def spectrum_of(
     A: np.ndarray, V: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None = None
 ) -> Spectrum:
-    """Spectral data of A (and V); see `Spectrum`.  factors: (F, W) with A = F W of rank r < d (a
-    single head), to decompose a non-symmetric A from r x r pieces."""
+    """Spectral data of A (and V); see `Spectrum`.
+
+    Parameters
+    ----------
+    A, V : array (d, d)
+        The matrices.
+    factors : (array, array), optional
+        (F, W) with A = F W of rank r < d (a single head), to decompose a non-symmetric A from
+        r x r pieces.
+
+    Returns
+    -------
+    Spectrum
+    """
     norm = np.linalg.norm(A)
     asym = float(np.linalg.norm(A - A.T) / 2 / norm) if norm > 0 else 0.0
     symmetric = asym <= SYMMETRY_TOL
@@ -365,7 +396,24 @@ def attention_from_A(A, B, beta: float = 1.0) -> Attention:
 
 
 def check_attention(att: Any, name: str = "att") -> Attention:
-    """An attnflow.Attention (TypeError otherwise)."""
+    """The argument itself when it is an attnflow.Attention.
+
+    Parameters
+    ----------
+    att : Attention
+        The value to check.
+    name : str
+        The argument's name, for the message.
+
+    Returns
+    -------
+    Attention
+
+    Raises
+    ------
+    TypeError
+        When att is not an Attention.
+    """
     if not isinstance(att, Attention):
         raise TypeError(f"{name} must be an attnflow.Attention, got {type(att).__name__}")
     return att

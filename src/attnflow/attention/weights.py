@@ -166,14 +166,26 @@ MAX_DRAWN_D = 512
 class WeightsFamily:
     """A named family of weights Q, K, V: an entry of WEIGHTS (the experiments' `weights` key).
 
-    summary: what it is, in a few words; d: the dimension it fixes, or None when the experiments' `d`
-    key chooses it (default `default_d`, at most `max_d`); keys: the config keys it reads besides d,
-    passed to `build` and `label` as keywords. build(d, **keys) -> Attention at beta = 1;
-    label(**keys) -> its name with those keys, for titles. drawn: the weights are random draws, and
-    build also takes draw = (h, k), the draw of head h in segment k of redrawn weights (0, 0: the
-    family's one draw), so that several heads (`heads`) and redrawn weights (`redraw`) are independent
-    draws; a family that is not drawn gives the same head for every (h, k). Adding a family is its
-    build function and one line of WEIGHTS.
+    Adding a family is its build function and one line of WEIGHTS.
+
+    Attributes
+    ----------
+    name, summary : str
+        Its name; what it is, in a few words.
+    d : int or None
+        The dimension it fixes, or None when the experiments' `d` key chooses it (default
+        `default_d`, at most `max_d`).
+    keys : tuple of str
+        The config keys it reads besides d, passed to `build` and `label` as keywords.
+    build : callable
+        build(d, **keys) -> Attention at beta = 1.
+    label : callable
+        label(**keys) -> its name with those keys, for titles.
+    drawn : bool
+        The weights are random draws, and build also takes draw = (h, k), the draw of head h in
+        segment k of redrawn weights (0, 0: the family's one draw), so that several heads (`heads`)
+        and redrawn weights (`redraw`) are independent draws; a family that is not drawn gives the
+        same head for every (h, k).
     """
 
     name: str
