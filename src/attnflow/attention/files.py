@@ -14,10 +14,25 @@ _SAVE_HINT = "save the weights with numpy.savez(path, Q=Q, K=K, V=V)"
 
 
 def load_attention(path: str | os.PathLike[str], beta: float = 1.0) -> Attention:
-    """Attention from an .npz file holding Q, K, V (each d x d, the same d), e.g. written by
-    `numpy.savez(path, Q=Q, K=K, V=V)`. Errors are one line naming the file and the problem: a
-    missing file or key, a shape, NaN or inf, and a singular B at beta = inf (the zero-temperature
-    field divides by |B^T x|; at finite beta `check_assumptions` reports B's condition number).
+    """Attention from an .npz file holding Q, K, V (each d x d, the same d).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file, e.g. written by `numpy.savez(path, Q=Q, K=K, V=V)`.
+    beta : float
+        Inverse temperature, in (0, inf].
+
+    Returns
+    -------
+    Attention
+
+    Raises
+    ------
+    ValueError
+        In one line naming the file and the problem: a missing file or key, a shape, NaN or inf, and
+        a singular B at beta = inf (the zero-temperature field divides by |B^T x|; at finite beta
+        `check_assumptions` reports B's condition number).
     """
     from ..io.arrays import load_arrays
 

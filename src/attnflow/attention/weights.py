@@ -23,9 +23,21 @@ def worked_example(beta: float = 100.0, d: int = 3) -> Attention:
     d = 3: Q = I, K = diag(3, 1, 1/3), A = [[0, 0, 1], [0, -1/2, 0], [1, 0, 0]], V = A B^{-T}.
     A has eigenvalues 1, -1/2, -1 (gap 3/2, u_1 = (1, 0, 1)/sqrt 2); V's top eigenvector is
     (3, 0, 1)/sqrt 10, so the terminal phase moves mass away from A's top eigenspace.
+
     d = 2: Q = I, K = diag(3, 1/3), A = [[1/4, 3/4], [3/4, 1/4]], V = A B^{-T}. A has eigenvalues 1,
     -1/2 (gap 3/2, u_1 = (1, 1)/sqrt 2); V's top eigenvalue 1.2374 has eigenvector (0.8898, 0.4564),
     17.8 degrees from u_1. In both, ||B|| = 3 and |B^T u_1| = 2.134.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature, in (0, inf].
+    d : int
+        3 or 2.
+
+    Returns
+    -------
+    Attention
     """
     if d == 3:
         A = np.array([[0.0, 0.0, 1.0], [0.0, -0.5, 0.0], [1.0, 0.0, 0.0]])
@@ -53,11 +65,26 @@ def random_attention(d: int, seed: SeedLike, beta: float = 1.0, symmetric: bool 
     """Seeded random weights (d, d) with a well-conditioned B = Q^T K.
 
     Q is Haar-orthogonal and K = U diag(s) W^T with U, W Haar-orthogonal and s log-uniform in
-    [1/2, 2] (COND_SPREAD), so cond(B) <= 4 and 1/2 <= |B^T x| <= 2.
-    symmetric=True (default): V = S B^{-T} with S = U_S diag(1, mu_2, ..., mu_d) U_S^T symmetric,
-    mu_k uniform in [-1, 1/2], so A = V B^T = S is symmetric with a simple top eigenvalue 1 and a
-    spectral gap >= 1/2 (MIN_GAP): the theorem applies. symmetric=False: V Gaussian with entries of
-    variance 1/d (A then is generically not symmetric). The same seed gives the same weights.
+    [1/2, 2] (COND_SPREAD), so cond(B) <= 4 and 1/2 <= |B^T x| <= 2. The same seed gives the same
+    weights.
+
+    Parameters
+    ----------
+    d : int
+        The dimension, >= 2.
+    seed : int or numpy.random.Generator
+        The seed of the draw.
+    beta : float
+        Inverse temperature, in (0, inf].
+    symmetric : bool
+        True (default): V = S B^{-T} with S = U_S diag(1, mu_2, ..., mu_d) U_S^T symmetric, mu_k
+        uniform in [-1, 1/2], so A = V B^T = S is symmetric with a simple top eigenvalue 1 and a
+        spectral gap >= 1/2 (MIN_GAP): the theorem applies. False: V Gaussian with entries of
+        variance 1/d (A then is generically not symmetric).
+
+    Returns
+    -------
+    Attention
     """
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
         raise ValueError(f"d must be an integer >= 2 (tokens on S^(d-1)), got {d!r}")
@@ -91,13 +118,26 @@ def _goe(d: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def ensemble_attention(d: int, seed: SeedLike, ensemble: str, beta: float = 1.0) -> Attention:
-    """Seeded weights of a random-matrix ensemble (d, d):
+    """Seeded weights of a random-matrix ensemble (d, d).
 
-    "gaussian"   Q, K, V with i.i.d. N(0, 1/d) entries (B = Q^T K has entries of variance 1/d)
-    "goe"        Q = I, K and V independent GOE matrices (symmetric; off-diagonal N(0, 1/d),
-                 diagonal N(0, 2/d)): B = K symmetric
-    "gpt2-init"  Q, K, V with i.i.d. N(0, 0.02^2) entries (GPT-2's initialisation)
-    "conditioned" `random_attention(d, seed, beta)` (B well conditioned, A symmetric with a gap)
+    Parameters
+    ----------
+    d : int
+        The dimension, >= 2.
+    seed : int or numpy.random.Generator
+        The seed of the draw.
+    ensemble : str
+        "gaussian": Q, K, V with i.i.d. N(0, 1/d) entries (B = Q^T K has entries of variance 1/d).
+        "goe": Q = I, K and V independent GOE matrices (symmetric; off-diagonal N(0, 1/d), diagonal
+        N(0, 2/d)): B = K symmetric. "gpt2-init": Q, K, V with i.i.d. N(0, 0.02^2) entries (GPT-2's
+        initialisation). "conditioned": `random_attention(d, seed, beta)` (B well conditioned, A
+        symmetric with a gap).
+    beta : float
+        Inverse temperature.
+
+    Returns
+    -------
+    Attention
     """
     if ensemble not in ENSEMBLES:
         raise ValueError(f"ensemble must be one of {', '.join(map(repr, ENSEMBLES))}, got {ensemble!r}")
@@ -126,14 +166,26 @@ MAX_DRAWN_D = 512
 class WeightsFamily:
     """A named family of weights Q, K, V: an entry of WEIGHTS (the experiments' `weights` key).
 
-    summary: what it is, in a few words; d: the dimension it fixes, or None when the experiments' `d`
-    key chooses it (default `default_d`, at most `max_d`); keys: the config keys it reads besides d,
-    passed to `build` and `label` as keywords. build(d, **keys) -> Attention at beta = 1;
-    label(**keys) -> its name with those keys, for titles. drawn: the weights are random draws, and
-    build also takes draw = (h, k), the draw of head h in segment k of redrawn weights (0, 0: the
-    family's one draw), so that several heads (`heads`) and redrawn weights (`redraw`) are independent
-    draws; a family that is not drawn gives the same head for every (h, k). Adding a family is its
-    build function and one line of WEIGHTS.
+    Adding a family is its build function and one line of WEIGHTS.
+
+    Attributes
+    ----------
+    name, summary : str
+        Its name; what it is, in a few words.
+    d : int or None
+        The dimension it fixes, or None when the experiments' `d` key chooses it (default
+        `default_d`, at most `max_d`).
+    keys : tuple of str
+        The config keys it reads besides d, passed to `build` and `label` as keywords.
+    build : callable
+        build(d, **keys) -> Attention at beta = 1.
+    label : callable
+        label(**keys) -> its name with those keys, for titles.
+    drawn : bool
+        The weights are random draws, and build also takes draw = (h, k), the draw of head h in
+        segment k of redrawn weights (0, 0: the family's one draw), so that several heads (`heads`)
+        and redrawn weights (`redraw`) are independent draws; a family that is not drawn gives the
+        same head for every (h, k).
     """
 
     name: str

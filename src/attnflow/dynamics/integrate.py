@@ -107,51 +107,70 @@ def simulate(
 ) -> Trajectory:
     """Integrate the token dynamics dx_i/dt = P_{x_i}^perp(sum_j w_ij V x_j) from X0 at t = 0.
 
-    X0: (N, d) or (M, N, d) unit rows (error unless normalize=True); NumPy, list or torch tensor.
-    att: an Attention, or a list of M Attention objects that differ only in beta (one per cloud,
-    integrated together in one kernel call per stage: [att.with_beta(b) for b in betas]; X0 (N, d)
-    is then shared by all).  All clouds share the steps (the adaptive step is that of the hardest
-    one), so several betas pay off only where one call on M clouds is much cheaper than M calls:
-    small N (docs/benchmarks.md, "Several betas").  A Dynamics (attnflow.flow: several heads, a
-    causal mask, unnormalised attention, another layer norm, noise, redrawn weights), or a list of
-    them differing only in beta, is integrated as docs/math.md ("Beyond the single head") defines it;
-    a Dynamics that is the paper's flow is its Attention (the same run, bit for bit).  Tokens of
-    layer_norm "pre" and "peri" live in R^d: x comes back unnormalised (r = |x|, the direction x/|x|).
-    times: non-decreasing output times >= 0 (times[0] may be > 0: X0 is the state at t = 0).
-    method: "euler", "heun", "rk4" (fixed step dt, the last step before each output time shortened
-    to land on it) or "adaptive" (Dormand-Prince 5(4): the RMS over tokens and coordinates of the
-    local error, each token's divided by atol + rtol |x_i| with |x_i| = 1, is kept below 1, so
-    rtol + atol is a tolerance on positions in the sphere's own scale, the same in every frame).
-    kernel: "auto" (re-decided every AUTO_EVERY steps), "sdpa", "blocked", "zero", "truncated".
-    weights: (N,) or (M, N) quadrature weights w_j > 0 summing to 1 (rho = sum_j w_j delta_{x_j},
-    MATH.md "Weighted measures"); they stay as they are while the tokens move (mass is carried
-    along characteristics) and come back in `Trajectory.weights`.  None: uniform.
-    device: where to compute: None (X0's device for a torch tensor, else the CPU), "cpu", "cuda",
-    "cuda:<k>" or a torch.device; an unavailable one is a ValueError.
-    options: the method's solver settings (OPTIONS): fixed steps {"max_steps"}; adaptive {"rtol"
-    (1e-6), "atol" (1e-9), "max_steps" (1e7), "first_step" (automatic), "norm" ("rms" over tokens
-    and coordinates, or "max": every token within the tolerance)}; another key is a ValueError.
-    float32 needs rtol >= 1e-5 (`_checks.check_rtol_for_dtype`).
-    dtype: "float64" or "float32".
-    progress: True for a progress bar over t (tqdm's notebook bar in Jupyter, Rich on stderr
-    elsewhere), None or False for none, or a callable progress(t, t_final), called now and then.
-    threads: torch CPU threads for this call (default 1; 0: torch's setting), restored afterwards:
-    the package's one thread policy (docs/guide.md, "Threads").
-    seed: the seed of the noise of a Dynamics with noise > 0 (an int >= 0 or a NumPy Generator; None:
-    0): the same seed gives the same path. Noise needs a fixed-step method; the scheme has strong
-    order 1/2 and weak order 1 (SDE_ORDERS).
-    force: run even what is estimated to take more than a day on these threads (`dynamics.work`:
-    t_final / dt steps of a fixed-step method, each kernel evaluation priced by the kernels' cost
-    model); without it such a run is refused before its first step, with the estimate. A fixed-step
-    run of more than options["max_steps"] steps is refused before its first step, force or not.
-    Deprecated: the flat rtol=, atol=, max_steps= (use options) and betas= (it overrides att.beta:
-    pass a list of Attention objects), each with a DeprecationWarning.
-    Returns Trajectory(t=times (T,), x (T, N, d), or (T, M, N, d) for a batch, weights, info): x is
-    NumPy for NumPy input and a torch tensor on X0's device for torch input; a saved array larger
-    than SAVE_MEMORY_FRACTION of the available memory is refused before the run (ValueError).
-    info = method, kernel (resolved), dt or rtol/atol, n_steps, n_rejected, n_evals, wall_time_s,
-    dtype, device, beta (or betas); for a Dynamics also model, layer_norm, noise (with seed and
-    sde_scheme), redraw_period and segments.
+    Parameters
+    ----------
+    X0 : array (N, d) or (M, N, d)
+        Unit rows (error unless normalize=True); NumPy, list or torch tensor.
+    att : Attention, Dynamics, or a list of them
+        An Attention, or a list of M Attention objects that differ only in beta (one per cloud, integrated
+        together in one kernel call per stage: [att.with_beta(b) for b in betas]; X0 (N, d) is then shared
+        by all).  All clouds share the steps (the adaptive step is that of the hardest one), so several
+        betas pay off only where one call on M clouds is much cheaper than M calls: small N
+        (docs/benchmarks.md, "Several betas").  A Dynamics (attnflow.flow: several heads, a causal mask,
+        unnormalised attention, another layer norm, noise, redrawn weights), or a list of them differing
+        only in beta, is integrated as docs/math.md ("Beyond the single head") defines it; a Dynamics that
+        is the paper's flow is its Attention (the same run, bit for bit).  Tokens of layer_norm "pre" and
+        "peri" live in R^d: x comes back unnormalised (r = |x|, the direction x/|x|).
+    times : array (T,)
+        Non-decreasing output times >= 0 (times[0] may be > 0: X0 is the state at t = 0).
+    method, dt : str, float
+        "euler", "heun", "rk4" (fixed step dt, the last step before each output time shortened to land on
+        it) or "adaptive" (Dormand-Prince 5(4): the RMS over tokens and coordinates of the local error,
+        each token's divided by atol + rtol |x_i| with |x_i| = 1, is kept below 1, so rtol + atol is a
+        tolerance on positions in the sphere's own scale, the same in every frame).
+    kernel : str
+        "auto" (re-decided every AUTO_EVERY steps), "sdpa", "blocked", "zero", "truncated".
+    weights : array (N,) or (M, N), optional
+        Quadrature weights w_j > 0 summing to 1 (rho = sum_j w_j delta_{x_j}, MATH.md "Weighted
+        measures"); they stay as they are while the tokens move (mass is carried along characteristics)
+        and come back in `Trajectory.weights`.  None: uniform.
+    device : optional
+        Where to compute: None (X0's device for a torch tensor, else the CPU), "cpu", "cuda", "cuda:<k>"
+        or a torch.device; an unavailable one is a ValueError.
+    options : dict, optional
+        The method's solver settings (OPTIONS): fixed steps {"max_steps"}; adaptive {"rtol" (1e-6), "atol"
+        (1e-9), "max_steps" (1e7), "first_step" (automatic), "norm" ("rms" over tokens and coordinates, or
+        "max": every token within the tolerance)}; another key is a ValueError. float32 needs rtol >= 1e-5
+        (`_checks.check_rtol_for_dtype`).
+    dtype : str
+        "float64" or "float32".
+    progress : bool or callable, optional
+        True for a progress bar over t (tqdm's notebook bar in Jupyter, Rich on stderr elsewhere), None or
+        False for none, or a callable progress(t, t_final), called now and then.
+    threads : int
+        Torch CPU threads for this call (default 1; 0: torch's setting), restored afterwards: the
+        package's one thread policy (docs/guide.md, "Threads").
+    seed : int or numpy.random.Generator, optional
+        The seed of the noise of a Dynamics with noise > 0 (an int >= 0 or a NumPy Generator; None: 0):
+        the same seed gives the same path. Noise needs a fixed-step method; the scheme has strong order
+        1/2 and weak order 1 (SDE_ORDERS).
+    force : bool
+        Run even what is estimated to take more than a day on these threads (`dynamics.work`: t_final / dt
+        steps of a fixed-step method, each kernel evaluation priced by the kernels' cost model); without
+        it such a run is refused before its first step, with the estimate. A fixed-step run of more than
+        options["max_steps"] steps is refused before its first step, force or not.
+    **deprecated
+        The flat rtol=, atol=, max_steps= (use options) and betas= (it overrides att.beta: pass a list of
+        Attention objects), each with a DeprecationWarning.
+
+    Returns
+    -------
+    Trajectory
+        t=times (T,), x (T, N, d), or (T, M, N, d) for a batch, weights, info: x is NumPy for NumPy input
+        and a torch tensor on X0's device for torch input; a saved array larger than SAVE_MEMORY_FRACTION
+        of the available memory is refused before the run (ValueError). info = method, kernel (resolved),
+        dt or rtol/atol, n_steps, n_rejected, n_evals, wall_time_s, dtype, device, beta (or betas); for a
+        Dynamics also model, layer_norm, noise (with seed and sde_scheme), redraw_period and segments.
     """
     threads = check_threads(threads)
     with torch_threads(threads), time_bar(progress, "simulate") as callback:

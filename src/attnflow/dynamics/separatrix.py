@@ -47,9 +47,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SeparatrixSearch:
-    """Result of `locate_separatrices`: angles (k,) the located initial angles (bracket midpoints,
-    radians), brackets (k, 2), passes: one dict per pass (centres, brackets, widths, N, tracers,
-    n_steps, wall_time_s, undecided = points between the brackets' ends still undecided at t_max)."""
+    """Result of `locate_separatrices`.
+
+    Attributes
+    ----------
+    angles : array (k,)
+        The located initial angles (bracket midpoints, radians).
+    brackets : array (k, 2)
+        Their brackets.
+    passes : list of dict
+        One per pass (centres, brackets, widths, N, tracers, n_steps, wall_time_s, undecided = points
+        between the brackets' ends still undecided at t_max).
+    """
 
     angles: np.ndarray
     brackets: np.ndarray
@@ -95,15 +104,28 @@ def default_brackets(att: Attention, half_width: float | None = None) -> np.ndar
 class SeparatrixSettings:
     """How `locate_separatrices` searches (its algorithm is unchanged by grouping them here).
 
-    h, du, eps: the grading of the measure's nodes toward the bracket midpoints
-    (`sphere.graded_circle_quadrature`: spacing h far away, du in log-distance near them, down to eps).
-    tracers: points of weight TRACER_WEIGHT spread evenly over each bracket.  max_passes: passes at
-    most.  tol: the bracket width (radians) at which the search stops.  exit_angle: a point's fate is
-    the sign of its displacement when it first moves this far (radians) from its initial angle; it
-    must exceed how far the repelling point itself drifts before the points near it part (at beta =
-    10 in the d = 2 worked example 0.05, 0.1, 0.25, 0.4 gave 2.2632, 2.2418, 2.2176, 2.2095, and 0.8
-    and 1.2 both 2.2075889, the fates of equispaced tokens' 2.2074 +- 0.0004).
-    density: rho_0's density (None: uniform).  options, kernel: as in `simulate` (method "adaptive").
+    Attributes
+    ----------
+    h, du, eps : float
+        The grading of the measure's nodes toward the bracket midpoints
+        (`sphere.graded_circle_quadrature`: spacing h far away, du in log-distance near them, down to
+        eps).
+    tracers : int
+        Points of weight TRACER_WEIGHT spread evenly over each bracket.
+    max_passes : int
+        Passes at most.
+    tol : float
+        The bracket width (radians) at which the search stops.
+    exit_angle : float
+        A point's fate is the sign of its displacement when it first moves this far (radians) from its
+        initial angle; it must exceed how far the repelling point itself drifts before the points near
+        it part (at beta = 10 in the d = 2 worked example 0.05, 0.1, 0.25, 0.4 gave 2.2632, 2.2418,
+        2.2176, 2.2095, and 0.8 and 1.2 both 2.2075889, the fates of equispaced tokens' 2.2074 +-
+        0.0004).
+    density : callable, optional
+        rho_0's density (None: uniform).
+    options, kernel
+        As in `simulate` (method "adaptive").
     """
 
     h: float
@@ -206,11 +228,24 @@ def locate_separatrices(
 ) -> SeparatrixSearch:
     """Initial angles of the separatrices of the weighted mean-field flow on S^1, by bisection on fates.
 
-    att: d = 2 weights, finite beta.  brackets (k, 2): [lo, hi] angles (radians) each holding one
-    separatrix.  t_max: the integration time (fates must be decided by then).  settings: a
-    SeparatrixSettings (h and du, the grading of the nodes, have no default), or its fields as keywords
-    (h=..., du=..., tracers=...), which also override those of a given settings.
-    Returns a SeparatrixSearch; its width is the precision reached.
+    Parameters
+    ----------
+    att : Attention
+        d = 2 weights, finite beta.
+    brackets : array (k, 2)
+        [lo, hi] angles (radians) each holding one separatrix.
+    t_max : float
+        The integration time (fates must be decided by then).
+    settings : SeparatrixSettings, optional
+        h and du, the grading of the nodes, have no default.
+    **fields
+        The settings' fields as keywords (h=..., du=..., tracers=...), which also override those of
+        a given settings.
+
+    Returns
+    -------
+    SeparatrixSearch
+        Its width is the precision reached.
     """
     att = _check_2d(att)
     br = np.array(brackets, dtype=np.float64).reshape(-1, 2)
@@ -242,15 +277,36 @@ def mean_field_quadrature(
     density: Any = None,
     **search_options: Any,
 ) -> tuple[np.ndarray, np.ndarray, SeparatrixSearch]:
-    """Nodes X (N, 2) and weights w (N,) of rho_0 for the mean-field flow of att up to t_max.
+    """Nodes and weights of rho_0 for the mean-field flow of att up to t_max.
 
     Spacing h = kw / 2^level far from the separatrices and du = 2 kw / 2^level in log-distance near
     them, kw = 1 / sqrt(beta ||B||) the kernel width: level 0 passes each cluster's maximiser y* about
     0.7 kw apart (0.35 du, at the d = 2 worked example's stream speed 0.25 over its expansion rate 0.7),
-    level 1 twice as finely; compare two levels to show convergence.  search: a previous result to
-    reuse (the separatrices do not depend on the level); otherwise `locate_separatrices` runs at level
-    0 from `default_brackets(att)` (override with brackets=...), with search_options passed on.
-    Returns (X, w, search).
+    level 1 twice as finely; compare two levels to show convergence.
+
+    Parameters
+    ----------
+    att : Attention
+        d = 2 weights, finite beta.
+    t_max : float
+        The integration time.
+    level : int
+        The refinement level, >= 0.
+    search : SeparatrixSearch, optional
+        A previous result to reuse (the separatrices do not depend on the level); otherwise
+        `locate_separatrices` runs at level 0 from `default_brackets(att)` (override with
+        brackets=...), with search_options passed on.
+    eps, density
+        As in `graded_circle_quadrature`.
+
+    Returns
+    -------
+    X : array (N, 2)
+        The nodes.
+    w : array (N,)
+        The weights.
+    search : SeparatrixSearch
+        The separatrices used.
     """
     att = _check_2d(att)
     level = int(level)

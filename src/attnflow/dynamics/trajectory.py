@@ -12,11 +12,18 @@ import numpy as np
 class Trajectory:
     """States saved at the requested times.
 
-    t: (T,) times; x: (T, N, d), or (T, M, N, d) for a batch of M clouds; x[k] is the state at t[k]
-    (a NumPy array, or a torch tensor when the run started from one).
-    info: how it was computed (method, kernel, step counts, evaluations, wall time, notes).
-    weights: the quadrature weights (N,) or (M, N) of the measure sum_j w_j delta_{x_j(t)}, the same at
-    every time (mass moves along characteristics); None: uniform.
+    Attributes
+    ----------
+    t : array (T,)
+        Times.
+    x : array (T, N, d) or (T, M, N, d)
+        For a batch of M clouds; x[k] is the state at t[k] (a NumPy array, or a torch tensor when the
+        run started from one).
+    info : dict
+        How it was computed (method, kernel, step counts, evaluations, wall time, notes).
+    weights : array (N,) or (M, N), or None
+        The quadrature weights of the measure sum_j w_j delta_{x_j(t)}, the same at every time (mass
+        moves along characteristics); None: uniform.
     """
 
     t: np.ndarray

@@ -268,15 +268,28 @@ def simulate_zero_temperature(
 ) -> Trajectory:
     """The beta = inf flow dx/dt = P_x^perp A x / |B^T x| of every token (att.beta is ignored).
 
-    X0: (N, d) or (M, N, d) unit rows; times: (T,) non-decreasing, >= 0 (the flow starts at t = 0).
-    method: "exact" -- x(t) = y(s)/|y(s)|, y(s) = expm(A s) x_0 from A's eigendecomposition (eigh
-    for symmetric A, complex eig for diagonalisable non-symmetric A), with the N clocks
-    ds/dt = 1/|B^T x| integrated together (DOP853, rtol/atol); "integrate" -- DOP853 on the ODE
-    itself; "auto" -- exact unless A's eigenvectors are ill-conditioned (cond > 1e6, e.g. a
-    defective A), where it falls back to integration with a warning.
-    Returns a Trajectory with x (T, N, d) or (T, M, N, d); info["s"] holds the clocks (T, N) or
-    (T, M, N); info["method"] is "exact" or "integrate" and info["note"] says why.
-    B must be invertible.
+    Parameters
+    ----------
+    X0 : array (N, d) or (M, N, d)
+        Unit rows.
+    att : Attention
+        B must be invertible.
+    times : array (T,)
+        Non-decreasing, >= 0 (the flow starts at t = 0).
+    method : str
+        "exact": x(t) = y(s)/|y(s)|, y(s) = expm(A s) x_0 from A's eigendecomposition (eigh for
+        symmetric A, complex eig for diagonalisable non-symmetric A), with the N clocks
+        ds/dt = 1/|B^T x| integrated together (DOP853, rtol/atol); "integrate": DOP853 on the ODE
+        itself; "auto": exact unless A's eigenvectors are ill-conditioned (cond > 1e6, e.g. a
+        defective A), where it falls back to integration with a warning.
+    rtol, atol : float
+        DOP853's tolerances.
+
+    Returns
+    -------
+    Trajectory
+        x (T, N, d) or (T, M, N, d); info["s"] holds the clocks (T, N) or (T, M, N); info["method"]
+        is "exact" or "integrate" and info["note"] says why.
     """
     att = check_attention(att)
     if method not in METHODS:
@@ -329,10 +342,27 @@ def limit_problem(att: Attention) -> str | None:
 def project(X: Any, att: Attention, tol: float = 1e-12, spectral: bool = False) -> np.ndarray:
     """Pi(x) = P_1 x / |P_1 x| row by row: the t -> inf limit of the zero-temperature flow.
 
-    X: (N, d) or (M, N, d) unit rows; returns the same shape.  P_1 is the orthogonal projector onto
-    the top eigenspace of symmetric A (any multiplicity).  For non-symmetric A pass spectral=True to
-    use the spectral (Riesz) projector, the limit when the top eigenvalue (largest real part) is real.
-    Raises ValueError where Pi is undefined: |P_1 x_i| <= tol.
+    Parameters
+    ----------
+    X : array (N, d) or (M, N, d)
+        Unit rows.
+    att : Attention
+        P_1 is the orthogonal projector onto the top eigenspace of symmetric A (any multiplicity).
+    tol : float
+        |P_1 x_i| <= tol counts as 0.
+    spectral : bool
+        For non-symmetric A pass spectral=True to use the spectral (Riesz) projector, the limit when
+        the top eigenvalue (largest real part) is real.
+
+    Returns
+    -------
+    array
+        X's shape.
+
+    Raises
+    ------
+    ValueError
+        Where Pi is undefined: |P_1 x_i| <= tol.
     """
     att = check_attention(att)
     Xc = check_points(X, "X", d=att.d)

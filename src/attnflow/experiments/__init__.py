@@ -184,9 +184,16 @@ def __getattr__(name: str) -> Any:
 def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> BaseModel:
     """The config of an experiment name, a preset name or a TOML file, with `key=value` overrides.
 
-    Values of overrides are TOML literals (`N=2000`, `betas=[10, 100]`, `init="fibonacci"`; a bare
-    word is a string). An unknown name, missing or unreadable file, unknown key or wrong type raises
-    ConfigError naming the key or file.
+    Parameters
+    ----------
+    name_or_path : str or Path
+    overrides : list of str
+        TOML literals (`N=2000`, `betas=[10, 100]`, `init="fibonacci"`; a bare word is a string).
+
+    Raises
+    ------
+    ConfigError
+        Naming the key or file: an unknown name, missing or unreadable file, unknown key or wrong type.
     """
     from .config import build_config, parse_override, read_toml
 
@@ -274,24 +281,30 @@ def run_experiment(
     """Run `config`'s experiment. With `out`: write out/config.toml first, resume from out/parts/,
     then write out/result.zarr (atomically), out/summary.json and out/summary.md. Returns the Dataset.
 
-    progress: True for progress bars and the run's messages (tqdm's notebook bars in Jupyter, Rich
-    on stderr elsewhere); a Reporter (attnflow.progress) of your own; None or False (default): silent,
-    as is quiet=True. The torch threads are the config's `threads` (docs/guide.md, "Threads").
-    out is checked before anything is written there (RunFolderError naming what is there): a folder
-    holding something else than a run is refused, and so is a run of another experiment or other
-    parameters unless overwrite=True, which replaces it. A run may add values to a list of the
-    experiment's `part_keys` (e.g. betas), and change the others while no result is written (a
-    finished result is replaced only with overwrite=True): the parts it shares are reused, and
-    config.toml is rewritten only once the new result is, so the folder's config and result always
-    agree. A part is reused only if
-    it is what this run computes (`attnflow.experiments.parts`); summary.json and summary.md are
-    written with their checksums (`attnflow.io.files`). One process at a time writes into out
-    (LockedError naming the holder); a lock left by a process that died is taken over, with a notice
-    (shown, and not stored with the result: it is about the folder, not the result).
+    out is checked before anything is written there: a folder holding something else than a run is
+    refused, and so is a run of another experiment or other parameters unless overwrite=True, which
+    replaces it. A run may add values to a list of the experiment's `part_keys` (e.g. betas), and change
+    the others while no result is written (a finished result is replaced only with overwrite=True): the
+    parts it shares are reused, and config.toml is rewritten only once the new result is, so the folder's
+    config and result always agree. A part is reused only if it is what this run computes
+    (`attnflow.experiments.parts`); summary.json and summary.md are written with their checksums
+    (`attnflow.io.files`). A lock left by a process that died is taken over, with a notice (shown, and not
+    stored with the result: it is about the folder, not the result). The config is validated again first
+    (a copy made with `model_copy(update=...)` skipped its checks). A new run that fails before finishing
+    any part leaves nothing behind in out.
 
-    The config is validated again first (a copy made with `model_copy(update=...)` skipped its
-    checks) and its device must be available here: else ConfigError, and nothing is written. A new
-    run that fails before finishing any part leaves nothing behind in out either.
+    Parameters
+    ----------
+    progress : bool or Reporter, optional
+        True for progress bars and the run's messages (tqdm's notebook bars in Jupyter, Rich on stderr
+        elsewhere); a Reporter (attnflow.progress) of your own; None or False (default): silent, as is
+        quiet=True. The torch threads are the config's `threads` (docs/guide.md, "Threads").
+
+    Raises
+    ------
+    RunFolderError, LockedError, ConfigError
+        Naming what is in out; naming the lock's holder (one process at a time writes into out); the
+        config's device unavailable here (nothing is written).
     """
     from ..io.lock import check_free, folder_lock
     from ..progress import reporter_for

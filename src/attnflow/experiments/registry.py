@@ -27,26 +27,39 @@ class ConfigError(ValueError):
 class Experiment:
     """A named experiment: everything the command line, the report and the sweeps need of it.
 
-    name: what `attnflow run NAME` and `config.experiment` say (e.g. "zero-temperature").
-    description: one line for `attnflow list`.
-    Config: its pydantic config (a subclass of `_config.ExperimentConfig` with a field
+    Attributes
+    ----------
+    name : str
+        What `attnflow run NAME` and `config.experiment` say (e.g. "zero-temperature").
+    description : str
+        One line for `attnflow list`.
+    Config : type
+        Its pydantic config (a subclass of `_config.ExperimentConfig` with a field
         `experiment: Literal[name] = name`; every field defaulted and described).
-    run(config, out, progress) -> xarray.Dataset: out (Path or None) is the run folder for resumable
-        parts (`_config.cached_part`); progress a `Reporter` or None. The Dataset carries
+    run : callable
+        run(config, out, progress) -> xarray.Dataset: out (Path or None) is the run folder for
+        resumable parts (`_config.cached_part`); progress a `Reporter` or None. The Dataset carries
         attrs["experiment"] = name.
-    summarize(ds) -> dict: the headline numbers (JSON-able) of a result.
-    figures(ds, outdir, *, dpi, animation) -> list[Path]: draws the run's figures into outdir (PNG
-        before PDF per figure; with animation=True also the token animation where there is one).
-    captions: {file stem: (title, caption)} of those figures, used by the report.
-    presets: {preset name: {config key: value}}, run as `attnflow run PRESET`.
-    sweep_figures(ds, outdir, *, dpi) -> list[Path]: the figures of a sweep's Dataset (grid keys as
-        extra dims); None: the generic `attnflow.plot.plot_sweep`.
-    part_keys: config fields that only choose which parts a run computes (e.g. "betas"); they are
-        left out of the parts' fingerprint. A rerun into the same folder may change them and reuses
-        the parts it shares; a change of any other field makes another run, refused there unless
+    summarize : callable
+        summarize(ds) -> dict: the headline numbers (JSON-able) of a result.
+    figures : callable
+        figures(ds, outdir, *, dpi, animation) -> list[Path]: draws the run's figures into outdir
+        (PNG before PDF per figure; with animation=True also the token animation where there is one).
+    captions : dict
+        {file stem: (title, caption)} of those figures, used by the report.
+    presets : dict
+        {preset name: {config key: value}}, run as `attnflow run PRESET`.
+    sweep_figures : callable or None
+        sweep_figures(ds, outdir, *, dpi) -> list[Path]: the figures of a sweep's Dataset (grid keys
+        as extra dims); None: the generic `attnflow.plot.plot_sweep`.
+    part_keys : tuple of str
+        Config fields that only choose which parts a run computes (e.g. "betas"); they are left out of
+        the parts' fingerprint. A rerun into the same folder may change them and reuses the parts it
+        shares; a change of any other field makes another run, refused there unless
         `run_experiment(..., overwrite=True)`.
-    sweep_columns: the one-element variables of a grid point's Dataset that a sweep's table shows
-        first (e.g. a point's convergence status and resolution ratio); () for none in particular.
+    sweep_columns : tuple of str
+        The one-element variables of a grid point's Dataset that a sweep's table shows first (e.g. a
+        point's convergence status and resolution ratio); () for none in particular.
     """
 
     name: str

@@ -192,19 +192,31 @@ def velocity(
 ):
     """Velocity v_i = P_{x_i}^perp(sum_j w_ij V x_j) of every token (MATH.md, "Finite temperature").
 
-    att: an Attention, or a Dynamics (attnflow.flow: several heads, a causal mask, unnormalised
-    attention, another layer norm), whose field this is (docs/math.md, "Beyond the single head"):
-    for layer_norm "pre" and "peri" the field in R^d at x, a function of x / |x| (rows of X need
-    not be unit there).
-    X: (N, d) or (M, N, d) unit rows (NumPy array, list or torch tensor); rows off the sphere are an
-    error unless normalize=True.  kernel: "auto" or a name of KERNELS.
-    dtype: "float64" (default) or "float32" for the computation and the result.
-    weights: (N,) or (M, N) quadrature weights w_j > 0 summing to 1 of rho = sum_j w_j delta_{x_j}
-    (MATH.md, "Weighted measures"); None: uniform.  X (N, d) with weights (M, N) is one cloud under M
-    measures.  device: where to compute: None (X's device for a torch tensor, else the CPU), "cpu",
-    "cuda", "cuda:<k>" or a torch.device; an unavailable one is a ValueError.
-    Returns an array of the batch's shape: NumPy for NumPy (or list) input, a torch tensor on X's own
-    device for torch input.
+    Parameters
+    ----------
+    X : array (N, d) or (M, N, d)
+        Unit rows (NumPy array, list or torch tensor); rows off the sphere are an error unless
+        normalize=True.
+    att : Attention or Dynamics
+        A Dynamics (attnflow.flow: several heads, a causal mask, unnormalised attention, another
+        layer norm) gives its field (docs/math.md, "Beyond the single head"): for layer_norm "pre" and
+        "peri" the field in R^d at x, a function of x / |x| (rows of X need not be unit there).
+    kernel : str
+        "auto" or a name of KERNELS.
+    dtype : str
+        "float64" (default) or "float32" for the computation and the result.
+    weights : array (N,) or (M, N), optional
+        Quadrature weights w_j > 0 summing to 1 of rho = sum_j w_j delta_{x_j} (MATH.md, "Weighted
+        measures"); None: uniform. X (N, d) with weights (M, N) is one cloud under M measures.
+    device : optional
+        Where to compute: None (X's device for a torch tensor, else the CPU), "cpu", "cuda",
+        "cuda:<k>" or a torch.device; an unavailable one is a ValueError.
+
+    Returns
+    -------
+    array
+        The batch's shape: NumPy for NumPy (or list) input, a torch tensor on X's own device for torch
+        input.
     """
     import torch
 

@@ -1,4 +1,4 @@
-"""Initial measures rho_0 on the sphere S^{d-1}, one module per concept:
+"""Initial measures rho_0 on the sphere S^{d-1}, one module per concept::
 
     geometry     normalize, tangent_project, distances, sphere_area, spacing
     sampling     sample_uniform, sample_vmf (seeded i.i.d. points)

@@ -53,6 +53,18 @@ def vmf_density(mean, kappa: float) -> DensityFn:
 
     For `quadrature(N, d, density=vmf_density(mean, kappa))`. Written so that it never overflows; it
     underflows to 0 at the antipode of `mean` once 2 kappa > 745 (float64), which quadrature reports.
+
+    Parameters
+    ----------
+    mean : array (d,)
+        The mean direction.
+    kappa : float
+        The concentration, >= 0.
+
+    Returns
+    -------
+    callable
+        f: X (N, d) -> (N,).
     """
     mu, kappa = check_vmf(mean, kappa)
 

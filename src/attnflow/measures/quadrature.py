@@ -48,7 +48,18 @@ def qmc_sphere(N: int, d: int) -> np.ndarray:
 
 
 def fibonacci_sphere(N: int) -> np.ndarray:
-    """N quasi-uniform points on S^2 (Fibonacci lattice): (N, 3), even spacing about sqrt(4 pi / N)."""
+    """N quasi-uniform points on S^2 (Fibonacci lattice), even spacing about sqrt(4 pi / N).
+
+    Parameters
+    ----------
+    N : int
+        Points.
+
+    Returns
+    -------
+    array (N, 3)
+        Unit rows.
+    """
     N = int(check_positive(N, "N", integer=True))
     k = np.arange(N, dtype=np.float64) + 0.5
     z = 1.0 - 2.0 * k / N
@@ -66,9 +77,19 @@ CIRCLE_OFFSET = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 def circle_nodes(N: int) -> np.ndarray:
-    """N equispaced points on S^1 at angles 2 pi (k + CIRCLE_OFFSET) / N, k = 0..N-1: (N, 2).
+    """N equispaced points on S^1 at angles 2 pi (k + CIRCLE_OFFSET) / N, k = 0..N-1.
 
     With equal weights 1/N they are the trapezoidal rule: spectrally accurate for smooth integrands.
+
+    Parameters
+    ----------
+    N : int
+        Points.
+
+    Returns
+    -------
+    array (N, 2)
+        Unit rows.
     """
     N = int(check_positive(N, "N", integer=True))
     theta = 2.0 * math.pi * (np.arange(N, dtype=np.float64) + CIRCLE_OFFSET) / N
@@ -98,14 +119,32 @@ def _density_weights(density: DensityFn, X: np.ndarray) -> np.ndarray:
 
 
 def quadrature(N: int, d: int, density: DensityFn | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic quadrature of rho_0 on S^{d-1}: nodes X (N, d) and weights w (N,), w > 0, sum 1.
+    """Deterministic quadrature of rho_0 on S^{d-1}: nodes and weights.
 
     Nodes: on S^1 (d = 2) N equispaced angles (`circle_nodes`); on S^2 (d = 3) the Fibonacci lattice;
-    on S^{d-1}, d >= 4, quasi-Monte Carlo nodes (`qmc_sphere`: no lattice exists there).
-    Weights: equal (the uniform rho_0), or, for a rho_0 with density f (a callable X (N, d) -> (N,),
-    values >= 0, known up to a constant, e.g. `vmf_density(mean, kappa)`), w_i = f(x_i) / sum_j f(x_j).
-    Then sum_i w_i g(x_i) approximates integral g drho_0 (MATH.md, "Weighted measures").
-    Raises for d < 2 or where a weight would be 0 (the weighted kernel needs log w_i).
+    on S^{d-1}, d >= 4, quasi-Monte Carlo nodes (`qmc_sphere`: no lattice exists there). Weights:
+    equal (the uniform rho_0), or, for a rho_0 with density f, w_i = f(x_i) / sum_j f(x_j). Then
+    sum_i w_i g(x_i) approximates integral g drho_0 (MATH.md, "Weighted measures").
+
+    Parameters
+    ----------
+    N, d : int
+        Nodes and dimension.
+    density : callable, optional
+        f: X (N, d) -> (N,), values >= 0, known up to a constant, e.g. `vmf_density(mean, kappa)`
+        (None: uniform).
+
+    Returns
+    -------
+    X : array (N, d)
+        The nodes.
+    w : array (N,)
+        The weights, w > 0, sum 1.
+
+    Raises
+    ------
+    ValueError
+        For d < 2 or where a weight would be 0 (the weighted kernel needs log w_i).
     """
     N = int(check_positive(N, "N", integer=True))
     d = int(check_positive(d, "d", integer=True))
@@ -231,15 +270,30 @@ def graded_circle_quadrature(
     spacing about h far from every centre, about du r at a distance eps << r << h/du from c_j (equal
     steps du in log r), about eps du within eps of it.  The nodes are equispaced in u(theta) = integral
     of n (Gauss-Legendre on geometric pieces, in offsets from the nearest centre; inverted by Newton to
-    rounding), N = u(2 pi) rounded up to a multiple of 4; the weights are w_i ∝ f(x_i) / n(theta_i), f
-    the density (callable X (N, 2) -> (N,), w.r.t. the uniform law; None: uniform), summing to 1.  This
-    is the trapezoidal rule in the periodic variable u: spectrally accurate for integrands smooth in u,
-    and a Lagrangian quadrature of the mean-field equation whose nodes leave a hyperbolic point at c_j
-    one by one at times about du / (its expansion rate) apart (MATH.md, "Weighted measures").
-    centres: distinct angles in radians (k,), k >= 0; h, du > 0, 0 < eps < 1.  Returns X (N, 2), unit
-    rows in increasing angle from the midpoint before the first centre, and w (N,).  Two antipodal
-    centres and the uniform density give a set symmetric under x -> -x, each centre midway between two
-    nodes.
+    rounding), N = u(2 pi) rounded up to a multiple of 4; the weights are w_i ∝ f(x_i) / n(theta_i),
+    summing to 1.  This is the trapezoidal rule in the periodic variable u: spectrally accurate for
+    integrands smooth in u, and a Lagrangian quadrature of the mean-field equation whose nodes leave a
+    hyperbolic point at c_j one by one at times about du / (its expansion rate) apart (MATH.md,
+    "Weighted measures"). Two antipodal centres and the uniform density give a set symmetric under
+    x -> -x, each centre midway between two nodes.
+
+    Parameters
+    ----------
+    centres : array (k,)
+        Distinct angles in radians, k >= 0.
+    h, du : float
+        > 0.
+    eps : float
+        In (0, 1).
+    density : callable, optional
+        f: X (N, 2) -> (N,), w.r.t. the uniform law (None: uniform).
+
+    Returns
+    -------
+    X : array (N, 2)
+        Unit rows in increasing angle from the midpoint before the first centre.
+    w : array (N,)
+        The weights.
     """
     g = _check_grading(centres, h, du, eps)
     x, own = _equispaced_in_u(g, *_pieces(g, centres))

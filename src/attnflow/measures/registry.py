@@ -46,8 +46,15 @@ def or_list(names) -> str:
 
 @dataclass(frozen=True)
 class Dims:
-    """The dimensions d (tokens on S^{d-1}) where something exists: the listed ones, or every d >= 2
-    when none is listed. `d in dims`; str(dims): "d = 3", "d = 2 or 3", "d >= 2"."""
+    """The dimensions d (tokens on S^{d-1}) where something exists.
+
+    `d in dims`; str(dims): "d = 3", "d = 2 or 3", "d >= 2".
+
+    Attributes
+    ----------
+    only : tuple of int
+        The listed dimensions, or every d >= 2 when none is listed.
+    """
 
     only: tuple[int, ...] = ()
 
@@ -68,12 +75,26 @@ ANY_D = Dims()
 class DensityFamily:
     """A named family of densities of rho_0 w.r.t. the uniform law on S^{d-1} (an entry of MEASURES).
 
-    title: its name in words ("von Mises-Fisher"); parameters: the keywords its functions take besides
-    d (e.g. "mean" (d,), "kappa"); dims: where it exists; positive: why it has the strictly positive
-    Lipschitz density of Assumption 3 (one sentence). The functions, each called with (d, **params):
-    sample(N, d, seed, **params) -> (N, d); density(d, **params) -> f, X (N, d) -> (N,) up to a
-    constant with max 1; normaliser(d, **params) -> Z = integral f dsigma (sigma the uniform
-    probability); pair_sup(d, **params) -> sup_x f(x) + f(-x) (a bound for truncation errors).
+    The functions are each called with (d, **params).
+
+    Attributes
+    ----------
+    name, title, description : str
+        Its key, its name in words ("von Mises-Fisher"), and what it is.
+    parameters : tuple of str
+        The keywords its functions take besides d (e.g. "mean" (d,), "kappa").
+    dims : Dims
+        Where it exists.
+    positive : str
+        Why it has the strictly positive Lipschitz density of Assumption 3 (one sentence).
+    sample : callable
+        sample(N, d, seed, **params) -> (N, d).
+    density : callable
+        density(d, **params) -> f, X (N, d) -> (N,) up to a constant with max 1.
+    normaliser : callable
+        normaliser(d, **params) -> Z = integral f dsigma (sigma the uniform probability).
+    pair_sup : callable
+        pair_sup(d, **params) -> sup_x f(x) + f(-x) (a bound for truncation errors).
     """
 
     name: str
@@ -103,7 +124,15 @@ class DensityFamily:
 
 @dataclass(frozen=True, eq=False)
 class Density:
-    """One rho_0: a DensityFamily in dimension d with its parameters (`family.bind(d, **params)`)."""
+    """One rho_0: a DensityFamily in dimension d with its parameters (`family.bind(d, **params)`).
+
+    Attributes
+    ----------
+    family : DensityFamily
+    d : int
+    params : mapping
+        The keywords of the family's functions besides d.
+    """
 
     family: DensityFamily
     d: int
@@ -194,7 +223,15 @@ MEASURES: Mapping[str, DensityFamily] = _families(
 
 @dataclass(frozen=True)
 class Nodes:
-    """rho_0 as tokens: X (N, d) unit rows and weights (N,) summing to 1, or None for equal weights."""
+    """rho_0 as tokens.
+
+    Attributes
+    ----------
+    X : array (N, d)
+        Unit rows.
+    weights : array (N,) or None
+        Summing to 1, or None for equal weights.
+    """
 
     X: np.ndarray
     weights: np.ndarray | None
@@ -204,10 +241,21 @@ class Nodes:
 class Discretisation:
     """A named way to make tokens of rho_0 (an entry of DISCRETISATIONS, the `init` key).
 
-    summary: a few words for the config's description; dims: where it exists; densities: the MEASURES
-    it carries (empty: all); seeded: whether the seed draws it; per_beta: built at each beta by the
-    flow's separatrices (`attnflow.dynamics.separatrix.mean_field_quadrature`), so `build` is None;
-    build(N, density, seed) -> Nodes.
+    Attributes
+    ----------
+    name, summary : str
+        Its key; a few words for the config's description.
+    dims : Dims
+        Where it exists.
+    densities : tuple of str
+        The MEASURES it carries (empty: all).
+    seeded : bool
+        Whether the seed draws it.
+    per_beta : bool
+        Built at each beta by the flow's separatrices
+        (`attnflow.dynamics.separatrix.mean_field_quadrature`), so `build` is None.
+    build : callable or None
+        build(N, density, seed) -> Nodes.
     """
 
     name: str

@@ -14,7 +14,22 @@ __all__ = ["sample_uniform", "sample_vmf"]
 
 
 def sample_uniform(N: int, d: int, seed: SeedLike = None, M: int | None = None) -> np.ndarray:
-    """N i.i.d. points uniform on S^{d-1}: (N, d) float64, or (M, N, d) with a batch size M."""
+    """N i.i.d. points uniform on S^{d-1}.
+
+    Parameters
+    ----------
+    N, d : int
+        Points and dimension (d >= 2).
+    seed : int or numpy.random.Generator, optional
+        The same seed gives the same points.
+    M : int, optional
+        A batch size.
+
+    Returns
+    -------
+    array (N, d) or (M, N, d)
+        float64, unit rows.
+    """
     N = int(check_positive(N, "N", integer=True))
     d = int(check_positive(d, "d", integer=True))
     if d < 2:
@@ -56,7 +71,22 @@ def sample_vmf(N: int, mean, kappa: float, seed: SeedLike = None) -> np.ndarray:
 
     Wood's (1994) rejection sampler for w = <mean, x>, written so that kappa up to 1e6 and beyond
     neither overflows nor loses the tangent component: 1 - w is computed directly.
-    Returns (N, d) float64 with unit rows.  kappa = 0 gives the uniform law.
+
+    Parameters
+    ----------
+    N : int
+        Points.
+    mean : array (d,)
+        The mean direction.
+    kappa : float
+        The concentration, >= 0; kappa = 0 gives the uniform law.
+    seed : int or numpy.random.Generator, optional
+        The same seed gives the same points.
+
+    Returns
+    -------
+    array (N, d)
+        float64, unit rows.
     """
     N = int(check_positive(N, "N", integer=True))
     mu, kappa = check_vmf(mean, kappa)

@@ -42,11 +42,17 @@ class AssumptionResult:
 class AssumptionReport:
     """The three assumptions of the theorem for one attention head (and one initial cloud).
 
-    ok: True when no checkable assumption fails ("not checkable" does not count against it).
-    counts: how many assumptions are "fails", "ok" and "not checkable"; headline says it in words.
-    items: one AssumptionResult per assumption, in MATH.md's order.
-    to_dict(): plain Python values (inf stays inf, complex stays complex); write it as JSON with
-    `attnflow.io.to_json`, which writes NaN and inf as null and a complex number as [re, im].
+    `to_dict()` gives plain Python values (inf stays inf, complex stays complex); write it as JSON
+    with `attnflow.io.to_json`, which writes NaN and inf as null and a complex number as [re, im].
+
+    Attributes
+    ----------
+    items : list of AssumptionResult
+        One per assumption, in MATH.md's order.
+    ok : bool
+        True when no checkable assumption fails ("not checkable" does not count against it).
+    counts : dict
+        How many assumptions are "fails", "ok" and "not checkable"; `headline` says it in words.
     """
 
     items: list[AssumptionResult]
@@ -213,15 +219,28 @@ def _density(kind: str | None) -> AssumptionResult:
 def check_assumptions(att: Attention, X0: Any = None, kind: str | None = None, tol: float = 1e-12):
     """Check the theorem's assumptions (MATH.md) for `att` and, optionally, initial tokens X0.
 
-    att: Attention; X0: (N, d) or (M, N, d) unit rows (or None); kind: how X0 was drawn --
-    "uniform", "vmf", "points" or None (a bare cloud); tol: |P_1 x_i| <= tol counts as P_1 x_i = 0.
-    Returns an AssumptionReport: per assumption a status ("ok", "fails", "not checkable"),
-    its numbers (cond_B, asymmetry, eigenvalues, mu1, mu2, multiplicity, gap; min_abs_P1x, M1, M2
-    and whether M_1, M_2 of rho_0 are finite) and a one-sentence reason.  For non-symmetric A the
-    moments use the spectral projector.  With kind "uniform" or "vmf", rho_0 is that density, whose
-    M_p is infinite for p >= dim of the top eigenspace: assumption 2 is then "not checkable", never
-    "ok" beside an infinite moment.  This is the one checker: `attnflow check` and `attnflow heads`
-    (through `attnflow.pretrained.diagnose`) both report it.
+    For non-symmetric A the moments use the spectral projector. With kind "uniform" or "vmf", rho_0
+    is that density, whose M_p is infinite for p >= dim of the top eigenspace: assumption 2 is then
+    "not checkable", never "ok" beside an infinite moment. This is the one checker: `attnflow check`
+    and `attnflow heads` (through `attnflow.pretrained.diagnose`) both report it.
+
+    Parameters
+    ----------
+    att : Attention
+        The weights.
+    X0 : array (N, d) or (M, N, d), optional
+        Unit rows (or None).
+    kind : str, optional
+        How X0 was drawn: "uniform", "vmf", "points" or None (a bare cloud).
+    tol : float
+        |P_1 x_i| <= tol counts as P_1 x_i = 0.
+
+    Returns
+    -------
+    AssumptionReport
+        Per assumption a status ("ok", "fails", "not checkable"), its numbers (cond_B, asymmetry,
+        eigenvalues, mu1, mu2, multiplicity, gap; min_abs_P1x, M1, M2 and whether M_1, M_2 of rho_0
+        are finite) and a one-sentence reason.
     """
     att = check_attention(att)
     if kind not in KINDS:
@@ -233,8 +252,18 @@ def check_assumptions(att: Attention, X0: Any = None, kind: str | None = None, t
 def subspace_angle(U: Any, W: Any) -> float:
     """Largest principal angle (radians, in [0, pi/2]) between span(U) and span(W).
 
-    U: (d, m), W: (d, k) bases (orthonormalised internally); with m != k this is the largest of
-    the min(m, k) principal angles (0 when one subspace contains the other).
+    Parameters
+    ----------
+    U : array (d, m)
+        A basis (orthonormalised internally).
+    W : array (d, k)
+        A basis (orthonormalised internally).
+
+    Returns
+    -------
+    float
+        With m != k the largest of the min(m, k) principal angles (0 when one subspace contains the
+        other).
     """
     from scipy.linalg import subspace_angles
 
@@ -260,17 +289,24 @@ def subspace_angle(U: Any, W: Any) -> float:
 def reference_rates(att: Attention) -> dict[str, Any]:
     """Corollary 2's reference rates (per unit time t) for the zero-temperature flow, symmetric A.
 
-    "guaranteed": gamma / (2 ||B||), a guaranteed W2 rate.
-    "c_star": min( gamma / |B^T u_1|, min_{k>=2} sum_{j<k} (mu_j - mu_k) / (2 |B^T u_k|) ), the
-    sharper heuristic prediction; "terms" lists its pieces.
-    Repeated eigenvalues: |B^T u| then depends on the choice of basis u_k in the eigenspace E;
-    we use the basis-free worst case max_{u in E, |u|=1} |B^T u| = ||B^T U_E|| (slowest tokens),
-    and sum over eigenvalues strictly above (equal ones add 0).  For simple eigenvalues this is
-    exactly the formula of MATH.md.  In particular a multiple top eigenvalue gives
-    gamma / ||B^T U_1|| for the first term.
-    Also the angles (radians) between A's top eigenspace and V's, by largest real part and by
-    largest modulus.  For non-symmetric A, no gap or a singular B the rates are None and "note" says
-    why.
+    Repeated eigenvalues: |B^T u| then depends on the choice of basis u_k in the eigenspace E; we use
+    the basis-free worst case max_{u in E, |u|=1} |B^T u| = ||B^T U_E|| (slowest tokens), and sum over
+    eigenvalues strictly above (equal ones add 0). For simple eigenvalues this is exactly the formula
+    of MATH.md. In particular a multiple top eigenvalue gives gamma / ||B^T U_1|| for the first term.
+
+    Parameters
+    ----------
+    att : Attention
+        The weights (its beta is not used).
+
+    Returns
+    -------
+    dict
+        "guaranteed": gamma / (2 ||B||), a guaranteed W2 rate. "c_star": min( gamma / |B^T u_1|,
+        min_{k>=2} sum_{j<k} (mu_j - mu_k) / (2 |B^T u_k|) ), the sharper heuristic prediction;
+        "terms" lists its pieces. Also the angles (radians) between A's top eigenspace and V's, by
+        largest real part and by largest modulus. For non-symmetric A, no gap or a singular B the
+        rates are None and "note" says why.
     """
     att = check_attention(att)
     sp = att.spectrum()

@@ -25,7 +25,21 @@ def temperature_scale(beta: Any) -> np.ndarray | float:
 def theorem_bound(t: Any, beta: float, C1: float, c: float, K1: float = 1.0, K2: float = 1.0) -> np.ndarray:
     """Theorem 1's bound curve K1 a(beta) exp(C1 t) + K2 exp(-c t), a(beta) = sqrt(log(beta+1)/beta).
 
-    t: times (array-like); the constants are not known in closed form (see fit_theorem_bound).
+    The constants are not known in closed form (see `fit_theorem_bound`).
+
+    Parameters
+    ----------
+    t : array-like
+        Times.
+    beta : float
+        Inverse temperature.
+    C1, c, K1, K2 : float
+        The constants of the bound.
+
+    Returns
+    -------
+    array
+        The bound, t's shape.
     """
     t = np.asarray(to_numpy(t), dtype=np.float64)
     beta = check_beta(beta)
@@ -101,8 +115,20 @@ def _bound_start(t: np.ndarray, a: np.ndarray, logW: np.ndarray) -> list[float]:
 def fit_theorem_bound(t: Any, w2: Any, beta: Any) -> BoundFit:
     """Fit K1, C1, K2, c (all >= 0) of the theorem's bound curve to W2 data, on log W2.
 
-    t: (T,) times; w2: (T,) for one beta, or (B, T) with beta (B,) sharing the constants across
-    temperatures (this is what separates K1 a(beta) from K2); beta in (0, inf]. W2 must be > 0.
+    Parameters
+    ----------
+    t : array (T,)
+        Times.
+    w2 : array (T,) or (B, T)
+        W2 > 0 for one beta, or for B betas sharing the constants across temperatures (this is what
+        separates K1 a(beta) from K2).
+    beta : float or array (B,)
+        In (0, inf].
+
+    Returns
+    -------
+    BoundFit
+        The fitted constants.
     """
     from scipy.optimize import least_squares
 

@@ -117,9 +117,24 @@ def cluster_labels(X: Any, eps: float) -> np.ndarray:
 
 
 def count_clusters(X: Any, eps: float, weights: Any = None, min_mass: float = 0.0) -> Any:
-    """The number of clusters of each cloud (see `cluster_labels`) whose mass sum_{i in c} w_i is at
-    least min_mass (0: every cluster). X (..., N, d); weights (N,) or broadcasting (None: 1/N).
-    Returns an int for one cloud (N, d), else an int array of the leading shape."""
+    """The number of clusters of each cloud (see `cluster_labels`) whose mass is at least min_mass.
+
+    Parameters
+    ----------
+    X : array (..., N, d)
+        The clouds.
+    eps : float
+        The clustering distance of `cluster_labels`.
+    weights : array (N,) or broadcasting, optional
+        The tokens' masses w_i (None: 1/N); a cluster's mass is sum_{i in c} w_i.
+    min_mass : float
+        In [0, 1] (0: every cluster).
+
+    Returns
+    -------
+    int or int array
+        An int for one cloud (N, d), else an int array of the leading shape.
+    """
     if not (isinstance(min_mass, (int, float)) and 0 <= min_mass <= 1):
         raise ValueError(f"min_mass is a mass in [0, 1], got {min_mass!r}")
     labels = cluster_labels(X, eps)
@@ -216,7 +231,23 @@ def nearest_atoms_w2(
     exact, the atom being the normalised mean, W2^2 = 2 (1 - |sum_i w_i x_i|). k >= 2: the best of
     Lloyd's iterations (each atom the normalised mean of its tokens) from a farthest-point start and
     `restarts` seeded k-means++ starts, a local optimum: an upper bound on the distance.
-    (..., N, d) -> (...) float."""
+
+    Parameters
+    ----------
+    X : array (..., N, d)
+        The clouds.
+    k : int
+        The number of atoms.
+    weights : array (N,) or broadcasting, optional
+        The tokens' masses (None: 1/N).
+    restarts, iterations, seed : int
+        The k-means++ starts, Lloyd's iterations at most, and their seed.
+
+    Returns
+    -------
+    float or array (...)
+        The distance.
+    """
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be an integer >= 1 (atoms), got {k!r}")
     P, lead = _flat(X)

@@ -87,12 +87,25 @@ def _log_weights(weights: Any, log_weights: Any, lead: tuple[int, ...], N: int) 
 def interaction_energy(
     X: Any, model: Any, weights: Any = None, log: bool = False, *, log_weights: Any = None
 ) -> np.ndarray | float:
-    """E_beta(rho) (or log E_beta with log=True) of each cloud of X (..., N, d), unit rows.
+    """E_beta(rho) (or log E_beta with log=True) of each cloud of X, unit rows.
 
-    model: an Attention, or a Dynamics with one head (its beta and B). weights: (N,) or broadcasting
-    against X's leading axes, positive and summing to 1 (None: 1/N); or log_weights, their logs (any
-    normalisation: masses below float64's smallest number kept). Returns X's leading shape (a float
-    for one cloud). Without log, E_beta past float64's range is inf: use log=True there.
+    Parameters
+    ----------
+    X : array (..., N, d)
+        The clouds, unit rows.
+    model : Attention or Dynamics
+        An Attention, or a Dynamics with one head (its beta and B).
+    weights : array (N,) or broadcasting, optional
+        Against X's leading axes, positive and summing to 1 (None: 1/N).
+    log : bool
+        Return log E_beta. Without it, E_beta past float64's range is inf: use log=True there.
+    log_weights : array, optional
+        The weights' logs instead (any normalisation: masses below float64's smallest number kept).
+
+    Returns
+    -------
+    array (...) or float
+        X's leading shape (a float for one cloud).
     """
     att = _head(model)
     P = check_stack(X, "X")

@@ -71,7 +71,22 @@ class TStar(_Result):
 
 
 def t_star(t: Any, w2: Any, rel_tol: float = 0.05) -> TStar:
-    """t* = argmin_t W2(t) on saved times t (T,), with the plateau where W2 <= min (1 + rel_tol)."""
+    """t* = argmin_t W2(t) on saved times t (T,), with the plateau where W2 <= min (1 + rel_tol).
+
+    Parameters
+    ----------
+    t : array (T,)
+        Saved times.
+    w2 : array (T,)
+        W2 at those times.
+    rel_tol : float
+        The plateau's relative tolerance, >= 0.
+
+    Returns
+    -------
+    TStar
+        t*, the minimum W2 and the plateau's ends.
+    """
     t = check_times(t, "t")
     w = _check_values(w2, "w2", n=t.size)
     rel_tol = float(rel_tol)
@@ -167,8 +182,22 @@ class LinearFit(_Result):
 
 
 def fit_t_star(betas: Any, t_stars: Any, sigma: Any = None) -> LinearFit:
-    """Fit t* = a + b log(beta) by least squares (weights 1/sigma^2 when sigma, e.g. TStar
-    uncertainties, is given). betas (B,) finite > 0; t_stars (B,)."""
+    """Fit t* = a + b log(beta) by least squares.
+
+    Parameters
+    ----------
+    betas : array (B,)
+        Finite, > 0.
+    t_stars : array (B,)
+        t* at each beta.
+    sigma : array (B,), optional
+        Their errors (e.g. TStar uncertainties): weights 1/sigma^2.
+
+    Returns
+    -------
+    LinearFit
+        a, b and their errors.
+    """
     beta = check_betas(betas)
     ts = _check_values(t_stars, "t_stars", n=beta.size)
     f = _linfit(np.log(beta), ts, _check_sigma(sigma, beta.size))
@@ -190,8 +219,22 @@ class PowerFit(_Result):
 
 
 def fit_min_w2(betas: Any, min_w2: Any, sigma: Any = None) -> PowerFit:
-    """Fit min_t W2 = C a(beta)^p: log min_w2 = log C + p log a(beta). sigma: relative errors of
-    min_w2 (errors of log min_w2), optional. C_err by the delta method."""
+    """Fit min_t W2 = C a(beta)^p: log min_w2 = log C + p log a(beta).
+
+    Parameters
+    ----------
+    betas : array (B,)
+        Inverse temperatures.
+    min_w2 : array (B,)
+        The minimum W2 at each beta.
+    sigma : array (B,), optional
+        Relative errors of min_w2 (errors of log min_w2).
+
+    Returns
+    -------
+    PowerFit
+        p, C and their errors (C_err by the delta method).
+    """
     beta = check_betas(betas)
     y = _check_values(min_w2, "min_w2", n=beta.size, positive=True)
     f = _linfit(np.log(temperature_scale(beta)), np.log(y), _check_sigma(sigma, beta.size))
@@ -217,8 +260,19 @@ class RateFit(_Result):
 def fit_decay_rate(t: Any, w2: Any, tail: float | tuple[float, float] = 0.5) -> RateFit:
     """Exponential decay rate from a linear least-squares fit of log W2 against t on a window.
 
-    tail: a fraction f in (0, 1] (the window is the last f of the time span), or (t_lo, t_hi).
-    Needs at least 3 saved times in the window and W2 > 0 there. A positive rate means decay.
+    Parameters
+    ----------
+    t : array (T,)
+        Saved times; at least 3 of them in the window.
+    w2 : array (T,)
+        W2 at those times, > 0 in the window.
+    tail : float or (float, float)
+        A fraction f in (0, 1] (the window is the last f of the time span), or (t_lo, t_hi).
+
+    Returns
+    -------
+    RateFit
+        The rate (per unit time); a positive rate means decay.
     """
     t = check_times(t, "t")
     w = _check_values(w2, "w2", n=t.size)
@@ -263,8 +317,23 @@ class TerminalTime(_Result):
 
 
 def terminal_time(t: Any, mass: Any, threshold: float = 0.5) -> TerminalTime:
-    """First crossing of `threshold` by mass (T,) in [0, 1] on saved times t (T,), linearly
-    interpolated between the saved times around it; NaN with a reason when it never gets there."""
+    """First crossing of `threshold` by mass on saved times, linearly interpolated between the saved
+    times around it.
+
+    Parameters
+    ----------
+    t : array (T,)
+        Saved times.
+    mass : array (T,)
+        Values in [0, 1].
+    threshold : float
+        The level to cross.
+
+    Returns
+    -------
+    TerminalTime
+        The time, NaN with a reason when it never gets there.
+    """
     t = check_times(t, "t")
     m = _check_values(mass, "mass", n=t.size)
     if np.any(m > 1):

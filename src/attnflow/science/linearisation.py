@@ -39,10 +39,21 @@ ISOTROPY_RTOL = 1e-12  # B and V are multiples of I within this relative (Froben
 
 @dataclass(frozen=True)
 class ClusterPrediction:
-    """The linearised dynamics' prediction: the degrees l = 1..L (`modes`, (L,)), their growth rates
-    (`rates`, (L,), per unit time), the fastest degree `degree` (k* on the circle), and, given an
-    initial measure, the predicted cluster `positions` (count, d) (unit vectors; None without one)
-    and their `count` (k* on the circle; None without an initial measure on S^2)."""
+    """The linearised dynamics' prediction.
+
+    Attributes
+    ----------
+    modes : array (L,)
+        The degrees l = 1..L.
+    rates : array (L,)
+        Their growth rates, per unit time.
+    degree : int
+        The fastest degree (k* on the circle).
+    count : int or None
+        The predicted number of clusters (k* on the circle; None without an initial measure on S^2).
+    positions : array (count, d) or None
+        The predicted clusters, unit vectors, given an initial measure (None without one).
+    """
 
     modes: np.ndarray
     rates: np.ndarray
@@ -145,11 +156,21 @@ def predict_clusters(
 ) -> ClusterPrediction:
     """The number and positions of the clusters predicted by the linearised dynamics.
 
-    model: one head with B = b I, V = v I (b, v > 0), softmax or usa attention, finite beta (an
-    Attention or such a Dynamics). X0: optional initial tokens (N, d), d = 2 or 3, near the uniform
-    measure; weights: their quadrature weights (N,) (None: 1/N). modes: the largest degree L to
-    compare (None: 2 sqrt(2 beta b) + 4, past the fastest). Returns a `ClusterPrediction`; its
-    count and positions (from X0's component of the fastest degree) need X0.
+    Parameters
+    ----------
+    model : Attention or Dynamics
+        One head with B = b I, V = v I (b, v > 0), softmax or usa attention, finite beta.
+    X0 : array (N, d), optional
+        Initial tokens, d = 2 or 3, near the uniform measure.
+    weights : array (N,), optional
+        Their quadrature weights (None: 1/N).
+    modes : int, optional
+        The largest degree L to compare (None: 2 sqrt(2 beta b) + 4, past the fastest).
+
+    Returns
+    -------
+    ClusterPrediction
+        Its count and positions (from X0's component of the fastest degree) need X0.
     """
     L = _default_modes(model) if modes is None else int(check_positive(modes, "modes", integer=True))
     ls = np.arange(1, L + 1)

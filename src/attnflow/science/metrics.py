@@ -63,10 +63,24 @@ def coupling_bound(X_t: Any, PiX0: Any, cost: str = "chordal", weights: Any = No
 
         sqrt( sum_i w_i c(x_i(t), Pi(x_i(0))) )   (w_i = 1/N without weights),   O(N d).
 
-    X_t: (..., N, d) saved states; PiX0: (N, d) (or broadcastable, e.g. (M, N, d) for a batch) the
-    projected initial tokens, row i matched with token i; weights: rho_0's weights, carried along.
-    Returns (...) (a float for one state). It is not W2: the true W2 can be much smaller. Label it as
-    a bound wherever it is shown.
+    It is not W2: the true W2 can be much smaller. Label it as a bound wherever it is shown.
+
+    Parameters
+    ----------
+    X_t : array (..., N, d)
+        Saved states.
+    PiX0 : array (N, d)
+        The projected initial tokens (or broadcastable, e.g. (M, N, d) for a batch), row i matched
+        with token i.
+    cost : str
+        "chordal" or "geodesic", as in `w2`.
+    weights : array (N,), optional
+        rho_0's weights, carried along.
+
+    Returns
+    -------
+    array (...) or float
+        The bound (a float for one state).
     """
     cost = check_choice(cost, "cost", COSTS)
     Xs = check_stack(X_t, "X_t")
@@ -113,9 +127,21 @@ def angle_to_subspace(X: Any, basis: Any) -> np.ndarray:
 def subspace_mass(X: Any, basis: Any, eps: Any, weights: Any = None) -> np.ndarray | float:
     """Mass within angle eps (radians, 0 < eps <= pi/2) of span(basis): sum_i w_i [angle_i <= eps].
 
-    X: (..., N, d), e.g. (T, N, d); basis: (d, m) orthonormal columns (a (d,) vector is a line);
-    weights: the measure's weights (the fraction of tokens without them).
-    eps: a number -> result (...); a 1-D array (E,) -> result (..., E). Values in [0, 1].
+    Parameters
+    ----------
+    X : array (..., N, d)
+        E.g. (T, N, d).
+    basis : array (d, m)
+        Orthonormal columns (a (d,) vector is a line).
+    eps : float or array (E,)
+        The angle(s), radians.
+    weights : array (N,), optional
+        The measure's weights (the fraction of tokens without them).
+
+    Returns
+    -------
+    array (...) or (..., E)
+        Values in [0, 1]: (...) for a number eps, (..., E) for a 1-D array.
     """
     e = np.asarray(to_numpy(eps), dtype=np.float64)
     if e.ndim > 1 or e.size == 0 or not np.all(np.isfinite(e)) or np.any(e <= 0) or np.any(e > math.pi / 2):
@@ -130,9 +156,19 @@ def subspace_mass(X: Any, basis: Any, eps: Any, weights: Any = None) -> np.ndarr
 def lyapunov(X: Any, P1: Any, weights: Any = None) -> np.ndarray | float:
     """Lyapunov functional integral |P_1^perp x|^2 drho = sum_i w_i |x_i - P_1 x_i|^2.
 
-    X: (..., N, d); P1: (d, d) projector onto the top eigenspace (P1 @ P1 = P1; the orthogonal one
-    for symmetric A); weights: the measure's weights (the mean over tokens without them). Returns
-    (...) in [0, 1] for an orthogonal projector.
+    Parameters
+    ----------
+    X : array (..., N, d)
+        The tokens.
+    P1 : array (d, d)
+        Projector onto the top eigenspace (P1 @ P1 = P1; the orthogonal one for symmetric A).
+    weights : array (N,), optional
+        The measure's weights (the mean over tokens without them).
+
+    Returns
+    -------
+    array (...) or float
+        In [0, 1] for an orthogonal projector.
     """
     Xs = check_stack(X, "X")
     d = Xs.shape[-1]
@@ -155,8 +191,23 @@ def resolution_ratio(N: int, d: int, beta: float, B: Any = None, X: Any = None) 
     largest |B^T x| over the tokens: max_i |B^T x_i| when the cloud X (..., N, d) is given, ||B||_2
     (a bound) when only B (d, d) is. N tokens follow the mean-field equation only when the ratio is
     well below 1 (RESOLUTION_OK); that is necessary, not sufficient. spacing(N, d) is that of N
-    evenly spread nodes (weights do not change it). beta = inf gives inf.
-    Without B (deprecated) s = 1, i.e. the width beta^(-1/2), which assumes |B^T x| = 1.
+    evenly spread nodes (weights do not change it).
+
+    Parameters
+    ----------
+    N, d : int
+        Tokens and dimension.
+    beta : float
+        Inverse temperature; beta = inf gives inf.
+    B : array (d, d), optional
+        Q^T K. Without B (deprecated) s = 1, i.e. the width beta^(-1/2), which assumes |B^T x| = 1.
+    X : array (..., N, d), optional
+        The cloud, for s = max_i |B^T x_i|.
+
+    Returns
+    -------
+    float
+        The ratio.
     """
     N = int(check_positive(N, "N", integer=True))
     d = int(check_positive(d, "d", integer=True))

@@ -117,11 +117,24 @@ def open_sweep(store: str | os.PathLike) -> Any:
     """The sweep's results as one lazy xarray Dataset with the grid keys as leading dimensions.
 
     Each complete point is opened lazily (dask arrays), after its files passed their checksums;
-    missing or failed points are NaN (their variables promoted to float). A committed point that
-    fails its checksums is a StoreError naming the file (rerun the sweep to recompute it).
-    attrs: "experiment", "config" (base config, JSON), "grid" (JSON), "missing" (JSON list of point
-    keys), "complete" (bool). The coordinate `done` (grid dims) says
-    which points hold results.
+    missing or failed points are NaN (their variables promoted to float).
+
+    Parameters
+    ----------
+    store : str or os.PathLike
+        The sweep store.
+
+    Returns
+    -------
+    xarray.Dataset
+        attrs: "experiment", "config" (base config, JSON), "grid" (JSON), "missing" (JSON list of
+        point keys), "complete" (bool). The coordinate `done` (grid dims) says which points hold
+        results.
+
+    Raises
+    ------
+    StoreError
+        Naming the file, when a committed point fails its checksums (rerun the sweep to recompute it).
     """
     import numpy as np
     import xarray as xr

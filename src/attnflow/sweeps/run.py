@@ -374,21 +374,34 @@ def sweep(
 ) -> SweepResult:
     """Run an experiment at every point of `grid` as Dask tasks; results go to `store`.
 
-    config: an experiment config (pydantic model), an experiment name or TOML path, or a dict.
-    grid: {config key: [values]}; `beta` sets `betas=[value]` when the config has `betas`.
-    client: None starts a LocalCluster with `workers` processes of one thread each (closed at the
-        end); or a `distributed.Client`, or a scheduler address "tcp://host:8786".
-    store: a folder or an fsspec URL. Complete points there are skipped; a larger grid over the same
-        keys and base config extends the sweep.
-    retries: each failing point is resubmitted up to this many times, then marked failed.
-    progress: True for a progress bar (tqdm's notebook bar in Jupyter, Rich on stderr elsewhere),
-        False or None for none, or a callable (done, total).
-    run_fn: config -> xarray.Dataset (default: the registered experiment's `run`), a test hook.
-    torch_threads: torch threads per task (default: cores // workers on a local cluster; on another
-        cluster, the usable cores of the task's host // the threads of all workers on that host).
-    yes: run a grid of more than CONFIRM_POINTS points (`attnflow.sweeps.grid`); without it such a
-        grid is a SweepError giving its count and estimated store size. Above MAX_POINTS: refused.
-    Returns a SweepResult (ran, skipped, failed keys); `.ok` is False when a point failed.
+    Parameters
+    ----------
+    config : pydantic model, str or dict
+        An experiment config, an experiment name or TOML path, or a dict.
+    grid : dict
+        {config key: [values]}; `beta` sets `betas=[value]` when the config has `betas`.
+    client : optional
+        None starts a LocalCluster with `workers` processes of one thread each (closed at the end); or
+        a `distributed.Client`, or a scheduler address "tcp://host:8786".
+    store : str or os.PathLike
+        A folder or an fsspec URL. Complete points there are skipped; a larger grid over the same keys
+        and base config extends the sweep. retries: each failing point is resubmitted up to this many
+        times, then marked failed.
+    progress : bool or callable
+        True for a progress bar (tqdm's notebook bar in Jupyter, Rich on stderr elsewhere), False or
+        None for none, or a callable (done, total). run_fn: config -> xarray.Dataset (default: the
+        registered experiment's `run`), a test hook.
+    torch_threads : int, optional
+        Torch threads per task (default: cores // workers on a local cluster; on another cluster, the
+        usable cores of the task's host // the threads of all workers on that host).
+    yes : bool
+        Run a grid of more than CONFIRM_POINTS points (`attnflow.sweeps.grid`); without it such a grid
+        is a SweepError giving its count and estimated store size. Above MAX_POINTS: refused.
+
+    Returns
+    -------
+    SweepResult
+        The ran, skipped and failed keys; `.ok` is False when a point failed.
     """
     config, grid, retries = _validate(config, grid, retries, yes)
     st = Store(store)

@@ -48,15 +48,21 @@ SINKHORN_MAX_PAIRS = 25_000_000
 class W2Info:
     """How a W2 value was computed and how far it can be trusted.
 
-    method: solver used ("assignment", "network-simplex", "atoms-sort", "atoms-simplex",
-        "single-atom", "sinkhorn", "subsample").
-    exact: True when the value is the exact W2 of the given clouds up to round-off (and `error`).
-    error: bound or estimate of |value - W2| (0 for exact solvers; the snap of merged atoms for the
+    Attributes
+    ----------
+    method : str
+        Solver used ("assignment", "network-simplex", "atoms-sort", "atoms-simplex", "single-atom",
+        "sinkhorn", "subsample"). exact: True when the value is the exact W2 of the given clouds up
+        to round-off (and `error`).
+    error : float
+        Bound or estimate of |value - W2| (0 for exact solvers; the snap of merged atoms for the
         few-atoms path; rigorous bracket width for Sinkhorn; CI half-width for subsampling).
-    bounds: rigorous (lower, upper) bracket of W2 (Sinkhorn: dual value and rounded-plan cost).
-    ci: 95% confidence interval of the subsample mean (covers subsampling noise, not its bias).
-    noise_floor: subsampling only: mean W2 between two independent subsamples of one cloud, the
-        scale of the upward bias of subsampled W2.
+    bounds, ci : (float, float) or None
+        Rigorous (lower, upper) bracket of W2 (Sinkhorn: dual value and rounded-plan cost); 95%
+        confidence interval of the subsample mean (covers subsampling noise, not its bias).
+    noise_floor : float or None
+        Subsampling only: mean W2 between two independent subsamples of one cloud, the scale of the
+        upward bias of subsampled W2.
     """
 
     method: str
@@ -300,22 +306,28 @@ def w2(
 ) -> float | tuple[float, W2Info]:
     """Wasserstein-2 distance between the measures sum_i a_i delta_{x_i} and sum_j b_j delta_{y_j}.
 
-    X: (N, d), Y: (K, d) unit rows; a (N,), b (K,): weights, > 0 and summing to 1 (uniform when not
-    given). cost: "chordal" |x - y|^2 (default) or "geodesic" arccos(<x, y>)^2 (radians^2).
-    method:
-      "exact"     exact value, never approximated: a target (or source) with at most MAX_ATOMS
-                  distinct points is solved as an N x k transport problem (k = 2: one sort,
-                  O(N log N), about a second at N = 1e6; k >= 3: the network simplex, on a certified
-                  band of tokens for large N, a few seconds at N = 1e6); equal-size uniform clouds by
-                  optimal assignment (SciPy); otherwise POT's network simplex with the weights.
-                  Problems past EXACT_MAX_PAIRS raise ValueError suggesting "sinkhorn" or "subsample".
-      "sinkhorn"  debiased Sinkhorn divergence with regularisation `reg` (default 0.5% of the mean
-                  cost), log domain, with the weights; info carries a rigorous bracket of the exact
-                  W2 and its width.
-      "subsample" mean exact W2 over `repeats` seeded subsamples of n_sub points (default
-                  min(N, K, 1000)) with a 95% CI; a weighted cloud is subsampled by weight (i.i.d.
-                  draws with P(x_i) = a_i), as info.notes says.
-    Returns W2 (same units as the distance), or (W2, W2Info) with log=True.
+    Parameters
+    ----------
+    X, Y : array (N, d), (K, d)
+        Unit rows; a (N,), b (K,): weights, > 0 and summing to 1 (uniform when not given).
+    cost : str
+        "chordal" |x - y|^2 (default) or "geodesic" arccos(<x, y>)^2 (radians^2).
+    method : str
+        "exact": exact value, never approximated: a target (or source) with at most MAX_ATOMS
+        distinct points is solved as an N x k transport problem (k = 2: one sort, O(N log N), about a
+        second at N = 1e6; k >= 3: the network simplex, on a certified band of tokens for large N, a
+        few seconds at N = 1e6); equal-size uniform clouds by optimal assignment (SciPy); otherwise
+        POT's network simplex with the weights. Problems past EXACT_MAX_PAIRS raise ValueError
+        suggesting "sinkhorn" or "subsample". "sinkhorn": debiased Sinkhorn divergence with
+        regularisation `reg` (default 0.5% of the mean cost), log domain, with the weights; info
+        carries a rigorous bracket of the exact W2 and its width. "subsample": mean exact W2 over
+        `repeats` seeded subsamples of n_sub points (default min(N, K, 1000)) with a 95% CI; a
+        weighted cloud is subsampled by weight (i.i.d. draws with P(x_i) = a_i), as info.notes says.
+
+    Returns
+    -------
+    float or (float, W2Info)
+        W2 (same units as the distance), or (W2, W2Info) with log=True.
     """
     cost = check_choice(cost, "cost", COSTS)
     method = check_choice(method, "method", METHODS)
@@ -389,15 +401,27 @@ def w2_to_target(
 ) -> W2Series:
     """Exact W2 between each saved state X_t[k] (..., N, d) and one target cloud (K, d).
 
-    weights: the measure's weights, (N,) or broadcasting against X_t's leading axes (e.g. (M, N) for
-    a batch of M clouds), > 0 and summing to 1; uniform when not given. They never change in time
-    (mass moves along characteristics). b: the target's weights (K,); by default uniform, or, when
-    `weights` is (N,) and the target has N rows, `weights` themselves: the target Pi_# rho_0 is
-    Pi(X0), row i the image of token i, and carries its weight.
     A target with at most MAX_ATOMS distinct points (e.g. Pi_# rho_0 = two atoms +-u_1) uses the
     exact few-atoms path at any N; otherwise the general exact solvers up to their size limits.
-    Past those limits it raises, unless `fallback` ("sinkhorn" or "subsample") is given: then that
-    method is used and the result says exact=False. `options` go to w2 (reg, n_sub, seed, repeats).
+
+    Parameters
+    ----------
+    weights : array (N,) or broadcasting, optional
+        The measure's weights against X_t's leading axes (e.g. (M, N) for a batch of M clouds), > 0
+        and summing to 1; uniform when not given. They never change in time (mass moves along
+        characteristics).
+    b : array (K,), optional
+        The target's weights; by default uniform, or, when `weights` is (N,) and the target has N
+        rows, `weights` themselves: the target Pi_# rho_0 is Pi(X0), row i the image of token i, and
+        carries its weight.
+    fallback : str, optional
+        "sinkhorn" or "subsample": used past the exact solvers' limits (else they raise); the result
+        then says exact=False. `options` go to w2 (reg, n_sub, seed, repeats).
+
+    Returns
+    -------
+    W2Series
+        `values` (...) over the leading axes of X_t, with each value's W2Info.
     """
     cost = check_choice(cost, "cost", COSTS)
     if fallback is not None:
