@@ -40,12 +40,14 @@ NATIVE = "-march=native"  # the vector width of this CPU; dropped where the comp
 BUILD_TIMEOUT_S = 120
 SUFFIX = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
 _VOIDP = ctypes.c_void_p
+F32_CHECK = 1e-5  # the float32 twin's self-check (measured 8e-7: float32 rounding of scores up to 63)
 CHUNKS_PER_THREAD = 4  # pieces of work per thread: a thread slowed by other jobs holds up less
 
 
 def address(a, name: str, shape: tuple[int, ...], dtype: str) -> int:
-    """The address of `a`, a C-contiguous CPU array (NumPy or torch) of `dtype` ("float64", "int64")
-    and exactly `shape`; ValueError naming it otherwise: a wrong buffer would crash the process."""
+    """The address of `a`, a C-contiguous CPU array (NumPy or torch) of `dtype` ("float64",
+    "float32", "int64") and exactly `shape`; ValueError naming it otherwise: a wrong buffer would
+    crash the process."""
     if hasattr(a, "data_ptr"):
         ok = a.device.type == "cpu" and a.is_contiguous() and str(a.dtype) == f"torch.{dtype}"
         addr = int(a.data_ptr())
@@ -79,10 +81,12 @@ class Core:
 
     lib: ctypes.CDLL
     path: Path
+    float32: bool = True  # the float32 twin passed its self-check (`sums32`)
 
-    def group(self, d: int) -> int:
-        """Queries per group in dimension d (`sums` takes a multiple of it); 0 for an unsupported d."""
-        return int(self.lib.fused_group(int(d)))
+    def group(self, d: int, dtype: str = "float64") -> int:
+        """Queries per group in dimension d (`sums` takes a multiple of it; `sums32` of
+        group(d, "float32")); 0 for an unsupported d."""
+        return int((self.lib.fused_group32 if dtype == "float32" else self.lib.fused_group)(int(d)))
 
     def sums(self, q, rows, out, threads: int = 1) -> None:
         """Z_i, N_i and the shift m_i of fused.c for the queries q (d, n) (n a multiple of `group(d)`)
@@ -99,6 +103,24 @@ class Core:
         def run(g0: int, g1: int) -> None:
             i0, i1 = g0 * group, g1 * group
             self.lib.fused_sums(d, i1 - i0, n, aq + 8 * i0, nk, ar, ao + 8 * i0)
+
+        run_parallel(split(np.ones(n // group), CHUNKS_PER_THREAD * threads), run, threads)
+
+    def sums32(self, q, rows, out, threads: int = 1) -> None:
+        """`sums` by the float32 twin: q (d, n) (n a multiple of `group(d, "float32")`) and rows
+        (nk, 2 d + 1) float32, out (d + 2, n) float64; |q_i . k_j + l_j| must stay below 2^21."""
+        d, n = q.shape
+        group = self.group(d, "float32")
+        if group == 0 or n % group or rows.shape[0] < 1:
+            raise ValueError(f"the compiled core takes 2 <= d <= 8, queries in groups of {group} and keys")
+        nk = rows.shape[0]
+        aq = address(q, "q", (d, n), "float32")
+        ar = address(rows, "rows", (nk, 2 * d + 1), "float32")
+        ao = address(out, "out", (d + 2, n), "float64")
+
+        def run(g0: int, g1: int) -> None:
+            i0, i1 = g0 * group, g1 * group
+            self.lib.fused_sums32(d, i1 - i0, n, aq + 4 * i0, nk, ar, ao + 8 * i0)
 
         run_parallel(split(np.ones(n // group), CHUNKS_PER_THREAD * threads), run, threads)
 
@@ -182,26 +204,35 @@ def _load(path: Path) -> Core:
     lib.fused_sums.restype = ctypes.c_int
     lib.fused_sums.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, _VOIDP, ctypes.c_int64]
     lib.fused_sums.argtypes += [_VOIDP, _VOIDP]
+    lib.fused_group32.restype = ctypes.c_int64
+    lib.fused_group32.argtypes = [ctypes.c_int]
+    lib.fused_sums32.restype = ctypes.c_int
+    lib.fused_sums32.argtypes = lib.fused_sums.argtypes
     lib.fused_cells.restype = ctypes.c_int
     lib.fused_cells.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, *[_VOIDP] * 7]
     return Core(lib, path)
 
 
-def self_check(c: Core) -> float:
-    """Largest relative difference between the core's sums and NumPy's on a small seeded problem
-    (d = 3, scores up to 60 below the row maximum, weights included)."""
+def self_check(c: Core, dtype: str = "float64") -> float:
+    """Largest relative difference between the core's sums (`sums`, or `sums32` for dtype
+    "float32") and NumPy's in float64 on a small seeded problem (d = 3, scores up to 60 below the
+    row maximum, weights included; the float32 inputs rounded first)."""
     rng = np.random.default_rng(0)
-    d, nk, n = 3, 53, c.group(3)
-    q = rng.uniform(-20.0, 20.0, (d, n))
+    d, nk, n = 3, 53, c.group(3, dtype)
+    q = rng.uniform(-20.0, 20.0, (d, n)).astype(dtype)
     rows = np.hstack([rng.uniform(-1, 1, (nk, d)), rng.uniform(-3, 0, (nk, 1)), rng.normal(size=(nk, d))])
+    rows = rows.astype(dtype)
     out = np.empty((d + 2, n))
-    c.sums(q, rows, out)
+    (c.sums32 if dtype == "float32" else c.sums)(q, rows, out)
+    q, rows = q.astype(np.float64), rows.astype(np.float64)
     s = q.T @ rows[:, :d].T + rows[:, d]  # (n, nk) base-2 scores
     shift = np.round(s.max(axis=1))
-    e = np.exp2(s - shift[:, None])
+    # float32 scores may round a maximum near k + 1/2 the other way: the sums are taken at its shift
+    off = 0.0 if dtype == "float64" else np.clip(out[d + 1] - shift, -1.0, 1.0)
+    e = np.exp2(s - (shift + off)[:, None])
     ref = np.vstack([e.sum(1), (e @ rows[:, d + 1 :]).T])
     err = np.max(np.abs(out[: d + 1] - ref) / np.abs(ref).max(axis=1, keepdims=True))
-    return float(max(err, np.abs(out[d + 1] - shift).max()))
+    return float(max(err, np.abs(out[d + 1] - (shift + off)).max()))
 
 
 def library_path(cc: str) -> Path:
@@ -235,6 +266,9 @@ def _core() -> tuple[Core | None, str]:
     err = self_check(c)
     if not err < 1e-13:
         return None, f"not compiled: the compiled core fails its self-check (relative error {err:.2g})"
+    err32 = self_check(c, "float32")
+    if not err32 < F32_CHECK:  # float32 input then runs the float64 sums
+        return Core(c.lib, path, float32=False), f"compiled: {path} (float32 twin failed: {err32:.2g})"
     return c, f"compiled: {path}"
 
 
