@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnflow as af
-from attnflow.kernels import auto, reuse, truncated
+from attnflow.kernels import auto, reuse, truncated, truncated_moves
 from attnflow.kernels.auto import choose_kernel, kept_fraction
 from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.truncated import DEFAULT_CUTOFF, candidate_pairs, kept_radius, velocity_truncated
@@ -274,6 +274,7 @@ def test_the_kernel_takes_the_trees_of_the_sampled_plan(monkeypatch):
     reuse.clear()
     fresh = truncated.candidate_counts(X, att)
     reuse.clear()
+    truncated_moves.clear()  # else the kernel takes the whole geometry kept for the state
     sampled_counts(X, att, n=300)
     kept = geometry.trees(X)
     make = geometry._tree

@@ -71,6 +71,7 @@ from .truncated_geometry import DEFAULT_CUTOFF as DEFAULT_CUTOFF
 from .truncated_geometry import candidate_counts as candidate_counts
 from .truncated_geometry import candidate_pairs as candidate_pairs
 from .truncated_geometry import kept_radius as kept_radius
+from .truncated_moves import MARGIN
 
 if TYPE_CHECKING:
     from ..attention import Attention
@@ -272,6 +273,7 @@ def velocity_truncated(
     leaf: int = LEAF,
     leaf_min: int = LEAF_MIN,
     ratio: float = CELL_RATIO,
+    margin: float | None = MARGIN,
     stats: dict | None = None,
 ) -> torch.Tensor:
     """Tangent velocity of every token, keys within e^{-cutoff} of each row maximum only.
@@ -282,9 +284,11 @@ def velocity_truncated(
     widens where a light key is nearest (module docstring), the error bound stays N e^{-cutoff}.
     cutoff: the relative error of each row sum is <= N e^{-cutoff} (default 45: <= 1e-12 for
     N <= 3.4e7).  leaf, leaf_min, ratio: cells hold at most `leaf` queries, and are cut down to
-    `leaf_min` while wider than `ratio` times r_i.
+    `leaf_min` while wider than `ratio` times r_i.  margin: the cells' balls are widened by this
+    fraction and their geometry is kept for later states while they moved less than it allows
+    (truncated_moves.py; the same field to the bound above); None: a new geometry every call.
     stats: a dict to fill with counts: "cells", "pairs" (key-query pairs evaluated), "keys" (keys
-    gathered, once per cell), "padded_pairs".
+    gathered, once per cell), "padded_pairs", "geometry_built", "geometry_kept" (clouds).
     Returns (M, N, d) (or (N, d)) like X.  Meant for small d (up to about 6) and large beta.
     """
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
@@ -295,7 +299,16 @@ def velocity_truncated(
     cloud_betas = _cloud_betas(att, betas, M)
     logw = log_weights(weights, M, N, X3)
     geometries = cloud_geometry(
-        X, att, betas=betas, weights=weights, cutoff=cutoff, leaf=leaf, leaf_min=leaf_min, ratio=ratio
+        X,
+        att,
+        betas=betas,
+        weights=weights,
+        stats=stats,
+        cutoff=cutoff,
+        leaf=leaf,
+        leaf_min=leaf_min,
+        ratio=ratio,
+        margin=margin,
     )
     B, V = matrices_like(att, X3)
     out = torch.empty_like(X3)
