@@ -68,7 +68,7 @@ def test_a_move_beyond_the_margin_makes_a_new_geometry():
     for Y, kept in (
         (moved(X, 1e-6, seed=1), True),  # far inside the margin
         (torch.cat([-X[:1], X[1:]]), False),  # one token to its antipode: delta = 2
-        (moved(X, 0.05, seed=2), False),  # every token by about 0.09: beyond 0.1 of the radii
+        (moved(X, 0.05, seed=2), False),  # every token by about 0.09: beyond the margin
         (torch.as_tensor(af.sample_uniform(2000, 3, seed=6)), False),  # another state
     ):
         truncated_moves.clear()

@@ -82,6 +82,7 @@ BLOCK_ELEMENTS = 2**23  # key-query pairs per fused call on a batch of cells
 PARALLEL_PAIRS = 2**22
 PAD_RATIO = 1.25  # cells batched together differ in key count by at most this factor
 BALL_CHUNK = 2**21  # about this many (cell, key) pairs per ball query call
+KEPT_KEYS = 2**21  # most candidate keys kept with a geometry kept for moved states (16 MiB)
 
 
 def _candidates(tree, centres: np.ndarray, radii: np.ndarray, n_keys: int, threads: int = 1):
@@ -139,6 +140,19 @@ def _chunks_of_cells(tree, centres: np.ndarray, radii: np.ndarray, N: int, d: in
         start = stop
 
 
+def _keeping(geometry: Geometry, chunks):
+    """The chunks of `_chunks_of_cells`, kept in geometry.chunks for the next evaluation on the same
+    geometry where they hold at most KEPT_KEYS candidate keys in all."""
+    got, size = [], 0
+    for chunk in chunks:
+        yield chunk
+        size += chunk[1].size
+        if size <= KEPT_KEYS:
+            got.append(chunk)
+    if size <= KEPT_KEYS:
+        geometry.chunks[:] = got
+
+
 def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads: int):
     """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d);
     logw: (N,) log-weights of the keys, or None (uniform); geometry: its cells (`cloud_geometry`).
@@ -153,7 +167,9 @@ def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads
         geometry.radii,
     )
     stats["cells"] = stats.get("cells", 0) + radii.size
-    chunks = _chunks_of_cells(tree, centres, radii, N, d, threads)
+    chunks = geometry.chunks or _chunks_of_cells(tree, centres, radii, N, d, threads)
+    if geometry.kept and not geometry.chunks:
+        chunks = _keeping(geometry, chunks)
     core = compiled.core() if X.device.type == "cpu" and d <= MAX_D else None
     if core is not None:
         return _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats, threads)

@@ -10,7 +10,7 @@ counts without an exponential, and `sampled_counts`, their estimate from a sampl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -186,7 +186,8 @@ class Geometry:
     and needs every key within radii[k] of centres[k]; tree: the cKDTree on the keys (its data: the
     keys as they were).  For `holds`: nearest (N,), each query's nearest key then; cutoffs, its row
     cutoff cutoff + L_i (a float for uniform weights); logw, the keys' log-weights (None: uniform);
-    beta."""
+    beta; chunks: the cells' candidate keys as the kernel gathered them (truncated.py), kept with a
+    geometry kept for moved states (kept = True): the same balls give the same keys."""
 
     tree: Any
     perm: np.ndarray
@@ -197,6 +198,8 @@ class Geometry:
     cutoffs: Any = None
     logw: np.ndarray | None = None
     beta: float = math.nan
+    chunks: list = field(default_factory=list, compare=False)  # the kernel's ball queries, when kept
+    kept: bool = False  # kept for moved states: the kernel keeps its ball queries in `chunks`
 
 
 def holds(g: Geometry, Xn: np.ndarray, B: np.ndarray, beta: float, logw: np.ndarray | None) -> bool:
@@ -274,7 +277,10 @@ def cloud_geometry(
             Xn, Xn @ B, cloud_betas[m], cutoff, leaf, leaf_min, ratio, lw, tree=tree, margin=margin or 0.0
         )
         tree, perm, starts, centres, radii, nearest, cutoffs = parts
-        out.append(Geometry(tree, perm, starts, centres, radii, nearest, cutoffs, lw, cloud_betas[m]))
+        g = Geometry(
+            tree, perm, starts, centres, radii, nearest, cutoffs, lw, cloud_betas[m], kept=margin is not None
+        )
+        out.append(g)
         counts["geometry_built"] += 1
     if margin is not None:
         truncated_moves.put((*key, M, N, d), out)
