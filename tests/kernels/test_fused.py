@@ -346,6 +346,18 @@ def test_compiled_cells_match_numpy_and_refuse_bad_indices():
         np.testing.assert_array_equal(out[qi, d + 1], shift)
     untouched = np.setdiff1d(np.arange(nq), qidx)
     assert (out[untouched] == 7.0).all()
+    if c.float32:  # the float32 twin on the same cells, against the same sums of the rounded numbers
+        q32, rows32 = q.astype(np.float32), rows.astype(np.float32)
+        out32 = np.full((nq, d + 2), 7.0)
+        c.cells(q32, qidx, qs, rows32, kidx, ks, out32, threads=2, dtype="float32")
+        for qi, kj in zip(cells_q, cells_k, strict=True):
+            s = q32[qi].astype(float) @ rows32[kj, :d].T.astype(float) + rows32[kj, d]
+            e = np.exp2(s - out32[qi, d + 1 :])
+            np.testing.assert_allclose(out32[qi, 0], e.sum(1), rtol=3e-6)
+            np.testing.assert_allclose(
+                out32[qi, 1 : d + 1], e @ rows32[kj, d + 1 :], rtol=0, atol=3e-6 * e.sum()
+            )
+        assert (out32[untouched] == 7.0).all()
     for bad in (
         dict(kidx=np.r_[kidx[:-1], nk]),  # a key out of range
         dict(qidx=np.r_[-1, qidx[1:]]),  # a query out of range

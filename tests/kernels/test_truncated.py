@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnflow as af
-from attnflow.kernels import auto, reuse, truncated, truncated_moves
+from attnflow.kernels import auto, compiled, reuse, truncated, truncated_moves
 from attnflow.kernels.auto import choose_kernel, kept_fraction
 from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.truncated import DEFAULT_CUTOFF, candidate_pairs, kept_radius, velocity_truncated
@@ -145,6 +145,25 @@ def test_tangent_and_float32():
     # float32 scores carry an error of about beta * ||B|| * 1e-7 (documented)
     err = np.max(np.abs(v32.numpy() - v64))
     assert err <= 10 * att.beta * att.norm_B * 1.2e-7 * scale(att)
+
+
+@pytest.mark.parametrize("beta", [100.0, 1e3, 1e4])
+def test_float32_cells_run_the_float32_twin(beta):
+    """float32 input on the compiled path: the cells run the fused core's float32 twin, within
+    1e-7 (1 + beta ||B||) ||V|| of the float64 field of the same points, weights included."""
+    c = compiled.core()
+    if c is None or not c.float32:
+        pytest.skip(compiled.status())
+    att = af.worked_example(beta)
+    X = torch.tensor(af.sample_uniform(1500, 3, seed=8, M=2), dtype=torch.float32)
+    w = torch.tensor(np.random.default_rng(9).uniform(0.5, 2.0, (2, 1500)), dtype=torch.float32)
+    w /= w.sum(dim=1, keepdim=True)
+    stats: dict = {}
+    v32 = velocity_truncated(X, att, weights=w, stats=stats)
+    assert v32.dtype == torch.float32 and stats["sums"] == ["float32"] * 2
+    v64 = velocity_truncated(X.double(), att, weights=w.double())
+    err = float((v32.double() - v64).abs().max())
+    assert 0 < err < 1e-7 * (1 + beta * np.linalg.norm(att.B, 2)) * np.linalg.norm(att.V, 2)
 
 
 def test_singular_B_rows_keep_every_key():

@@ -124,11 +124,12 @@ class Core:
 
         run_parallel(split(np.ones(n // group), CHUNKS_PER_THREAD * threads), run, threads)
 
-    def cells(self, q, qidx, qs, rows, kidx, ks, out, threads: int = 1) -> None:
+    def cells(self, q, qidx, qs, rows, kidx, ks, out, threads: int = 1, dtype: str = "float64") -> None:
         """fused.c's `fused_cells` for every cell c: its queries, rows qidx[qs[c]:qs[c + 1]] of q
         (nq, d), against its keys, rows kidx[ks[c]:ks[c + 1]] of `rows` (nk, 2 d + 1); results in
-        the queries' rows of out (nq, d + 2).  q, rows, out: float64 CPU arrays (NumPy or torch);
-        qidx, qs, kidx, ks: int64 NumPy arrays; every index is checked."""
+        the queries' rows of out (nq, d + 2).  q, rows: CPU arrays (NumPy or torch) of `dtype`
+        ("float32": the float32 twin, `fused_cells32`), out float64; qidx, qs, kidx, ks: int64 NumPy
+        arrays; every index is checked."""
         (nq, d), nk, n_cells = q.shape, rows.shape[0], len(qs) - 1
         lens_q, lens_k = np.diff(qs), np.diff(ks)
         bad = self.group(d) == 0 or n_cells < 1 or len(ks) != n_cells + 1 or bool((lens_k < 1).any())
@@ -139,17 +140,19 @@ class Core:
         if bad:
             raise ValueError("cells: an unsupported d, a cell without keys or an index out of range")
         args = (
-            address(q, "q", (nq, d), "float64"),
+            address(q, "q", (nq, d), dtype),
             address(qidx, "qidx", (len(qidx),), "int64"),
             address(qs, "qs", (n_cells + 1,), "int64"),
-            address(rows, "rows", (nk, 2 * d + 1), "float64"),
+            address(rows, "rows", (nk, 2 * d + 1), dtype),
             address(kidx, "kidx", (len(kidx),), "int64"),
             address(ks, "ks", (n_cells + 1,), "int64"),
             address(out, "out", (nq, d + 2), "float64"),
         )
 
+        fn = self.lib.fused_cells32 if dtype == "float32" else self.lib.fused_cells
+
         def run(c0: int, c1: int) -> None:
-            if self.lib.fused_cells(d, c0, c1, *args) != 0:
+            if fn(d, c0, c1, *args) != 0:
                 raise MemoryError(f"the compiled core ran out of memory on cells {c0} .. {c1 - 1}")
 
         work = np.asarray(lens_q, dtype=float) * lens_k
@@ -210,6 +213,8 @@ def _load(path: Path) -> Core:
     lib.fused_sums32.argtypes = lib.fused_sums.argtypes
     lib.fused_cells.restype = ctypes.c_int
     lib.fused_cells.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, *[_VOIDP] * 7]
+    lib.fused_cells32.restype = ctypes.c_int
+    lib.fused_cells32.argtypes = lib.fused_cells.argtypes
     return Core(lib, path)
 
 

@@ -304,3 +304,41 @@ int fused_sums32(int d, int64_t n, int64_t ldq, const float *q, int64_t nk, cons
     TABLE32[d](n, ldq, q, nk, rows, out);
     return 0;
 }
+
+/* `fused_cells` by the float32 twin: q (nq, d) and rows float32, out (nq, d + 2) float64 */
+int fused_cells32(int d, int64_t c0, int64_t c1, const float *q, const int64_t *qidx, const int64_t *qs,
+                  const float *rows, const int64_t *kidx, const int64_t *ks, double *out)
+{
+    const int64_t G = fused_group32(d), R = 2 * d + 1;
+    int64_t lmax = 0, kmax = 0;
+    if (G == 0) return -1;
+    for (int64_t c = c0; c < c1; c++) {
+        if (ks[c + 1] <= ks[c]) return -1;
+        lmax = qs[c + 1] - qs[c] > lmax ? qs[c + 1] - qs[c] : lmax;
+        kmax = ks[c + 1] - ks[c] > kmax ? ks[c + 1] - ks[c] : kmax;
+    }
+    lmax = (lmax + G - 1) / G * G;
+    float *keys = malloc(sizeof(float) * (size_t)(kmax * R + d * lmax + 1));
+    double *res = malloc(sizeof(double) * (size_t)((d + 2) * lmax + 1));
+    if (keys == NULL || res == NULL) {
+        free(keys);
+        free(res);
+        return -2;
+    }
+    float *qt = keys + kmax * R;
+    for (int64_t c = c0; c < c1; c++) {
+        const int64_t nq = qs[c + 1] - qs[c], nk = ks[c + 1] - ks[c], n = (nq + G - 1) / G * G;
+        if (nq == 0) continue;
+        for (int64_t j = 0; j < nk; j++) memcpy(keys + R * j, rows + R * kidx[ks[c] + j], sizeof(float) * R);
+        for (int64_t i = 0; i < n; i++) {
+            const float *qi = q + d * qidx[qs[c] + (i < nq ? i : 0)];
+            for (int l = 0; l < d; l++) qt[l * n + i] = qi[l];
+        }
+        TABLE32[d](n, n, qt, nk, keys, res);
+        for (int64_t i = 0; i < nq; i++)
+            for (int l = 0; l < d + 2; l++) out[(d + 2) * qidx[qs[c] + i] + l] = res[l * n + i];
+    }
+    free(keys);
+    free(res);
+    return 0;
+}

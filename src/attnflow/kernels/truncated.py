@@ -34,8 +34,9 @@ Keys inside the ball but beyond r_i are kept too, which only makes the result mo
 Rows with beta |b_i| so small that r_i >= 2 (high temperature, or B^T x_i = 0) keep every key; then the
 kernel does dense work with extra overhead, which is why `kernel="auto"` picks a dense kernel there.
 float32 inputs: the geometry is computed in float64, the scores in float32 (error about beta ||B|| 1e-7,
-as for the dense kernels).  Memory: O(N d) for the geometry, the keys gathered for one batch of cells
-(at most BLOCK_ELEMENTS / queries-per-cell rows) and at most about BALL_CHUNK candidate indices.
+as for the dense kernels; on the compiled path by the fused core's float32 twin, fused.py).
+Memory: O(N d) for the geometry, the keys gathered for one batch of cells (at most BLOCK_ELEMENTS /
+queries-per-cell rows) and at most about BALL_CHUNK candidate indices.
 
 On a GPU the geometry (tree, nearest neighbours, cells, ball queries) runs on the CPU in float64 and
 the fused softmax calls, where the exponentials are, run on the tensors' device.
@@ -57,7 +58,7 @@ from .._threads import intra_op_threads as _threads
 from . import compiled
 from .cells import ranges
 from .common import batched, log_weights, matrices_like, tangent
-from .fused import LOG2E, MAX_D
+from .fused import F32_SCORE_MAX, LOG2E, MAX_D
 from .truncated_geometry import (
     CELL_RATIO,
     LEAF,
@@ -186,21 +187,27 @@ def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads
 
 
 def _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats: dict, threads: int):
-    """`_average_one` through the compiled core: each cell's queries against its candidate keys, in
-    float64 (scores in base 2, fused.c), whatever X's dtype."""
+    """`_average_one` through the compiled core: each cell's queries against its candidate keys
+    (scores in base 2, fused.c), in float64, or by the float32 twin for float32 X where its
+    scores stay below F32_SCORE_MAX (fused.py; stats["sums"] says which)."""
     f64 = torch.float64
     N, d = X.shape
     q = (LOG2E * beta) * Bq.to(f64)
     lw = torch.zeros(N, dtype=f64) if logw is None else LOG2E * logw.to(f64)
-    rows = torch.cat([X.to(f64), lw[:, None], VX.to(f64)], dim=1).contiguous()
+    rows = torch.cat([X.to(f64), lw[:, None], VX.to(f64)], dim=1)
+    bound = float(q.norm(dim=1).max()) * float(X.to(f64).norm(dim=1).max()) + float(lw.abs().max())
+    dtype = "float32" if X.dtype == torch.float32 and core.float32 and bound < F32_SCORE_MAX else "float64"
+    stats.setdefault("sums", []).append(dtype)
+    q, rows = q.to(getattr(torch, dtype)).contiguous(), rows.to(getattr(torch, dtype)).contiguous()
     out = torch.empty((N, d + 2), dtype=f64)
-    group = core.group(d)
+    group = core.group(d, dtype)
     for chunk, flat, offsets in chunks:
         sizes = starts[chunk + 1] - starts[chunk]
         qs = np.zeros(len(chunk) + 1, dtype=np.int64)
         np.cumsum(sizes, out=qs[1:])
         qidx = np.ascontiguousarray(perm[ranges(starts[chunk], sizes)], dtype=np.int64)
-        core.cells(q, qidx, qs, rows, np.ascontiguousarray(flat, dtype=np.int64), offsets, out, threads)
+        kidx = np.ascontiguousarray(flat, dtype=np.int64)
+        core.cells(q, qidx, qs, rows, kidx, offsets, out, threads, dtype)
         keys = np.diff(offsets)
         stats["pairs"] = stats.get("pairs", 0) + int(np.dot(keys, sizes))
         stats["keys"] = stats.get("keys", 0) + int(keys.sum())
