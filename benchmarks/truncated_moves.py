@@ -9,6 +9,7 @@ built.  Differences: max |v_kept - v_rebuilt| / ||V||_2, and max |x_kept - x_reb
 
     python benchmarks/truncated_moves.py                 # N = 4096 and 16384, beta = 1000
     python benchmarks/truncated_moves.py --N 8192 --betas 100 1000 --margins 0.05 0.1 0.25
+    python benchmarks/truncated_moves.py --N 16384 --dtype float32   # float32 states and runs
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ def with_margin(margin):
     velocity_truncated.__kwdefaults__["margin"] = margin  # what simulate's kernel call takes
 
 
-def per_evaluation(X0, att, dt: float, margins, repeats: int) -> tuple[dict, dict]:
+def per_evaluation(X0, att, dt: float, margins, repeats: int, dtype: str) -> tuple[dict, dict]:
     """CPU seconds of one evaluation at x1 = x0 + dt v(x0) (renormalised), and the fields."""
-    X0 = torch.as_tensor(X0)
+    X0 = torch.as_tensor(X0, dtype=getattr(torch, dtype))
     v0 = velocity_truncated(X0, att, margin=None)
     X1 = X0 + dt * v0
     X1 = X1 / X1.norm(dim=1, keepdim=True)
@@ -65,7 +66,7 @@ def per_evaluation(X0, att, dt: float, margins, repeats: int) -> tuple[dict, dic
     return best, out
 
 
-def per_step(X0, att, dt: float, steps: int, margins) -> dict:
+def per_step(X0, att, dt: float, steps: int, margins, dtype: str) -> dict:
     """(CPU seconds per step, geometries built, final state) of simulate for each margin."""
     built = [0]
     make = truncated_geometry._geometry
@@ -83,7 +84,7 @@ def per_step(X0, att, dt: float, steps: int, margins) -> dict:
             reuse.clear()
             built[0] = 0
             c0 = time.process_time()
-            tr = simulate(X0, att, [0.0, steps * dt], dt=dt, kernel="truncated", threads=1)
+            tr = simulate(X0, att, [0.0, steps * dt], dt=dt, kernel="truncated", threads=1, dtype=dtype)
             res[m] = ((time.process_time() - c0) / steps, built[0], np.asarray(tr.x[-1]))
     finally:
         truncated_geometry._geometry = make
@@ -99,10 +100,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dt", type=float, default=1e-2)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(machine())
-    print(f"- dt = {args.dt:g}, RK4, {args.steps} steps per run; margins {args.margins}\n")
+    print(f"- dt = {args.dt:g}, RK4, {args.steps} steps per run; margins {args.margins}; {args.dtype}\n")
     print(
         row(
             [
@@ -128,10 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         scale = float(np.linalg.norm(att.V, 2))
         for N in args.N:
             for name, X0 in states(N).items():
-                best, out = per_evaluation(X0, att, args.dt, args.margins, args.repeats)
-                steps = per_step(X0, att, args.dt, args.steps, args.margins)
+                best, out = per_evaluation(X0, att, args.dt, args.margins, args.repeats, args.dtype)
+                steps = per_step(X0, att, args.dt, args.steps, args.margins, args.dtype)
                 for m in ["rebuilt", *args.margins]:
-                    diff = float((out[m] - out["rebuilt"]).abs().max()) / scale
+                    diff = float((out[m].double() - out["rebuilt"].double()).abs().max()) / scale
                     t, built, Xend = steps[m]
                     sdiff = float(np.abs(Xend - steps["rebuilt"][2]).max())
                     cells = [N, f"{beta:g}", name, "rebuilt" if m == "rebuilt" else f"margin {m:g}"]

@@ -28,7 +28,8 @@ max_{i in k} (|u'_i - z_k| + r'_i) + delta <= radii[k] for every cell (or radii[
 gives every query every key it needs and the kernel's accuracy; keys beyond only add accuracy.  A
 reused and a rebuilt geometry thus give fields within 4 ||V|| N e^{-cutoff} of each other.
 
-The kept geometries: at most SIZE, the oldest dropped first; each holds its tree and O(N) arrays.
+The kept geometries: at most SIZE, the oldest dropped first; each holds its tree, O(N) arrays and
+at most KEPT_KEYS (truncated.py) candidate keys, and outlives the tensors it was made for.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections.abc import Hashable
 from typing import Any
 
 MARGIN = 0.05  # ball radii widened by this fraction (docs/benchmarks.md: 0.02 to 0.25 measured)
-SIZE = 4
+SIZE = 2  # a run needs one; at N = 10^6 one holds under 100 MB (tree, O(N) arrays, ball queries)
 
 _kept: list[tuple[Hashable, Any]] = []
 _lock = threading.Lock()
