@@ -6,6 +6,10 @@ compiler, kept in the cache directory (cache.py), loaded through ctypes, checked
                 torch path (same field, about 2.5x slower per pair)
     status()    "compiled: PATH" or the reason there is no compiled core, for reports and benchmarks
 
+The core holds float64 sums (`Core.sums`, `Core.cells`) and their float32 twin (`Core.sums32`,
+`Core.cells(..., dtype="float32")`) for float32 input; each is checked on first use, and a twin
+that fails its check (`Core.float32` False) leaves float32 input to the float64 sums.
+
 The compiler is $CC, else the first of cc, gcc, clang on the PATH, with -O3 -march=native (retried
 without -march=native where the compiler refuses it); the build takes about a second and is keyed
 by the source, the compiler and `cache.machine()`.  ctypes releases the GIL during a call, so the
