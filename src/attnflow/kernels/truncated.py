@@ -43,7 +43,9 @@ the fused softmax calls, where the exponentials are, run on the tensors' device.
 
 Here: the gathering of each cell's candidate keys and the evaluation of the cells.  The geometry
 (kept radii, cells, balls, `cloud_geometry`) and the candidate counts live in `truncated_geometry`;
-the public names are importable from here.
+the public names are importable from here.  The geometry, with the candidate keys gathered for it,
+is kept across the stages and steps of a run while the tokens move less than its margin
+(`truncated_moves`: balls widened by MARGIN, an exact check at every state, the same field).
 """
 
 from __future__ import annotations
