@@ -296,6 +296,9 @@ def test_no_compiler_and_failing_builds_fall_back(monkeypatch, tmp_path):
             compiled._core.cache_clear()
             assert compiled.core() is None and reason in compiled.status()
             np.testing.assert_allclose(velocity(X, att, kernel="fused"), ref, atol=1e-12)
+            v32 = velocity(X, att, kernel="fused", dtype="float32")  # float32 as before: in float64
+            assert v32.dtype == np.float32
+            np.testing.assert_allclose(v32, velocity(X, att, kernel="sdpa", dtype="float32"), atol=1e-6)
             for key in env:
                 monkeypatch.delenv(key)
         assert not [p for p in tmp_path.rglob("*") if p.is_file()]
