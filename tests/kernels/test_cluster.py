@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import attnflow as af
-from attnflow.kernels import cells
+from attnflow.kernels import cells, compiled
 from attnflow.kernels import costs as kcosts
 from attnflow.kernels.cluster import DEFAULT_TOL, velocity_cluster
 from attnflow.kernels.cluster_sums import _monomial_features
@@ -198,6 +198,28 @@ def test_float32_input_and_tangent():
     assert v32.dtype == torch.float32
     # the direct pairs run in float32: scores off by about beta ||B|| 1e-7 (as for the dense kernels)
     assert np.max(np.abs(v32.numpy() - v64)) <= 10 * att.beta * att.norm_B * 1.2e-7 * scale(att)
+
+
+def test_float32_direct_pairs_run_the_float32_twin(monkeypatch):
+    """float32 input on the compiled path: the direct pairs go through the core's float32 twin,
+    within 1e-7 (1 + beta ||B||) ||V|| of the float64 field of the same points."""
+    c = compiled.core()
+    if c is None or not c.float32:
+        pytest.skip(compiled.status())
+    seen = []
+    cells_of = compiled.Core.cells
+
+    def spy(self, *args, **kwargs):
+        seen.append(args[8] if len(args) > 8 else kwargs.get("dtype", "float64"))
+        return cells_of(self, *args, **kwargs)
+
+    monkeypatch.setattr(compiled.Core, "cells", spy)
+    att = af.worked_example(1e3)
+    X32 = torch.tensor(two_clusters(3000, 3, 1e4, seed=10), dtype=torch.float32)
+    v32 = velocity_cluster(X32, att)
+    assert seen and set(seen) == {"float32"}
+    err = float((v32.double() - velocity_cluster(X32.double(), att)).abs().max())
+    assert err < 1e-7 * (1 + att.beta * np.linalg.norm(att.B, 2)) * np.linalg.norm(att.V, 2)
 
 
 def test_batch_betas_and_2d_input():

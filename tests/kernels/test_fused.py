@@ -66,15 +66,111 @@ def test_fused_weights_and_betas_per_cloud(backend):
     np.testing.assert_allclose(out.numpy(), sdpa.numpy(), rtol=0, atol=1e-12)
 
 
-def test_fused_float32_is_computed_in_float64(backend):
+def test_fused_float32_on_the_torch_path_is_computed_in_float64():
     att = random_attention(3, 100.0, seed=5)
     X32 = torch.as_tensor(af.sample_uniform(300, 3, seed=6), dtype=torch.float32)
-    out = velocity_fused(X32, att, backend=backend)
-    assert out.dtype == torch.float32 and out.shape == X32.shape
+    stats: dict = {}
+    out = velocity_fused(X32, att, backend="torch", stats=stats)
+    assert out.dtype == torch.float32 and out.shape == X32.shape and stats["sums"] == ["float64"]
     ref = velocity_sdpa(X32.double(), att)  # the same float32 points, in float64
     np.testing.assert_allclose(out.double().numpy(), ref.numpy(), rtol=0, atol=1e-6)
     error = float((out.double() - ref).abs().max())
     assert float((velocity_sdpa(X32, att).double() - ref).abs().max()) > error
+
+
+def float32_tolerance(att: af.Attention, beta: float) -> float:
+    """The float32 twin's stated accuracy: 1e-7 (1 + beta ||B||_2) ||V||_2 (rounding of the scores)."""
+    return 1e-7 * (1.0 + beta * np.linalg.norm(att.B, 2)) * np.linalg.norm(att.V, 2)
+
+
+@pytest.fixture
+def core32():
+    c = compiled.core()
+    if c is None or not c.float32:
+        pytest.skip(compiled.status())
+    return c
+
+
+@pytest.mark.parametrize("d", [2, 3, 5, 8])
+@pytest.mark.parametrize("beta", [0.5, 30.0, 1e3, 1e4])
+def test_float32_twin_matches_the_float64_field(core32, d, beta):
+    """float32 input runs the float32 twin; against the float64 field of the same (rounded) points
+    it is within 1e-7 (1 + beta ||B||) ||V||, and tangent to the sphere to float32 rounding."""
+    att = random_attention(d, beta, seed=d)
+    X32 = torch.as_tensor(af.sample_uniform(203, d, seed=1, M=2), dtype=torch.float32)
+    stats: dict = {}
+    out = velocity_fused(X32, att, stats=stats)
+    assert out.dtype == torch.float32 and out.shape == X32.shape and stats["sums"] == ["float32"] * 2
+    ref = velocity_fused(X32.double(), att)
+    error = float((out.double() - ref).abs().max())
+    assert error < float32_tolerance(att, beta)
+    assert error > 0  # the float32 arithmetic did run
+    assert float((out * X32).sum(-1).abs().max()) < 1e-6 * np.linalg.norm(att.V, 2)
+
+
+def test_float32_twin_weights_betas_and_other_points(core32):
+    att = random_attention(3, 1.0, seed=4)
+    M, N = 3, 150
+    X = torch.as_tensor(af.sample_uniform(N, 3, seed=2, M=M), dtype=torch.float32)
+    w = torch.as_tensor(weights_of(N, M, seed=3), dtype=torch.float32)
+    betas = torch.tensor([2.0, 300.0, 3e4])
+    out = velocity_fused(X, att, betas=betas, weights=w)
+    ref = velocity_fused(X.double(), att, betas=betas, weights=w.double())
+    for m in range(M):
+        error = float((out[m].double() - ref[m]).abs().max())
+        assert error < float32_tolerance(att, float(betas[m]))
+    Y = torch.as_tensor(af.sample_uniform(37, 3, seed=9, M=M), dtype=torch.float32)
+    got = field_fused(Y, X, att, weights=w).double()
+    want = field_fused(Y.double(), X.double(), att, weights=w.double())
+    assert float((got - want).abs().max()) < float32_tolerance(att, att.beta)
+
+
+@pytest.mark.parametrize("beta", [1e5, 1e6])
+def test_float32_at_large_beta_is_finite(core32, beta):
+    """Tight antipodal clusters: scores of size beta with spreads of thousands.  Below the float32
+    twin's score bound (2^21) it runs, within its tolerance; above (beta = 1e6 here) the sums run
+    in float64; every value is finite."""
+    att = random_attention(3, beta, seed=11)
+    X = af.sample_vmf(400, np.array([0.0, 0.6, 0.8]), 1e8, seed=12)
+    X[::3] *= -1
+    X32 = torch.as_tensor(X, dtype=torch.float32)
+    stats: dict = {}
+    out = velocity_fused(X32, att, stats=stats)
+    assert torch.isfinite(out).all()
+    assert stats["sums"] == (["float32"] if beta < 1e6 else ["float64"])
+    ref = velocity_fused(X32.double(), att)
+    assert float((out.double() - ref).abs().max()) < float32_tolerance(att, beta)
+
+
+def test_float32_twin_exponential_and_floor(core32):
+    """Z = sum_j 2^(s_j - m) for scores spread over 110 bits below the maximum, some beyond the
+    floor of 120 (which must not count beyond 2^-120 each), against NumPy's exp2 in float64."""
+    d, n = 2, core32.group(2, "float32")
+    rng = np.random.default_rng(16)
+    s = np.concatenate([rng.uniform(-110.0, 0.0, 4000), [0.3, -150.0, -3000.0]]).astype(np.float32)
+    rows = np.zeros((s.size, 2 * d + 1), dtype=np.float32)
+    rows[:, d] = s
+    rows[:, d + 1] = rng.normal(size=s.size)
+    out = np.empty((d + 2, n))
+    core32.sums32(np.zeros((d, n), dtype=np.float32), rows, out)
+    e = np.exp2(s.astype(np.float64) - np.round(s.max()))
+    e[s < -120.0] = 2.0**-120
+    assert out[d + 1, 0] == np.round(s.max())
+    assert abs(out[0, 0] / e.sum() - 1) < 3e-7
+    assert abs(out[1, 0] - e @ rows[:, d + 1]) < 3e-7 * np.abs(e * rows[:, d + 1]).sum()
+    with pytest.raises(ValueError):
+        core32.sums32(np.zeros((d, n)), rows, out)  # float64 queries
+
+
+def test_float32_twin_falls_back_without_its_check(core32, monkeypatch):
+    """A core whose float32 twin failed its self-check computes float32 input in float64."""
+    monkeypatch.setattr(compiled, "core", lambda: compiled.Core(core32.lib, core32.path, float32=False))
+    att = random_attention(3, 100.0, seed=5)
+    X32 = torch.as_tensor(af.sample_uniform(300, 3, seed=6), dtype=torch.float32)
+    stats: dict = {}
+    out = velocity_fused(X32, att, stats=stats)
+    assert stats["sums"] == ["float64"]
+    np.testing.assert_allclose(out.double().numpy(), velocity_sdpa(X32.double(), att).numpy(), atol=1e-6)
 
 
 def test_field_at_other_points(backend):
@@ -88,6 +184,18 @@ def test_field_at_other_points(backend):
     np.testing.assert_allclose(
         field_fused(Y[0], X[0], att, backend=backend).numpy(), field_sdpa(Y[0], X[0], att).numpy(), atol=1e-12
     )
+
+
+def test_float32_twin_threads_give_the_same_bits(core32):
+    att = af.worked_example(1000.0)
+    X = torch.as_tensor(af.sample_uniform(2100, 3, seed=13), dtype=torch.float32)[None]
+    one = velocity_fused(X, att)
+    torch.set_num_threads(2)
+    try:
+        two = velocity_fused(X, att)
+    finally:
+        torch.set_num_threads(1)
+    assert torch.equal(one, two)
 
 
 @pytest.mark.parametrize("kappa", [1e4, 1e8])
@@ -125,6 +233,7 @@ def test_compiled_core_self_check():
     if c is None:
         pytest.skip(compiled.status())
     assert compiled.self_check(c) < 1e-14
+    assert compiled.self_check(c, "float32") < 2e-6 and c.float32
     assert compiled.status().startswith("compiled: ")
     assert c.group(3) % 8 == 0 and c.group(9) == 0 and c.group(1) == 0
 
@@ -187,6 +296,9 @@ def test_no_compiler_and_failing_builds_fall_back(monkeypatch, tmp_path):
             compiled._core.cache_clear()
             assert compiled.core() is None and reason in compiled.status()
             np.testing.assert_allclose(velocity(X, att, kernel="fused"), ref, atol=1e-12)
+            v32 = velocity(X, att, kernel="fused", dtype="float32")  # float32 as before: in float64
+            assert v32.dtype == np.float32
+            np.testing.assert_allclose(v32, velocity(X, att, kernel="sdpa", dtype="float32"), atol=1e-6)
             for key in env:
                 monkeypatch.delenv(key)
         assert not [p for p in tmp_path.rglob("*") if p.is_file()]
@@ -237,6 +349,18 @@ def test_compiled_cells_match_numpy_and_refuse_bad_indices():
         np.testing.assert_array_equal(out[qi, d + 1], shift)
     untouched = np.setdiff1d(np.arange(nq), qidx)
     assert (out[untouched] == 7.0).all()
+    if c.float32:  # the float32 twin on the same cells, against the same sums of the rounded numbers
+        q32, rows32 = q.astype(np.float32), rows.astype(np.float32)
+        out32 = np.full((nq, d + 2), 7.0)
+        c.cells(q32, qidx, qs, rows32, kidx, ks, out32, threads=2, dtype="float32")
+        for qi, kj in zip(cells_q, cells_k, strict=True):
+            s = q32[qi].astype(float) @ rows32[kj, :d].T.astype(float) + rows32[kj, d]
+            e = np.exp2(s - out32[qi, d + 1 :])
+            np.testing.assert_allclose(out32[qi, 0], e.sum(1), rtol=3e-6)
+            np.testing.assert_allclose(
+                out32[qi, 1 : d + 1], e @ rows32[kj, d + 1 :], rtol=0, atol=3e-6 * e.sum()
+            )
+        assert (out32[untouched] == 7.0).all()
     for bad in (
         dict(kidx=np.r_[kidx[:-1], nk]),  # a key out of range
         dict(qidx=np.r_[-1, qidx[1:]]),  # a query out of range

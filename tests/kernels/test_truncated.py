@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnflow as af
-from attnflow.kernels import auto, reuse, truncated
+from attnflow.kernels import auto, compiled, reuse, truncated, truncated_moves
 from attnflow.kernels.auto import choose_kernel, kept_fraction
 from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.truncated import DEFAULT_CUTOFF, candidate_pairs, kept_radius, velocity_truncated
@@ -147,6 +147,25 @@ def test_tangent_and_float32():
     assert err <= 10 * att.beta * att.norm_B * 1.2e-7 * scale(att)
 
 
+@pytest.mark.parametrize("beta", [100.0, 1e3, 1e4])
+def test_float32_cells_run_the_float32_twin(beta):
+    """float32 input on the compiled path: the cells run the fused core's float32 twin, within
+    1e-7 (1 + beta ||B||) ||V|| of the float64 field of the same points, weights included."""
+    c = compiled.core()
+    if c is None or not c.float32:
+        pytest.skip(compiled.status())
+    att = af.worked_example(beta)
+    X = torch.tensor(af.sample_uniform(1500, 3, seed=8, M=2), dtype=torch.float32)
+    w = torch.tensor(np.random.default_rng(9).uniform(0.5, 2.0, (2, 1500)), dtype=torch.float32)
+    w /= w.sum(dim=1, keepdim=True)
+    stats: dict = {}
+    v32 = velocity_truncated(X, att, weights=w, stats=stats)
+    assert v32.dtype == torch.float32 and stats["sums"] == ["float32"] * 2
+    v64 = velocity_truncated(X.double(), att, weights=w.double())
+    err = float((v32.double() - v64).abs().max())
+    assert 0 < err < 1e-7 * (1 + beta * np.linalg.norm(att.B, 2)) * np.linalg.norm(att.V, 2)
+
+
 def test_singular_B_rows_keep_every_key():
     """B^T x = 0 for tokens on the third axis: all scores tie, the average is the plain mean."""
     B = np.diag([1.0, 1.0, 0.0])
@@ -274,6 +293,7 @@ def test_the_kernel_takes_the_trees_of_the_sampled_plan(monkeypatch):
     reuse.clear()
     fresh = truncated.candidate_counts(X, att)
     reuse.clear()
+    truncated_moves.clear()  # else the kernel takes the whole geometry kept for the state
     sampled_counts(X, att, n=300)
     kept = geometry.trees(X)
     make = geometry._tree

@@ -49,9 +49,10 @@ Stability.  Every exponential is shifted: direct scores by m_i, tilts by their m
 cell (t_TS), the query factor by m_i: e^{beta b_i . c_S + t_TS - m_i} <= e^rho, so nothing
 overflows at any beta.  The series runs in the scaled variables dy / h and beta h delta, so its
 powers stay near 1.  float32 input: the geometry and the expansions run in float64, the direct pairs
-in float32 (error about beta ||B|| 1e-7, as for the dense kernels).  Memory: O(N d) for the geometry,
-the moments of at most about BLOCK_ELEMENTS / C(p + d + 1, d) pairs at a time and padded batches of at
-most about BLOCK_ELEMENTS numbers.
+in float32 (error about beta ||B|| 1e-7, as for the dense kernels; on the compiled path by the fused
+core's float32 twin, fused.py).  Memory: O(N d) for the geometry, the moments of at most about
+BLOCK_ELEMENTS / C(p + d + 1, d) pairs at a time and padded batches of at most about BLOCK_ELEMENTS
+numbers.
 
 Here: the kernel, one cloud after the other.  The plans of the clouds and their settings live in
 `cluster_plan`, the expanded and the direct sums of one cloud in `cluster_sums`; the public names

@@ -16,7 +16,7 @@ import torch
 from .._threads import intra_op_threads as _threads
 from . import cells as _cells
 from . import compiled
-from .fused import LOG2E, MAX_D
+from .fused import F32_SCORE_MAX, LOG2E, MAX_D
 
 BLOCK_ELEMENTS = 2**22  # numbers per padded batch (32 MiB in float64)
 PAD_RATIO = 1.25  # items batched together differ in size by at most this factor
@@ -237,7 +237,7 @@ def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp
         return
     core = compiled.core() if dev.type == "cpu" and d <= MAX_D else None
     if core is not None:
-        _direct_compiled(core, cl, query_cells, K_T, keys_of(query_cells))
+        _direct_compiled(core, cl, query_cells, K_T, keys_of(query_cells), Xp.dtype == torch.float32)
         return
     logw = torch.log(wp)
     for g in _groups(n_T, K_T, lambda s, c: s * c + 2 * c * (d + 2), BLOCK_ELEMENTS):
@@ -257,10 +257,13 @@ def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp
             cl.acc.index_add_(0, tok[tmask], out[tmask].to(cl.acc.dtype))
 
 
-def _direct_compiled(core, cl: _Cloud, query_cells: np.ndarray, K_T: np.ndarray, keys: np.ndarray) -> None:
+def _direct_compiled(
+    core, cl: _Cloud, query_cells: np.ndarray, K_T: np.ndarray, keys: np.ndarray, f32: bool = False
+) -> None:
     """The direct pairs by the compiled core (fused.c, `fused_cells`): every query cell against its
-    direct keys, in float64 and base 2, its sums brought from the core's shift to m_i and added to
-    cl.acc."""
+    direct keys, in base 2 and float64 (f32: by the core's float32 twin, where it passed its check
+    and the scores stay below F32_SCORE_MAX), its sums brought from the core's shift to m_i and
+    added to cl.acc."""
     f64, d = torch.float64, cl.Xp.shape[1]
     starts, sizes = cl.plan.starts, cl.sizes
     qs = np.zeros(len(query_cells) + 1, dtype=np.int64)
@@ -268,18 +271,14 @@ def _direct_compiled(core, cl: _Cloud, query_cells: np.ndarray, K_T: np.ndarray,
     ks = np.zeros(len(query_cells) + 1, dtype=np.int64)
     np.cumsum(K_T, out=ks[1:])
     qidx = np.ascontiguousarray(_cells.ranges(starts[query_cells], sizes[query_cells]), dtype=np.int64)
-    rows = torch.cat([cl.Xp, (LOG2E * torch.log(cl.wp))[:, None], cl.Xp], dim=1).contiguous()
+    rows = torch.cat([cl.Xp, (LOG2E * torch.log(cl.wp))[:, None], cl.Xp], dim=1)
+    q = (LOG2E * cl.beta) * cl.bp
+    bound = float(q.norm(dim=1).max()) * float(cl.Xp.norm(dim=1).max()) + float(rows[:, d].abs().max())
+    dtype = "float32" if f32 and core.float32 and bound < F32_SCORE_MAX else "float64"
+    q, rows = q.to(getattr(torch, dtype)).contiguous(), rows.to(getattr(torch, dtype)).contiguous()
     out = torch.zeros((cl.Xp.shape[0], d + 2), dtype=f64)
-    core.cells(
-        (LOG2E * cl.beta) * cl.bp,
-        qidx,
-        qs,
-        rows,
-        np.ascontiguousarray(keys, dtype=np.int64),
-        ks,
-        out,
-        cl.threads,
-    )
+    kidx = np.ascontiguousarray(keys, dtype=np.int64)
+    core.cells(q, qidx, qs, rows, kidx, ks, out, cl.threads, dtype)
     tok = torch.as_tensor(qidx)
     # sum_j w_j e^{s_ij - m_i} = 2^{shift_i - log2(e) m_i} Z_i (<= 2^(1/2): the subset's maximum is <= m_i)
     scale = torch.exp2(out[tok, d + 1] - LOG2E * cl.mp[tok])

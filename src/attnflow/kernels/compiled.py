@@ -6,6 +6,10 @@ compiler, kept in the cache directory (cache.py), loaded through ctypes, checked
                 torch path (same field, about 2.5x slower per pair)
     status()    "compiled: PATH" or the reason there is no compiled core, for reports and benchmarks
 
+The core holds float64 sums (`Core.sums`, `Core.cells`) and their float32 twin (`Core.sums32`,
+`Core.cells(..., dtype="float32")`) for float32 input; each is checked on first use, and a twin
+that fails its check (`Core.float32` False) leaves float32 input to the float64 sums.
+
 The compiler is $CC, else the first of cc, gcc, clang on the PATH, with -O3 -march=native (retried
 without -march=native where the compiler refuses it); the build takes about a second and is keyed
 by the source, the compiler and `cache.machine()`.  ctypes releases the GIL during a call, so the
@@ -40,12 +44,14 @@ NATIVE = "-march=native"  # the vector width of this CPU; dropped where the comp
 BUILD_TIMEOUT_S = 120
 SUFFIX = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
 _VOIDP = ctypes.c_void_p
+F32_CHECK = 1e-5  # the float32 twin's self-check (measured 8e-7: float32 rounding of scores up to 63)
 CHUNKS_PER_THREAD = 4  # pieces of work per thread: a thread slowed by other jobs holds up less
 
 
 def address(a, name: str, shape: tuple[int, ...], dtype: str) -> int:
-    """The address of `a`, a C-contiguous CPU array (NumPy or torch) of `dtype` ("float64", "int64")
-    and exactly `shape`; ValueError naming it otherwise: a wrong buffer would crash the process."""
+    """The address of `a`, a C-contiguous CPU array (NumPy or torch) of `dtype` ("float64",
+    "float32", "int64") and exactly `shape`; ValueError naming it otherwise: a wrong buffer would
+    crash the process."""
     if hasattr(a, "data_ptr"):
         ok = a.device.type == "cpu" and a.is_contiguous() and str(a.dtype) == f"torch.{dtype}"
         addr = int(a.data_ptr())
@@ -79,10 +85,12 @@ class Core:
 
     lib: ctypes.CDLL
     path: Path
+    float32: bool = True  # the float32 twin passed its self-check (`sums32`)
 
-    def group(self, d: int) -> int:
-        """Queries per group in dimension d (`sums` takes a multiple of it); 0 for an unsupported d."""
-        return int(self.lib.fused_group(int(d)))
+    def group(self, d: int, dtype: str = "float64") -> int:
+        """Queries per group in dimension d (`sums` takes a multiple of it; `sums32` of
+        group(d, "float32")); 0 for an unsupported d."""
+        return int((self.lib.fused_group32 if dtype == "float32" else self.lib.fused_group)(int(d)))
 
     def sums(self, q, rows, out, threads: int = 1) -> None:
         """Z_i, N_i and the shift m_i of fused.c for the queries q (d, n) (n a multiple of `group(d)`)
@@ -102,11 +110,30 @@ class Core:
 
         run_parallel(split(np.ones(n // group), CHUNKS_PER_THREAD * threads), run, threads)
 
-    def cells(self, q, qidx, qs, rows, kidx, ks, out, threads: int = 1) -> None:
+    def sums32(self, q, rows, out, threads: int = 1) -> None:
+        """`sums` by the float32 twin: q (d, n) (n a multiple of `group(d, "float32")`) and rows
+        (nk, 2 d + 1) float32, out (d + 2, n) float64; |q_i . k_j + l_j| must stay below 2^21."""
+        d, n = q.shape
+        group = self.group(d, "float32")
+        if group == 0 or n % group or rows.shape[0] < 1:
+            raise ValueError(f"the compiled core takes 2 <= d <= 8, queries in groups of {group} and keys")
+        nk = rows.shape[0]
+        aq = address(q, "q", (d, n), "float32")
+        ar = address(rows, "rows", (nk, 2 * d + 1), "float32")
+        ao = address(out, "out", (d + 2, n), "float64")
+
+        def run(g0: int, g1: int) -> None:
+            i0, i1 = g0 * group, g1 * group
+            self.lib.fused_sums32(d, i1 - i0, n, aq + 4 * i0, nk, ar, ao + 8 * i0)
+
+        run_parallel(split(np.ones(n // group), CHUNKS_PER_THREAD * threads), run, threads)
+
+    def cells(self, q, qidx, qs, rows, kidx, ks, out, threads: int = 1, dtype: str = "float64") -> None:
         """fused.c's `fused_cells` for every cell c: its queries, rows qidx[qs[c]:qs[c + 1]] of q
         (nq, d), against its keys, rows kidx[ks[c]:ks[c + 1]] of `rows` (nk, 2 d + 1); results in
-        the queries' rows of out (nq, d + 2).  q, rows, out: float64 CPU arrays (NumPy or torch);
-        qidx, qs, kidx, ks: int64 NumPy arrays; every index is checked."""
+        the queries' rows of out (nq, d + 2).  q, rows: CPU arrays (NumPy or torch) of `dtype`
+        ("float32": the float32 twin, `fused_cells32`), out float64; qidx, qs, kidx, ks: int64 NumPy
+        arrays; every index is checked."""
         (nq, d), nk, n_cells = q.shape, rows.shape[0], len(qs) - 1
         lens_q, lens_k = np.diff(qs), np.diff(ks)
         bad = self.group(d) == 0 or n_cells < 1 or len(ks) != n_cells + 1 or bool((lens_k < 1).any())
@@ -117,17 +144,19 @@ class Core:
         if bad:
             raise ValueError("cells: an unsupported d, a cell without keys or an index out of range")
         args = (
-            address(q, "q", (nq, d), "float64"),
+            address(q, "q", (nq, d), dtype),
             address(qidx, "qidx", (len(qidx),), "int64"),
             address(qs, "qs", (n_cells + 1,), "int64"),
-            address(rows, "rows", (nk, 2 * d + 1), "float64"),
+            address(rows, "rows", (nk, 2 * d + 1), dtype),
             address(kidx, "kidx", (len(kidx),), "int64"),
             address(ks, "ks", (n_cells + 1,), "int64"),
             address(out, "out", (nq, d + 2), "float64"),
         )
 
+        fn = self.lib.fused_cells32 if dtype == "float32" else self.lib.fused_cells
+
         def run(c0: int, c1: int) -> None:
-            if self.lib.fused_cells(d, c0, c1, *args) != 0:
+            if fn(d, c0, c1, *args) != 0:
                 raise MemoryError(f"the compiled core ran out of memory on cells {c0} .. {c1 - 1}")
 
         work = np.asarray(lens_q, dtype=float) * lens_k
@@ -182,26 +211,37 @@ def _load(path: Path) -> Core:
     lib.fused_sums.restype = ctypes.c_int
     lib.fused_sums.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, _VOIDP, ctypes.c_int64]
     lib.fused_sums.argtypes += [_VOIDP, _VOIDP]
+    lib.fused_group32.restype = ctypes.c_int64
+    lib.fused_group32.argtypes = [ctypes.c_int]
+    lib.fused_sums32.restype = ctypes.c_int
+    lib.fused_sums32.argtypes = lib.fused_sums.argtypes
     lib.fused_cells.restype = ctypes.c_int
     lib.fused_cells.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, *[_VOIDP] * 7]
+    lib.fused_cells32.restype = ctypes.c_int
+    lib.fused_cells32.argtypes = lib.fused_cells.argtypes
     return Core(lib, path)
 
 
-def self_check(c: Core) -> float:
-    """Largest relative difference between the core's sums and NumPy's on a small seeded problem
-    (d = 3, scores up to 60 below the row maximum, weights included)."""
+def self_check(c: Core, dtype: str = "float64") -> float:
+    """Largest relative difference between the core's sums (`sums`, or `sums32` for dtype
+    "float32") and NumPy's in float64 on a small seeded problem (d = 3, scores up to 60 below the
+    row maximum, weights included; the float32 inputs rounded first)."""
     rng = np.random.default_rng(0)
-    d, nk, n = 3, 53, c.group(3)
-    q = rng.uniform(-20.0, 20.0, (d, n))
+    d, nk, n = 3, 53, c.group(3, dtype)
+    q = rng.uniform(-20.0, 20.0, (d, n)).astype(dtype)
     rows = np.hstack([rng.uniform(-1, 1, (nk, d)), rng.uniform(-3, 0, (nk, 1)), rng.normal(size=(nk, d))])
+    rows = rows.astype(dtype)
     out = np.empty((d + 2, n))
-    c.sums(q, rows, out)
+    (c.sums32 if dtype == "float32" else c.sums)(q, rows, out)
+    q, rows = q.astype(np.float64), rows.astype(np.float64)
     s = q.T @ rows[:, :d].T + rows[:, d]  # (n, nk) base-2 scores
     shift = np.round(s.max(axis=1))
-    e = np.exp2(s - shift[:, None])
+    # float32 scores may round a maximum near k + 1/2 the other way: the sums are taken at its shift
+    off = 0.0 if dtype == "float64" else np.clip(out[d + 1] - shift, -1.0, 1.0)
+    e = np.exp2(s - (shift + off)[:, None])
     ref = np.vstack([e.sum(1), (e @ rows[:, d + 1 :]).T])
     err = np.max(np.abs(out[: d + 1] - ref) / np.abs(ref).max(axis=1, keepdims=True))
-    return float(max(err, np.abs(out[d + 1] - shift).max()))
+    return float(max(err, np.abs(out[d + 1] - (shift + off)).max()))
 
 
 def library_path(cc: str) -> Path:
@@ -235,6 +275,9 @@ def _core() -> tuple[Core | None, str]:
     err = self_check(c)
     if not err < 1e-13:
         return None, f"not compiled: the compiled core fails its self-check (relative error {err:.2g})"
+    err32 = self_check(c, "float32")
+    if not err32 < F32_CHECK:  # float32 input then runs the float64 sums
+        return Core(c.lib, path, float32=False), f"compiled: {path} (float32 twin failed: {err32:.2g})"
     return c, f"compiled: {path}"
 
 

@@ -169,3 +169,176 @@ int fused_cells(int d, int64_t c0, int64_t c1, const double *q, const int64_t *q
     free(keys);
     return 0;
 }
+
+/* ---- The float32 twin: the same two passes in float32 arithmetic -------------------------------
+ *
+ * WF = 16 queries per vector (twice the float64 width), scores, maxima, the exponential and the sums
+ * over blocks of KB keys in float32; the block sums are added into float64 totals (the rounding of a
+ * running float32 sum would grow with the number of keys).  2^x: the 1.5 2^23 shifter (|m_i| < 2^22),
+ * the degree-6 interpolant at the Chebyshev points of [-1/2, 1/2] (relative error 1.0e-7, float32
+ * rounding included), 2^k by the exponent bits; the floor is 120 below the row maximum (2^-120
+ * stays a normal float32).  Layouts as above with q and rows float32 and out float64.
+ */
+#define WF 16
+#define KB 64
+
+typedef float vf __attribute__((vector_size(4 * WF), aligned(4)));
+typedef int32_t vi __attribute__((vector_size(4 * WF), aligned(4)));
+typedef float vf8 __attribute__((vector_size(32), aligned(4)));
+typedef double vd8 __attribute__((vector_size(64), aligned(8)));
+
+static const float SHIFTER32 = 0x1.8p23f;
+static const float FLOOR32 = 120.0f;
+
+static inline vf fset(float x) { return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+
+static inline vf fmax16(vf a, vf b)
+{
+    vi m = a > b;
+    return (vf)(((vi)a & m) | ((vi)b & ~m));
+}
+
+static inline vf exp2_shifted32(vf s, vf c)
+{
+    vf t = s + c;
+    vf r = s - (t - c);
+    vf p = fset(0.00015461444854736328f);
+    p = p * r + fset(0.0013400427997112274f);
+    p = p * r + fset(0.009618056938052177f);
+    p = p * r + fset(0.05550327152013779f);
+    p = p * r + fset(0.24022650718688965f);
+    p = p * r + fset(0.6931471824645996f);
+    p = p * r + fset(1.0f);
+    vi bits = ((vi)t - ((vi)fset(SHIFTER32) - 127)) << 23;
+    return p * (vf)bits;
+}
+
+static inline __attribute__((always_inline)) vf score32(const int D, const vf *qv, const float *row)
+{
+    vf s = fset(row[D]);
+    for (int l = 0; l < D; l++) s += qv[l] * row[l];
+    return s;
+}
+
+/* add the float32 block sums acc (WF lanes) into the float64 totals tot (WF doubles) */
+static inline void flush32(vf acc, double *tot)
+{
+    float a[WF];
+    memcpy(a, &acc, sizeof a);
+    vd8 lo = __builtin_convertvector(*(const vf8 *)a, vd8), hi = __builtin_convertvector(*(const vf8 *)(a + 8), vd8);
+    *(vd8 *)tot += lo;
+    *(vd8 *)(tot + 8) += hi;
+}
+
+static inline __attribute__((always_inline)) void sums32(
+    const int D, const int QV, int64_t n, int64_t ldq, const float *q, int64_t nk, const float *rows,
+    double *out)
+{
+    const int R = 2 * D + 1;
+    for (int64_t i0 = 0; i0 < n; i0 += WF * QV) {
+        vf qv[MAX_QV][MAX_D], m[MAX_QV], c[MAX_QV], lo[MAX_QV], acc[MAX_QV][MAX_D + 1];
+        double tot[MAX_QV][MAX_D + 1][WF] __attribute__((aligned(64)));
+        for (int g = 0; g < QV; g++) {
+            for (int l = 0; l < D; l++) qv[g][l] = *(const vf *)(q + l * ldq + i0 + g * WF);
+            m[g] = fset(-1e30f);
+        }
+        for (int64_t j = 0; j < nk; j++) {
+            const float *row = rows + R * j;
+            for (int g = 0; g < QV; g++) m[g] = fmax16(m[g], score32(D, qv[g], row));
+        }
+        for (int g = 0; g < QV; g++) {
+            vf mr = (m[g] + fset(SHIFTER32)) - fset(SHIFTER32);
+            c[g] = fset(SHIFTER32) - mr;
+            lo[g] = mr - fset(FLOOR32);
+            for (int l = 0; l <= D; l++) memset(tot[g][l], 0, sizeof tot[g][l]);
+        }
+        for (int64_t j0 = 0; j0 < nk; j0 += KB) {
+            const int64_t j1 = j0 + KB < nk ? j0 + KB : nk;
+            for (int g = 0; g < QV; g++)
+                for (int l = 0; l <= D; l++) acc[g][l] = fset(0.0f);
+            for (int64_t j = j0; j < j1; j++) {
+                const float *row = rows + R * j;
+                for (int g = 0; g < QV; g++) {
+                    vf e = exp2_shifted32(fmax16(score32(D, qv[g], row), lo[g]), c[g]);
+                    acc[g][0] += e;
+                    for (int l = 0; l < D; l++) acc[g][l + 1] += e * fset(row[D + 1 + l]);
+                }
+            }
+            for (int g = 0; g < QV; g++)
+                for (int l = 0; l <= D; l++) flush32(acc[g][l], tot[g][l]);
+        }
+        for (int g = 0; g < QV; g++) {
+            for (int l = 0; l <= D; l++) memcpy(out + l * ldq + i0 + g * WF, tot[g][l], sizeof tot[g][l]);
+            vf mr = fset(SHIFTER32) - c[g];
+            for (int k = 0; k < WF; k++) out[(D + 1) * ldq + i0 + g * WF + k] = (double)mr[k];
+        }
+    }
+}
+
+#define GROUP32(D) ((D) <= 3 ? 3 : (D) <= 5 ? 2 : 1)
+#define SUMS32(D)                                                                                   \
+    static void sums32_##D(int64_t n, int64_t ldq, const float *q, int64_t nk, const float *rows,  \
+                           double *out)                                                            \
+    {                                                                                               \
+        sums32(D, GROUP32(D), n, ldq, q, nk, rows, out);                                            \
+    }
+SUMS32(2)
+SUMS32(3)
+SUMS32(4)
+SUMS32(5)
+SUMS32(6)
+SUMS32(7)
+SUMS32(8)
+
+/* queries per group of the float32 sums for dimension d; 0 for an unsupported d */
+int64_t fused_group32(int d) { return d >= 2 && d <= MAX_D ? (int64_t)WF * GROUP32(d) : 0; }
+
+typedef void (*sums32_fn)(int64_t, int64_t, const float *, int64_t, const float *, double *);
+static const sums32_fn TABLE32[MAX_D + 1] = {0, 0, sums32_2, sums32_3, sums32_4, sums32_5, sums32_6, sums32_7, sums32_8};
+
+/* `fused_sums` in float32: q (d, ldq) and rows (nk, 2 d + 1) float32, out (d + 2, ldq) float64;
+ * the caller keeps |q_i . k_j + l_j| below 2^21 */
+int fused_sums32(int d, int64_t n, int64_t ldq, const float *q, int64_t nk, const float *rows, double *out)
+{
+    if (fused_group32(d) == 0 || n % fused_group32(d) != 0 || nk < 1) return -1;
+    TABLE32[d](n, ldq, q, nk, rows, out);
+    return 0;
+}
+
+/* `fused_cells` by the float32 twin: q (nq, d) and rows float32, out (nq, d + 2) float64 */
+int fused_cells32(int d, int64_t c0, int64_t c1, const float *q, const int64_t *qidx, const int64_t *qs,
+                  const float *rows, const int64_t *kidx, const int64_t *ks, double *out)
+{
+    const int64_t G = fused_group32(d), R = 2 * d + 1;
+    int64_t lmax = 0, kmax = 0;
+    if (G == 0) return -1;
+    for (int64_t c = c0; c < c1; c++) {
+        if (ks[c + 1] <= ks[c]) return -1;
+        lmax = qs[c + 1] - qs[c] > lmax ? qs[c + 1] - qs[c] : lmax;
+        kmax = ks[c + 1] - ks[c] > kmax ? ks[c + 1] - ks[c] : kmax;
+    }
+    lmax = (lmax + G - 1) / G * G;
+    float *keys = malloc(sizeof(float) * (size_t)(kmax * R + d * lmax + 1));
+    double *res = malloc(sizeof(double) * (size_t)((d + 2) * lmax + 1));
+    if (keys == NULL || res == NULL) {
+        free(keys);
+        free(res);
+        return -2;
+    }
+    float *qt = keys + kmax * R;
+    for (int64_t c = c0; c < c1; c++) {
+        const int64_t nq = qs[c + 1] - qs[c], nk = ks[c + 1] - ks[c], n = (nq + G - 1) / G * G;
+        if (nq == 0) continue;
+        for (int64_t j = 0; j < nk; j++) memcpy(keys + R * j, rows + R * kidx[ks[c] + j], sizeof(float) * R);
+        for (int64_t i = 0; i < n; i++) {
+            const float *qi = q + d * qidx[qs[c] + (i < nq ? i : 0)];
+            for (int l = 0; l < d; l++) qt[l * n + i] = qi[l];
+        }
+        TABLE32[d](n, n, qt, nk, keys, res);
+        for (int64_t i = 0; i < nq; i++)
+            for (int l = 0; l < d + 2; l++) out[(d + 2) * qidx[qs[c] + i] + l] = res[l * n + i];
+    }
+    free(keys);
+    free(res);
+    return 0;
+}

@@ -34,15 +34,18 @@ Keys inside the ball but beyond r_i are kept too, which only makes the result mo
 Rows with beta |b_i| so small that r_i >= 2 (high temperature, or B^T x_i = 0) keep every key; then the
 kernel does dense work with extra overhead, which is why `kernel="auto"` picks a dense kernel there.
 float32 inputs: the geometry is computed in float64, the scores in float32 (error about beta ||B|| 1e-7,
-as for the dense kernels).  Memory: O(N d) for the geometry, the keys gathered for one batch of cells
-(at most BLOCK_ELEMENTS / queries-per-cell rows) and at most about BALL_CHUNK candidate indices.
+as for the dense kernels; on the compiled path by the fused core's float32 twin, fused.py).
+Memory: O(N d) for the geometry, the keys gathered for one batch of cells (at most BLOCK_ELEMENTS /
+queries-per-cell rows) and at most about BALL_CHUNK candidate indices.
 
 On a GPU the geometry (tree, nearest neighbours, cells, ball queries) runs on the CPU in float64 and
 the fused softmax calls, where the exponentials are, run on the tensors' device.
 
 Here: the gathering of each cell's candidate keys and the evaluation of the cells.  The geometry
 (kept radii, cells, balls, `cloud_geometry`) and the candidate counts live in `truncated_geometry`;
-the public names are importable from here.
+the public names are importable from here.  The geometry, with the candidate keys gathered for it,
+is kept across the stages and steps of a run while the tokens move less than its margin
+(`truncated_moves`: balls widened by MARGIN, an exact check at every state, the same field).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from .._threads import intra_op_threads as _threads
 from . import compiled
 from .cells import ranges
 from .common import batched, log_weights, matrices_like, tangent
-from .fused import LOG2E, MAX_D
+from .fused import F32_SCORE_MAX, LOG2E, MAX_D
 from .truncated_geometry import (
     CELL_RATIO,
     LEAF,
@@ -71,6 +74,7 @@ from .truncated_geometry import DEFAULT_CUTOFF as DEFAULT_CUTOFF
 from .truncated_geometry import candidate_counts as candidate_counts
 from .truncated_geometry import candidate_pairs as candidate_pairs
 from .truncated_geometry import kept_radius as kept_radius
+from .truncated_moves import MARGIN
 
 if TYPE_CHECKING:
     from ..attention import Attention
@@ -81,6 +85,7 @@ BLOCK_ELEMENTS = 2**23  # key-query pairs per fused call on a batch of cells
 PARALLEL_PAIRS = 2**22
 PAD_RATIO = 1.25  # cells batched together differ in key count by at most this factor
 BALL_CHUNK = 2**21  # about this many (cell, key) pairs per ball query call
+KEPT_KEYS = 2**21  # most candidate keys kept with a geometry kept for moved states (16 MiB)
 
 
 def _candidates(tree, centres: np.ndarray, radii: np.ndarray, n_keys: int, threads: int = 1):
@@ -138,6 +143,19 @@ def _chunks_of_cells(tree, centres: np.ndarray, radii: np.ndarray, N: int, d: in
         start = stop
 
 
+def _keeping(geometry: Geometry, chunks):
+    """The chunks of `_chunks_of_cells`, kept in geometry.chunks for the next evaluation on the same
+    geometry where they hold at most KEPT_KEYS candidate keys in all."""
+    got, size = [], 0
+    for chunk in chunks:
+        yield chunk
+        size += chunk[1].size
+        if size <= KEPT_KEYS:
+            got.append(chunk)
+    if size <= KEPT_KEYS:
+        geometry.chunks[:] = got
+
+
 def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads: int):
     """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d);
     logw: (N,) log-weights of the keys, or None (uniform); geometry: its cells (`cloud_geometry`).
@@ -152,7 +170,9 @@ def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads
         geometry.radii,
     )
     stats["cells"] = stats.get("cells", 0) + radii.size
-    chunks = _chunks_of_cells(tree, centres, radii, N, d, threads)
+    chunks = geometry.chunks or _chunks_of_cells(tree, centres, radii, N, d, threads)
+    if geometry.kept and not geometry.chunks:
+        chunks = _keeping(geometry, chunks)
     core = compiled.core() if X.device.type == "cpu" and d <= MAX_D else None
     if core is not None:
         return _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats, threads)
@@ -169,21 +189,27 @@ def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads
 
 
 def _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats: dict, threads: int):
-    """`_average_one` through the compiled core: each cell's queries against its candidate keys, in
-    float64 (scores in base 2, fused.c), whatever X's dtype."""
+    """`_average_one` through the compiled core: each cell's queries against its candidate keys
+    (scores in base 2, fused.c), in float64, or by the float32 twin for float32 X where its
+    scores stay below F32_SCORE_MAX (fused.py; stats["sums"] says which)."""
     f64 = torch.float64
     N, d = X.shape
     q = (LOG2E * beta) * Bq.to(f64)
     lw = torch.zeros(N, dtype=f64) if logw is None else LOG2E * logw.to(f64)
-    rows = torch.cat([X.to(f64), lw[:, None], VX.to(f64)], dim=1).contiguous()
+    rows = torch.cat([X.to(f64), lw[:, None], VX.to(f64)], dim=1)
+    bound = float(q.norm(dim=1).max()) * float(X.to(f64).norm(dim=1).max()) + float(lw.abs().max())
+    dtype = "float32" if X.dtype == torch.float32 and core.float32 and bound < F32_SCORE_MAX else "float64"
+    stats.setdefault("sums", []).append(dtype)
+    q, rows = q.to(getattr(torch, dtype)).contiguous(), rows.to(getattr(torch, dtype)).contiguous()
     out = torch.empty((N, d + 2), dtype=f64)
-    group = core.group(d)
+    group = core.group(d, dtype)
     for chunk, flat, offsets in chunks:
         sizes = starts[chunk + 1] - starts[chunk]
         qs = np.zeros(len(chunk) + 1, dtype=np.int64)
         np.cumsum(sizes, out=qs[1:])
         qidx = np.ascontiguousarray(perm[ranges(starts[chunk], sizes)], dtype=np.int64)
-        core.cells(q, qidx, qs, rows, np.ascontiguousarray(flat, dtype=np.int64), offsets, out, threads)
+        kidx = np.ascontiguousarray(flat, dtype=np.int64)
+        core.cells(q, qidx, qs, rows, kidx, offsets, out, threads, dtype)
         keys = np.diff(offsets)
         stats["pairs"] = stats.get("pairs", 0) + int(np.dot(keys, sizes))
         stats["keys"] = stats.get("keys", 0) + int(keys.sum())
@@ -272,6 +298,7 @@ def velocity_truncated(
     leaf: int = LEAF,
     leaf_min: int = LEAF_MIN,
     ratio: float = CELL_RATIO,
+    margin: float | None = MARGIN,
     stats: dict | None = None,
 ) -> torch.Tensor:
     """Tangent velocity of every token, keys within e^{-cutoff} of each row maximum only.
@@ -282,9 +309,11 @@ def velocity_truncated(
     widens where a light key is nearest (module docstring), the error bound stays N e^{-cutoff}.
     cutoff: the relative error of each row sum is <= N e^{-cutoff} (default 45: <= 1e-12 for
     N <= 3.4e7).  leaf, leaf_min, ratio: cells hold at most `leaf` queries, and are cut down to
-    `leaf_min` while wider than `ratio` times r_i.
+    `leaf_min` while wider than `ratio` times r_i.  margin: the cells' balls are widened by this
+    fraction and their geometry is kept for later states while they moved less than it allows
+    (truncated_moves.py; the same field to the bound above); None: a new geometry every call.
     stats: a dict to fill with counts: "cells", "pairs" (key-query pairs evaluated), "keys" (keys
-    gathered, once per cell), "padded_pairs".
+    gathered, once per cell), "padded_pairs", "geometry_built", "geometry_kept" (clouds).
     Returns (M, N, d) (or (N, d)) like X.  Meant for small d (up to about 6) and large beta.
     """
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
@@ -295,7 +324,16 @@ def velocity_truncated(
     cloud_betas = _cloud_betas(att, betas, M)
     logw = log_weights(weights, M, N, X3)
     geometries = cloud_geometry(
-        X, att, betas=betas, weights=weights, cutoff=cutoff, leaf=leaf, leaf_min=leaf_min, ratio=ratio
+        X,
+        att,
+        betas=betas,
+        weights=weights,
+        stats=stats,
+        cutoff=cutoff,
+        leaf=leaf,
+        leaf_min=leaf_min,
+        ratio=ratio,
+        margin=margin,
     )
     B, V = matrices_like(att, X3)
     out = torch.empty_like(X3)

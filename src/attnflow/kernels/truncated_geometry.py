@@ -10,15 +10,16 @@ counts without an exponential, and `sampled_counts`, their estimate from a sampl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from .._checks import check_positive
-from . import reuse
+from . import reuse, truncated_moves
 from .common import batched, finite_beta, log_weights
+from .truncated_moves import MARGIN
 
 if TYPE_CHECKING:
     from ..attention import Attention
@@ -103,15 +104,18 @@ def _geometry(
     logw: np.ndarray | None = None,
     queries: np.ndarray | None = None,
     tree: Any = None,
+    margin: float = 0.0,
 ):
     """Cells of queries and their ball radii for keys Xn (N, d) and b (n, d) rows b_i = B^T x_i of
     the queries x_i: `queries` (n, d), by default every key (n = N).
 
     logw: (N,) log-weights of the keys, or None (uniform): each row's cutoff is widened by
     L_i = max(0, -log(N w_{n_i})), n_i its nearest key (module docstring, "Error bound").
-    tree: the cKDTree on Xn when made already (`trees`).
-    Returns (tree on the keys, perm, starts, centres (n_cells, d), radii (n_cells,)): cell k holds
-    the queries perm[starts[k]:starts[k + 1]] and needs every key within radii[k] of centres[k].
+    tree: the cKDTree on Xn when made already (`trees`).  margin: each ball radius is widened by
+    this fraction, so that the geometry still holds for moved states (`holds`).
+    Returns (tree on the keys, perm, starts, centres (n_cells, d), radii (n_cells,), nearest (n,),
+    row cutoffs (n,) or a float): cell k holds the queries perm[starts[k]:starts[k + 1]] and needs
+    every key within radii[k] of centres[k]; n_i = nearest[i]; cutoff + L_i the row cutoffs.
     """
     d = Xn.shape[1]
     bnorm = np.linalg.norm(b, axis=1)
@@ -136,7 +140,7 @@ def _geometry(
     np.maximum.at(rho, which, np.linalg.norm(u[perm] - centres[which], axis=1))
     rmax = np.zeros(n_cells)
     np.maximum.at(rmax, which, r[perm])
-    return tree, perm, starts, centres, rho + rmax
+    return tree, perm, starts, centres, (rho + rmax) * (1.0 + margin), nearest, row_cutoff
 
 
 _TREES = ("trees",)  # the reuse key of the trees on a tensor's keys
@@ -179,13 +183,51 @@ def _settings(cutoff: float, leaf: int, leaf_min: int, ratio: float) -> tuple[fl
 @dataclass(frozen=True)
 class Geometry:
     """One cloud's cells of queries (`_geometry`): cell k holds the queries perm[starts[k]:starts[k + 1]]
-    and needs every key within radii[k] of centres[k]; tree: the cKDTree on the keys."""
+    and needs every key within radii[k] of centres[k]; tree: the cKDTree on the keys (its data: the
+    keys as they were).  For `holds`: nearest (N,), each query's nearest key then; cutoffs, its row
+    cutoff cutoff + L_i (a float for uniform weights); logw, the keys' log-weights (None: uniform);
+    beta; chunks: the cells' candidate keys as the kernel gathered them (truncated.py), kept with a
+    geometry kept for moved states (kept = True): the same balls give the same keys."""
 
     tree: Any
     perm: np.ndarray
     starts: np.ndarray
     centres: np.ndarray
     radii: np.ndarray
+    nearest: np.ndarray | None = None
+    cutoffs: Any = None
+    logw: np.ndarray | None = None
+    beta: float = math.nan
+    chunks: list = field(default_factory=list, compare=False)  # the kernel's ball queries, when kept
+    kept: bool = False  # kept for moved states: the kernel keeps its ball queries in `chunks`
+
+
+def holds(g: Geometry, Xn: np.ndarray, B: np.ndarray, beta: float, logw: np.ndarray | None) -> bool:
+    """Whether the geometry g, made for the keys g.tree.data, still gives every query of the moved
+    cloud Xn (N, d) every key the kernel must keep (module docstring of truncated_moves, "Why the
+    check suffices"): for each cell k with radii[k] < 2,
+
+        max_{i in k} (|u'_i - z_k| + r'_i) + delta <= radii[k],
+        r'_i^2 = |u'_i - x'_{n_i}|^2 + 2 (cutoff + L_i) / (beta |b'_i|),   delta = max_j |x'_j - x_j|,
+
+    u'_i, b'_i of the moved tokens x', n_i the query's nearest key when g was made.  O(N d)."""
+    if g.nearest is None or g.beta != beta or Xn.shape != g.tree.data.shape:
+        return False
+    if logw is None or g.logw is None:
+        if logw is not g.logw:
+            return False
+    elif not np.array_equal(logw, g.logw):
+        return False
+    delta = float(np.sqrt(np.max(np.sum((Xn - g.tree.data) ** 2, axis=1))))
+    b = Xn @ B
+    bnorm = np.linalg.norm(b, axis=1)
+    u = b / np.where(bnorm > 0, bnorm, 1.0)[:, None]
+    r = kept_radius(np.linalg.norm(u - Xn[g.nearest], axis=1), bnorm, beta, g.cutoffs)
+    sizes = np.diff(g.starts)
+    which = np.repeat(np.arange(sizes.size), sizes)
+    need = np.linalg.norm(u[g.perm] - g.centres[which], axis=1) + r[g.perm]
+    worst = np.maximum.reduceat(need, g.starts[:-1]) + delta
+    return bool(np.all((worst <= g.radii) | (g.radii >= 2.0)))
 
 
 def cloud_geometry(
@@ -198,33 +240,55 @@ def cloud_geometry(
     leaf: int = LEAF,
     leaf_min: int = LEAF_MIN,
     ratio: float = CELL_RATIO,
+    margin: float | None = MARGIN,
+    stats: dict | None = None,
 ) -> list[Geometry]:
     """The geometry of every cloud of X (M, N, d) (or (N, d)), as `velocity_truncated` makes it (in
     float64 whatever X's dtype); kept for the next call on the same, unmodified tensors (reuse.py):
-    `kernel="auto"` prices the kernel by it and the kernel then takes it."""
+    `kernel="auto"` prices the kernel by it and the kernel then takes it.  margin: ball radii widened
+    by this fraction and the geometry kept for moved states while `holds` (truncated_moves.py);
+    None: neither (a new geometry at every call).  stats: a dict to count "geometry_built" and
+    "geometry_kept" clouds."""
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
+    if margin is not None and not (isinstance(margin, (int, float)) and 0 <= margin < math.inf):
+        raise ValueError(f"margin must be a finite number >= 0 or None, got {margin!r}")
     X3 = batched(X, "X")
-    M, N, _ = X3.shape
+    M, N, d = X3.shape
     cloud_betas = _cloud_betas(att, betas, M)
     tensors = tuple(t if isinstance(t, torch.Tensor) else None for t in (X, weights, betas))
-    key = ("truncated", att.B.tobytes(), tuple(cloud_betas), cutoff, leaf, leaf_min, ratio)
+    key = ("truncated", att.B.tobytes(), tuple(cloud_betas), cutoff, leaf, leaf_min, ratio, margin)
     cacheable = all(t is None or isinstance(t, torch.Tensor) for t in (weights, betas))
     found = reuse.get(tensors, key) if cacheable else None
     if found is not None:
         return found
     logw = log_weights(weights, M, N, X3.to(torch.float64))
     B = np.asarray(att.B, dtype=float)
-    kept = kept_trees(X)
-    out = []
+    kept, moved = kept_trees(X), None if margin is None else truncated_moves.get((*key, M, N, d))
+    out, counts = [], {"geometry_built": 0, "geometry_kept": 0}
     for m in range(M):
         Xn = _numpy64(X3[m])
         lw = None if logw is None else _numpy64(logw[m])
+        if moved is not None and holds(moved[m], Xn, B, cloud_betas[m], lw):
+            out.append(moved[m])
+            counts["geometry_kept"] += 1
+            continue
         tree = None if kept is None else kept[m]
-        out.append(
-            Geometry(*_geometry(Xn, Xn @ B, cloud_betas[m], cutoff, leaf, leaf_min, ratio, lw, tree=tree))
+        parts = _geometry(
+            Xn, Xn @ B, cloud_betas[m], cutoff, leaf, leaf_min, ratio, lw, tree=tree, margin=margin or 0.0
         )
+        tree, perm, starts, centres, radii, nearest, cutoffs = parts
+        g = Geometry(
+            tree, perm, starts, centres, radii, nearest, cutoffs, lw, cloud_betas[m], kept=margin is not None
+        )
+        out.append(g)
+        counts["geometry_built"] += 1
+    if margin is not None:
+        truncated_moves.put((*key, M, N, d), out)
     if cacheable:
         reuse.put(tensors, key, out)
+    if stats is not None:
+        for k, v in counts.items():
+            stats[k] = stats.get(k, 0) + v
     return out
 
 
@@ -271,6 +335,7 @@ def sampled_counts(
     leaf: int = LEAF,
     leaf_min: int = LEAF_MIN,
     ratio: float = CELL_RATIO,
+    margin: float | None = MARGIN,
 ) -> dict[str, float]:
     """`candidate_counts` estimated from the plan of n queries (default `sample_size(N)`) drawn with
     `seed` (each standing for N / n) against every key: their kept radii exactly, cells of them cut
@@ -279,7 +344,7 @@ def sampled_counts(
     benchmarks/sampled_plan.py) it took 0.15 to 0.62 of the plan's time (median 0.24), and the
     predicted cost came within 0.76 to 1.09 of the plan's (the pairs 0.03 to 3.2: they are off
     where they are few, and then cost less than the tokens).  The trees on the keys are kept for the
-    kernel (`trees`); its plan it makes itself, when picked."""
+    kernel (`trees`); its plan it makes itself, when picked.  margin: the kernel's (`cloud_geometry`)."""
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
     X3 = batched(X, "X")
     M, N, _ = X3.shape
@@ -307,6 +372,7 @@ def sampled_counts(
                 lw,
                 queries=xq,
                 tree=kd[m],
+                margin=margin or 0.0,
             )
         )
         counts = _ball_counts(g)
