@@ -96,14 +96,13 @@ def importance(
     n = len(theta) if queries is None else queries
     base = torch.exp(logw - logw.max())
     imp = base.clone()
-    sparse = (
-        n * len(theta) >= SPARSE_MIN_PAIRS
-        and float(_plan(field, theta[:n], theta, logw).keep.double().mean()) <= SPARSE_MAX_KEPT
-    )
+    plan = _plan(field, theta[:n], theta, logw) if n * len(theta) >= SPARSE_MIN_PAIRS else None
+    if plan is not None and float(plan.keep.double().mean()) > SPARSE_MAX_KEPT:
+        plan = None
     q, k, _ = field.scores_parts(theta[:n], theta)
     for _ in range(rounds):
-        if sparse:
-            imp = torch.maximum(base, _column_max(field, theta, logw, imp, n))
+        if plan is not None:  # one plan for every round: it does not depend on the importances
+            imp = torch.maximum(base, _column_max(field, theta, imp, n, plan))
             continue
         new = base.clone()
         for s in range(0, n, block):
@@ -217,11 +216,12 @@ def _sparse(fld: CircleField, phi: torch.Tensor, plan: _Plan) -> torch.Tensor:
 
 
 def _column_max(
-    fld: CircleField, theta: torch.Tensor, logw: torch.Tensor, imp: torch.Tensor, n: int
+    fld: CircleField, theta: torch.Tensor, imp: torch.Tensor, n: int, plan: _Plan
 ) -> torch.Tensor:
-    """max_i imp_i p_ij, queries the first n nodes, keys all (sparse: the dropped p_ij are < e^-CUTOFF)."""
+    """max_i imp_i p_ij, queries the first n nodes, keys all, by their `plan` (sparse: the dropped
+    p_ij are < e^-CUTOFF)."""
     out = torch.zeros_like(imp)
-    for qi, ki, p, _ in _chunks(fld, theta[:n], _plan(fld, theta[:n], theta, logw)):
+    for qi, ki, p, _ in _chunks(fld, theta[:n], plan):
         w = torch.where(qi >= 0, imp[qi.clamp(min=0)], torch.zeros_like(qi, dtype=imp.dtype))
         col = (w[..., None] * p).amax(1)  # (c, K)
         ok = ki >= 0
