@@ -111,3 +111,45 @@ def test_separatrices_agree_with_the_fates_of_equispaced_tokens():
     np.testing.assert_allclose(found, fates, atol=2 * math.pi / N)
     search = mean_field_quadrature(att, 20.0, 0)[2]
     np.testing.assert_allclose(np.sort(np.mod(search.angles, 2 * math.pi)), fates, atol=2 * math.pi / N)
+
+
+def moments(states):
+    return np.array(
+        [[np.exp(lw) @ f(th) for f in (np.cos, np.sin, lambda x: np.cos(2 * x))] for th, lw in states]
+    )
+
+
+def test_a_scouted_run_is_the_run_of_full_passes():
+    """The scouting pass (rtol 1e-5) only centres the final pass's patches: the final states are
+    those of passes at full tolerance until they agree, to well within the discretisation's own
+    error (the change of a refinement level), at a fraction of the cost."""
+    att = af.worked_example(20.0, d=2)
+    times = np.linspace(0.0, 6.0, 13)
+    full = simulate_mean_field_circle(att, times, settings=MeanFieldSettings(margin=4.0, scout_rtol=None))
+    scouted = simulate_mean_field_circle(att, times, settings=MeanFieldSettings(margin=4.0))
+    finer = simulate_mean_field_circle(att, times, level=1, settings=MeanFieldSettings(margin=4.0))
+    assert len(full.passes) >= 2 and len(scouted.passes) == 2
+    attempts = [p["steps"] + p["rejected"] for p in scouted.passes]
+    assert attempts[0] < 0.5 * (full.passes[0]["steps"] + full.passes[0]["rejected"])  # the scout is cheap
+    moved = np.abs(moments(scouted.states) - moments(full.states)).max()
+    level = np.abs(moments(finer.states) - moments(full.states)).max()
+    assert moved < 0.1 * level, (moved, level)
+
+
+def test_dense_states_integrated_again_are_the_saved_ones():
+    """A state the `dense` callback asks for is integrated again from the snapshot of the step
+    before it: the same state as one saved at that time in the pass, to the pass's tolerance."""
+    att = af.worked_example(20.0, d=2)
+    extra = np.array([1.23, 1.27, 3.051])
+    times = np.linspace(0.0, 4.0, 9)
+    tr = simulate_mean_field_circle(att, times, settings=FAST, dense=lambda t, states: extra)
+    np.testing.assert_array_equal(tr.dense_t, extra)
+    assert tr.passes[-1]["restarted"] > 0
+    direct = simulate_mean_field_circle(att, np.union1d(times, extra), settings=FAST)
+    at = [int(np.flatnonzero(np.isclose(direct.t, t))[0]) for t in extra]
+    np.testing.assert_allclose(moments(tr.dense_states), moments([direct.states[i] for i in at]), atol=1e-7)
+    np.testing.assert_allclose(
+        moments(tr.states),
+        moments([direct.states[i] for i in range(len(direct.t)) if direct.t[i] in times]),
+        atol=1e-7,
+    )

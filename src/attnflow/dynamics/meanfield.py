@@ -32,9 +32,11 @@ result and the set-up of a run live in `meanfield_setup`, one step and its bookk
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time as _time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,6 +56,7 @@ from .meanfield_setup import (
     _initial_state,
     _Problem,
     _problem,
+    _State,
     initial_separatrices,
 )
 from .meanfield_step import (
@@ -73,10 +76,37 @@ __all__ = ["MeanFieldSettings", "MeanFieldTrajectory", "simulate_mean_field_circ
 def _run_pass(
     pb: _Problem, centres: np.ndarray, t_out: np.ndarray, t_run: float, centre_of_t, width: float, progress
 ) -> _Record:
-    """One forward pass from t = 0 to t_run, saving the states at t_out."""
+    """One forward pass from t = 0 to t_run, saving the states at t_out (and a snapshot of the
+    state that starts each step saving one, for `_dense_states`)."""
     st, rec = _initial_state(pb, centres, width), _Record()
-    keys, j, h, err_old, rejected = _keys(pb, st), 0, min(1e-2, t_run), 1.0, False
-    while j < len(t_out) and t_out[j] <= 0.0:
+    return _integrate(pb, st, rec, t_out, t_run, _Run(centre_of_t, width, progress, min(1e-2, t_run)))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How a pass, or a restart inside it, integrates: its separatrix (None: the repelling zeros),
+    its patches' width, progress, and the first step size."""
+
+    centre_of_t: Callable | None
+    width: float
+    progress: Callable | None
+    h: float
+
+
+def _snapshot(st: _State) -> _State:
+    """A copy of a pass's state that later steps do not change (label families shared)."""
+    patches = [
+        dataclasses.replace(p, ell=p.ell.copy(), stretch=dict(p.stretch), next_label=dict(p.next_label))
+        for p in st.patches
+    ]
+    return dataclasses.replace(st, patches=patches, windows=st.windows.copy())
+
+
+def _integrate(pb: _Problem, st: _State, rec: _Record, t_out: np.ndarray, t_run: float, run: _Run) -> _Record:
+    """Integrate st to t_run, saving the states at t_out (increasing, >= st.t) into rec."""
+    keys, j, h, err_old, rejected = _keys(pb, st), 0, run.h, 1.0, False
+    while j < len(t_out) and t_out[j] <= st.t:
+        rec.snapshots[float(t_out[j])] = (_snapshot(st), h)
         _save_now(pb, st, keys, rec)
         j += 1
     while st.t < t_run * (1.0 - 1e-12):
@@ -95,18 +125,39 @@ def _run_pass(
             if h < 1e-12 * max(1.0, st.t):
                 raise RuntimeError(f"step size underflow at t = {st.t:.6g} (h = {h:.3g})")
             continue
+        if j < len(t_out) and t_out[j] <= st.t + h * (1.0 + 1e-12):
+            snap = (_snapshot(st), h)
         while j < len(t_out) and t_out[j] <= st.t + h * (1.0 + 1e-12):
+            rec.snapshots[float(t_out[j])] = snap
             _save(pb, st, keys, att, h, (t_out[j] - st.t) / h, rec)
             j += 1
-        _advance(pb, st, att, h, centre_of_t, width, rec)
+        _advance(pb, st, att, h, run.centre_of_t, run.width, rec)
         keys = _keys(pb, st)
         rec.counts["steps"] += 1
         h *= min(1.0 if rejected else 5.0, max(0.2, fac))  # no growth right after a rejection
         err_old, rejected = max(att.err, 1e-4), False
-        if progress is not None:
-            progress(min(st.t, float(t_out[-1])), float(t_out[-1]))
+        if run.progress is not None:
+            run.progress(min(st.t, float(t_out[-1])), float(t_out[-1]))
     rec.t.append(st.t)
     return rec
+
+
+def _dense_states(pb: _Problem, rec: _Record, t_out: np.ndarray, extra: np.ndarray, run: _Run) -> list:
+    """The states at the extra times (sorted, inside the saved span), each run of them between two
+    saved times integrated again from the snapshot of the step that saved the first: as in the
+    pass (its separatrix, its width), to the pass's tolerance."""
+    out: list = []
+    at = np.searchsorted(t_out, extra, side="right") - 1  # the saved time before each extra time
+    for i in np.unique(at):
+        ts = extra[at == i]
+        start, h = rec.snapshots[float(t_out[i])]
+        part = _Record()
+        _integrate(
+            pb, _snapshot(start), part, ts, float(ts[-1]), dataclasses.replace(run, progress=None, h=h)
+        )
+        rec.counts["restarted"] = rec.counts.get("restarted", 0) + part.counts["steps"]
+        out += part.states[-len(ts) :]
+    return out
 
 
 #: the PI step-size controller of Hairer and Wanner's DOPRI5 (Lund stabilisation): the new step
@@ -193,13 +244,13 @@ def simulate_mean_field_circle(
         return _simulate(att, times, level, density, settings, centres, progress, dense)
 
 
-def _split(rec: Any, t_pass: np.ndarray, t_out: np.ndarray) -> tuple[list, list, np.ndarray]:
-    """A pass's states at t_out, its states at the other (dense) times of t_pass, and its node
-    counts at t_out."""
-    at_out = np.isin(t_pass, t_out)
-    states = [s for s, keep in zip(rec.states, at_out, strict=True) if keep]
-    dense = [s for s, keep in zip(rec.states, at_out, strict=True) if not keep]
-    return states, dense, np.asarray(rec.n_nodes)[at_out]
+def _scout(pb: _Problem) -> _Problem:
+    """The problem of a scouting pass: tolerances loosened to settings.scout_rtol (atol in
+    proportion); it only places the separatrices that centre the final pass's patches."""
+    s = pb.settings
+    assert s.scout_rtol is not None
+    loose = dataclasses.replace(s, rtol=s.scout_rtol, atol=s.atol * s.scout_rtol / s.rtol)
+    return dataclasses.replace(pb, settings=loose)
 
 
 def _dense_times(dense: Callable | None, t_out: np.ndarray, states: list) -> np.ndarray:
@@ -228,31 +279,28 @@ def _simulate(att, times, level, density, settings, centres, progress, dense=Non
     )
     passes: list[dict[str, Any]] = []
     previous: list[tuple[np.ndarray, np.ndarray]] = []
-    rec, sep, centre_of_t = None, None, None
-    extra = np.zeros(0)
+    rec, sep, centre_of_t, run = None, None, None, None
+    scouting = s.scout_rtol is not None and s.max_passes > 1
     for k in range(s.max_passes):
         wall = _time.perf_counter()
-        t_pass = np.union1d(t_out, extra)
-        rec = _run_pass(
-            pb,
-            c0,
-            t_pass,
-            float(t_out[-1] + margin),
-            centre_of_t,
-            s.first_width if k == 0 else s.patch_width,
-            progress,
-        )
+        scout, final = scouting and k == 0, scouting and k == 1
+        run = _Run(centre_of_t, s.first_width if k == 0 else s.patch_width, progress, 0.0)
+        t_run = float(t_out[-1] + (0.0 if final else margin))
+        rec = _run_pass(_scout(pb) if scout else pb, c0, t_out, t_run, run.centre_of_t, run.width, progress)
         sep = _backward(pb, rec)
-        states, dense_states, n_nodes = _split(rec, t_pass, t_out)
-        dense_t = t_pass[~np.isin(t_pass, t_out)]
+        states, n_nodes = rec.states, np.asarray(rec.n_nodes)
         moved = _moved(previous, states)
         wall_s = _time.perf_counter() - wall
         passes.append(dict(rec.counts, evals=0, wall_s=wall_s, separatrix0=sep[0].tolist(), moved=moved))
-        if moved < s.pass_tol:
+        if moved < s.pass_tol or final:
             break
         previous, c0, centre_of_t = states, sep[0], _spline(np.asarray(rec.t), sep)
-        extra = _dense_times(dense, t_out, states) if k + 1 < s.max_passes else extra
-    assert rec is not None and sep is not None
+    assert rec is not None and sep is not None and run is not None
+    wall = _time.perf_counter()
+    dense_t = _dense_times(dense, t_out, states)
+    dense_states = _dense_states(pb, rec, t_out, np.sort(dense_t), run) if dense_t.size else []
+    passes[-1]["restarted"] = rec.counts.get("restarted", 0)
+    passes[-1]["wall_s"] += _time.perf_counter() - wall
     info = dict(
         level=int(level),
         h=pb.h,
@@ -261,12 +309,12 @@ def _simulate(att, times, level, density, settings, centres, progress, dense=Non
         beta=float(att.beta),
         lambda0=pb.lam0,
         margin=margin,
-        converged=passes[-1]["moved"] < s.pass_tol,
+        converged=len(passes) == 1 or passes[-1]["moved"] < s.pass_tol,
         settings=s.__dict__.copy(),
         field_evals=pb.field.n_evals,
     )
     return MeanFieldTrajectory(
-        t_out.copy(), states, n_nodes, np.asarray(rec.t), sep, passes, info, dense_t, dense_states
+        t_out.copy(), states, n_nodes, np.asarray(rec.t), sep, passes, info, np.sort(dense_t), dense_states
     )
 
 

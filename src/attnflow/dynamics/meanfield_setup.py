@@ -44,10 +44,14 @@ class MeanFieldSettings:
     already counts).
     Nodes and patches whose mass is below e^{-2 beta ||B|| - NEVER_MATTERS} times the heaviest node's
     are dropped: no query can give them a softmax share above e^-NEVER_MATTERS.
-    max_passes, pass_tol: passes until two consecutive ones differ by less than pass_tol in every
-    saved angle-moment (see `MeanFieldTrajectory.moments`).  margin: time integrated past the last
-    output so that the backward solve has settled there (None: 12 / lambda_0, lambda_0 the
-    zero-temperature expansion rate at the separatrix).  max_steps: per pass.
+    scout_rtol: where set (and max_passes > 1), the first pass is a scout at this rtol (atol in
+    proportion) that only places the separatrices; the second pass, centred on them, is the final
+    one, run to the last output without margin (the scout's separatrix is good to far less than a
+    patch width, and the centre matters only to the smoothness of the emitted labels).  None: every
+    pass at rtol, until two consecutive ones differ by less than pass_tol in every saved
+    angle-moment (see `MeanFieldTrajectory.moments`), at most max_passes.  margin: time integrated
+    past the last output so that the backward solve has settled there (None: 12 / lambda_0,
+    lambda_0 the zero-temperature expansion rate at the separatrix).  max_steps: per pass.
     """
 
     rtol: float = 1e-8
@@ -65,6 +69,7 @@ class MeanFieldSettings:
     importance_every: int = 1
     max_passes: int = 3
     pass_tol: float = 1e-9
+    scout_rtol: float | None = 1e-5
     margin: float | None = None
     max_steps: int = 1_000_000
 

@@ -167,6 +167,8 @@ class _Record:
     states: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     n_nodes: list[int] = field(default_factory=list)
     final_zeros: np.ndarray | None = None
+    # saved time -> (a copy of the state that starts the step saving it, that step's size)
+    snapshots: dict[float, tuple[_State, float]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=lambda: dict(steps=0, rejected=0, emitted=0, merged=0))
 
 
