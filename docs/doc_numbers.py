@@ -3,6 +3,7 @@
     python docs/doc_numbers.py                  # rewrite every block between its markers
     python docs/doc_numbers.py --check          # exit 1 when a page differs from fresh runs
     python docs/doc_numbers.py smollm2          # one block (names: BLOCKS)
+    python docs/doc_numbers.py concentration-2d-window --from runs/window   # from a finished run
 
 Each block lies in its page between `<!-- begin: NAME ... -->` and `<!-- end: NAME -->`; nothing in it
 is copied by hand. `tests/test_doc_numbers.py` runs the same check (the SmolLM2 block needs the
@@ -255,6 +256,19 @@ BLOCKS = {
         meanfield,
         "attnflow run concentration-2d-meanfield",
     ),
+    # the window and the departure over a wider range of betas: minutes to an hour, this script only
+    "concentration-2d-window": Block(
+        "experiments.md",
+        lambda: run_summary("concentration-2d-window"),
+        meanfield,
+        "attnflow run concentration-2d-window",
+    ),
+    "concentration-2d-departure": Block(
+        "experiments.md",
+        lambda: run_summary("concentration-2d-departure"),
+        meanfield,
+        "attnflow run concentration-2d-departure",
+    ),
     "metastability-tiny": Block(
         "experiments.md",
         lambda: run_summary("metastability-tiny"),
@@ -276,19 +290,29 @@ def replaced(page: str, name: str, text: str) -> str:
     return page[:start] + "\n" + text + "\n" + page[stop:]
 
 
-def fresh(name: str) -> tuple[Path, str, str]:
-    """(page, its text, its text with block `name` regenerated from a fresh run)."""
+def fresh(name: str, source: str | None = None) -> tuple[Path, str, str]:
+    """(page, its text, its text with block `name` regenerated from a fresh run, or from the
+    summary.json of the finished run folder `source` of that block's preset)."""
     block = BLOCKS[name]
     path = DOCS / block.page
     page = path.read_text(encoding="utf-8")
+    if source is not None:
+        summary = json.loads((Path(source) / "summary.json").read_text(encoding="utf-8"))
+        from attnflow.experiments.concentration.presets import PRESETS
+
+        betas = [float(b) for b in summary.get("per_beta", {})]
+        if name in PRESETS and betas != [float(b) for b in PRESETS[name]["betas"]]:
+            raise SystemExit(f"{source} has betas {betas}, not those of the preset {name}")
+        return path, page, replaced(page, name, block.write(summary))
     return path, page, replaced(page, name, block.write(block.run()))
 
 
 def main(argv: list[str]) -> int:
-    names = [a for a in argv if not a.startswith("--")] or list(BLOCKS)
+    source = argv[argv.index("--from") + 1] if "--from" in argv else None
+    names = [a for a in argv if not a.startswith("--") and a != source] or list(BLOCKS)
     differ = []
     for name in names:
-        path, page, new = fresh(name)
+        path, page, new = fresh(name, source)
         if new != page and "--check" in argv:
             differ.append(f"{path.name}: block {name}")
         elif new != page:

@@ -70,6 +70,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "t_max": 18.0,
         "zero_reference": True,
     },
+    # the departure over more than a decade: the mean-field flow (levels 0 and 1) for 9 betas 10 ...
+    # 160 (factors sqrt 2), t_max = 110 past the heuristic departure 0.666 beta - 8 = 99 of the
+    # largest; beta = 1000 (departure near t = 660) is out of reach on 2 cores today (docs/
+    # experiments.md, "concentration-2d-departure")
+    "concentration-2d-departure": {
+        "weights": "worked-example-2d",
+        "init": "meanfield",
+        "N": "auto",
+        "streak": 1,
+        "betas": [10.0, 14.1, 20.0, 28.3, 40.0, 56.6, 80.0, 113.0, 160.0],
+        "t_max": 110.0,
+        "zero_reference": True,
+    },
     # the ladder alone, d = 3 Fibonacci nodes (formerly the `resolution` experiment)
     "resolution": {
         "betas": [10.0, 30.0, 100.0],
