@@ -12,7 +12,8 @@ attnflow.kernels.calibrate`, costs.py):
                   queries, 1024 to 4096, and 256 at 4096 tokens)
     cluster       from its plan's counts (cluster.cloud_plans, cells.Plan.counts)
 
-How a decision stays cheap:
+How a decision stays cheap (the truncated and cluster kernels' constants PLAN_MAX_N, SURE, HOT,
+DENSE, SPARSE and their pricing: pricing.py):
 
 1. Bounds before plans.  SAMPLE queries, each against every token (its counts against up to
    SAMPLE_KEYS of them), give the kept fraction f and the median number of tokens within the cluster
