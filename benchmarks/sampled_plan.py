@@ -1,5 +1,5 @@
 """The sampled plan of the truncated kernel against its plan: what `kernel="auto"` prices it by above
-auto.PLAN_MAX_N tokens (`truncated_geometry.sampled_counts`) against `candidate_counts`.
+pricing.PLAN_MAX_N tokens (`truncated_geometry.sampled_counts`) against `candidate_counts`.
 
 For each state of benchmarks/auto.py (the d = 3 worked example: uniform, metastable, collapsed,
 terminal-phase) and beta: the predicted cost of the truncated kernel from the sampled counts over

@@ -1,19 +1,24 @@
-"""kernel="auto": its choices, the plans it keeps for the kernels, the decisions it keeps per cloud,
-the cost constants (shipped, calibrated, a bad cache file) and the calibration command."""
+"""kernel="auto": its choices as a black box (the pick against the kernels timed here, refusals,
+kernels registered with a cost model), the plans it keeps for the kernels, the decisions it keeps
+per cloud, the cost constants (shipped, calibrated, a bad cache file) and the calibration command."""
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
+import time
 
 import numpy as np
 import pytest
 import torch
 
 import attnflow as af
-from attnflow.kernels import auto, calibrate, compiled, reuse, velocity
+from attnflow.kernels import CostModel, KernelSpec, auto, calibrate, compiled, registry, reuse, velocity
 from attnflow.kernels import costs as kcosts
 from attnflow.kernels.cluster import cloud_plans, velocity_cluster
+from attnflow.kernels.dense import velocity_sdpa
+from attnflow.kernels.pricing import Pricing
 from attnflow.kernels.truncated import cloud_geometry, velocity_truncated
 from helpers import one_torch_thread, random_attention  # noqa: F401 (one_torch_thread: a fixture)
 
@@ -37,7 +42,36 @@ def collapsed(N: int, kappa: float = 1e7, seed: int = 1) -> torch.Tensor:
     ]
 
 
-# ---------------------------------------------------------------- choices
+# ---------------------------------------------------------------- choices, as a black box
+
+MARGIN = 2.0  # the kernel picked takes at most this many times the fastest one's CPU seconds
+
+
+def cpu_seconds(fn, X, att, calls: int = 3) -> float:
+    """Median CPU seconds of `calls` calls of fn(X, att), each from scratch (no kept plan)."""
+    times = []
+    for _ in range(calls):
+        reuse.clear()
+        c0 = time.process_time()
+        fn(X, att)
+        times.append(time.process_time() - c0)
+    return statistics.median(times)
+
+
+@pytest.mark.parametrize(
+    ("state", "beta"),
+    [("uniform", 1e4), ("collapsed", 1e3), ("uniform", 10.0)],
+    ids=["cold", "collapsed", "hot"],
+)
+def test_the_pick_is_near_the_fastest_measured_kernel(state, beta):
+    """On a cold, a collapsed and a hot cloud of 8192 tokens the kernel "auto" picks takes at most
+    MARGIN times the CPU seconds of the fastest candidate, each timed here (median of 3 calls)."""
+    X = uniform(8192) if state == "uniform" else collapsed(8192, kappa=1e4)
+    att = af.worked_example(beta)
+    pick = auto.choose_kernel(X, att)
+    seconds = {s.name: cpu_seconds(s.load(), X, att) for s in registry.candidates()}
+    fastest = min(seconds, key=lambda k: seconds[k])
+    assert seconds[pick] <= MARGIN * seconds[fastest], (pick, seconds)
 
 
 def test_choices_on_typical_states():
@@ -45,110 +79,90 @@ def test_choices_on_typical_states():
     assert auto.choose_kernel(uniform(8192), cold) == "truncated"  # few keys count
     assert auto.choose_kernel(collapsed(8192), cold) == "cluster"  # collapsed: the series kernel
     assert auto.choose_kernel(uniform(8192), cold.with_beta(10.0)) == "fused"  # hot: everything counts
-    assert auto.choose_kernel(uniform(8192), cold.with_beta(math.inf)) == "zero"
-    assert auto.choose_kernel(uniform(auto.MIN_N - 1), cold) == auto.dense_pick(uniform(auto.MIN_N - 1))
     X8 = torch.as_tensor(af.sample_uniform(8192, 8, seed=2))[None]
     assert auto.choose_kernel(X8, random_attention(8, 1e4, seed=3)) == "fused"  # d too large
 
 
-def test_small_n_takes_the_cheaper_dense_kernel_without_deciding(monkeypatch):
-    """Below MIN_N: no decision is made; "fused" where its compiled core runs and its closed form is
-    the cheaper, "sdpa" for a few tokens, off the CPU and without the compiled core."""
-    att = af.worked_example(100.0)
-    auto.forget()
-    if auto._variant(uniform(8)) == "compiled":
-        assert auto.choose_kernel(uniform(64), att) == "sdpa"  # its smaller fixed cost wins
-        assert auto.choose_kernel(uniform(2048), att) == "fused"  # its smaller cost per pair wins
-    for N in (64, 512, 2048, auto.MIN_N - 1):
-        X = uniform(N)
-        M, _, d = X.shape
-        v = auto._variant(X)
-        cheaper = v == "compiled" and auto.dense_cost("fused", M, N, d, v) < auto.dense_cost(
-            "sdpa", M, N, d, "float64"
-        )
-        assert auto.choose_kernel(X, att) == ("fused" if cheaper else "sdpa")
-    assert not auto._decisions  # nothing decided, nothing kept
-    monkeypatch.setattr(auto, "_variant", lambda X: "torch")  # no compiled core
-    assert auto.choose_kernel(uniform(2048), att) == "sdpa"
+def test_refusals():
+    """beta = inf: the zero-temperature kernel, nothing priced; no state: sdpa; a kernel is not
+    priced above its max_d; below MIN_N nothing is decided or kept and the pick is priced in closed
+    form ("sdpa" without the compiled core)."""
+    att = af.worked_example(1e4)
+    assert auto.choose_kernel(uniform(8192), att.with_beta(math.inf)) == "zero"
+    assert auto.choose_kernel(None, att) == "sdpa"
+    X8 = torch.as_tensor(af.sample_uniform(8192, 8, seed=2))[None]
+    costs = auto.predict_costs(X8, random_attention(8, 1e4, seed=3))
+    assert math.isinf(costs["truncated"]) and math.isinf(costs["cluster"])
+    closed = {s.name for s in registry.candidates() if s.cost is not None and s.cost.bound is None}
+    for N in (64, 2048, auto.MIN_N - 1):
+        assert auto.choose_kernel(uniform(N), att) in closed
+    with compiled.disabled():
+        assert auto.choose_kernel(uniform(2048), att) == "sdpa"
+    assert not auto._decisions
 
 
-def test_the_choice_is_the_cheapest_prediction_and_bounds_hold():
+def test_bounds_are_below_the_prices():
+    """Each cost model's lower bound from the sample is at most its price, on a cold uniform and a
+    collapsed cloud."""
     att = af.worked_example(1e3)
     for X in (uniform(8192), collapsed(8192, kappa=1e4)):
-        costs = auto.predict_costs(X, att)
-        assert set(costs) == set(auto.CANDIDATES)
-        dec = auto.decide(X, att, keep=False)
-        assert dec.kernel == min(costs, key=lambda k: costs[k]) and dec.costs == costs and dec.seconds > 0
-        bounds = auto._bounds(X, auto.sample_state(X, att), kcosts.active())
-        for name in ("truncated", "cluster"):
-            assert bounds[name] <= costs[name] or math.isinf(costs[name])
+        p = Pricing(X, att, None, kcosts.active(), sampled=auto.sample_state(X, att))
+        for spec in registry.candidates():
+            if spec.cost is not None and spec.cost.bound is not None:
+                bound = spec.cost.bound(p)
+                assert math.isinf(bound) or bound <= spec.cost.price(p), spec.name
 
 
-@pytest.fixture
-def priced(monkeypatch):
-    """predict_costs on fixed numbers: dense kernels 1.0 s (fused) and 2.0 s (sdpa), bounds and
-    predictions as the test sets them; returns (set, log): set(N, kept, bounds, truncated, cluster)
-    runs predict_costs on N tokens, log lists the plans made, in order."""
-    import attnflow.kernels.truncated_geometry as geometry
+def toy(name: str, log: list, price: float, bound: float | None = None, late: bool = False) -> KernelSpec:
+    """A kernel (the sdpa field) whose cost model predicts `price` (logged when asked) and has the
+    lower bound `bound` (None: a closed form)."""
+    cost = CostModel(
+        ("call",),
+        {"any": {"call": price}},
+        seconds=lambda work, c: c["call"],
+        price=lambda p: log.append(name) or price,
+        bound=None if bound is None else (lambda p: bound),
+        late=lambda p: late,
+    )
+    return KernelSpec(name, velocity_sdpa, "a test kernel", cost=cost)
 
-    log: list[str] = []
-    given: dict = {}
-    monkeypatch.setattr(auto, "dense_cost", lambda kernel, *a: 1.0 if kernel == "fused" else 2.0)
-    monkeypatch.setattr(auto, "sample_state", lambda X, att: auto.Sampled(given["kept"], 1e4))
-    monkeypatch.setattr(auto, "_bounds", lambda X, sampled, table: dict(given["bounds"]))
-    monkeypatch.setattr(auto, "cluster_counts", lambda *a: log.append("cluster") or {})
-    monkeypatch.setattr(auto, "cluster_cost", lambda *a, **k: given["cluster"])
-    monkeypatch.setattr(geometry, "candidate_counts", lambda *a, **k: log.append("plan") or {})
-    monkeypatch.setattr(geometry, "sampled_counts", lambda *a, **k: log.append("sampled plan") or {})
-    monkeypatch.setattr(auto, "truncated_cost", lambda *a: given["truncated"])
 
-    def run(N, kept, bounds, truncated=0.5, cluster=0.5):
+def test_a_registered_kernel_with_a_cost_model_is_a_candidate():
+    """Closed forms are priced on every state (small ones too) and picked where cheapest."""
+    att = af.worked_example(1e3)
+    log: list = []
+    with registry.registered(toy("toy", log, price=1e-12)):
+        assert "toy" in auto.predict_costs(uniform(8192), att)
+        assert auto.choose_kernel(uniform(8192), att) == "toy"
+        assert auto.choose_kernel(uniform(512), att) == "toy"  # below MIN_N: the cheapest closed form
+        assert auto.choose_kernel(uniform(8192), att.with_beta(math.inf)) == "zero"
+    with registry.registered(toy("slow", log, price=1e6)):
+        assert auto.choose_kernel(uniform(8192), att) != "slow"
+    assert "toy" not in auto.predict_costs(uniform(8192), att)
+
+
+def test_a_kernel_is_priced_only_where_its_bound_can_gain_the_margin():
+    """A kernel with a bound is priced in increasing order of the bounds, late ones last, and only
+    where its bound is below (1 - MARGIN) times the best price so far (here a closed form of 1 ns,
+    below every shipped kernel's bound, so only the toys are priced)."""
+    att, X = af.worked_example(1e3), uniform(8192)
+    log: list = []
+    best = 1e-9
+    edge = (1.0 - auto.MARGIN) * best
+    with registry.registered(toy("base", log, price=best)):
+        with registry.registered(toy("far", log, price=0.0, bound=edge * 1.01)):
+            costs = auto.predict_costs(X, att)
+            assert log == ["base"] and math.isinf(costs["far"])  # it could gain under MARGIN
         log.clear()
-        given.update(kept=kept, bounds=bounds, truncated=truncated, cluster=cluster)
-        return auto.predict_costs(torch.zeros(1, N, 3, dtype=torch.float64), af.worked_example(1e3))
-
-    return run, log
-
-
-def test_a_kernel_is_planned_only_where_it_can_gain_more_than_the_margin(priced):
-    run, log = priced
-    N = auto.PLAN_MAX_N
-    edge = 1.0 - auto.MARGIN  # of the best prediction, fused's 1.0 s
-    costs = run(N, 0.01, {"truncated": edge * 1.01, "cluster": math.inf})
-    assert log == [] and math.isinf(costs["truncated"])  # it could gain under MARGIN: not planned
-    costs = run(N, 0.01, {"truncated": edge * 0.99, "cluster": math.inf})
-    assert log == ["plan"] and costs["truncated"] == 0.5  # a cold state: the plan, kept for the kernel
-    costs = run(N, 0.01, {"truncated": 0.2, "cluster": 0.3}, truncated=0.3)
-    assert log == ["plan"] and math.isinf(costs["cluster"])  # in order of the bounds; 0.3 > edge * 0.3
-
-
-def test_a_sampled_plan_comes_after_the_cluster_plan_and_a_sure_bound_takes_no_plan(priced):
-    """Where the truncated kernel is priced by a sampled plan (which the kernel does not take), the
-    cluster kernel is planned first; a truncated bound SURE times below the best is taken as it is."""
-    run, log = priced
-    big = auto.PLAN_MAX_N + 1
-    costs = run(big, 0.01, {"truncated": 0.2, "cluster": 0.3}, cluster=0.21)
-    assert log == ["cluster"] and math.isinf(costs["truncated"])  # 0.2 > edge * 0.21: not priced
-    costs = run(big, 0.01, {"truncated": 0.1, "cluster": 0.2}, truncated=0.15, cluster=0.3)
-    assert log == ["cluster", "sampled plan"] and costs["truncated"] == 0.15
-    bound = 0.99 / auto.SURE
-    costs = run(big, 0.01, {"truncated": bound, "cluster": math.inf})
-    assert log == [] and costs["truncated"] == bound  # it cannot lose to the fused kernel's 1.0 s
-    costs = run(auto.PLAN_MAX_N, 0.5, {"truncated": bound, "cluster": math.inf})
-    assert log == [] and costs["truncated"] == bound  # a hot state: priced by a sampled plan, so sure
-    costs = run(auto.PLAN_MAX_N, 0.01, {"truncated": bound, "cluster": math.inf})
-    assert log == ["plan"] and costs["truncated"] == 0.5  # a cold state: its plan is kept, priced
-
-
-def test_hot_sparse_states_do_not_plan_the_cluster_kernel():
-    """A hot uniform cloud (most pairs kept, few neighbours within the series' scale) is not worth a
-    cluster plan: its bound is inf and no plan is kept."""
-    att = af.worked_example(10.0)
-    X = uniform(8192)
-    sampled = auto.sample_state(X, att)
-    assert sampled.kept > auto.HOT and sampled.neighbours < auto.DENSE
-    assert math.isinf(auto.predict_costs(X, att)["cluster"])
-    assert not reuse._entries or all(e[2][0] != "cluster" for e in reuse._entries)
+        with registry.registered(toy("near", log, price=0.5 * best, bound=edge * 0.99)):
+            assert auto.predict_costs(X, att)["near"] == 0.5 * best and log == ["base", "near"]
+        log.clear()
+        late = toy("late", log, price=0.1 * best, bound=0.19 * best, late=True)  # first by its bound alone
+        first = toy("first", log, price=0.2 * best, bound=0.2 * best)
+        with registry.registered(late), registry.registered(first):
+            costs = auto.predict_costs(X, att)
+            assert log == ["base", "first"] and auto.choose_kernel(X, att) == "first"
+        assert costs["first"] == 0.2 * best and math.isinf(costs["late"])  # 0.19 > 0.9 x 0.2: not priced
 
 
 def test_sample_state_is_exact_on_its_sample():

@@ -270,15 +270,6 @@ def test_not_an_attention():
         velocity(af.sample_uniform(4, 3, seed=0), np.eye(3))
 
 
-def test_finite_kernel_with_infinite_beta(att):
-    X = af.sample_uniform(4, 3, seed=0)
-    for name in ("sdpa", "blocked", "truncated"):
-        with pytest.raises(ValueError, match="finite-temperature kernel but beta = inf"):
-            velocity(X, att.with_beta(np.inf), kernel=name)
-    with pytest.raises(ValueError, match="needs a finite beta"):
-        velocity_sdpa(torch.as_tensor(X), att.with_beta(np.inf))
-
-
 # ---------------------------------------------------------------- memory
 
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnflow as af
-from attnflow.kernels import auto, compiled, reuse, truncated, truncated_moves
+from attnflow.kernels import auto, compiled, pricing, reuse, truncated, truncated_moves
 from attnflow.kernels.auto import choose_kernel, kept_fraction
 from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.truncated import DEFAULT_CUTOFF, candidate_pairs, kept_radius, velocity_truncated
@@ -135,18 +135,6 @@ def test_batch_equals_one_by_one_and_2d_input():
     assert vt(X[0], att).shape == (900, 3)
 
 
-def test_tangent_and_float32():
-    att = af.worked_example(1e4)
-    X = af.sample_uniform(1500, 3, seed=8)
-    v64 = vt(X, att)
-    np.testing.assert_allclose(np.sum(v64 * X, axis=1), 0.0, atol=1e-13)
-    v32 = velocity_truncated(torch.tensor(X, dtype=torch.float32), att)
-    assert v32.dtype == torch.float32
-    # float32 scores carry an error of about beta * ||B|| * 1e-7 (documented)
-    err = np.max(np.abs(v32.numpy() - v64))
-    assert err <= 10 * att.beta * att.norm_B * 1.2e-7 * scale(att)
-
-
 @pytest.mark.parametrize("beta", [100.0, 1e3, 1e4])
 def test_float32_cells_run_the_float32_twin(beta):
     """float32 input on the compiled path: the cells run the fused core's float32 twin, within
@@ -243,14 +231,14 @@ def test_auto_prices_large_clouds_by_the_sampled_plan(monkeypatch):
     import attnflow.kernels.truncated_geometry as geometry
 
     att = af.worked_example(1e4)
-    X = torch.tensor(af.sample_uniform(auto.PLAN_MAX_N + 1, 3, seed=14))[None]
+    X = torch.tensor(af.sample_uniform(pricing.PLAN_MAX_N + 1, 3, seed=14))[None]
 
     def no_plan(*args, **kwargs):
         raise AssertionError("the truncated kernel was planned")
 
     monkeypatch.setattr(geometry, "candidate_counts", no_plan)
     monkeypatch.setattr(auto, "MARGIN", 0.0)  # priced whatever the constants say: the rule alone
-    monkeypatch.setattr(auto, "SURE", math.inf)
+    monkeypatch.setattr(pricing, "SURE", math.inf)
     costs = auto.predict_costs(X, att)
     assert math.isfinite(costs["truncated"])
     assert costs["truncated"] == auto.truncated_cost(sampled_counts(X, att), 1, X.shape[1], auto._variant(X))
@@ -263,18 +251,18 @@ def test_auto_prices_hot_states_by_a_small_sampled_plan(monkeypatch):
     import attnflow.kernels.truncated_geometry as geometry
 
     monkeypatch.setattr(auto, "MARGIN", 0.0)  # priced whatever the constants say: the rule alone
-    monkeypatch.setattr(auto, "SURE", math.inf)
-    N = auto.PLAN_MAX_N
+    monkeypatch.setattr(pricing, "SURE", math.inf)
+    N = pricing.PLAN_MAX_N
     X = torch.tensor(af.sample_uniform(N, 3, seed=15))[None]
     hot, cold = af.worked_example(30.0), af.worked_example(1e3)
-    assert auto.sample_state(X, hot).kept > auto.HOT >= auto.sample_state(X, cold).kept
+    assert auto.sample_state(X, hot).kept > pricing.HOT >= auto.sample_state(X, cold).kept
     plan = geometry.candidate_counts
 
     def no_plan(*args, **kwargs):
         raise AssertionError("the truncated kernel was planned")
 
     monkeypatch.setattr(geometry, "candidate_counts", no_plan)
-    n = max(auto.HOT_SAMPLE, N // 16)
+    n = max(pricing.HOT_SAMPLE, N // 16)
     costs = auto.predict_costs(X, hot)
     assert costs["truncated"] == auto.truncated_cost(sampled_counts(X, hot, n=n), 1, N, auto._variant(X))
     monkeypatch.setattr(geometry, "candidate_counts", plan)

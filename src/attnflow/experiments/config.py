@@ -27,12 +27,12 @@ from .._checks import check_rtol_for_dtype
 from .._text import shown
 from .._threads import DEFAULT_THREADS, MAX_THREADS, THREADS_HELP
 from ..dynamics.integrate import METHODS
-from ..kernels import FINITE_KERNELS
+from ..kernels import registry as _kernels
 from .registry import ConfigError
 
 # The names a config accepts come from the registries (one home): kernels of finite beta with
 # "auto", and the integrators. pydantic checks a Literal of them and names the allowed values.
-KERNEL_CHOICES: tuple[str, ...] = ("auto", *FINITE_KERNELS)
+KERNEL_CHOICES: tuple[str, ...] = ("auto", *(s.name for s in _kernels.SPECS if s.finite_only))
 INTEGRATOR_CHOICES: tuple[str, ...] = ("adaptive", *(m for m in METHODS if m != "adaptive"))
 if TYPE_CHECKING:
     Kernel = str

@@ -13,34 +13,37 @@ weights: the quadrature weights w_j > 0 of rho = sum_j w_j delta_{x_j}, each row
 (None: uniform, w_j = 1/N).  A kernel that cannot honour an argument raises ValueError naming it.
 Kernels may take further keyword arguments of their own after these (truncated: cutoff, ...).
 
+    "fused"      every pair, softmax fused with its sums (compiled core, or torch) (fused.py)
     "sdpa"       fused torch scaled_dot_product_attention, memory O(N d)       (dense.py)
     "blocked"    explicit max-subtracted softmax over blocks of queries         (dense.py)
-    "fused"      every pair, softmax fused with its sums (compiled core, or torch) (fused.py)
     "zero"       zero-temperature field P_x^perp A x / |B^T x| (weights ignored) (zero.py)
     "truncated"  low-temperature kernel, keys near the row maximum only        (truncated.py)
     "cluster"    collapsed clusters: certified series between cells of tokens  (cluster.py, cells.py)
     "auto"       chosen per state by `auto.choose_kernel`
 
+(the table is registry.table(): a test keeps the two equal).
 A `Dynamics` beyond the single head (several heads, a causal mask, unnormalised attention, another
 layer norm: attnflow.flow) is computed by "fused", "blocked" or "sdpa" with their model paths
 (variants.py; `kernel_function(name, model)`), and "auto" picks among them (`variants.choose`); a
 Dynamics that is the paper's flow is its one Attention, for every kernel.
 
-A new kernel is one module plus one line in KERNELS.  This module imports nothing heavy: the
-kernels (and torch) load on first use.
+A new kernel is one module plus one `KernelSpec` in registry.SPECS (its function, whether it
+refuses beta = inf, its cost model for "auto"), or `registry.register(spec)` at run time.  This
+module imports nothing heavy: the kernels (and torch) load on first use.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._checks import check_device, check_points, check_weights
 from ..flow import Dynamics, check_model
+from . import registry
+from .registry import CostModel, KernelSpec
 
 if TYPE_CHECKING:
     import torch
@@ -51,23 +54,34 @@ if TYPE_CHECKING:
 
 Kernel = Callable[..., "torch.Tensor"]
 
-# name -> (module, function), loaded lazily by get_kernel: the one list of kernel names
-KERNELS: dict[str, tuple[str, str]] = {
-    "sdpa": ("dense", "velocity_sdpa"),
-    "blocked": ("dense", "velocity_blocked"),
-    "fused": ("fused", "velocity_fused"),
-    "zero": ("zero", "velocity_zero"),
-    "truncated": ("truncated", "velocity_truncated"),
-    "cluster": ("cluster", "velocity_cluster"),
-}
-FINITE_KERNELS = ("sdpa", "blocked", "fused", "truncated", "cluster")
+
+class _Kernels(Mapping[str, KernelSpec]):
+    """name -> KernelSpec of every registered kernel, read live from the registry (registry.py): the
+    one list of kernel names.  Kept as a view for code written against the former table."""
+
+    def __getitem__(self, name: str) -> KernelSpec:
+        if name not in registry.names():
+            raise KeyError(name)
+        return registry.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registry.names())
+
+    def __len__(self) -> int:
+        return len(registry.names())
+
+    def __repr__(self) -> str:
+        return f"KERNELS({list(self)})"
+
+
+KERNELS: Mapping[str, KernelSpec] = _Kernels()
 DTYPES = ("float64", "float32")
 
 
 def check_kernel_name(kernel: Any) -> str:
-    """A kernel name from KERNELS or "auto"."""
-    if not isinstance(kernel, str) or (kernel != "auto" and kernel not in KERNELS):
-        raise ValueError(f"kernel must be one of {['auto', *KERNELS]}, got {kernel!r}")
+    """A registered kernel name (KERNELS) or "auto"."""
+    if not isinstance(kernel, str) or (kernel != "auto" and kernel not in registry.names()):
+        raise ValueError(f"kernel must be one of {['auto', *registry.names()]}, got {kernel!r}")
     return kernel
 
 
@@ -91,8 +105,7 @@ def get_kernel(name: str) -> Kernel:
     check_kernel_name(name)
     if name == "auto":
         raise ValueError("kernel 'auto' is resolved per state: call resolve_kernel(kernel, att, X) first")
-    module, func = KERNELS[name]
-    return getattr(importlib.import_module(f".{module}", __name__), func)
+    return registry.get(name).load()
 
 
 def plain(model: Model) -> Model:
@@ -144,7 +157,7 @@ def resolve_kernel(
         from .auto import choose_kernel
 
         kernel = choose_kernel(X, att) if weights is None else choose_kernel(X, att, weights)
-    if kernel in FINITE_KERNELS and math.isinf(att.beta):
+    if registry.get(kernel).finite_only and math.isinf(att.beta):
         raise ValueError(
             f"kernel {kernel!r} is a finite-temperature kernel but beta = inf: "
             "use kernel='zero' or 'auto' for the zero-temperature field"
@@ -245,6 +258,8 @@ def velocity(
 __all__ = [
     "DTYPES",
     "KERNELS",
+    "CostModel",
+    "KernelSpec",
     "check_dtype",
     "check_kernel_name",
     "get_kernel",

@@ -1,7 +1,9 @@
 """Automatic kernel choice: the kernel with the smallest predicted cost on the state, decided cheaply.
 
-Predicted CPU seconds of one evaluation (costs.py: the formulas and the constants, calibrated per
-machine by `python -m attnflow.kernels.calibrate`):
+The candidates are the registered kernels with a cost model (registry.py: a KernelSpec's
+CostModel), in their order; each predicts the CPU seconds of one evaluation on the state (the
+shipped kernels' models: pricing.py; their constants calibrated per machine by `python -m
+attnflow.kernels.calibrate`, costs.py):
 
     fused, sdpa   closed forms in M, N and d
     truncated     from its plan's counts (truncated.candidate_counts: tree, nearest neighbours,
@@ -10,12 +12,14 @@ machine by `python -m attnflow.kernels.calibrate`):
                   queries, 1024 to 4096, and 256 at 4096 tokens)
     cluster       from its plan's counts (cluster.cloud_plans, cells.Plan.counts)
 
-How a decision stays cheap:
+How a decision stays cheap (the truncated and cluster kernels' constants PLAN_MAX_N, SURE, HOT,
+DENSE, SPARSE and their pricing: pricing.py):
 
 1. Bounds before plans.  SAMPLE queries, each against every token (its counts against up to
    SAMPLE_KEYS of them), give the kept fraction f and the median number of tokens within the cluster
    kernel's series scale of a token, its neighbours (`sample_state`).  Then truncated >= call +
-   token M N + pair f M N^2 and cluster >= call + token M N.  A kernel is planned only where its
+   token M N + pair f M N^2 and cluster >= call + token M N (a cost model's `bound`; a closed
+   form has none and is priced first).  A kernel is planned only where its
    bound is MARGIN below the best prediction so far (a plan that can gain less is not worth making);
    candidates are planned in increasing order of their bound, but a truncated kernel priced by a
    sampled plan comes after the cluster kernel (the cluster kernel takes its plan, the truncated
@@ -52,29 +56,24 @@ import numpy as np
 
 from .._checks import check_positive
 from . import costs as _costs
+from . import registry
+from .pricing import Pricing, cluster_counts  # noqa: F401 (cluster_counts: kept here for callers)
 
 if TYPE_CHECKING:
     import torch
 
     from ..attention import Attention
 
-MIN_N = 4096  # below this the dense kernels take milliseconds: no decision, the cheaper of the two
-TRUNCATED_MAX_D = 6  # cells of directions stop paying off in higher dimension
-CLUSTER_MAX_D = 5  # C(p + d, d) moments per cell pair grow too fast beyond
+MIN_N = 4096  # below this the dense kernels take milliseconds: no decision, the cheapest closed form
 SAMPLE = 32  # queries of the kept-fraction sample (all clouds of a batch together)
 SAMPLE_KEYS = 16384  # keys of the sample's counts (its queries' maximum scores take every key)
-HOT = 0.1  # above this sampled kept fraction a state is hot ...
-DENSE = 256  # ... and the cluster kernel is not planned unless tokens have this many neighbours
-SPARSE = 64  # nor, in any state, unless they have this many (2 LEAF_MIN: its cells stay small)
-CANDIDATES = ("fused", "sdpa", "truncated", "cluster")
-PLAN_MAX_N = 4096  # above this the truncated kernel is priced by a sampled plan (median 4x cheaper)
-HOT_SAMPLE = 256  # the fewest queries of a sampled plan in a hot state of at most PLAN_MAX_N tokens
 MARGIN = 0.1  # a kernel is not planned unless its bound is this much below the best prediction
-SURE = 4.0  # ... and is taken unpriced where its bound is below the best by this factor (sampled plans)
 SAMPLE_ROWS = 64  # rows compared to tell whether a state has moved since its decision
 MOVE_TOL = 0.05  # largest move of a sampled row (chordal) that keeps a decision
 REUSE_MAX = 100  # uses of a kept decision before it is made afresh
 KEEP = 8  # decisions kept (the most recent)
+INFINITE = "zero"  # the kernel at beta = inf
+NO_STATE = "sdpa"  # the kernel where there is no state to decide on
 
 
 @dataclass(frozen=True)
@@ -145,10 +144,6 @@ def kept_fraction(
     return sample_state(X, att, cutoff, sample, seed).kept
 
 
-def _dtype(X: torch.Tensor) -> str:
-    return "float32" if str(X.dtype).endswith("float32") else "float64"
-
-
 def _variant(X: torch.Tensor) -> str:
     from .fused import variant
 
@@ -156,10 +151,10 @@ def _variant(X: torch.Tensor) -> str:
 
 
 def dense_cost(kernel: str, M: int, N: int, d: int, variant: str, constants: dict | None = None) -> float:
-    """Predicted seconds of "fused" (variant: backend) or "sdpa" (variant: dtype) on M clouds of N;
-    constants: the kernel's terms (default: costs.active())."""
+    """Predicted seconds of a kernel priced in closed form ("fused", variant: backend; "sdpa",
+    variant: dtype) on M clouds of N; constants: the kernel's terms (default: costs.active())."""
     c = _costs.active()[kernel][variant] if constants is None else constants
-    return M * (c["call"] + N * N * (c["pair"] + c["pair_d"] * d))
+    return _model(kernel).seconds({"M": M, "N": N, "d": d, "clouds": M}, c)
 
 
 def truncated_cost(
@@ -168,7 +163,7 @@ def truncated_cost(
     """Predicted seconds of the truncated kernel from `truncated.candidate_counts` (or its stats, or
     `sampled_counts`)."""
     c = _costs.active()["truncated"][variant] if constants is None else constants
-    return M * c["call"] + c["token"] * M * N + c["pair"] * counts["pairs"] + c["key"] * counts["keys"]
+    return _model("truncated").seconds({**counts, "M": M, "N": N}, c)
 
 
 def cluster_cost(
@@ -177,100 +172,42 @@ def cluster_cost(
     """Predicted seconds of the cluster kernel from the work counts of cells.Plan.counts (summed over
     `clouds` clouds, the largest series order)."""
     c = _costs.active()["cluster"][variant] if constants is None else constants
-    p = counts["order"]
-    rows = (
-        math.comb(p + 1 + d, d) * counts["moment_rows"] + math.comb(p + d, d) * (d + 1) * counts["eval_rows"]
-    )
-    return (
-        clouds * c["call"]
-        + c["token"] * counts["tokens"]
-        + c["cell"] * counts["cells"]
-        + c["cell_pair"] * (counts["expanded_pairs"] + counts["direct_cell_pairs"])
-        + c["direct_pair"] * counts["direct_pairs"]
-        + c["direct_key"] * counts["direct_keys"]
-        + c["direct_cell_pair"] * counts["direct_cell_pairs"]
-        + c["series"] * rows
-        + c["expanded_pair"] * counts["expanded_pairs"]
-    )
+    return _model("cluster").seconds({**counts, "d": d, "clouds": clouds}, c)
 
 
-def cluster_counts(X: torch.Tensor, att: Attention, weights=None) -> dict[str, int]:
-    """Work counts of the cluster kernel on X (M, N, d), summed over the clouds (largest order), from
-    its plans (cluster.cloud_plans: kept for the kernel)."""
-    from .cluster import cloud_plans
-
-    total: dict[str, int] = {}
-    for plan in cloud_plans(X, att, weights=weights):
-        for key, value in plan.counts().items():
-            total[key] = max(total.get(key, 0), value) if key == "order" else total.get(key, 0) + value
-    return total
-
-
-def _bounds(X: torch.Tensor, sampled: Sampled, table: _costs.Costs) -> dict[str, float]:
-    """Lower bounds on the truncated and cluster kernels' seconds on X (M, N, d) from its sample: inf
-    where they do not apply, and for the cluster kernel where its cells cannot grow (module
-    docstring, 1.)."""
-    M, N, d = X.shape
-    v = _variant(X)
-    out = {"truncated": math.inf, "cluster": math.inf}
-    if d > TRUNCATED_MAX_D:
-        return out
-    c = table["truncated"][v]
-    out["truncated"] = M * c["call"] + c["token"] * M * N + c["pair"] * sampled.kept * M * N * N
-    sparse = sampled.neighbours < SPARSE or (sampled.kept > HOT and sampled.neighbours < DENSE)
-    if d <= CLUSTER_MAX_D and not sparse:
-        c = table["cluster"][v]
-        out["cluster"] = M * (c["call"] + c["cell"]) + c["token"] * M * N
-    return out
+def _model(kernel: str) -> registry.CostModel:
+    cost = registry.get(kernel).cost
+    if cost is None:
+        raise ValueError(f"kernel {kernel!r} has no cost model")
+    return cost
 
 
 def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, float]:
-    """Predicted seconds of one evaluation of each candidate kernel on X (M, N, d) (finite beta).
+    """Predicted seconds of one evaluation of each candidate kernel (registry.candidates) on X
+    (M, N, d) (finite beta).
 
-    "truncated" and "cluster" are inf where they do not apply (d above TRUNCATED_MAX_D,
-    CLUSTER_MAX_D) or are not worth pricing (module docstring, 1.): their plans are not computed
-    then.  The truncated kernel is priced by its plan in a cold state of at most PLAN_MAX_N tokens
-    (the kernel takes it), else by a sampled plan, after the cluster kernel; where it is taken
-    without a price, its entry is its lower bound.
+    Closed forms are priced first; a kernel with a lower bound is inf where it does not apply (d
+    above its max_d) or is not worth pricing (module docstring, 1.): its plans are not computed
+    then.  Those with a bound are priced in increasing order of it, late ones (the truncated
+    kernel's sampled plan) last; where the truncated kernel is taken without a price, its entry is
+    its lower bound.
     """
-    from .truncated_geometry import candidate_counts, sampled_counts
-
-    X3 = X if X.dim() == 3 else X.unsqueeze(0)
-    M, N, d = X3.shape
-    v = _variant(X3)
-    table = _costs.active()  # read once: it checks the calibration file
-    dense = "torch" if v == "torch" else "compiled"
-    out = {
-        "fused": dense_cost("fused", M, N, d, dense, table["fused"][dense]),
-        "sdpa": dense_cost("sdpa", M, N, d, _dtype(X3), table["sdpa"][_dtype(X3)]),
-        "truncated": math.inf,
-        "cluster": math.inf,
-    }
-    if X3.device.type != "cpu":
-        out["fused"] = out["sdpa"]  # the fused kernel runs torch's SDPA there
-    if d > TRUNCATED_MAX_D:
+    p = Pricing(X, att, weights, _costs.active())  # the table read once: it checks the calibration file
+    models = {s.name: s.cost for s in registry.candidates() if s.cost is not None}
+    out = {name: (m.price(p) if m.bound is None else math.inf) for name, m in models.items()}
+    d = p.shape[2]
+    planned = {n: m for n, m in models.items() if m.bound is not None and (m.max_d is None or d <= m.max_d)}
+    if not planned:
         return out
-    sampled = sample_state(X3, att)
-    bounds = _bounds(X3, sampled, table)
-    by_sample = N > PLAN_MAX_N or sampled.kept > HOT  # the truncated kernel priced by a sampled plan
-    for name in sorted(bounds, key=lambda k: (k == "truncated" and by_sample, bounds[k])):
-        best = min(out.values())
-        if not bounds[name] < (1.0 - MARGIN) * best:
+    p.sampled = sample_state(X if X.dim() == 3 else X.unsqueeze(0), att)
+    bounds = {name: m.bound(p) for name, m in planned.items() if m.bound is not None}
+    late = {name: m.late is not None and m.late(p) for name, m in planned.items()}
+    for name in sorted(bounds, key=lambda k: (late[k], bounds[k])):
+        p.best = min(out.values())
+        if not bounds[name] < (1.0 - MARGIN) * p.best:
             continue
-        if name == "cluster":
-            out[name] = cluster_cost(
-                cluster_counts(X, att, weights), d, v, clouds=M, constants=table["cluster"][v]
-            )
-        elif by_sample and SURE * bounds[name] < best:
-            out[name] = bounds[name]
-        else:
-            n = None if N > PLAN_MAX_N else max(HOT_SAMPLE, N // 16)  # a hot state: 256 of 4096
-            counts = (
-                sampled_counts(X, att, weights=weights, n=n)
-                if by_sample
-                else candidate_counts(X, att, weights=weights)
-            )
-            out[name] = truncated_cost(counts, M, N, v, table["truncated"][v])
+        p.bound = bounds[name]
+        out[name] = planned[name].price(p)
     return out
 
 
@@ -308,7 +245,19 @@ def _fingerprint(X: torch.Tensor, att: Attention, weights) -> tuple[tuple, Any]:
     if weights is not None:
         wt = torch.as_tensor(weights).detach().to("cpu", torch.float64)
         w = (tuple(wt.shape), *wt.reshape(-1, wt.shape[-1])[:, idx].reshape(-1).tolist())
-    key = (M, N, d, str(X.dtype), str(X.device), float(att.beta), att.B.tobytes(), _costs.source(), w)
+    version = registry.version()  # a kernel registered since: decided afresh
+    key = (
+        M,
+        N,
+        d,
+        str(X.dtype),
+        str(X.device),
+        float(att.beta),
+        att.B.tobytes(),
+        _costs.source(),
+        w,
+        version,
+    )
     return key, rows
 
 
@@ -335,7 +284,7 @@ def decide(X: torch.Tensor, att: Attention, weights=None, keep: bool = True) -> 
             return found
     c0 = time.process_time()
     predicted = predict_costs(X, att, weights)
-    kernel = min(CANDIDATES, key=lambda k: predicted[k])
+    kernel = min(predicted, key=lambda k: predicted[k])
     dec = Decision(kernel, predicted, time.process_time() - c0, fingerprint=key, rows=rows)
     if keep:
         with _lock:
@@ -354,16 +303,15 @@ def forget() -> None:
 
 
 def dense_pick(X: torch.Tensor) -> str:
-    """The cheaper dense kernel on X (M, N, d) by the closed forms of `dense_cost`: "fused" on the
-    CPU where its compiled core runs and it is predicted cheaper (from N of about 400 at d = 3 with
-    the shipped constants: its fixed cost per call is larger, its cost per pair 2.8 times smaller),
-    else "sdpa" (off the CPU the fused kernel is torch's SDPA)."""
-    M, N, d = X.shape if X.dim() == 3 else (1, *X.shape)
-    if X.device.type != "cpu" or _variant(X) != "compiled":
-        return "sdpa"
-    table = _costs.active()  # read once: it checks the calibration file
-    fused = dense_cost("fused", M, N, d, "compiled", table["fused"]["compiled"])
-    return "fused" if fused < dense_cost("sdpa", M, N, d, _dtype(X), table["sdpa"][_dtype(X)]) else "sdpa"
+    """The cheapest kernel priced in closed form on X (M, N, d), no state sampled: "fused" on the CPU
+    where its compiled core runs and it is predicted cheaper (from N of about 400 at d = 3 with the
+    shipped constants: its fixed cost per call is larger, its cost per pair 2.8 times smaller),
+    else "sdpa" (pricing.fused_price)."""
+    p = Pricing(X, None, None, _costs.active(), small=True)  # the table read once
+    closed = [s for s in registry.candidates() if s.cost is not None and s.cost.bound is None]
+    prices = {s.name: s.cost.price(p) for s in closed if s.cost is not None}
+    best = min(prices, key=lambda k: prices[k], default=NO_STATE)
+    return best if math.isfinite(prices.get(best, math.inf)) else NO_STATE
 
 
 def choose_kernel(X: torch.Tensor | None, att: Attention, weights=None) -> str:
@@ -375,9 +323,9 @@ def choose_kernel(X: torch.Tensor | None, att: Attention, weights=None) -> str:
     depends on them).
     """
     if math.isinf(att.beta):
-        return "zero"
+        return INFINITE
     if X is None:
-        return "sdpa"
+        return NO_STATE
     if X.shape[-2] < MIN_N:
         return dense_pick(X)
     return decide(X, att, weights).kernel

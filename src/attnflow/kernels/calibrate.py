@@ -6,36 +6,34 @@
     python -m attnflow.kernels.calibrate --N 2048     # other sizes
     python -m attnflow.kernels.calibrate --torch      # the torch paths, as on a machine without a compiler
 
-Times every kernel that runs here (the fused kernel's compiled core or its torch path, sdpa in both
-dtypes, truncated, cluster; CPU seconds, one torch thread, the best of REPEATS calls, the kernels
-interleaved on each state) on a fixed, seeded set of states: uniform, metastable (two antipodal von
-Mises-Fisher clusters at +-u_1, kappa = 100), collapsed (kappa = 1e4) and terminal-like (half of the
-tokens at +-u_1, half at +-v_1, V's top eigenvector, kappa = 300) clouds of the d = 3 worked example
-at beta = 30 and 1000, plus uniform clouds at d = 6 and N = 1024 for the dense kernels' dimension
-and per-call terms.  Then it fits the constants of costs.py by non-negative least squares relative
-to each time (the cluster kernel phase by phase: plan, series, direct sums) and writes them to the
-user cache, keyed by machine and torch version (costs.write, cache.py).  A kernel whose predicted
-time exceeds --max-seconds on a state is not timed there.
+Times every kernel with a cost model (registry.candidates: the fused kernel's compiled core or its
+torch path, sdpa in both dtypes, truncated, cluster; a cost model by dtype in each; CPU seconds, one
+torch thread, the best of REPEATS calls, the kernels interleaved on each state) on a fixed, seeded
+set of states: uniform, metastable (two antipodal von Mises-Fisher clusters at +-u_1, kappa = 100),
+collapsed (kappa = 1e4) and terminal-like (half of the tokens at +-u_1, half at +-v_1, V's top
+eigenvector, kappa = 300) clouds of the d = 3 worked example at beta = 30 and 1000, plus uniform
+clouds at d = 6 and N = 1024 for the dense kernels' dimension and per-call terms (the kernels priced
+in closed form only). Then it fits each cost model's constants by non-negative least squares
+relative to each time, on its features (the cluster kernel's own fit: phase by phase, plan, series,
+direct sums) and writes them to the user cache, keyed by machine and torch version (costs.write,
+cache.py). A kernel whose predicted time exceeds --max-seconds on a state is not timed there.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
-from . import compiled, reuse
+from . import compiled, registry, reuse
 from . import costs as _costs
-from .cluster import velocity_cluster
-from .dense import velocity_sdpa
-from .fused import variant, velocity_fused
-from .truncated import velocity_truncated
+from .fused import variant
+from .pricing import nnls
 
 REPEATS = 2
 MAX_SECONDS = 20.0
@@ -44,12 +42,37 @@ BETAS = (30.0, 1000.0)
 
 @dataclass(frozen=True)
 class State:
-    """One state to time the kernels on: a name, the cloud (N, d) and the attention."""
+    """One state to time the kernels on: a name, the cloud (N, d), the attention, and whether only
+    the kernels priced in closed form are timed on it."""
 
     name: str
     X: np.ndarray
     att: object
-    kernels: tuple[str, ...] = ("fused", "sdpa", "sdpa32", "truncated", "cluster")
+    closed_only: bool = False
+
+
+@dataclass(frozen=True)
+class Run:
+    """One kernel timed in one variant of its cost model, on input of `dtype`."""
+
+    kernel: str
+    variant: str
+    dtype: str = "float64"
+
+
+def runs(d: int, closed_only: bool = False) -> list[Run]:
+    """What is timed in dimension d: every candidate kernel (registry.candidates), a cost model by
+    dtype in each of its dtypes, one by backend on the backend that runs here."""
+    out = []
+    for spec in registry.candidates():
+        cost = spec.cost
+        if cost is None or (closed_only and cost.bound is not None):
+            continue
+        if cost.by == "dtype":
+            out += [Run(spec.name, v, v) for v in cost.variants]
+        else:
+            out.append(Run(spec.name, variant(d)))
+    return out
 
 
 @dataclass
@@ -94,47 +117,36 @@ def states(Ns: tuple[int, ...]) -> list[State]:
         }
         for name, X in clouds.items():
             out += [State(f"{name} N={N} beta={b:g}", X, worked_example(b)) for b in BETAS]
-    dense = ("fused", "sdpa", "sdpa32")
-    out.append(State("uniform N=1024 beta=30", sample_uniform(1024, 3, seed=5), worked_example(30.0), dense))
+    out.append(State("uniform N=1024 beta=30", sample_uniform(1024, 3, seed=5), worked_example(30.0), True))
     att6 = random_attention(6, seed=6, beta=30.0)
-    out.append(State("uniform d=6 N=4096 beta=30", sample_uniform(4096, 6, seed=6), att6, dense))
+    out.append(State("uniform d=6 N=4096 beta=30", sample_uniform(4096, 6, seed=6), att6, True))
     return out
 
 
-def _run(kernel: str, X: torch.Tensor, att) -> tuple[float, dict]:
+def _run(run: Run, X: torch.Tensor, att) -> tuple[float, dict]:
     """CPU seconds and stats of one call (nothing reused from an earlier one)."""
-    kernels: dict[str, Callable[..., torch.Tensor]] = {
-        "fused": velocity_fused,
-        "sdpa": velocity_sdpa,
-        "sdpa32": velocity_sdpa,
-        "truncated": velocity_truncated,
-        "cluster": velocity_cluster,
-    }
-    fn = kernels[kernel]
-    Xk = X.to(torch.float32) if kernel == "sdpa32" else X
+    spec = registry.get(run.kernel)
+    fn = spec.load()
+    Xk = X.to(getattr(torch, run.dtype))
     stats: dict = {}
     reuse.clear()
     c0 = time.process_time()
-    fn(Xk, att) if kernel.startswith("sdpa") else fn(Xk, att, stats=stats)
+    fn(Xk, att, stats=stats) if spec.cost is not None and spec.cost.stats else fn(Xk, att)
     return time.process_time() - c0, stats
 
 
-def _variant_of(kernel: str, d: int) -> str:
-    if kernel.startswith("sdpa"):
-        return "float32" if kernel == "sdpa32" else "float64"
-    return variant(d)
-
-
-def _predicted(kernel: str, s: State) -> float:
-    """A rough time from the active constants, to skip what would take too long."""
-    from .auto import dense_cost
-
+def _predicted(run: Run, s: State) -> float:
+    """A rough time from the active constants, to skip what would take too long (0: not known)."""
     N, d = s.X.shape
-    if kernel in ("fused", "sdpa", "sdpa32"):
-        name = "fused" if kernel == "fused" else "sdpa"
-        return dense_cost(name, 1, N, d, _variant_of(kernel, d))
-    if kernel == "cluster" and s.name.startswith("uniform") and float(s.att.beta) < 100:  # type: ignore[attr-defined]
-        return dense_cost("fused", 1, N, d, _variant_of("fused", d)) * 8  # direct sums everywhere
+    cost = registry.get(run.kernel).cost
+    table = _costs.active()
+    if cost is not None and cost.bound is None:
+        return cost.seconds({"M": 1, "N": N, "d": d, "clouds": 1}, table[run.kernel][run.variant])
+    if run.kernel == "cluster" and s.name.startswith("uniform") and float(s.att.beta) < 100:  # type: ignore[attr-defined]
+        fused = registry.get("fused").cost
+        assert fused is not None
+        work = {"M": 1, "N": N, "d": d, "clouds": 1}
+        return fused.seconds(work, table["fused"][variant(d)]) * 8  # direct sums everywhere
     return 0.0
 
 
@@ -144,104 +156,53 @@ def measure(all_states: list[State], repeats: int = REPEATS, max_seconds: float 
     for s in all_states:
         X = torch.as_tensor(s.X)[None]
         N, d = s.X.shape
-        kernels = [k for k in s.kernels if _predicted(k, s) <= max_seconds]
+        kernels = [k for k in runs(d, s.closed_only) if _predicted(k, s) <= max_seconds]
         for k in kernels:  # warm up: imports, the compiled core, caches
             _run(k, X[:, :256], s.att)
-        best: dict[str, tuple[float, dict]] = {}
+        best: dict[Run, tuple[float, dict]] = {}
         for r in range(repeats):
             for k in kernels[r % len(kernels) :] + kernels[: r % len(kernels)]:
                 t, st = _run(k, X, s.att)
                 if k not in best or t < best[k][0]:
                     best[k] = (t, st)
         for k, (t, st) in best.items():
-            samples.append(Sample(k.removesuffix("32"), _variant_of(k, d), s.name, 1, N, d, t, st))
-            log(f"  {s.name:32s} {k:10s} {t:9.4f} s")
+            samples.append(Sample(k.kernel, k.variant, s.name, 1, N, d, t, st))
+            log(f"  {s.name:32s} {k.kernel:10s} {k.variant:9s} {t:9.4f} s")
     return samples
 
 
-def nnls(rows: list[list[float]], seconds: list[float]) -> np.ndarray:
-    """Non-negative least squares relative to each time (every sample weighs alike)."""
-    from scipy.optimize import nnls as solve
-
-    t = np.asarray(seconds, float)
-    return solve(np.asarray(rows, float) / t[:, None], np.ones_like(t))[0]
-
-
-def _series_rows(st: dict, d: int) -> float:
-    p = st["order"]
-    return math.comb(p + 1 + d, d) * st["moment_rows"] + math.comb(p + d, d) * (d + 1) * st["eval_rows"]
-
-
-def _fit_cluster(samples: list[Sample]) -> dict[str, float]:
-    """The cluster kernel's constants, phase by phase; `call`: the median remainder per call."""
-    plan = nnls(
-        [
-            [
-                1.0,
-                s.stats["tokens"],
-                s.stats["cells"],
-                s.stats["expanded_pairs"] + s.stats["direct_cell_pairs"],
-            ]
-            for s in samples
-        ],
-        [s.stats["plan_s"] for s in samples],
-    )
-    ser = nnls(
-        [[_series_rows(s.stats, s.d) + 1.0, s.stats["expanded_pairs"]] for s in samples],
-        [max(s.stats["expand_s"], 1e-6) for s in samples],
-    )
-    dirs = nnls(
-        [
-            [s.stats["direct_pairs"] + 1.0, s.stats["direct_keys"], s.stats["direct_cell_pairs"]]
-            for s in samples
-        ],
-        [max(s.stats["direct_s"], 1e-6) for s in samples],
-    )
-    c = {
-        "token": plan[1],
-        "cell": plan[2],
-        "cell_pair": plan[3],
-        "series": ser[0],
-        "expanded_pair": ser[1],
-        "direct_pair": dirs[0],
-        "direct_key": dirs[1],
-        "direct_cell_pair": dirs[2],
-    }
-    from .auto import cluster_cost
-
-    rest = [s.seconds - cluster_cost(s.stats, s.d, constants={**c, "call": 0.0}) for s in samples]
-    return {"call": max(0.0, float(np.median(rest))), **{k: float(v) for k, v in c.items()}}
+def work(s: Sample) -> dict[str, Any]:
+    """A sample's work, as the cost models read it: M, N, d, clouds and the kernel's counts."""
+    return {**s.stats, "M": s.M, "N": s.N, "d": s.d, "clouds": s.M}
 
 
 def fit(samples: list[Sample], base: _costs.Costs | None = None) -> _costs.Costs:
-    """Constants of costs.py fitted on the samples; the variants not measured keep `base`'s."""
-    out = {k: {v: dict(c) for v, c in variants.items()} for k, variants in (base or _costs.DEFAULTS).items()}
+    """Each cost model's constants fitted on its samples (its `fit`, else non-negative least squares
+    on its `features`); the variants not measured keep `base`'s (default: the shipped constants)."""
+    base = _costs.defaults() if base is None else base
+    out = {k: {v: dict(c) for v, c in variants.items()} for k, variants in base.items()}
     groups: dict[tuple[str, str], list[Sample]] = {}
     for s in samples:
         groups.setdefault((s.kernel, s.variant), []).append(s)
     for (kernel, var), group in groups.items():
-        if kernel in ("fused", "sdpa"):
-            c = nnls([[s.M, s.M * s.N**2, s.M * s.N**2 * s.d] for s in group], [s.seconds for s in group])
-            out[kernel][var] = dict(zip(("call", "pair", "pair_d"), map(float, c), strict=True))
-        elif kernel == "truncated":
-            rows = [[s.M, s.M * s.N, s.stats["pairs"], s.stats["keys"]] for s in group]
-            c = nnls(rows, [s.seconds for s in group])
-            out[kernel][var] = dict(zip(("call", "token", "pair", "key"), map(float, c), strict=True))
-        else:
-            out[kernel][var] = _fit_cluster(group)
+        cost = registry.get(kernel).cost
+        if cost is None:
+            raise ValueError(f"kernel {kernel!r} has no cost model to fit")
+        if cost.fit is not None:
+            out.setdefault(kernel, {})[var] = cost.fit(group)
+            continue
+        if cost.features is None:
+            raise ValueError(f"the cost model of {kernel!r} has neither features nor a fit")
+        c = nnls([list(cost.features(work(s))) for s in group], [s.seconds for s in group])
+        out.setdefault(kernel, {})[var] = dict(zip(cost.terms, map(float, c), strict=True))
     return _costs.check(out)
 
 
 def predict(s: Sample, c: _costs.Costs) -> float:
     """The fitted model's seconds for a sample."""
-    from .auto import cluster_cost, dense_cost, truncated_cost
-
-    terms = c[s.kernel][s.variant]
-    if s.kernel in ("fused", "sdpa"):
-        return dense_cost(s.kernel, s.M, s.N, s.d, s.variant, terms)
-    if s.kernel == "truncated":
-        return truncated_cost(s.stats, s.M, s.N, s.variant, terms)
-    return cluster_cost(s.stats, s.d, s.variant, clouds=s.M, constants=terms)
+    cost = registry.get(s.kernel).cost
+    assert cost is not None
+    return cost.seconds(work(s), c[s.kernel][s.variant])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,7 +13,7 @@ from itertools import chain
 
 import numpy as np
 
-from .costs import DEFAULTS
+from . import costs as _costs
 
 LEAF_MIN = 32  # cells are not cut below this many tokens
 LEAF_MAX = 4096  # nor left above it (bounds the padded batches)
@@ -378,11 +378,11 @@ def plan(
     docstring of cluster.py for the bound).  costs: seconds per "direct_pair" (key-query pair),
     "direct_key" (key gathered per query cell), "direct_cell_pair", "series" (row, monomial and
     output of the moments and the evaluation) and "expanded_pair" (default: the compiled cluster
-    kernel's constants in costs.DEFAULTS): a cell pair is expanded where its series is valid and
+    kernel's shipped constants, costs.defaults()): a cell pair is expanded where its series is valid and
     cheaper than its direct sums.
     """
     if costs is None:
-        costs = DEFAULTS["cluster"]["compiled"]
+        costs = _costs.defaults()["cluster"]["compiled"]
     tol_e = TOL_SHARE * tol
     rows = _rows(X, w, B, beta, TOL_SHARE * tol, threads)
     perm, starts = split_cells(rows.tree, X, rows.b, beta, series(order, tol_e)[0], leaf_min, leaf_max)

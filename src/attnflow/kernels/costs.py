@@ -1,27 +1,17 @@
-"""The kernels' cost model, one home: CPU seconds per unit of work (one thread), used by
+"""The kernels' cost constants, one home: CPU seconds per unit of work (one thread), used by
 `auto.choose_kernel` to predict each kernel's time on a state and by the cluster kernel to choose,
 cell pair by cell pair, between its series and its direct sums (`cells.plan`).
 
-    kernel     predicted seconds                                              variant
-    sdpa       call M + M N^2 (pair + pair_d d)                               dtype
-    fused      call M + M N^2 (pair + pair_d d)                               backend
-    truncated  call M + token M N + pair pairs + key keys                     backend
-    cluster    call M + token M N + cell cells                                backend
-               + cell_pair (expanded_pairs + direct_cell_pairs)
-               + direct_pair direct_pairs + direct_key direct_keys
-               + direct_cell_pair direct_cell_pairs + expanded_pair expanded_pairs
-               + series (C(p + d + 1, d) moment_rows + C(p + d, d) (d + 1) eval_rows)
-
-M clouds of N tokens in d dimensions; the counts come from the kernels' own plans
-(`truncated.candidate_counts`, `cells.Plan.counts`); the backend is "compiled" where the fused
-kernel's compiled core runs (compiled.py), "torch" where it does not.  `call` is each kernel's fixed
-cost per cloud and call (Python, planning set-up, thread pools), which decides at small N.
-
-DEFAULTS were fitted by `python -m attnflow.kernels.calibrate` (non-negative least squares relative
-to each time, CPU seconds, one thread) on the machine described beside them; `active()` returns the
-constants calibrated on the present machine where the user cache holds them (cache.py: a file per
-machine and torch version), else DEFAULTS.  A cache file that cannot be read, has another format,
-belongs to another machine or misses a constant is ignored with a warning.
+Each kernel's cost model (its terms, formula, variants and shipped constants) is part of its
+KernelSpec (registry.py; the formulas in pricing.py); `defaults()` gathers the shipped constants of
+the registered kernels (`DEFAULTS`, `TERMS` and `VARIANTS` are views of it, kept for existing code).
+The shipped constants were fitted by `python -m attnflow.kernels.calibrate` (non-negative least
+squares relative to each time, CPU seconds, one thread) on the machine registry.py describes;
+`active()` returns the constants calibrated on the present machine where the user cache holds them
+(cache.py: a file per machine and torch version), else the defaults.  A cache file that cannot be
+read, has another format, belongs to another machine or misses a constant of a kernel it names is
+ignored with a warning; a kernel it does not name (registered after the calibration) keeps its
+defaults.
 """
 
 from __future__ import annotations
@@ -30,6 +20,7 @@ import json
 import math
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,82 +29,43 @@ from .cache import cache_dir, machine, machine_key
 Costs = dict[str, dict[str, dict[str, float]]]  # kernel -> variant -> term -> CPU seconds
 
 FORMAT = 1
-TERMS: dict[str, tuple[str, ...]] = {
-    "sdpa": ("call", "pair", "pair_d"),
-    "fused": ("call", "pair", "pair_d"),
-    "truncated": ("call", "token", "pair", "key"),
-    "cluster": (
-        "call",
-        "token",
-        "cell",
-        "cell_pair",
-        "direct_pair",
-        "direct_key",
-        "direct_cell_pair",
-        "series",
-        "expanded_pair",
-    ),
-}
-VARIANTS: dict[str, tuple[str, ...]] = {
-    "sdpa": ("float64", "float32"),
-    "fused": ("compiled", "torch"),
-    "truncated": ("compiled", "torch"),
-    "cluster": ("compiled", "torch"),
-}
+# kernel -> (terms, shipped constants by variant) of every registered cost model: set by registry.py
+# (which imports this module, never the reverse) whenever the kernels change
+_models: dict[str, tuple[tuple[str, ...], Mapping[str, Mapping[str, float]]]] = {}
+_defaults: list[Costs] = [{}]
 
-# Fitted on an Intel Xeon (Sapphire Rapids class, AVX-512, 2 logical cores, shared with other jobs:
-# load 4 to 7), torch 2.13.0+cpu, one torch thread, by `benchmarks/auto.py --fit` (the calibration
-# command's fit on the 24 cases of docs/benchmarks.md, "Choosing the kernel": uniform, metastable,
-# collapsed and terminal-phase clouds of the d = 3 worked example, N = 4096 to 65536, beta = 30 and
-# 1000, plus uniform clouds at N = 1024 and at d = 6); the "torch" variants by
-# `python -m attnflow.kernels.calibrate --torch` on the same machine.
-DEFAULTS: Costs = {
-    "sdpa": {
-        "float64": {"call": 2.93e-4, "pair": 1.84e-9, "pair_d": 3.41e-11},
-        "float32": {"call": 6.09e-4, "pair": 7.70e-10, "pair_d": 2.51e-11},
-    },
-    "fused": {
-        "compiled": {"call": 4.70e-4, "pair": 1.94e-10, "pair_d": 1.65e-10},
-        "torch": {"call": 4.48e-4, "pair": 1.60e-9, "pair_d": 3.75e-11},
-    },
-    "truncated": {
-        "compiled": {"call": 1.16e-3, "token": 1.12e-6, "pair": 5.65e-10, "key": 9.04e-8},
-        "torch": {"call": 2.02e-3, "token": 1.46e-6, "pair": 1.52e-9, "key": 1.41e-7},
-    },
-    "cluster": {
-        "compiled": {
-            "call": 4.03e-3,
-            "token": 9.83e-7,
-            "cell": 6.92e-6,
-            "cell_pair": 2.58e-7,
-            "direct_pair": 6.84e-10,
-            "direct_key": 2.92e-8,
-            "direct_cell_pair": 5.03e-8,
-            "series": 1.31e-10,
-            "expanded_pair": 2.60e-5,
-        },
-        "torch": {
-            "call": 8.56e-3,
-            "token": 8.71e-7,
-            "cell": 7.42e-6,
-            "cell_pair": 2.60e-7,
-            "direct_pair": 0.0,
-            "direct_key": 1.50e-7,
-            "direct_cell_pair": 0.0,
-            "series": 1.43e-10,
-            "expanded_pair": 1.51e-5,
-        },
-    },
-}
+
+def set_models(models: Mapping[str, tuple[tuple[str, ...], Mapping[str, Mapping[str, float]]]]) -> None:
+    """The registered cost models (registry.py calls this); `defaults()` becomes a new object."""
+    _models.clear()
+    _models.update(models)
+    _defaults[0] = {k: {v: dict(t) for v, t in shipped.items()} for k, (_, shipped) in _models.items()}
+
+
+def defaults() -> Costs:
+    """The shipped constants of every kernel with a cost model (the same object until a kernel is
+    registered or removed)."""
+    return _defaults[0]
+
+
+def __getattr__(name: str) -> Any:
+    """DEFAULTS, TERMS and VARIANTS: views of the registered cost models."""
+    if name == "DEFAULTS":
+        return defaults()
+    if name == "TERMS":
+        return {k: terms for k, (terms, _) in _models.items()}
+    if name == "VARIANTS":
+        return {k: tuple(shipped) for k, (_, shipped) in _models.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check(costs: Any, where: str = "costs") -> Costs:
-    """The constants as floats, every kernel, variant and term of TERMS and VARIANTS present, finite
-    and >= 0; ValueError naming the first one that is not."""
+    """The constants as floats, every term of every variant of every registered cost model present,
+    finite and >= 0; ValueError naming the first one that is not."""
     out: Costs = {}
-    for kernel, terms in TERMS.items():
+    for kernel, (terms, shipped) in _models.items():
         out[kernel] = {}
-        for variant in VARIANTS[kernel]:
+        for variant in shipped:
             given = costs.get(kernel, {}).get(variant) if isinstance(costs, dict) else None
             if not isinstance(given, dict):
                 raise ValueError(f"{where}: no constants for {kernel!r} ({variant})")
@@ -142,7 +94,10 @@ def read(path: Path) -> Costs:
         raise ValueError(f"{path} is not a calibration file of format {FORMAT}")
     if data.get("machine") != machine():
         raise ValueError(f"{path} was calibrated on another machine or torch version ({data.get('machine')})")
-    return check(data.get("costs"), str(path))
+    given = data.get("costs")
+    if isinstance(given, dict):  # a kernel registered after the calibration keeps its defaults
+        given = {**defaults(), **given}
+    return check(given, str(path))
 
 
 def write(costs: Costs, fit: dict | None = None, path: Path | None = None) -> Path:
@@ -160,27 +115,27 @@ def write(costs: Costs, fit: dict | None = None, path: Path | None = None) -> Pa
     return atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
-_loaded: dict[tuple[str, int, int], Costs] = {}
+_loaded: dict[tuple[str, int, int, int], Costs] = {}  # the last key: the registered models' identity
 
 
 def active() -> Costs:
-    """The constants in use: this machine's calibration file when it is valid, else DEFAULTS (with a
-    warning, once per file state, for a file that exists but cannot be used)."""
+    """The constants in use: this machine's calibration file when it is valid, else `defaults()`
+    (with a warning, once per file state, for a file that exists but cannot be used)."""
     path = cache_path()
     try:
         st = path.stat()
     except OSError:
-        return DEFAULTS
-    key = (str(path), st.st_mtime_ns, st.st_size)
+        return defaults()
+    key = (str(path), st.st_mtime_ns, st.st_size, id(defaults()))
     if key not in _loaded:
         try:
             _loaded[key] = read(path)
         except ValueError as e:
             warnings.warn(f"attnflow: ignoring the kernels' calibration file: {e}", stacklevel=2)
-            _loaded[key] = DEFAULTS
+            _loaded[key] = defaults()
     return _loaded[key]
 
 
 def source() -> str:
     """Where `active()` takes its constants from: the calibration file's path, or "defaults"."""
-    return str(cache_path()) if active() is not DEFAULTS else "defaults"
+    return str(cache_path()) if active() is not defaults() else "defaults"

@@ -15,8 +15,8 @@ maximum) + log(sum of the shifted exponentials): unnormalised attention is the s
 exp(log Z_i^h - log N), in the log domain (usa_time = "rescaled" subtracts beta max_h ||B_h|| too).
 A row whose factor passes float64's range is a FloatingPointError that says so.
 
-Three implementations, kernel names of KERNELS with the kernel signature `(X, dyn, *, betas,
-weights) -> (M, N, d)`:
+Three implementations, the shipped kernels whose KernelSpec has dynamics=True (registry.py), with
+the kernel signature `(X, dyn, *, betas, weights) -> (M, N, d)`:
 
 - "fused": per cloud and head, the fused kernel's compiled core (CPU, d <= 8; for causal rows the
   keys before each chunk of queries by the core, the chunk's own triangle in torch, merged in the
@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from .._threads import intra_op_threads as _threads
-from . import compiled
+from . import compiled, registry
 from .common import batched, betas_per_cloud, log_weights, tangent
 
 if TYPE_CHECKING:
     from ..flow import Dynamics
 
-IMPLEMENTATIONS = ("fused", "blocked", "sdpa")
+IMPLEMENTATIONS = tuple(s.name for s in registry.SPECS if s.dynamics)  # fused, sdpa, blocked
 BLOCK_ELEMENTS = 2**22  # scores per block of queries (all clouds) in the torch path (32 MiB)
 CHUNK = 256  # queries per chunk of the compiled causal path: the triangle of each chunk is torch's
 LOG2E = 1.4426950408889634
