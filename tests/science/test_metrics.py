@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnflow.measures.sphere import fibonacci_sphere, sample_uniform
+from attnflow.measures.quadrature import fibonacci_sphere
+from attnflow.measures.sampling import sample_uniform
 from attnflow.science.metrics import (
     angle_to_subspace,
     coupling_bound,
@@ -455,7 +456,7 @@ def test_weighted_diagnostics_batch_weights_and_errors():
 def test_resolution_ratio_uses_the_kernel_width():
     """concentration-converged's setting: worked example, N = 100,000 Fibonacci tokens, beta = 1000."""
     from attnflow.attention import worked_example
-    from attnflow.measures.sphere import spacing
+    from attnflow.measures.geometry import spacing
 
     att, N, beta = worked_example(1000.0), 100_000, 1000.0
     X = fibonacci_sphere(N)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnflow.measures.sphere import sample_uniform
+from attnflow.measures.sampling import sample_uniform
 from attnflow.transport.wasserstein import w2, w2_to_target
 
 ot = pytest.importorskip("ot")
