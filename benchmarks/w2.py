@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from attnflow.measures.sphere import sample_uniform
+from attnflow.measures.sampling import sample_uniform
 from attnflow.transport.wasserstein import w2
 
 

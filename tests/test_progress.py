@@ -16,7 +16,7 @@ import attnflow.progress as progress
 from attnflow import _threads
 from attnflow.attention import worked_example
 from attnflow.dynamics.integrate import simulate
-from attnflow.measures.sphere import sample_uniform
+from attnflow.measures.sampling import sample_uniform
 
 
 class FakeBar:

@@ -9,10 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import _compat
-
-_compat.install()  # the import paths of 0.1 (attnflow.sphere, ...) as aliases, with a DeprecationWarning
-
 __version__ = "0.2.0"
 
 _API = {
@@ -81,8 +77,6 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(f".{_API[name]}", __name__), name)
         globals()[name] = value
         return value
-    if f"{__name__}.{name}" in _compat.MOVED:
-        return _compat.moved(f"{__name__}.{name}")
     raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
 
 

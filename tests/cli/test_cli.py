@@ -589,7 +589,7 @@ def test_sigterm_mid_run_then_resume(tmp_path):
 
 
 def test_check_with_tokens(tmp_path):
-    from attnflow.measures.sphere import sample_uniform
+    from attnflow.measures.sampling import sample_uniform
 
     paths = _worked_files(tmp_path)
     np.save(tmp_path / "X0.npy", sample_uniform(200, 3, seed=0))

@@ -261,32 +261,6 @@ def test_several_betas_in_one_run():
     np.testing.assert_allclose(same.x[:, 1], rk.x[:, 1], rtol=0, atol=1e-14)
 
 
-def test_betas_keyword_is_deprecated():
-    """simulate(betas=...) still runs, warns that it overrides att.beta, and gives the list's result."""
-    att = random_attention(3, 1.0, seed=13)
-    X0 = af.sample_uniform(24, 3, seed=14)
-    betas = [2.0, 20.0, 200.0]
-    with pytest.warns(DeprecationWarning, match=r"overrides att\.beta"):
-        old = simulate(X0, att, [0.3], dt=1e-2, betas=betas)
-    new = simulate(X0, [att.with_beta(b) for b in betas], [0.3], dt=1e-2)
-    np.testing.assert_array_equal(old.x, new.x)
-    assert old.info["betas"] == betas
-
-
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"betas": [1.0, 2.0]}, "X0 holds 3 clouds but betas has 2"),
-    ({"betas": [1.0, float("inf"), 2.0]}, "finite and > 0"),
-    ({"betas": [1.0, -1.0, 2.0]}, "finite and > 0"),
-    ({"betas": [[1.0, 2.0, 3.0]]}, "1-D"),
-    ({"betas": ["a", "b", "c"]}, "sequence of numbers"),
-])  # fmt: skip
-def test_several_betas_bad_input(kw, match):
-    att = random_attention(3, 1.0, seed=13)
-    X0 = af.sample_uniform(8, 3, seed=14, M=3)
-    with pytest.warns(DeprecationWarning), pytest.raises((ValueError, TypeError), match=match):
-        simulate(X0, att, [0.1], **kw)
-
-
 def test_attention_list_bad_input():
     att = random_attention(3, 1.0, seed=13)
     X0 = af.sample_uniform(8, 3, seed=14)
@@ -301,8 +275,6 @@ def test_attention_list_bad_input():
         simulate(af.sample_uniform(8, 3, seed=14, M=2), [att] * 3, [0.1])
     with pytest.raises(ValueError, match="betas must all be inf"):
         simulate(X0, [att, att.with_beta(2.0)], [0.1], kernel="zero")
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="give the list only"):
-        simulate(X0, [att, att], [0.1], betas=[1.0, 2.0])
 
 
 def test_batch_equals_separate_runs():

@@ -6,7 +6,7 @@ import pytest
 import attnflow as af
 from attnflow.dynamics.meanfield import MeanFieldSettings, initial_separatrices, simulate_mean_field_circle
 from attnflow.dynamics.separatrix import mean_field_quadrature
-from attnflow.measures.sphere import vmf_density
+from attnflow.measures.densities import vmf_density
 
 FAST = MeanFieldSettings(margin=2.0, max_passes=2)
 

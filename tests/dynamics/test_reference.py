@@ -16,7 +16,7 @@ from scipy.integrate import odeint, quad_vec
 from attnflow.attention import Attention, attention_from_A, worked_example
 from attnflow.dynamics.reference import local_rates, reference_w2
 from attnflow.dynamics.zero_temperature import ExactFlow, project, simulate_zero_temperature
-from attnflow.measures.sphere import sample_uniform, sample_vmf
+from attnflow.measures.sampling import sample_uniform, sample_vmf
 from attnflow.science.assumptions import reference_rates
 from attnflow.transport.wasserstein import w2_to_target
 

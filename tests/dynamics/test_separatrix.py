@@ -13,7 +13,8 @@ from attnflow.dynamics.separatrix import (
     locate_separatrices,
     mean_field_quadrature,
 )
-from attnflow.measures.sphere import graded_circle_quadrature, vmf_density
+from attnflow.measures.densities import vmf_density
+from attnflow.measures.quadrature import graded_circle_quadrature
 
 S = -math.pi / 4  # a centre, and its antipode below
 

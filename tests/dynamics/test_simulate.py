@@ -94,25 +94,6 @@ def test_bad_options(method, options, error, match):
         )
 
 
-def test_flat_solver_settings_are_deprecated():
-    att = random_attention(3, 5.0, seed=3)
-    X0 = af.sample_uniform(12, 3, seed=4)
-    new = simulate(X0, att, [0.5], method="adaptive", options={"rtol": 1e-8, "atol": 1e-10})
-    with pytest.warns(DeprecationWarning, match=r"simulate\(rtol=, atol=\.\.\.\) is deprecated.*options="):
-        old = simulate(X0, att, [0.5], method="adaptive", rtol=1e-8, atol=1e-10)
-    np.testing.assert_array_equal(old.x, new.x)
-    # the fixed-step methods ignored the tolerances, and still do
-    with pytest.warns(DeprecationWarning):
-        fixed = simulate(X0, att, [0.5], method="rk4", rtol=1e-8, max_steps=100)
-    np.testing.assert_array_equal(fixed.x, simulate(X0, att, [0.5], method="rk4").x)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"options\[.max_steps.\] = 3"):
-        simulate(X0, att, [0.5], max_steps=3)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="both flat and in options"):
-        simulate(X0, att, [0.5], method="adaptive", rtol=1e-8, options={"rtol": 1e-7})
-    with pytest.raises(TypeError, match="unexpected keyword argument 'rtoll'"):
-        simulate(X0, att, [0.5], rtoll=1e-8)
-
-
 # ---------------------------------------------------------------- one set of guards
 
 

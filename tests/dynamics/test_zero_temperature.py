@@ -12,7 +12,7 @@ from scipy.stats import ortho_group
 
 from attnflow.attention import Attention, attention_from_A, worked_example
 from attnflow.dynamics.zero_temperature import ExactFlow, _eigen, project, simulate_zero_temperature
-from attnflow.measures.sphere import sample_uniform
+from attnflow.measures.sampling import sample_uniform
 
 
 def random_problem(d: int, seed: int, mu=None) -> Attention:

@@ -16,7 +16,7 @@ from attnflow.experiments import ConfigError, load_config, run_experiment
 from attnflow.experiments.concentration import concentration_inputs
 from attnflow.experiments.concentration.levels import graded_clouds
 from attnflow.io import read_dataset
-from attnflow.measures.sphere import graded_circle_quadrature
+from attnflow.measures.quadrature import graded_circle_quadrature
 from attnflow.science.metrics import resolution_ratio
 
 GRADED = [

@@ -27,7 +27,8 @@ from attnflow.experiments import (
 )
 from attnflow.experiments.common import time_grid
 from attnflow.io import read_dataset
-from attnflow.measures.sphere import sample_uniform, spacing
+from attnflow.measures.geometry import spacing
+from attnflow.measures.sampling import sample_uniform
 from attnflow.science.claims import CLAIMS
 
 # rk4 with dt = 0.05 matches the adaptive integrator to 1e-3 in positions here, in a fraction of the time
@@ -398,7 +399,7 @@ def test_layers_transformer_is_one_euler_step_per_layer():
     from attnflow.attention import worked_example
     from attnflow.experiments.layers import transformer
     from attnflow.kernels import velocity
-    from attnflow.measures.sphere import sample_uniform
+    from attnflow.measures.sampling import sample_uniform
 
     att = worked_example(5.0)
     X0 = sample_uniform(10, 3, seed=1)

@@ -6,18 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import special, stats
 
-from attnflow.measures.sphere import (
-    chordal_distance,
-    circle_nodes,
-    fibonacci_sphere,
-    geodesic_distance,
-    quadrature,
-    sample_uniform,
-    sample_vmf,
-    spacing,
-    tangent_project,
-    vmf_density,
-)
+from attnflow.measures.densities import vmf_density
+from attnflow.measures.geometry import chordal_distance, geodesic_distance, spacing, tangent_project
+from attnflow.measures.quadrature import circle_nodes, fibonacci_sphere, quadrature
+from attnflow.measures.sampling import sample_uniform, sample_vmf
 
 
 def mean_resultant(kappa, d):

@@ -13,7 +13,7 @@ from scipy.stats import ortho_group
 
 from attnflow.attention import Attention, attention_from_A, worked_example
 from attnflow.io import to_json
-from attnflow.measures.sphere import sample_uniform
+from attnflow.measures.sampling import sample_uniform
 from attnflow.science.assumptions import check_assumptions, reference_rates, subspace_angle
 
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnflow.measures.sphere import fibonacci_sphere, sample_uniform
+from attnflow.measures.quadrature import fibonacci_sphere
+from attnflow.measures.sampling import sample_uniform
 from attnflow.science.metrics import (
     angle_to_subspace,
     coupling_bound,
@@ -320,9 +321,6 @@ def test_resolution_ratio():
     assert resolution_ratio(int(4 * math.pi * 3000), 3, 3000.0, B=B) == pytest.approx(1.0, rel=1e-4)
     assert resolution_ratio(10, 3, math.inf, B=B) == math.inf
     assert resolution_ratio(40000, 3, 3000.0, B=B) < resolution_ratio(4000, 3, 3000.0, B=B)
-    # the old call (no B) assumes |B^T x| = 1: same number, with a DeprecationWarning
-    with pytest.warns(DeprecationWarning, match=r"\|B\^T x\| = 1"):
-        assert resolution_ratio(4000, 3, 30.0) == resolution_ratio(4000, 3, 30.0, B=B)
 
 
 def test_w2_to_target_over_times_and_fallback(monkeypatch):
@@ -383,7 +381,7 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="PiX0"):
         coupling_bound(X, random_cloud(9, 3, 3))
     with pytest.raises(ValueError, match="beta"):
-        resolution_ratio(100, 3, 0.0)
+        resolution_ratio(100, 3, 0.0, B=np.eye(3))
     with pytest.raises(ValueError, match="X_t"):
         coupling_bound(np.ones(3), X)
 
@@ -455,7 +453,7 @@ def test_weighted_diagnostics_batch_weights_and_errors():
 def test_resolution_ratio_uses_the_kernel_width():
     """concentration-converged's setting: worked example, N = 100,000 Fibonacci tokens, beta = 1000."""
     from attnflow.attention import worked_example
-    from attnflow.measures.sphere import spacing
+    from attnflow.measures.geometry import spacing
 
     att, N, beta = worked_example(1000.0), 100_000, 1000.0
     X = fibonacci_sphere(N)
@@ -466,18 +464,15 @@ def test_resolution_ratio_uses_the_kernel_width():
     s = (ratio / h) ** 2 / beta
     assert 3.0 - 1e-4 < s <= 3.0
     assert ratio == pytest.approx(0.614, abs=5e-4)
-    # ||B|| bounds s from above; the old beta^(-1/2) width (s = 1) gave 0.354, sqrt(3) times smaller
+    # ||B|| bounds s from above; the width beta^(-1/2) (s = 1: B = I) gives 0.354, sqrt(3) times smaller
     assert resolution_ratio(N, 3, beta, B=att.B) == pytest.approx(h * math.sqrt(3 * beta), rel=1e-12)
-    with pytest.warns(DeprecationWarning):
-        assert resolution_ratio(N, 3, beta) == pytest.approx(0.3545, abs=1e-4)
+    assert resolution_ratio(N, 3, beta, B=np.eye(3)) == pytest.approx(0.3545, abs=1e-4)
     # a cloud near u_1 only sees |B^T u_1| = 2.134
     u1 = att.spectrum().top.basis[:, 0]
     near = np.tile(u1, (N, 1))
     assert resolution_ratio(N, 3, beta, B=att.B, X=near) == pytest.approx(
         h * math.sqrt(2.1344 * beta), rel=1e-4
     )
-    with pytest.raises(ValueError, match="pass B"):
-        resolution_ratio(N, 3, beta, X=X)
     with pytest.raises(ValueError, match=r"X must be the cloud of N = 10 tokens"):
         resolution_ratio(10, 3, beta, B=att.B, X=X)
     with pytest.raises(ValueError, match="B must be 3 x 3"):

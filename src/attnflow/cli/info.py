@@ -1,5 +1,4 @@
-"""`attnflow list`: what is there to run (`attnflow show`, what a run left, is in show.py; its names
-are still importable from here, where 0.1's `attnflow.info_cli` had them).
+"""`attnflow list`: what is there to run (`attnflow show`, what a run left, is in show.py).
 
 `list_command` is a Typer-annotated function; the CLI registers it with `app.command("list")`.
 Light: it imports what it needs when it runs. It builds a `Document` of the table model
@@ -22,14 +21,14 @@ import typer
 from ..experiments import DEFAULT_EXPERIMENT
 from .console import BAD_CONFIG, EXIT_USAGE, exits, print_document
 from .console import fail as _fail
-from .show import WideOption, damaged, print_summary, show_command  # show's names, also read here since 0.1
+from .show import WideOption
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from ..experiments.tables import Document, Section, Table
 
-__all__ = ["PARAM_COLUMNS", "damaged", "list_command", "print_summary", "show_command", "type_words"]
+__all__ = ["PARAM_COLUMNS", "list_command", "type_words"]
 
 
 # ---------------------------------------------------------------------------------- types

@@ -1,6 +1,5 @@
 """simulate's arguments, one place per concern: the solver settings of each method (`options`),
-several Attention (or Dynamics) objects differing in beta (`Temperatures`), the noise's seed, and
-the deprecated flat keywords.
+several Attention (or Dynamics) objects differing in beta (`Temperatures`) and the noise's seed.
 
 Kept apart from integrate.py (the set-up and the run) so that each stays small.
 """
@@ -8,14 +7,13 @@ Kept apart from integrate.py (the set-up and the run) so that each stays small.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._checks import check_betas, check_positive
+from .._checks import check_positive
 from ..attention import Attention
 from ..flow import Dynamics, check_model
 from ..kernels import plain
@@ -39,7 +37,6 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "rk4": _FIXED_OPTIONS,
     "adaptive": _ADAPTIVE_OPTIONS,
 }
-DEPRECATED_KEYWORDS = ("rtol", "atol", "max_steps", "betas")  # simulate's old flat parameters
 
 
 @dataclass(frozen=True)
@@ -134,47 +131,3 @@ def solver_options(method: str, options: Any) -> dict[str, Any]:
     if "norm" in out and out["norm"] not in ERROR_NORMS:
         raise ValueError(f"options['norm'] must be one of {list(ERROR_NORMS)}, got {out['norm']!r}")
     return out
-
-
-def deprecated_options(method: str, options: Any, kw: dict[str, Any]) -> Any:
-    """`options` with simulate's old flat rtol=, atol=, max_steps= folded in, with a
-    DeprecationWarning; a keyword that simulate never took is a TypeError as Python gives it."""
-    for key in kw:
-        if key not in DEPRECATED_KEYWORDS:
-            raise TypeError(f"simulate() got an unexpected keyword argument {key!r}")
-    flat = {k: kw[k] for k in ("rtol", "atol", "max_steps") if k in kw}
-    if not flat:
-        return options
-    warnings.warn(
-        f"simulate({', '.join(f'{k}=' for k in flat)}...) is deprecated: pass the solver settings "
-        f"together, options={{{', '.join(repr(k) + ': ...' for k in flat)}}}",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    options = {} if options is None else dict(options)
-    clash = sorted(set(flat) & set(options))
-    if clash:
-        raise ValueError(f"{clash} given both flat and in options: give them in options only")
-    # as before: the flat tolerances were ignored by the fixed-step methods
-    options.update({k: v for k, v in flat.items() if k in OPTIONS[method]})
-    return options
-
-
-def deprecated_betas(temps: Temperatures, betas: Any, X0n: np.ndarray) -> Temperatures:
-    """`temps` with simulate's old betas= (it overrides att.beta) applied, with a DeprecationWarning:
-    checked (`_checks.check_betas`), one per cloud of X0n (N, d) or (M, N, d); att takes the first.
-    Refused alongside a list of Attention objects."""
-    if betas is None:
-        return temps
-    warnings.warn(
-        "simulate(betas=...) is deprecated: it overrides att.beta; pass one Attention per cloud, "
-        "simulate(X0, [att.with_beta(b) for b in betas], times)",
-        DeprecationWarning,
-        stacklevel=4,
-    )
-    if temps.betas is not None:
-        raise ValueError("betas= and a list of Attention objects both set the betas: give the list only")
-    arr = check_betas(betas)
-    if X0n.ndim == 3 and X0n.shape[0] != arr.size:
-        raise ValueError(f"X0 holds {X0n.shape[0]} clouds but betas has {arr.size} entries")
-    return Temperatures(temps.att.with_beta(float(arr[0])), arr.tolist())

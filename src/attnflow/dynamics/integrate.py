@@ -46,8 +46,6 @@ from .arguments import (
     OPTIONS,
     Temperatures,
     check_attentions,
-    deprecated_betas,
-    deprecated_options,
     noise_seed,
     solver_options,
 )
@@ -103,7 +101,6 @@ def simulate(
     threads: int = DEFAULT_THREADS,
     seed: Any = None,
     force: bool = False,
-    **deprecated: Any,
 ) -> Trajectory:
     """Integrate the token dynamics dx_i/dt = P_{x_i}^perp(sum_j w_ij V x_j) from X0 at t = 0.
 
@@ -159,9 +156,6 @@ def simulate(
         steps of a fixed-step method, each kernel evaluation priced by the kernels' cost model); without
         it such a run is refused before its first step, with the estimate. A fixed-step run of more than
         options["max_steps"] steps is refused before its first step, force or not.
-    **deprecated
-        The flat rtol=, atol=, max_steps= (use options) and betas= (it overrides att.beta: pass a list of
-        Attention objects), each with a DeprecationWarning.
 
     Returns
     -------
@@ -174,8 +168,7 @@ def simulate(
     """
     threads = check_threads(threads)
     with torch_threads(threads), time_bar(progress, "simulate") as callback:
-        options = deprecated_options(method if method in METHODS else "rk4", options, deprecated)
-        clouds = _check_clouds(X0, att, device, normalize, deprecated.get("betas"))
+        clouds = _check_clouds(X0, att, device, normalize)
         t_out = check_times(times)
         numerics = _check_numerics(method, dt, kernel, dtype, options)
         _check_steps(t_out, numerics)
@@ -218,14 +211,13 @@ class _Numerics:
     options: dict[str, Any]
 
 
-def _check_clouds(X0: Any, att: Any, device: Any, normalize: bool, old_betas: Any) -> _Clouds:
-    """X0, att (one Attention or a list), device and the deprecated betas=, checked."""
+def _check_clouds(X0: Any, att: Any, device: Any, normalize: bool) -> _Clouds:
+    """X0, att (one Attention or a list) and device, checked."""
     import torch
 
     temps = check_attentions(att)
     dev = check_device(device, X0)
     X0n = check_points(X0, "X0", d=temps.att.d, normalize=normalize)
-    temps = deprecated_betas(temps, old_betas, X0n)
     out_device = X0.device if isinstance(X0, torch.Tensor) else None
     return _Clouds(X0n, temps, dev, out_device)
 

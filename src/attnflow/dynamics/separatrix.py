@@ -30,7 +30,7 @@ import numpy as np
 
 from .._checks import check_positive
 from ..attention import Attention, check_attention
-from ..measures.sphere import graded_circle_quadrature
+from ..measures.quadrature import graded_circle_quadrature
 
 TRACER_WEIGHT = 1e-30  # weight of a tracer, relative to the measure's total mass 1
 SAVES_PER_UNIT = 20  # saved states per unit time, where the fates are read

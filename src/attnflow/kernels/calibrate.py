@@ -91,7 +91,7 @@ class Sample:
 
 def two_clusters(N: int, mean: np.ndarray, kappa: float, seed: int) -> np.ndarray:
     """N tokens in two antipodal von Mises-Fisher clusters at +-mean (every other token flipped)."""
-    from ..measures.sphere import sample_vmf
+    from ..measures.sampling import sample_vmf
 
     X = sample_vmf(N, mean, kappa, seed=seed)
     X[::2] *= -1
@@ -101,7 +101,7 @@ def two_clusters(N: int, mean: np.ndarray, kappa: float, seed: int) -> np.ndarra
 def states(Ns: tuple[int, ...]) -> list[State]:
     """The calibration states (module docstring), seeded."""
     from ..attention import random_attention, worked_example
-    from ..measures.sphere import sample_uniform
+    from ..measures.sampling import sample_uniform
 
     spectrum = worked_example(1.0).spectrum()
     u1, v1 = spectrum.top.basis[:, 0], spectrum.v_top_real.basis[:, 0]

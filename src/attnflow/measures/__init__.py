@@ -6,8 +6,6 @@
                  graded_circle_quadrature (nodes on S^1 graded toward given angles)
     densities    densities w.r.t. the uniform law, up to a constant and normalised (uniform, vMF)
     registry     MEASURES (the densities by name) and DISCRETISATIONS (the `init` choices by name)
-    sphere       every name above in one module (the path of the docs and of attnflow 0.1's
-                 attnflow.sphere)
 
 May import the utilities (`attnflow._checks`, `_text`, `_threads`) only: a measure knows no
 attention weights (a von Mises-Fisher mean is passed in) and no dynamics.

@@ -10,7 +10,6 @@ time scales and fits in `attnflow.science.fits`.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import numpy as np
@@ -184,7 +183,7 @@ def lyapunov(X: Any, P1: Any, weights: Any = None) -> np.ndarray | float:
     return _scalar_or_array(_token_mean(np.sum(R * R, axis=-1), weights))
 
 
-def resolution_ratio(N: int, d: int, beta: float, B: Any = None, X: Any = None) -> float:
+def resolution_ratio(N: int, d: int, beta: float, B: Any, X: Any = None) -> float:
     """Token spacing over the softmax's angular width: spacing(N, d) * sqrt(beta * s).
 
     The softmax at x has angular width 1 / sqrt(beta |B^T x|) (MATH.md, "Kernel width"); s is its
@@ -199,8 +198,8 @@ def resolution_ratio(N: int, d: int, beta: float, B: Any = None, X: Any = None) 
         Tokens and dimension.
     beta : float
         Inverse temperature; beta = inf gives inf.
-    B : array (d, d), optional
-        Q^T K. Without B (deprecated) s = 1, i.e. the width beta^(-1/2), which assumes |B^T x| = 1.
+    B : array (d, d)
+        Q^T K; without X, s = ||B||_2.
     X : array (..., N, d), optional
         The cloud, for s = max_i |B^T x_i|.
 
@@ -214,26 +213,14 @@ def resolution_ratio(N: int, d: int, beta: float, B: Any = None, X: Any = None) 
     if d < 2:
         raise ValueError(f"d must be >= 2 (points of S^(d-1)), got {d}")
     beta = check_beta(beta)
-    if B is None:
-        if X is not None:
-            raise ValueError("X is given without B: the kernel width at x needs |B^T x|; pass B too")
-        warnings.warn(
-            "resolution_ratio(N, d, beta) without B assumes |B^T x| = 1 (width beta^(-1/2)); the "
-            "kernel's width is 1/sqrt(beta |B^T x|): pass B (and the cloud X) for the ratio docs/math.md "
-            "defines",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        s = 1.0
+    Bm = check_matrix(B, "B", d)
+    if X is None:
+        s = float(np.linalg.norm(Bm, 2))
     else:
-        Bm = check_matrix(B, "B", d)
-        if X is None:
-            s = float(np.linalg.norm(Bm, 2))
-        else:
-            Xs = check_stack(X, "X")
-            if Xs.shape[-2:] != (N, d):
-                raise ValueError(f"X must be the cloud of N = {N} tokens in d = {d}: got shape {Xs.shape}")
-            s = float(np.max(np.linalg.norm(Xs @ Bm, axis=-1)))  # rows x^T B = (B^T x)^T
+        Xs = check_stack(X, "X")
+        if Xs.shape[-2:] != (N, d):
+            raise ValueError(f"X must be the cloud of N = {N} tokens in d = {d}: got shape {Xs.shape}")
+        s = float(np.max(np.linalg.norm(Xs @ Bm, axis=-1)))  # rows x^T B = (B^T x)^T
     return math.inf if math.isinf(beta) else spacing(N, d) * math.sqrt(beta * s)
 
 
@@ -241,22 +228,3 @@ def tokens_for_ratio(d: int, beta: float, s: float, ratio: float = RESOLUTION_OK
     """Smallest N whose resolution ratio spacing(N, d) sqrt(beta s) is at most `ratio`:
     N = |S^{d-1}| (beta s / ratio^2)^((d-1)/2), s = max_i |B^T x_i| (or ||B||)."""
     return math.ceil(sphere_area(d) * (beta * s / ratio**2) ** ((d - 1) / 2.0))
-
-
-_MOVED_TO_WASSERSTEIN = ("W2Info", "W2Series", "find_atoms", "w2", "w2_to_target")
-
-
-def __getattr__(name: str) -> Any:
-    """The W2 names moved to attnflow.transport.wasserstein: still found here, with a DeprecationWarning."""
-    if name in _MOVED_TO_WASSERSTEIN:
-        warnings.warn(
-            f"attnflow.science.metrics.{name} moved to attnflow.transport.wasserstein.{name} "
-            f"(or attnflow.{name}); "
-            "the old place will be removed",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from ..transport import wasserstein
-
-        return getattr(wasserstein, name)
-    raise AttributeError(f"module 'attnflow.science.metrics' has no attribute {name!r}")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..measures.sphere import geodesic_distance
+from ..measures.geometry import geodesic_distance
 
 COSTS = ("chordal", "geodesic")
 #: Over-relaxation of the Sinkhorn updates (1 = plain Sinkhorn; 1 < omega < 2 converges faster).

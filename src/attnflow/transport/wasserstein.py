@@ -12,7 +12,6 @@ value can come with a `W2Info` that says how far to trust it. The solvers live i
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypedDict, Unpack, overload
 
@@ -26,7 +25,6 @@ from .._checks import (
     check_stack,
     check_weights,
     rng_from,
-    to_numpy,
 )
 from . import solvers as tp
 from .atoms import MAX_ATOMS, atoms_cost, find_atoms
@@ -104,31 +102,10 @@ class W2Series:
 
 
 def _measure_weights(w: Any, n: int, name: str) -> np.ndarray:
-    """Weights (n,) of one cloud, as `check_weights`; None -> uniform 1/n.
-
-    Deprecated leniency: weights that are finite and >= 0 with a positive total, but not positive
-    or not summing to 1, are still normalised as they used to be, with a DeprecationWarning.
-    """
+    """Weights (n,) of one cloud, as `check_weights` (positive, summing to 1); None -> uniform 1/n."""
     if w is None:
         return np.full(n, 1.0 / n)
-    try:
-        return check_weights(w, (n,), name)
-    except ValueError as err:
-        if "complex" in str(err):
-            raise
-        try:
-            W = to_numpy(w).astype(np.float64)
-        except (TypeError, ValueError):
-            raise err from None
-        if W.shape != (n,) or not np.all(np.isfinite(W)) or np.any(W < 0) or W.sum() <= 0:
-            raise
-        warnings.warn(
-            f"{err}. Normalising {name} (and dropping points of zero weight) is deprecated and will "
-            "become an error",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return W / W.sum()
+    return check_weights(w, (n,), name)
 
 
 def _check_cloud_pair(X: Any, Y: Any, nx: str = "X", ny: str = "Y") -> tuple[np.ndarray, np.ndarray]:
@@ -337,8 +314,6 @@ def w2(
     b = _measure_weights(b, len(Y), "b")
     uniform_a = uniform_a or bool(np.all(a == a[0]))
     uniform_b = uniform_b or bool(np.all(b == b[0]))
-    if not (uniform_a and uniform_b):  # zero weights (deprecated input) carry nothing: drop them
-        X, a, Y, b = X[a > 0], a[a > 0], Y[b > 0], b[b > 0]
     if method == "sinkhorn":
         value, info = _sinkhorn(X, Y, a, b, cost, reg)
     elif method == "subsample":
