@@ -57,17 +57,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "zero_reference": True,
     },
     # the theorem's window over two decades: the mean-field flow with its tail kept (levels 0 and 1)
-    # for 8 log-spaced betas 10 ... 1000, each to t_max = 18, past t_dev(20 %) of the largest (16.1
-    # by the measured 2.7 log beta) by 2: what the theorem rows need, not the departure (docs/
-    # experiments.md, "concentration-2d-window"); beta = 1e4 (t_dev(20 %) about 22) is out of reach on
-    # 2 cores today (docs/benchmarks.md, "The mean-field flow's cost against beta")
+    # for 12 log-spaced betas 10 ... 1000, each to t_max = 20: past t_dev(20 %) of the largest (16.1
+    # by the measured 2.7 log beta) by about 4, and past t* ~ 0.35 beta for beta <= 53.4, so that
+    # best_concentration has converged minima spanning a factor 5; what the theorem rows need, not
+    # the departure (docs/experiments.md, "concentration-2d-window"); beta = 1e4 (t_dev(20 %) about 22)
+    # is out of reach on 2 cores today (docs/benchmarks.md, "The mean-field flow's cost against beta")
     "concentration-2d-window": {
         "weights": "worked-example-2d",
         "init": "meanfield",
         "N": "auto",
         "streak": 1,
-        "betas": [10.0, 19.3, 37.3, 72.0, 139.0, 268.0, 518.0, 1000.0],
-        "t_max": 18.0,
+        "betas": [10.0, 15.2, 23.1, 35.1, 53.4, 81.1, 123.0, 187.0, 285.0, 433.0, 658.0, 1000.0],
+        "t_max": 20.0,
         "zero_reference": True,
     },
     # the departure over more than a decade: the mean-field flow (levels 0 and 1) for 9 betas 10 ...
