@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+import attnflow as af
 from attnflow.dynamics.reference import local_rates
 from attnflow.experiments.tables import CLAIM_COLUMNS
 from attnflow.science.claims import (
@@ -301,3 +302,49 @@ def test_an_observed_law_never_mixes_the_two_regimes():
     assert row["betas"] == [10.0, 20.0, 40.0]
     assert set(row["left_out"]) == {"80", "160"} and "not the regime" in row["left_out"]["80"]
     assert "every beta fitted has no metastable phase" in row["meaning"]
+
+
+def test_the_terminal_travel_time_is_the_one_token_flight_from_u1():
+    """In d = 2 the flight of one token, dtheta/dt = e_perp(theta) . V x(theta), from u_1 to within
+    0.1 rad of V's top eigenvector is an integral of 1 / speed: the same time by quadrature."""
+    from scipy.integrate import quad
+
+    from attnflow.science.claims.records import terminal_travel
+
+    att = af.worked_example(10.0, d=2)
+    sp = att.spectrum()
+    V = np.asarray(att.V)
+    u1, v1 = sp.top.basis[:, 0], sp.v_top_real.basis[:, 0]
+
+    def speed(th):
+        x = np.array([math.cos(th), math.sin(th)])
+        return float(np.array([-x[1], x[0]]) @ V @ x)
+
+    a = math.atan2(u1[1], u1[0])
+    direction = math.copysign(1.0, speed(a))
+    target = min(
+        (math.atan2(s * v1[1], s * v1[0]) for s in (1, -1)),
+        key=lambda b: ((b - a) * direction) % (2 * math.pi),
+    )
+    end = a + ((target - a) * direction) % (2 * math.pi) * direction - 0.1 * direction
+    want = quad(lambda th: 1.0 / speed(th), a, end)[0]
+    assert terminal_travel(att) == pytest.approx(want, rel=1e-5)
+    # u_1 already on V's top eigenspace: no way to go
+    sym = af.Attention(np.eye(2), np.eye(2), np.diag([1.0, 0.5]), beta=10.0)
+    assert terminal_travel(sym) == 0.0
+
+
+def test_a_departure_too_close_to_t_max_does_not_test_the_terminal_phase():
+    """A cluster that left 0.4 before t_max cannot have reached V's eigenspace when the flight
+    takes 0.6: that beta is left out with why, not counted against Conjecture 1."""
+    import dataclasses
+
+    late = dataclasses.replace(beta_data(40.0, obeying(40.0, T), depart=29.6 / 40.0), mass_V_final=0.0)
+    weights = dataclasses.replace(WEIGHTS, travel=0.6)
+    rows = rows_of(ClaimData(T, (late,), weights, zero_data()))
+    row = rows["terminal_phase"]
+    assert row["verdict"] == "not resolved"
+    assert "0.4 before t_max" in row["left_out"]["40"]
+    early = dataclasses.replace(beta_data(20.0, obeying(20.0, T), depart=0.5), mass_V_final=0.0)
+    row = rows_of(ClaimData(T, (late, early), weights, zero_data()))["terminal_phase"]
+    assert row["verdict"] == "does not match" and list(row["betas"]) == [20.0]

@@ -86,6 +86,20 @@ def _terminal_phase(data: ClaimData) -> Finding:
         return Finding(
             "not resolved", f"Conjecture 1 is not tested: {why}", betas=(), left_out=left, note=why
         )
+    t_max, travel = float(data.times[-1]), data.weights.travel
+    late = [b for b in used if t_max - b.quantities["t_depart"].value < travel]
+    for b in late:  # departed too late for the cluster to have reached V's eigenspace by t_max
+        t = b.quantities["t_depart"].value
+        left[b.label] = (
+            f"departed at t = {t:.3g}, {t_max - t:.3g} before t_max: a cluster moving as one token needs "
+            f"{travel:.3g} to reach V's top eigenspace"
+        )
+    used = [b for b in used if b not in late]
+    if not used:
+        why = "no beta departed early enough for its cluster to reach V's top eigenspace by t_max"
+        return Finding(
+            "not resolved", f"Conjecture 1 is not tested: {why}", betas=(), left_out=left, note=why
+        )
     masses = {b.label: b.mass_V_final for b in used}
     low = [k for k, m in masses.items() if not m >= MOST]
     worst = min(masses.values())

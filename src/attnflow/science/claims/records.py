@@ -26,6 +26,7 @@ MIN_FIT = 3  # an observed law is fitted from this many betas on (two points fit
 ERROR_TIMES = (0.5, 1.0, 2.0)  # the fixed early times at which E(t) is read
 RATE_REL_TOL = 0.01  # the last zero-temperature window within 1 % of c*
 MOST = 0.5  # "most of the mass": a metastable phase, and the terminal phase on V's eigenspace
+TERMINAL_EPS = 0.1  # "near V's top eigenspace" for the travel time (the experiments' default eps)
 C1_MAX_FACTOR = 2.0  # the envelope searches C1 up to this times ||A|| ||B^-1|| (the field's scale)
 C1_STEPS = 600  # grid steps of C1 in [0, C1_max]
 
@@ -110,6 +111,7 @@ class WeightsData:
     delta: float
     lam: float
     c1_max: float
+    travel: float = math.nan  # `terminal_travel`: a cluster's way from u_1 to V's top eigenspace
 
     @property
     def departure_slope(self) -> float:
@@ -141,7 +143,33 @@ def weights_data(att: Attention) -> WeightsData:
         delta=delta,
         lam=lam,
         c1_max=C1_MAX_FACTOR * speed if math.isfinite(speed) else math.nan,
+        travel=terminal_travel(att),
     )
+
+
+def terminal_travel(att: Attention, eps: float = TERMINAL_EPS, t_max: float = 1e3) -> float:
+    """The time a tight cluster takes from u_1 to within eps (radians) of V's top eigenspace (largest
+    real part), moving like one token, dz/dt = P_z^perp V z (MATH.md, Conjecture 1): 0 when u_1 is
+    already that close; NaN when it is not reached by t_max."""
+    from scipy.integrate import solve_ivp
+
+    sp = att.spectrum()
+    u1 = np.asarray(sp.top.basis)[:, 0]
+    P = np.asarray(sp.v_top_real.basis, dtype=np.float64)  # real (a complex pair: its real plane)
+    V = np.asarray(att.V, dtype=np.float64)
+
+    def angle(z: np.ndarray) -> float:
+        return math.acos(min(1.0, float(np.linalg.norm(P.T @ z)) / float(np.linalg.norm(z))))
+
+    if angle(u1) < eps:
+        return 0.0
+
+    def reached(_t: float, z: np.ndarray) -> float:
+        return angle(z) - eps
+
+    reached.terminal = True  # type: ignore[attr-defined]
+    sol = solve_ivp(lambda _t, z: V @ z - (z @ V @ z) * z, (0.0, t_max), u1, events=reached, rtol=1e-8)
+    return float(sol.t_events[0][0]) if sol.t_events[0].size else math.nan
 
 
 @dataclass(frozen=True, eq=False)
