@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -136,7 +135,7 @@ class MetastabilityConfig(SimulationConfig, ModelConfig):
         d = model_dimension(self)
         for name in self.inits:
             try:
-                check_init(SimpleNamespace(**self._rho0_keys(), init=name), d)
+                check_init(self.model_copy(update={"init": name}), d)
             except ValueError as err:
                 raise ValueError(f"inits: {err}") from None
         att = weights_attention(self)
@@ -151,9 +150,6 @@ class MetastabilityConfig(SimulationConfig, ModelConfig):
         if self.mean_field is not None:
             result_store(self.mean_field)
         return self
-
-    def _rho0_keys(self) -> dict[str, Any]:
-        return {"density": self.density, "graded_init": False, "experiment": self.experiment}
 
 
 def weights_problem(att: Attention) -> str | None:
