@@ -348,3 +348,19 @@ def test_a_departure_too_close_to_t_max_does_not_test_the_terminal_phase():
     early = dataclasses.replace(beta_data(20.0, obeying(20.0, T), depart=0.5), mass_V_final=0.0)
     row = rows_of(ClaimData(T, (late, early), weights, zero_data()))["terminal_phase"]
     assert row["verdict"] == "does not match" and list(row["betas"]) == [20.0]
+
+
+def test_the_drain_rate_is_the_sources_whole_linearisation():
+    """lambda (the departure heuristic's rate) is the sum of the source's expansion rates in the
+    clock 1 / |B^T x|: gamma / |B^T u_2| in d = 2; in the d = 3 worked example (mu = 1, -1/2, -1, the
+    source u_3 = (1, 0, -1) / sqrt 2) (2 + 1/2) / |B^T u_3|; the slope delta / lambda follows."""
+    w2 = weights_data(af.worked_example(10.0, d=2))
+    att2 = af.worked_example(10.0, d=2)
+    sp = att2.spectrum()
+    u2 = np.real(sp.eigenvectors[:, np.argmin(np.real(sp.eigenvalues))])
+    assert w2.lam == pytest.approx(sp.gap / np.linalg.norm(np.asarray(att2.B).T @ u2), rel=1e-12)
+    att3 = af.worked_example(10.0)
+    u3 = np.array([1.0, 0.0, -1.0]) / math.sqrt(2.0)
+    w3 = weights_data(att3)
+    assert w3.lam == pytest.approx(2.5 / np.linalg.norm(np.asarray(att3.B).T @ u3), rel=1e-12)
+    assert w3.departure_slope == pytest.approx(w3.delta / w3.lam) and 0.39 < w3.departure_slope < 0.41

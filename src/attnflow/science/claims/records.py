@@ -100,9 +100,10 @@ class ZeroData:
 @dataclass(frozen=True)
 class WeightsData:
     """The numbers of the weights the rows use: gamma (the gap), ||B||, the guaranteed rate
-    c = gamma / (2 ||B||) and the heuristic c*, delta = |B^T u_1| - u_1^T B u_1 and
-    lambda = gamma / |B^T u_2| (the departure heuristic: t_depart ~ (delta / lambda) beta), and
-    c1_max, the largest C1 the envelope searches (NaN where undefined, e.g. A not symmetric)."""
+    c = gamma / (2 ||B||) and the heuristic c*, delta = |B^T u_1| - u_1^T B u_1 and lambda, the
+    rate at which the flow drains its source (`source_drain_rate`: gamma / |B^T u_2| in d = 2; the
+    departure heuristic: t_depart ~ (delta / lambda) beta), c1_max, the largest C1 the envelope
+    searches (NaN where undefined, e.g. A not symmetric), and travel (`terminal_travel`)."""
 
     gamma: float
     norm_B: float
@@ -129,10 +130,7 @@ def weights_data(att: Attention) -> WeightsData:
     delta = float(np.linalg.norm(B.T @ u1) - u1 @ B @ u1)
     lam = math.nan
     if sp.mu2 is not None and sp.gap > 0:
-        mu = np.real(np.asarray(sp.eigenvalues))
-        scale = max(float(np.max(np.abs(mu))), 1e-300)
-        second = np.real(np.asarray(sp.eigenvectors))[:, np.abs(mu - sp.mu2) <= 1e-9 * scale]
-        lam = sp.gap / float(np.linalg.norm(B.T @ second, 2))
+        lam = source_drain_rate(sp, B)
     sv = np.linalg.svd(B, compute_uv=False)
     speed = float(np.linalg.norm(A, 2) / sv[-1]) if sv[-1] > 0 else math.inf  # ||A|| ||B^-1||
     return WeightsData(
@@ -145,6 +143,21 @@ def weights_data(att: Attention) -> WeightsData:
         c1_max=C1_MAX_FACTOR * speed if math.isfinite(speed) else math.nan,
         travel=terminal_travel(att),
     )
+
+
+def source_drain_rate(sp: Any, B: np.ndarray) -> float:
+    """lambda: the rate at which the zero-temperature flow drains a neighbourhood of its source, the
+    bottom eigenvector u_d of A (MATH.md, "The tail in d = 3"): the sum of the expansion rates
+    mu_k - mu_d of its linearisation on the sphere in the clock ds/dt = 1 / |B^T x|,
+
+        lambda = (trace A - d mu_d) / |B^T u_d|,
+
+    gamma / |B^T u_2| in d = 2 (the source is u_2); a degenerate bottom eigenvalue (a circle of
+    sources) adds nothing for its own directions."""
+    mu = np.real(np.asarray(sp.eigenvalues))
+    scale = max(float(np.max(np.abs(mu))), 1e-300)
+    bottom = np.real(np.asarray(sp.eigenvectors))[:, np.abs(mu - mu.min()) <= 1e-9 * scale]
+    return float(np.sum(mu - mu.min())) / float(np.linalg.norm(B.T @ bottom, 2))
 
 
 def terminal_travel(att: Attention, eps: float = TERMINAL_EPS, t_max: float = 1e3) -> float:
