@@ -16,11 +16,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from .._checks import check_betas, check_times, to_numpy
-from .bound import BoundFit as BoundFit
-from .bound import bound_minimum as bound_minimum
-from .bound import fit_theorem_bound as fit_theorem_bound
 from .bound import temperature_scale
-from .bound import theorem_bound as theorem_bound
 from .results import _Result
 
 
