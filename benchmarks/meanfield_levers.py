@@ -23,8 +23,8 @@ import torch
 from _machine import cpu_name
 
 import attnflow as af
-from attnflow.dynamics import circle_field, meanfield
-from attnflow.dynamics.meanfield import MeanFieldSettings, simulate_mean_field_circle
+from attnflow.dynamics.meanfield import MeanFieldSettings, circle_field, simulate_mean_field_circle
+from attnflow.dynamics.meanfield import _flow as meanfield
 
 
 def _run(beta: float, span: float) -> tuple[dict, float]:

@@ -1,5 +1,5 @@
 """The sampled plan of the truncated kernel against its plan: what `kernel="auto"` prices it by above
-pricing.PLAN_MAX_N tokens (`truncated_geometry.sampled_counts`) against `candidate_counts`.
+pricing.PLAN_MAX_N tokens (`truncated.sampled_counts`) against `candidate_counts`.
 
 For each state of benchmarks/auto.py (the d = 3 worked example: uniform, metastable, collapsed,
 terminal-phase) and beta: the predicted cost of the truncated kernel from the sampled counts over
@@ -22,7 +22,7 @@ from scale import load, machine, row
 
 import attnflow as af
 from attnflow.kernels import auto, reuse
-from attnflow.kernels.truncated_geometry import candidate_counts, sample_size, sampled_counts
+from attnflow.kernels.truncated import candidate_counts, sample_size, sampled_counts
 
 
 def best(fn, repeats: int) -> tuple[float, dict]:

@@ -23,7 +23,9 @@ from scale import load, machine, row
 
 import attnflow as af
 from attnflow.dynamics.integrate import simulate
-from attnflow.kernels import reuse, truncated_geometry, truncated_moves
+from attnflow.kernels import reuse
+from attnflow.kernels.truncated import _geometry as truncated_geometry
+from attnflow.kernels.truncated import _moves as truncated_moves
 from attnflow.kernels.truncated import velocity_truncated
 
 

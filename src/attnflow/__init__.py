@@ -60,7 +60,7 @@ _API = {
     "fit_t_star": "science.fits",
     "fit_min_w2": "science.fits",
     "fit_decay_rate": "science.fits",
-    "theorem_bound": "science.fits",
+    "theorem_bound": "science.bound",
     "fit_theorem_bound": "science.bound",
     "terminal_time": "science.fits",
     "load_config": "experiments",

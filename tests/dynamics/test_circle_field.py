@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import attnflow as af
-from attnflow.dynamics import circle_field
-from attnflow.dynamics.circle_field import CircleField, importance, sparse_field
+from attnflow.dynamics.meanfield import circle_field
+from attnflow.dynamics.meanfield.circle_field import CircleField, importance, sparse_field
 from attnflow.kernels import compiled
 
 F64 = torch.float64

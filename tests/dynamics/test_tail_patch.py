@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-from attnflow.dynamics.patch import Grid, Patch
-from attnflow.dynamics.tail import SIGMA_EXACT, arc_family
+from attnflow.dynamics.meanfield.patch import Grid, Patch
+from attnflow.dynamics.meanfield.tail import SIGMA_EXACT, arc_family
 
 C = (-math.pi / 4, 3 * math.pi / 4)  # two separatrices, pi apart
 

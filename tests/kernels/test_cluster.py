@@ -16,7 +16,7 @@ import attnflow as af
 from attnflow.kernels import cells, compiled
 from attnflow.kernels import costs as kcosts
 from attnflow.kernels.cluster import DEFAULT_TOL, velocity_cluster
-from attnflow.kernels.cluster_sums import _monomial_features
+from attnflow.kernels.cluster._sums import _monomial_features
 from attnflow.kernels.dense import velocity_sdpa
 from attnflow.kernels.fused import variant
 from helpers import assert_kernel_matches_sdpa, random_attention
@@ -247,7 +247,7 @@ def test_singular_B_rows_keep_every_key():
 
 def test_small_batches_give_the_same_field(monkeypatch):
     """Every batching path (one cell per batch, chunks of pairs) gives the same field."""
-    from attnflow.kernels import cluster_sums
+    from attnflow.kernels.cluster import _sums as cluster_sums
 
     att = af.worked_example(1e3)
     X = two_clusters(2000, 3, 1e4, seed=14)

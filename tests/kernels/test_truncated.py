@@ -15,11 +15,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnflow as af
-from attnflow.kernels import auto, compiled, pricing, reuse, truncated, truncated_moves
+from attnflow.kernels import auto, compiled, pricing, reuse, truncated
 from attnflow.kernels.auto import choose_kernel, kept_fraction
 from attnflow.kernels.dense import velocity_sdpa
-from attnflow.kernels.truncated import DEFAULT_CUTOFF, candidate_pairs, kept_radius, velocity_truncated
-from attnflow.kernels.truncated_geometry import cloud_geometry, sampled_counts
+from attnflow.kernels.truncated import (
+    DEFAULT_CUTOFF,
+    candidate_pairs,
+    cloud_geometry,
+    kept_radius,
+    sampled_counts,
+    velocity_truncated,
+)
+from attnflow.kernels.truncated import _kernel as truncated_kernel
+from attnflow.kernels.truncated import _moves as truncated_moves
 from helpers import assert_kernel_matches_sdpa
 
 EPS = np.finfo(np.float64).eps
@@ -173,8 +181,8 @@ def test_small_blocks_and_single_big_cells(monkeypatch):
     att = af.worked_example(300.0)
     X = cloud("mixed", 600, 3, seed=10)
     ref = vt(X, att)
-    monkeypatch.setattr(truncated, "BLOCK_ELEMENTS", 1000)
-    monkeypatch.setattr(truncated, "BALL_CHUNK", 100)
+    monkeypatch.setattr(truncated_kernel, "BLOCK_ELEMENTS", 1000)
+    monkeypatch.setattr(truncated_kernel, "BALL_CHUNK", 100)
     np.testing.assert_allclose(vt(X, att), ref, rtol=0, atol=1e-14 * scale(att))
     np.testing.assert_allclose(vt(X, att, leaf=4, leaf_min=1), ref, rtol=0, atol=1e-14 * scale(att))
 
@@ -228,7 +236,7 @@ def test_sampled_counts_estimate_the_plan(kind, beta):
 
 def test_auto_prices_large_clouds_by_the_sampled_plan(monkeypatch):
     """Above PLAN_MAX_N tokens the decision makes no plan of the truncated kernel."""
-    import attnflow.kernels.truncated_geometry as geometry
+    import attnflow.kernels.truncated._geometry as geometry
 
     att = af.worked_example(1e4)
     X = torch.tensor(af.sample_uniform(pricing.PLAN_MAX_N + 1, 3, seed=14))[None]
@@ -248,7 +256,7 @@ def test_auto_prices_hot_states_by_a_small_sampled_plan(monkeypatch):
     """At PLAN_MAX_N tokens and below the plan prices a cold state (and is kept for the kernel); a
     hot one (most pairs kept), where the plan costs a third to a half of the kernel, is priced by a
     sampled plan of N / 16 queries (at least HOT_SAMPLE)."""
-    import attnflow.kernels.truncated_geometry as geometry
+    import attnflow.kernels.truncated._geometry as geometry
 
     monkeypatch.setattr(auto, "MARGIN", 0.0)  # priced whatever the constants say: the rule alone
     monkeypatch.setattr(pricing, "SURE", math.inf)
@@ -274,7 +282,7 @@ def test_auto_prices_hot_states_by_a_small_sampled_plan(monkeypatch):
 def test_the_kernel_takes_the_trees_of_the_sampled_plan(monkeypatch):
     """A sampled plan keeps its trees on the keys for the kernel's plan on the same tensor, which
     is the plan made afresh; another tensor gets its own."""
-    import attnflow.kernels.truncated_geometry as geometry
+    import attnflow.kernels.truncated._geometry as geometry
 
     att = af.worked_example(1e3)
     X = torch.tensor(af.sample_uniform(3000, 3, seed=16, M=2))

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import attnflow as af
-from attnflow.kernels import reuse, truncated_geometry, truncated_moves
+from attnflow.kernels import reuse
 from attnflow.kernels.fused import velocity_fused
+from attnflow.kernels.truncated import _geometry as truncated_geometry
+from attnflow.kernels.truncated import _moves as truncated_moves
 from attnflow.kernels.truncated import velocity_truncated
 from helpers import one_torch_thread, random_attention  # noqa: F401
 

@@ -547,7 +547,7 @@ def test_plot_heads_writes_png_and_pdf(tmp_path, model):
 def test_plot_heads_through_plot_run_and_title(tmp_path):
     ds = make_heads(heads=(-1, *range(12)))  # all heads of a MiniLM layer: more than LEGEND_MAX lines
     _check_files(experiments.plot_run(ds, tmp_path, dpi=DPI, pdf=True), ["heads"])
-    title = heads._heads_title(ds, "what").splitlines()
+    title = heads_figures._heads_title(ds, "what").splitlines()
     assert title[0] == "what"
     assert title[1] == "heads: checkpoint minilm, layer 2, N = 9 tokens, β = 12.6, “a b c”"
 

@@ -18,6 +18,7 @@ pytest.importorskip("tokenizers")
 
 from attnflow import pretrained as P  # noqa: E402
 from attnflow.attention import Attention, attention_from_A  # noqa: E402
+from attnflow.pretrained.diagnostics import spectra  # noqa: E402
 from checkpoints import WORDS, bert_state, write_checkpoint, write_tokenizer  # noqa: E402, F401
 
 
@@ -344,7 +345,7 @@ def test_low_rank_spectra_equal_dense(seed, dh, d):
         np.vstack([rng.standard_normal((dh, d)), pad]),
         rng.standard_normal((d, d)),
     )
-    s, w, ws, U = P.spectra(att)
+    s, w, ws, U = spectra(att)
     A = np.asarray(att.A)
     scale = np.linalg.norm(A)
     assert np.allclose(s, np.linalg.svd(att.B, compute_uv=False), atol=1e-10 * scale)
@@ -568,7 +569,7 @@ def test_low_rank_spectra_when_the_top_eigenvalue_is_zero():
     e1 = np.zeros((4, 4))
     e1[0, 0] = 1.0
     att = Attention(e1, e1, -np.eye(4))
-    s, w, ws, U = P.spectra(att)
+    s, w, ws, U = spectra(att)
     assert (
         np.allclose(s, [1, 0, 0, 0]) and np.allclose(ws, [0, 0, 0, -1]) and np.allclose(w.real, [0, 0, 0, -1])
     )

@@ -309,7 +309,7 @@ def test_the_terminal_travel_time_is_the_one_token_flight_from_u1():
     0.1 rad of V's top eigenvector is an integral of 1 / speed: the same time by quadrature."""
     from scipy.integrate import quad
 
-    from attnflow.science.claims.records import terminal_travel
+    from attnflow.science.claims._records import terminal_travel
 
     att = af.worked_example(10.0, d=2)
     sp = att.spectrum()

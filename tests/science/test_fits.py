@@ -9,16 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnflow.science.bound import bound_minimum, fit_theorem_bound, theorem_bound
 from attnflow.science.fits import (
-    bound_minimum,
     fit_decay_rate,
     fit_min_w2,
     fit_t_star,
-    fit_theorem_bound,
     t_star,
     temperature_scale,
     terminal_time,
-    theorem_bound,
 )
 
 BETAS = np.array([10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 1e4])

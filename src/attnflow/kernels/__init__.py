@@ -17,8 +17,8 @@ Kernels may take further keyword arguments of their own after these (truncated: 
     "sdpa"       fused torch scaled_dot_product_attention, memory O(N d)       (dense.py)
     "blocked"    explicit max-subtracted softmax over blocks of queries         (dense.py)
     "zero"       zero-temperature field P_x^perp A x / |B^T x| (weights ignored) (zero.py)
-    "truncated"  low-temperature kernel, keys near the row maximum only        (truncated.py)
-    "cluster"    collapsed clusters: certified series between cells of tokens  (cluster.py, cells.py)
+    "truncated"  low-temperature kernel, keys near the row maximum only          (truncated/)
+    "cluster"    collapsed clusters: certified series between cells of tokens    (cluster/, cells.py)
     "auto"       chosen per state by `auto.choose_kernel`
 
 (the table is registry.table(): a test keeps the two equal).

@@ -8,7 +8,7 @@ attnflow.kernels.calibrate`, costs.py):
     fused, sdpa   closed forms in M, N and d
     truncated     from its plan's counts (truncated.candidate_counts: tree, nearest neighbours,
                   cells and ball counts, no exponential) in a cold state of at most PLAN_MAX_N
-                  tokens; else from a sampled plan (truncated_geometry.sampled_counts: N / 16
+                  tokens; else from a sampled plan (truncated.sampled_counts: N / 16
                   queries, 1024 to 4096, and 256 at 4096 tokens)
     cluster       from its plan's counts (cluster.cloud_plans, cells.Plan.counts)
 

@@ -1,4 +1,4 @@
-"""Geometry of the cluster kernel (cluster.py): the series, the cells, which cell pairs count and how.
+"""Geometry of the cluster kernel (cluster/_kernel.py): the series, the cells, which cell pairs count and how.
 
 Everything here is NumPy float64 on the CPU and computes no exponential of a key-query pair: it is
 also what `kernel="auto"` runs to predict the cluster kernel's cost (`plan(...).counts()`).
@@ -245,7 +245,7 @@ def _offsets(keys: np.ndarray, n: int) -> np.ndarray:
 @dataclass(frozen=True)
 class _Rows:
     """Per token, original order: b_i = B^T x_i, the lifted keys and queries, the tree on the lifted
-    keys, the exact row maxima m_i and the kept radii r_keep (module docstring of cluster.py)."""
+    keys, the exact row maxima m_i and the kept radii r_keep (module docstring of cluster/_kernel.py)."""
 
     b: np.ndarray  # (N, d)
     Xa: np.ndarray  # (N, d + 1) keys lifted to one sphere of radius R
@@ -375,7 +375,7 @@ def plan(
     costs: dict[str, float] | None = None,
 ) -> Plan:
     """Cells, row maxima and the cell pairs of the cloud X (N, d) with weights w (N,) (module
-    docstring of cluster.py for the bound).  costs: seconds per "direct_pair" (key-query pair),
+    docstring of cluster/_kernel.py for the bound).  costs: seconds per "direct_pair" (key-query pair),
     "direct_key" (key gathered per query cell), "direct_cell_pair", "series" (row, monomial and
     output of the moments and the evaluation) and "expanded_pair" (default: the compiled cluster
     kernel's shipped constants, costs.defaults()): a cell pair is expanded where its series is valid and

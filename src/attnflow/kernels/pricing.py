@@ -14,7 +14,7 @@ is priced on a state for `kernel="auto"` (auto.py: the order and the margins).
 
 The dense kernels are priced in closed form; the truncated kernel from its plan's counts
 (truncated.candidate_counts) in a cold state of at most PLAN_MAX_N tokens, else from a sampled plan
-(truncated_geometry.sampled_counts: N / 16 queries, at least HOT_SAMPLE, at PLAN_MAX_N tokens and
+(truncated.sampled_counts: N / 16 queries, at least HOT_SAMPLE, at PLAN_MAX_N tokens and
 below), or at its lower bound where that is SURE times below the best (on the benchmark's 24 states
 the truncated kernel took 1.0 to 3.4 times its bound); the cluster kernel from its plans' counts
 (cluster.cloud_plans, cells.Plan.counts), and not where tokens have fewer than SPARSE neighbours, or
@@ -134,7 +134,7 @@ def truncated_late(p: Pricing) -> bool:
 
 
 def truncated_price(p: Pricing) -> float:
-    from .truncated_geometry import candidate_counts, sampled_counts
+    from .truncated import candidate_counts, sampled_counts
 
     by_sample = truncated_late(p)
     if by_sample and SURE * p.bound < p.best:

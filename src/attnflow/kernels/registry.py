@@ -138,7 +138,7 @@ SPECS: tuple[KernelSpec, ...] = (
     ),
     KernelSpec(
         "truncated", "truncated:velocity_truncated",
-        "low-temperature kernel, keys near the row maximum only        (truncated.py)",
+        "low-temperature kernel, keys near the row maximum only          (truncated/)",
         cost=CostModel(
             ("call", "token", "pair", "key"),
             {
@@ -151,7 +151,7 @@ SPECS: tuple[KernelSpec, ...] = (
     ),
     KernelSpec(
         "cluster", "cluster:velocity_cluster",
-        "collapsed clusters: certified series between cells of tokens  (cluster.py, cells.py)",
+        "collapsed clusters: certified series between cells of tokens    (cluster/, cells.py)",
         cost=CostModel(
             _CLUSTER,
             {

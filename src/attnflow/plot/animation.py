@@ -14,12 +14,12 @@ from .._checks import check_positive
 from .style import DPI, config_value, freeze_layout, new_figure
 from .tokens import (
     ANIMATION_FILE,
-    _plane_axes,
-    _Scene,
-    _scene,
-    _sphere_axes,
+    Scene,
     has_tokens,
+    plane_axes,
     plot_snapshots,
+    scene,
+    sphere_axes,
 )
 
 if TYPE_CHECKING:
@@ -27,22 +27,22 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def _animation_axes(sc: _Scene) -> tuple[Figure, Any]:
+def _animation_axes(sc: Scene) -> tuple[Figure, Any]:
     """The figure and axes of an animation: the sphere (d = 3) or the plane of the two leading
     directions."""
     if sc.d == 3:
         fig, _ = new_figure(1, 1, (5.0, 5.2))
         fig.clear()
         ax = fig.add_subplot(1, 1, 1, projection="3d")
-        _sphere_axes(ax, sc.U, sc.labels, sc.v)
+        sphere_axes(ax, sc.U, sc.labels, sc.v)
     else:
         fig, axes = new_figure(1, 1, (5.0, 5.2))
         ax = axes[0][0]
-        _plane_axes(ax, sc.labels[0], sc.labels[1], None if sc.v is None else sc.v @ sc.U[:, :2])
+        plane_axes(ax, sc.labels[0], sc.labels[1], None if sc.v is None else sc.v @ sc.U[:, :2])
     return fig, ax
 
 
-def _frame_drawer(ds: xr.Dataset, sc: _Scene, fig: Figure, ax: Any) -> Callable[[int], None]:
+def _frame_drawer(ds: xr.Dataset, sc: Scene, fig: Figure, ax: Any) -> Callable[[int], None]:
     """draw(k): the tokens at saved time k, and a title saying which."""
     lines = []
     for _, st in sc.groups:
@@ -87,7 +87,7 @@ def animate(
         raise ValueError(f"path must name a .gif file, got {str(path)!r}")
     fps = int(check_positive(fps, "fps", integer=True))
     dpi = int(check_positive(dpi, "dpi", integer=True))
-    sc = _scene(ds, beta, label, n_flat=2)
+    sc = scene(ds, beta, label, n_flat=2)
     fig, ax = _animation_axes(sc)
     draw = _frame_drawer(ds, sc, fig, ax)
     path.parent.mkdir(parents=True, exist_ok=True)

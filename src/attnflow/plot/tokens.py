@@ -191,7 +191,7 @@ def _wireframe(n_lat: int = 5, n_lon: int = 4) -> list[np.ndarray]:
     return segs
 
 
-def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | None = None) -> None:
+def sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | None = None) -> None:
     """A 3-D axes with a light wireframe sphere and the axes +-u_k drawn through it (only A's
     eigenvectors u_k; the principal axis w1 when there are none); +-v1 (V's top) when given.
 
@@ -236,7 +236,7 @@ def _sphere_axes(ax: Axes3D, U: np.ndarray, labels: list[str], v: np.ndarray | N
         ax.view_init(elev=20, azim=float(np.degrees(np.arctan2(U[1, 0], U[0, 0]))) + 40.0)
 
 
-def _plane_axes(ax: Axes, li: str, lj: str, v: np.ndarray | None = None) -> None:
+def plane_axes(ax: Axes, li: str, lj: str, v: np.ndarray | None = None) -> None:
     """Unit circle, axes labelled <x, li>, <x, lj>; v: V's top eigenvector in plane coordinates."""
     if v is not None:
         ax.plot([v[0], -v[0]], [v[1], -v[1]], label="±v₁ (top of V), projected", **V_STYLE)
@@ -267,7 +267,7 @@ SNAPSHOT_SIZE = 3.2  # inches per snapshot panel
 
 
 @dataclass(frozen=True)
-class _Scene:
+class Scene:
     """What a token figure draws: saved times t (T,), positions X (T, n, d) at one beta and its label,
     directions U (d, k) with their labels (`_directions`), V's top eigenvector v (d,) or None, and
     the marker groups (`_hemisphere_groups`)."""
@@ -285,12 +285,12 @@ class _Scene:
         return self.X.shape[-1]
 
 
-def _scene(ds: xr.Dataset, beta: float | None, label: str, n_flat: int) -> _Scene:
+def scene(ds: xr.Dataset, beta: float | None, label: str, n_flat: int) -> Scene:
     """The scene of ds's `x` at beta: three directions on S^2 (d = 3), n_flat in plane projections."""
     t, X, label = _select_positions(ds, beta, label=label)
     d = X.shape[-1]
     U, labels = _directions(ds, X, 3 if d == 3 else n_flat)
-    return _Scene(t, X, label, U, labels, _v_direction(ds, d), _hemisphere_groups(X[0], U[:, 0]))
+    return Scene(t, X, label, U, labels, _v_direction(ds, d), _hemisphere_groups(X[0], U[:, 0]))
 
 
 def _second_row(ds: xr.Dataset, second: tuple[str, str] | None, n: int) -> list[tuple[np.ndarray, str]]:
@@ -301,7 +301,7 @@ def _second_row(ds: xr.Dataset, second: tuple[str, str] | None, n: int) -> list[
     return [(_select_positions(ds, None, *second)[1], second[1])]
 
 
-def _sphere_grid(sc: _Scene, rows: list[tuple[np.ndarray, str]], idx: list[int]) -> Figure:
+def _sphere_grid(sc: Scene, rows: list[tuple[np.ndarray, str]], idx: list[int]) -> Figure:
     """Snapshots on the sphere (d = 3): one row per (positions (T, n, 3), label), one column per time."""
     size = SNAPSHOT_SIZE
     fig, _ = new_figure(1, 1, (size * len(idx) + 0.4, size * len(rows) + 0.8))
@@ -309,7 +309,7 @@ def _sphere_grid(sc: _Scene, rows: list[tuple[np.ndarray, str]], idx: list[int])
     for r, (Xr, lab) in enumerate(rows):
         for c, k in enumerate(idx):
             ax = fig.add_subplot(len(rows), len(idx), r * len(idx) + c + 1, projection="3d")
-            _sphere_axes(ax, sc.U, sc.labels, sc.v)
+            sphere_axes(ax, sc.U, sc.labels, sc.v)
             for mask, st in sc.groups:
                 P = Xr[k][mask]
                 ax.plot(P[:, 0], P[:, 1], P[:, 2], **st, alpha=0.9)
@@ -318,7 +318,7 @@ def _sphere_grid(sc: _Scene, rows: list[tuple[np.ndarray, str]], idx: list[int])
     return fig
 
 
-def _plane_grid(sc: _Scene, idx: list[int]) -> Figure:
+def _plane_grid(sc: Scene, idx: list[int]) -> Figure:
     """Snapshots projected onto planes of pairs of directions (d != 3): one row per plane."""
     planes = _planes(sc.labels)
     size = SNAPSHOT_SIZE
@@ -326,7 +326,7 @@ def _plane_grid(sc: _Scene, idx: list[int]) -> Figure:
     for r, (i, j) in enumerate(planes):
         for c, k in enumerate(idx):
             ax = axes[r][c]
-            _plane_axes(ax, sc.labels[i], sc.labels[j], None if sc.v is None else sc.v @ sc.U[:, [i, j]])
+            plane_axes(ax, sc.labels[i], sc.labels[j], None if sc.v is None else sc.v @ sc.U[:, [i, j]])
             for mask, st in sc.groups:
                 P = sc.X[k][mask] @ sc.U[:, [i, j]]
                 ax.plot(P[:, 0], P[:, 1], **st, alpha=0.9)
@@ -361,7 +361,7 @@ def plot_snapshots(
     positions without beta drawn as a second row at the same times (d = 3), e.g. the
     zero-temperature flow.  label: the row label when `x` has no beta.  Writes snapshots.png / .pdf.
     """
-    sc = _scene(ds, beta, label, n_flat=3)
+    sc = scene(ds, beta, label, n_flat=3)
     idx = _time_indices(sc.t, times, _marked_time(ds, mark, sc.label))
     rows = [(sc.X, sc.label), *_second_row(ds, second, sc.X.shape[1])]
     fig = _sphere_grid(sc, rows, idx) if sc.d == 3 else _plane_grid(sc, idx)

@@ -19,7 +19,6 @@ from .architectures import ARCHITECTURES, Architecture
 from .beta import BetaFit, fit_beta
 from .checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from .diagnostics import diagnose, symmetric_part_attention, symmetric_top
-from .diagnostics import spectra as spectra  # the tests compare it with dense spectra
 from .forward import TokenStates, attention_logits, hidden_states, token_cloud, token_states, tokenize
 from .heads import Head, Layer, Norm, attention_output, head_attention, load_heads
 from .readers import READERS, MissingExtra

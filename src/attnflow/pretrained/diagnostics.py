@@ -17,7 +17,7 @@ from .._checks import check_points
 from ..attention import TOP_TOL, Attention, EigenSpace, attention_from_A, top_eigenspace
 from ..science.assumptions import FAILS, check_assumptions
 
-__all__ = ["diagnose", "spectra", "symmetric_part_attention", "symmetric_top"]
+__all__ = ["diagnose", "distinct_gap", "spectra", "symmetric_part_attention", "symmetric_top"]
 
 
 def symmetric_top(att: Attention) -> EigenSpace:
@@ -72,17 +72,17 @@ def spectra(att: Attention) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
         ws = ws[order]
         Us = None
         if order[0] < k and ws[0] > TOP_TOL * max(abs(ws[0]), abs(ws[-1])):
-            m = _distinct_gap(ws, float(np.max(np.abs(ws))))[2]
+            m = distinct_gap(ws, float(np.max(np.abs(ws))))[2]
             Us = Qz @ vs[:, order[:m]]
         if Us is None:  # top eigenvalue 0: its eigenspace meets the complement of Z's range
             A = np.asarray(att.A)
             Us = np.linalg.eigh((A + A.T) / 2)[1][:, ::-1]
     w = w[np.lexsort((-w.imag, -w.real))]
-    m = _distinct_gap(ws, float(np.max(np.abs(ws))))[2]
+    m = distinct_gap(ws, float(np.max(np.abs(ws))))[2]
     return s, w, ws, Us[:, :m]
 
 
-def _distinct_gap(values: np.ndarray, scale: float) -> tuple[float, float | None, int]:
+def distinct_gap(values: np.ndarray, scale: float) -> tuple[float, float | None, int]:
     """(mu1, mu2, multiplicity) of real values, descending, grouping within TOP_TOL * scale."""
     tol = TOP_TOL * max(scale, np.finfo(float).tiny)
     mu1 = float(values[0])
@@ -123,10 +123,10 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     s, w, ws, P = spectra(att)
     rank = int(np.sum(s > s[0] * d * np.finfo(float).eps)) if s[0] > 0 else 0
     radius = float(np.max(np.abs(w)))
-    mu1, mu2, mult = _distinct_gap(w.real, radius)
+    mu1, mu2, mult = distinct_gap(w.real, radius)
     gap = mu1 - mu2 if mu2 is not None else 0.0
     rs = float(np.max(np.abs(ws)))
-    smu1, smu2, smult = _distinct_gap(ws, rs)
+    smu1, smu2, smult = distinct_gap(ws, rs)
     sgap = smu1 - smu2 if smu2 is not None else 0.0
     out: dict[str, Any] = {
         "d": d,

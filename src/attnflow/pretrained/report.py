@@ -21,7 +21,7 @@ from ..attention import COND_B_MAX, SYMMETRY_TOL, Attention
 from ..science.assumptions import OK
 from .beta import head_fits
 from .checkpoint import Checkpoint, check_layers, open_checkpoint
-from .diagnostics import _distinct_gap, diagnose
+from .diagnostics import diagnose, distinct_gap
 from .forward import TokenStates, attention_logits, sink_mass, token_states
 from .heads import Head, Layer, load_heads
 from .regime import StepFit, departure, layer_step, regime_of
@@ -69,7 +69,7 @@ def _at_offset(head: Head, pieces: tuple[np.ndarray, ...], r: int) -> tuple[floa
     w = np.concatenate([np.linalg.eigvals(QF), np.zeros(head.Q.shape[1] - head.d_head)])
     w = w[np.lexsort((-w.imag, -w.real))]
     radius = float(np.max(np.abs(w)))
-    mu1, mu2, _ = _distinct_gap(w.real, radius)
+    mu1, mu2, _ = distinct_gap(w.real, radius)
     gap = mu1 - mu2 if mu2 is not None else 0.0
     s = np.linalg.svd(R1 @ (RK @ Rm.T).T, compute_uv=False)
     rank = int(np.sum(s > s[0] * head.Q.shape[1] * np.finfo(float).eps)) if s[0] > 0 else 0

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_beta, check_betas, check_times, to_numpy
-from .results import _Result
+from ._results import Result
 
 
 def temperature_scale(beta: Any) -> np.ndarray | float:
@@ -60,7 +60,7 @@ def bound_minimum(beta: float, C1: float, c: float, K1: float = 1.0, K2: float =
 
 
 @dataclass(frozen=True)
-class BoundFit(_Result):
+class BoundFit(Result):
     """Constants of K1 a(beta) exp(C1 t) + K2 exp(-c t) FITTED to W2 curves (not proven values).
 
     errors: standard errors from the Jacobian; rms_log_residual: fit quality on log W2.

@@ -16,12 +16,8 @@ from typing import Any, TypedDict
 import numpy as np
 
 from .._checks import check_betas, check_times, to_numpy
-from .bound import BoundFit as BoundFit
-from .bound import bound_minimum as bound_minimum
-from .bound import fit_theorem_bound as fit_theorem_bound
+from ._results import Result
 from .bound import temperature_scale
-from .bound import theorem_bound as theorem_bound
-from .results import _Result
 
 
 def _check_values(y: Any, name: str, n: int | None = None, positive: bool = False) -> np.ndarray:
@@ -46,7 +42,7 @@ def _check_values(y: Any, name: str, n: int | None = None, positive: bool = Fals
 
 
 @dataclass(frozen=True)
-class TStar(_Result):
+class TStar(Result):
     """Time of smallest W2 on a saved-time grid.
 
     t_star: the argmin (MATH.md's definition); w2_min its value; index its position.
@@ -168,7 +164,7 @@ def _check_sigma(sigma: Any, n: int) -> np.ndarray | None:
 
 
 @dataclass(frozen=True)
-class LinearFit(_Result):
+class LinearFit(Result):
     """t* = a + b log(beta), fitted: a, b with standard errors, R^2, number of points."""
 
     a: float
@@ -205,7 +201,7 @@ def fit_t_star(betas: Any, t_stars: Any, sigma: Any = None) -> LinearFit:
 
 
 @dataclass(frozen=True)
-class PowerFit(_Result):
+class PowerFit(Result):
     """min W2 ~ C a(beta)^p with a(beta) = sqrt(log(beta+1)/beta), fitted on log-log axes."""
 
     p: float
@@ -243,7 +239,7 @@ def fit_min_w2(betas: Any, min_w2: Any, sigma: Any = None) -> PowerFit:
 
 
 @dataclass(frozen=True)
-class RateFit(_Result):
+class RateFit(Result):
     """W2 ~ K exp(-rate t) on the window [t_lo, t_hi], fitted: rate, its standard error, K."""
 
     rate: float
@@ -307,7 +303,7 @@ def fit_decay_rate(t: Any, w2: Any, tail: float | tuple[float, float] = 0.5) -> 
 
 
 @dataclass(frozen=True)
-class TerminalTime(_Result):
+class TerminalTime(Result):
     """First time the mass near V's top eigenspace reaches `threshold` (NaN, with a reason, if never)."""
 
     t: float
@@ -361,7 +357,7 @@ def terminal_time(t: Any, mass: Any, threshold: float = 0.5) -> TerminalTime:
 
 
 @dataclass(frozen=True)
-class LineFit(_Result):
+class LineFit(Result):
     """y = intercept + slope x fitted by weighted least squares (weights 1/sigma^2).
 
     slope_err, intercept_err: the larger of the errors the sigmas imply (absolute) and those the

@@ -174,7 +174,7 @@ def _quantity_record(q: Measured, ladder: Mapping[str, Any]) -> dict[str, Any]:
 
 def _theorem_bound(inputs: ConcentrationInputs, ds, claims: ClaimData) -> dict:
     """The fit of Theorem 1's bound over the converged betas, before the terminal phase (or why not)."""
-    from ...science.fits import fit_theorem_bound
+    from ...science.bound import fit_theorem_bound
 
     conv = [b.beta for b in claims.betas if b.status == "converged"]
     depart = [b.quantities["t_depart"].value for b in claims.betas]

@@ -19,7 +19,6 @@ from .experiment import (
     summarize,
 )
 from .figures import HEADS_DIMS, WHOLE_LAYER, WHOLE_LAYER_STYLE, figures, plot_heads
-from .figures import _heads_title as _heads_title  # (the figure tests read the title)
 
 __all__ = [
     "EXPERIMENT",

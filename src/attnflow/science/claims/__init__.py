@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .laws import (
+from ._laws import (
     _law_departure,
     _law_min_w2,
     _law_predicted_clusters,
@@ -36,7 +36,7 @@ from .laws import (
     _terminal_phase,
     _zero_rate_heuristic,
 )
-from .records import (
+from ._records import (
     ERROR_TIMES,
     MIN_BETAS,
     MIN_SPAN,
@@ -53,7 +53,7 @@ from .records import (
     ZeroData,
     weights_data,
 )
-from .theorem import (
+from ._theorem import (
     Envelope,
     _best_concentration,
     _bound_envelope,

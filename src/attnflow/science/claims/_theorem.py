@@ -14,7 +14,7 @@ import numpy as np
 
 from ..convergence import DEVIATIONS
 from ..fits import temperature_scale
-from .records import (
+from ._records import (
     C1_STEPS,
     SIGMAS,
     BetaData,

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..fits import temperature_scale
-from .records import (
+from ._records import (
     MIN_FIT,
     MOST,
     OBSERVED,

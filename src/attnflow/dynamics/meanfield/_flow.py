@@ -25,9 +25,9 @@ cross sharp switches of attention (steps of 1e-3 for nodes of mass e^-30 that no
 and would otherwise set the step for everything.  Nodes that have fallen into a cluster are merged
 when merging moves the field by less than `merge_tol` (second moment of the pair in kernel widths).
 
-Here: the entry point, the pass loop and the backward solve of the separatrices.  The settings, the
-result and the set-up of a run live in `meanfield_setup`, one step and its bookkeeping in
-`meanfield_step`; the public names are importable from here.
+Here (`_flow`): the entry point, the pass loop and the backward solve of the separatrices.  The
+settings, the result and the set-up of a run live in `_setup`, one step and its bookkeeping in
+`_step`; the public names are importable from the package (`attnflow.dynamics.meanfield`).
 """
 
 from __future__ import annotations
@@ -41,13 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_positive, check_times
-from .._threads import DEFAULT_THREADS, check_threads, torch_threads
-from ..attention import Attention
-from .chebyshev import local_lagrange
-from .meanfield_setup import F64 as F64
-from .meanfield_setup import NEVER_MATTERS as NEVER_MATTERS
-from .meanfield_setup import (
+from ..._checks import check_positive, check_times
+from ..._threads import DEFAULT_THREADS, check_threads, torch_threads
+from ...attention import Attention
+from ._setup import (
     TWO_PI,
     MeanFieldSettings,
     MeanFieldTrajectory,
@@ -59,7 +56,7 @@ from .meanfield_setup import (
     _State,
     initial_separatrices,
 )
-from .meanfield_step import (
+from ._step import (
     _advance,
     _attempt,
     _error_weights,
@@ -69,8 +66,7 @@ from .meanfield_step import (
     _save,
     _save_now,
 )
-
-__all__ = ["MeanFieldSettings", "MeanFieldTrajectory", "simulate_mean_field_circle"]
+from .chebyshev import local_lagrange
 
 
 def _run_pass(

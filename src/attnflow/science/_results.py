@@ -19,6 +19,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class _Result:
+class Result:
+    """A fit's result record: `.to_dict()` gives its fields as plain Python values."""
+
     def to_dict(self) -> dict[str, Any]:
         return {k: _plain(v) for k, v in asdict(self).items()}  # type: ignore[call-overload]

@@ -1,4 +1,4 @@
-"""One step of the mean-field flow on S^1 (`meanfield`): what the field sees, the step, its acceptance.
+"""One step of the mean-field flow on S^1 (`_flow`): what the field sees, the step, its acceptance.
 
 The virtual nodes of the patches (`_Keys`), the right-hand side and one Dormand-Prince attempt with
 its importance-weighted error norm, the bookkeeping of an accepted step (patches moved and
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..steppers import DP_A, DP_B, DP_E, DP_P
+from ._setup import F64, NEVER_MATTERS, TWO_PI, MeanFieldSettings, _Problem, _State
 from .circle_field import importance
-from .meanfield_setup import F64, NEVER_MATTERS, TWO_PI, MeanFieldSettings, _Problem, _State
 from .patch import Patch
-from .steppers import DP_A, DP_B, DP_E, DP_P
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._threads import intra_op_threads as _threads
-from . import cells as _cells
-from . import compiled
-from .fused import F32_SCORE_MAX, LOG2E, MAX_D
+from ..._threads import intra_op_threads as _threads
+from .. import cells as _cells
+from .. import compiled
+from ..fused import F32_SCORE_MAX, LOG2E, MAX_D
 
 BLOCK_ELEMENTS = 2**22  # numbers per padded batch (32 MiB in float64)
 PAD_RATIO = 1.25  # items batched together differ in size by at most this factor
 # batches with less padded work than this run on one thread: many small parallel regions cost more
-# than they gain on a busy machine (as in truncated.py); larger ones use all of torch's threads
+# than they gain on a busy machine (as in truncated/_kernel.py); larger ones use all of torch's threads
 PARALLEL_WORK = 2**24
 
 

@@ -42,10 +42,11 @@ On a GPU the geometry (tree, nearest neighbours, cells, ball queries) runs on th
 the fused softmax calls, where the exponentials are, run on the tensors' device.
 
 Here: the gathering of each cell's candidate keys and the evaluation of the cells.  The geometry
-(kept radii, cells, balls, `cloud_geometry`) and the candidate counts live in `truncated_geometry`;
-the public names are importable from here.  The geometry, with the candidate keys gathered for it,
-is kept across the stages and steps of a run while the tokens move less than its margin
-(`truncated_moves`: balls widened by MARGIN, an exact check at every state, the same field).
+(kept radii, cells, balls, `cloud_geometry`) and the candidate counts live in `_geometry`; the
+public names are importable from the package (`attnflow.kernels.truncated`).  The geometry, with
+the candidate keys gathered for it, is kept across the stages and steps of a run while the tokens
+move less than its margin (`_moves`: balls widened by MARGIN, an exact check at every state, the
+same field).
 """
 
 from __future__ import annotations
@@ -56,13 +57,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .._threads import intra_op_threads as _threads
-from . import compiled
-from .cells import ranges
-from .common import batched, log_weights, matrices_like, tangent
-from .fused import F32_SCORE_MAX, LOG2E, MAX_D
-from .truncated_geometry import (
+from ..._threads import intra_op_threads as _threads
+from .. import compiled
+from ..cells import ranges
+from ..common import batched, log_weights, matrices_like, tangent
+from ..fused import F32_SCORE_MAX, LOG2E, MAX_D
+from ._geometry import (
     CELL_RATIO,
+    DEFAULT_CUTOFF,
     LEAF,
     LEAF_MIN,
     Geometry,
@@ -70,14 +72,10 @@ from .truncated_geometry import (
     _settings,
     cloud_geometry,
 )
-from .truncated_geometry import DEFAULT_CUTOFF as DEFAULT_CUTOFF
-from .truncated_geometry import candidate_counts as candidate_counts
-from .truncated_geometry import candidate_pairs as candidate_pairs
-from .truncated_geometry import kept_radius as kept_radius
-from .truncated_moves import MARGIN
+from ._moves import MARGIN
 
 if TYPE_CHECKING:
-    from ..attention import Attention
+    from ...attention import Attention
 
 BLOCK_ELEMENTS = 2**23  # key-query pairs per fused call on a batch of cells
 # fused calls with fewer pairs run on one thread: many small parallel regions cost more than they
@@ -311,7 +309,7 @@ def velocity_truncated(
     N <= 3.4e7).  leaf, leaf_min, ratio: cells hold at most `leaf` queries, and are cut down to
     `leaf_min` while wider than `ratio` times r_i.  margin: the cells' balls are widened by this
     fraction and their geometry is kept for later states while they moved less than it allows
-    (truncated_moves.py; the same field to the bound above); None: a new geometry every call.
+    (_moves.py; the same field to the bound above); None: a new geometry every call.
     stats: a dict to fill with counts: "cells", "pairs" (key-query pairs evaluated), "keys" (keys
     gathered, once per cell), "padded_pairs", "geometry_built", "geometry_kept" (clouds).
     Returns (M, N, d) (or (N, d)) like X.  Meant for small d (up to about 6) and large beta.

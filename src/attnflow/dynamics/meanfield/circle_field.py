@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from ..attention import Attention
+    from ...attention import Attention
 
 __all__ = ["CircleField", "importance", "sparse_field"]
 
@@ -30,7 +30,7 @@ class CircleField:
     """The field of att (d = 2, finite beta) on angles: `field(phi, theta, logw)` -> (M,)."""
 
     def __init__(self, att: Attention, backend: str = "auto"):
-        from ..kernels.fused import backend_for
+        from ...kernels.fused import backend_for
 
         self.beta = float(att.beta)
         self.B = torch.tensor(att.B, dtype=torch.float64)
@@ -61,7 +61,7 @@ class CircleField:
         `kernels.fused` where it exists (3x torch's fused attention at beta = 1000), else torch's."""
         q, k, v = self.scores_parts(phi, theta)
         if self.backend == "compiled":
-            from ..kernels.fused import PARALLEL_PAIRS, sums_compiled
+            from ...kernels.fused import PARALLEL_PAIRS, sums_compiled
 
             threads = torch.get_num_threads() if len(phi) * len(theta) >= PARALLEL_PAIRS else 1
             s = sums_compiled(q.contiguous(), k.contiguous(), logw.contiguous(), v.contiguous(), threads)

@@ -2,9 +2,9 @@
 stages of a step and across steps, instead of a new tree, new nearest neighbours and new cells at
 every evaluation (docs/benchmarks.md, "The truncated kernel's geometry kept across moves").
 
-The geometry of a state x (`truncated_geometry.Geometry`) is made with every ball radius widened by
+The geometry of a state x (`_geometry.Geometry`) is made with every ball radius widened by
 the margin (a fraction MARGIN of it, by default).  A later state x' of the same shape, settings,
-betas and weights takes it when `truncated_geometry.holds` says so, else a new geometry (widened
+betas and weights takes it when `_geometry.holds` says so, else a new geometry (widened
 again) replaces it.  The check is exact, whatever x' is: a state that moved too far, or another
 run's state, is rebuilt, never given a wrong field.
 
@@ -17,7 +17,7 @@ A key with beta <b'_i, x'_j> > beta <b'_i, x'_{n_i}> - cutoff - L_i has |u'_i - 
 are unit vectors).  The keys dropped have w_j e^{beta <b'_i, x'_j>} <= w_j e^{s - cutoff - L_i},
 s = beta <b'_i, x'_{n_i}>, so their mass is at most e^{s - cutoff - L_i} while the row sum is at
 least w_{n_i} e^s whenever n_i is kept: the relative error is at most e^{-cutoff - L_i} / w_{n_i} <=
-N e^{-cutoff}, the bound of the kernel (truncated.py, "Error bound"), with n_i in place of the
+N e^{-cutoff}, the bound of the kernel (_kernel.py, "Error bound"), with n_i in place of the
 nearest key (any kept key serves).  Cell k (centre z_k) gathers the keys whose old positions lie
 within radii[k] of z_k; a key within r'_i of u'_i lies, before the move, within
 
@@ -29,7 +29,7 @@ gives every query every key it needs and the kernel's accuracy; keys beyond only
 reused and a rebuilt geometry thus give fields within 4 ||V|| N e^{-cutoff} of each other.
 
 The kept geometries: at most SIZE, the oldest dropped first; each holds its tree, O(N) arrays and
-at most KEPT_KEYS (truncated.py) candidate keys, and outlives the tensors it was made for.
+at most KEPT_KEYS (_kernel.py) candidate keys, and outlives the tensors it was made for.
 """
 
 from __future__ import annotations

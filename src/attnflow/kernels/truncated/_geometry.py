@@ -1,4 +1,4 @@
-"""The geometry of the truncated kernel (`truncated`): cells of queries and the balls of keys they need.
+"""The geometry of the truncated kernel (`_kernel`): cells of queries and the balls of keys they need.
 
 The kept radius r_i of each row, the cells of nearby directions u_i (median cuts), each cell's
 centre and ball radius (`Geometry`, made per cloud by `cloud_geometry` and kept for the kernel,
@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .._checks import check_positive
-from . import reuse, truncated_moves
-from .common import batched, finite_beta, log_weights
-from .truncated_moves import MARGIN
+from ..._checks import check_positive
+from .. import reuse
+from ..common import batched, finite_beta, log_weights
+from . import _moves
+from ._moves import MARGIN
 
 if TYPE_CHECKING:
-    from ..attention import Attention
+    from ...attention import Attention
 
 DEFAULT_CUTOFF = 45.0  # N e^{-45} <= 1e-12 for N <= 3.4e7
 LEAF = 256  # most queries per cell
@@ -186,7 +187,7 @@ class Geometry:
     and needs every key within radii[k] of centres[k]; tree: the cKDTree on the keys (its data: the
     keys as they were).  For `holds`: nearest (N,), each query's nearest key then; cutoffs, its row
     cutoff cutoff + L_i (a float for uniform weights); logw, the keys' log-weights (None: uniform);
-    beta; chunks: the cells' candidate keys as the kernel gathered them (truncated.py), kept with a
+    beta; chunks: the cells' candidate keys as the kernel gathered them (_kernel.py), kept with a
     geometry kept for moved states (kept = True): the same balls give the same keys."""
 
     tree: Any
@@ -204,7 +205,7 @@ class Geometry:
 
 def holds(g: Geometry, Xn: np.ndarray, B: np.ndarray, beta: float, logw: np.ndarray | None) -> bool:
     """Whether the geometry g, made for the keys g.tree.data, still gives every query of the moved
-    cloud Xn (N, d) every key the kernel must keep (module docstring of truncated_moves, "Why the
+    cloud Xn (N, d) every key the kernel must keep (module docstring of _moves, "Why the
     check suffices"): for each cell k with radii[k] < 2,
 
         max_{i in k} (|u'_i - z_k| + r'_i) + delta <= radii[k],
@@ -246,7 +247,7 @@ def cloud_geometry(
     """The geometry of every cloud of X (M, N, d) (or (N, d)), as `velocity_truncated` makes it (in
     float64 whatever X's dtype); kept for the next call on the same, unmodified tensors (reuse.py):
     `kernel="auto"` prices the kernel by it and the kernel then takes it.  margin: ball radii widened
-    by this fraction and the geometry kept for moved states while `holds` (truncated_moves.py);
+    by this fraction and the geometry kept for moved states while `holds` (_moves.py);
     None: neither (a new geometry at every call).  stats: a dict to count "geometry_built" and
     "geometry_kept" clouds."""
     cutoff, leaf, leaf_min, ratio = _settings(cutoff, leaf, leaf_min, ratio)
@@ -263,7 +264,7 @@ def cloud_geometry(
         return found
     logw = log_weights(weights, M, N, X3.to(torch.float64))
     B = np.asarray(att.B, dtype=float)
-    kept, moved = kept_trees(X), None if margin is None else truncated_moves.get((*key, M, N, d))
+    kept, moved = kept_trees(X), None if margin is None else _moves.get((*key, M, N, d))
     out, counts = [], {"geometry_built": 0, "geometry_kept": 0}
     for m in range(M):
         Xn = _numpy64(X3[m])
@@ -283,7 +284,7 @@ def cloud_geometry(
         out.append(g)
         counts["geometry_built"] += 1
     if margin is not None:
-        truncated_moves.put((*key, M, N, d), out)
+        _moves.put((*key, M, N, d), out)
     if cacheable:
         reuse.put(tensors, key, out)
     if stats is not None:

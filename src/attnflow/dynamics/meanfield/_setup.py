@@ -1,4 +1,4 @@
-"""The mean-field flow on S^1: its settings, its result, and the set-up of one run (`meanfield`).
+"""The mean-field flow on S^1: its settings, its result, and the set-up of one run (`_flow`).
 
 MeanFieldSettings and MeanFieldTrajectory (the public records), the checks of the inputs, the frozen
 problem of one run (`_Problem`: field, grading, rho_0's log-density), the first guesses of the
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._checks import check_positive, to_numpy
-from ..attention import Attention, check_attention
+from ..._checks import check_positive, to_numpy
+from ...attention import Attention, check_attention
 from .circle_field import CircleField
 from .patch import Grid, Patch
 from .tail import LabelFamily, arc_family

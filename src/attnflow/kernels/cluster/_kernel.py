@@ -29,10 +29,10 @@ Error bound.  Interpolation at Chebyshev points gives |e^z - q(z)| <= rho^{p+1} 
 for |z| <= rho, and e^z >= e^{-rho}: every expanded term w_j e^{s_ij} is replaced by one within a
 relative eps_e = rho^{p+1} e^{2 rho} / (2^p (p+1)!) of it.  rho is the largest value with
 eps_e <= tol_e (`cells.series`; then the lowest order whose rho covers the largest rho_TS in use).
-Dropped keys: with m_i = max_j s_ij (exact, by a nearest-neighbour query as in truncated.py, on keys
+Dropped keys: with m_i = max_j s_ij (exact, by a nearest-neighbour query as in truncated/_kernel.py, on keys
 lifted to one sphere so that it holds off the unit sphere too: Runge-Kutta stages are evaluated
 there), attained at j*, and cutoff_i = log(1 / (w_{j*} tol_d)), a key j is dropped only when
-s_ij < m_i - cutoff_i, and then lies outside the ball of truncated.py around b_i / |b_i|; a key cell
+s_ij < m_i - cutoff_i, and then lies outside the ball of truncated/_kernel.py around b_i / |b_i|; a key cell
 is dropped for a query cell only when none of its keys is in any ball of the query cell.  The dropped
 mass is D_i <= e^{m_i - cutoff_i} <= tol_d w_{j*} e^{m_i} <= tol_d Z_i.  With the row sums Z_i, the
 numerators N_i (|N_i| <= R Z_i, R = max_j |x_j| = 1 on the sphere) and y_i = N_i / Z_i, all terms
@@ -55,8 +55,8 @@ BLOCK_ELEMENTS / C(p + d + 1, d) pairs at a time and padded batches of at most a
 numbers.
 
 Here: the kernel, one cloud after the other.  The plans of the clouds and their settings live in
-`cluster_plan`, the expanded and the direct sums of one cloud in `cluster_sums`; the public names
-are importable from here.
+`_plan`, the expanded and the direct sums of one cloud in `_sums`; the public names are importable
+from the package (`attnflow.kernels.cluster`).
 """
 
 from __future__ import annotations
@@ -66,22 +66,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .._threads import intra_op_threads as _threads
-from . import cells as _cells
-from .cluster_plan import DEFAULT_TOL, _batched_plans, _cloud_weights
-from .cluster_plan import MIN_ORDER as MIN_ORDER
-from .cluster_plan import ORDERS as ORDERS
-from .cluster_plan import cloud_plans as cloud_plans
-from .cluster_plan import default_order as default_order
-from .cluster_plan import settings as settings
-from .cluster_sums import BLOCK_ELEMENTS as BLOCK_ELEMENTS
-from .cluster_sums import PAD_RATIO as PAD_RATIO
-from .cluster_sums import PARALLEL_WORK as PARALLEL_WORK
-from .cluster_sums import _Cloud, _direct, _expand
-from .common import matrices_like, tangent
+from ..._threads import intra_op_threads as _threads
+from .. import cells as _cells
+from ..common import matrices_like, tangent
+from ._plan import DEFAULT_TOL, _batched_plans, _cloud_weights
+from ._sums import _Cloud, _direct, _expand
 
 if TYPE_CHECKING:
-    from ..attention import Attention
+    from ...attention import Attention
 
 
 def _average_one(

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .._checks import check_positive
-from . import cells as _cells
-from . import costs as _costs
-from . import reuse
-from .common import batched, finite_beta
-from .fused import variant
+from ..._checks import check_positive
+from .. import cells as _cells
+from .. import costs as _costs
+from .. import reuse
+from ..common import batched, finite_beta
+from ..fused import variant
 
 if TYPE_CHECKING:
-    from ..attention import Attention
+    from ...attention import Attention
 
 DEFAULT_TOL = 1e-10  # |v^ - v| <= tol ||V||_2 for every token (times max |x_j| off the sphere)
 ORDERS = {1: 10, 2: 8, 3: 6, 4: 5, 5: 4}  # series order p by d (measured, benchmarks/cluster.py)
