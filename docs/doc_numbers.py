@@ -4,6 +4,8 @@
     python docs/doc_numbers.py --check          # exit 1 when a page differs from fresh runs
     python docs/doc_numbers.py smollm2          # one block (names: BLOCKS)
     python docs/doc_numbers.py concentration-2d-window --from runs/window   # from a finished run
+    ... --from runs/window --wall-s 1200   # its wall time, where the folder was resumed since (the
+                                           # summary then holds the resume's)
 
 Each block lies in its page between `<!-- begin: NAME ... -->` and `<!-- end: NAME -->`; nothing in it
 is copied by hand. `tests/test_doc_numbers.py` runs the same check (the SmolLM2 block needs the
@@ -290,7 +292,7 @@ def replaced(page: str, name: str, text: str) -> str:
     return page[:start] + "\n" + text + "\n" + page[stop:]
 
 
-def fresh(name: str, source: str | None = None) -> tuple[Path, str, str]:
+def fresh(name: str, source: str | None = None, wall_s: float | None = None) -> tuple[Path, str, str]:
     """(page, its text, its text with block `name` regenerated from a fresh run, or from the
     summary.json of the finished run folder `source` of that block's preset)."""
     block = BLOCKS[name]
@@ -303,16 +305,19 @@ def fresh(name: str, source: str | None = None) -> tuple[Path, str, str]:
         betas = [float(b) for b in summary.get("per_beta", {})]
         if name in PRESETS and betas != [float(b) for b in PRESETS[name]["betas"]]:
             raise SystemExit(f"{source} has betas {betas}, not those of the preset {name}")
+        if wall_s is not None:
+            summary["wall_time_s"] = wall_s
         return path, page, replaced(page, name, block.write(summary))
     return path, page, replaced(page, name, block.write(block.run()))
 
 
 def main(argv: list[str]) -> int:
     source = argv[argv.index("--from") + 1] if "--from" in argv else None
-    names = [a for a in argv if not a.startswith("--") and a != source] or list(BLOCKS)
+    wall = argv[argv.index("--wall-s") + 1] if "--wall-s" in argv else None
+    names = [a for a in argv if not a.startswith("--") and a not in (source, wall)] or list(BLOCKS)
     differ = []
     for name in names:
-        path, page, new = fresh(name, source)
+        path, page, new = fresh(name, source, None if wall is None else float(wall))
         if new != page and "--check" in argv:
             differ.append(f"{path.name}: block {name}")
         elif new != page:
