@@ -182,8 +182,9 @@ def demo(summary: dict[str, Any]) -> str:
 # --------------------------------------------------------- concentration-2d-meanfield (experiments.md)
 
 
-def _cell(q: dict[str, Any]) -> str:
-    """A per-beta quantity as a table cell: value ± error to the digits the error supports, or why not."""
+def _cell(q: dict[str, Any], key: str = "") -> str:
+    """A per-beta quantity as a table cell: value ± error to the digits the error supports, or why
+    not; a minimum at the window's end is a bound (min W2 at most W2(t_max), t* past t_max)."""
     from attnflow._text import format_with_error
 
     if q.get("value") is None:
@@ -193,7 +194,11 @@ def _cell(q: dict[str, Any]) -> str:
         if q.get("error") is not None
         else f"{q['value']:.4g}"
     )
-    return text if q.get("converged") else f"{text} (not converged)"
+    if q.get("converged"):
+        return text
+    if "minimum lies at t_max" in str(q.get("reason")):  # the window's end: a bound, not a minimum
+        return f"<= {text} (W2 at t_max)" if key == "min_w2" else "> t_max"
+    return f"{text} (not converged)"
 
 
 def meanfield(summary: dict[str, Any]) -> str:
@@ -208,7 +213,7 @@ def meanfield(summary: dict[str, Any]) -> str:
         ("t_dev", "t_dev (10 %)"),
         ("t_depart", "t_depart"),
     ):
-        rows.append(f"| {label} | " + " | ".join(_cell(conv[b][key]) for b in betas) + " |")
+        rows.append(f"| {label} | " + " | ".join(_cell(conv[b][key], key) for b in betas) + " |")
     claims = ["| row | kind | measured ± error | verdict | what it means |", "|---|---|---|---|---|"]
     for r in summary["claims"]:
         meaning = " ".join(str(r["meaning"]).split()).replace("|", "\\|")
