@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_beta, check_matrix
 
@@ -36,12 +37,12 @@ class EigenSpace:
 
     @property
     def dim(self) -> int:
-        return self.basis.shape[1]
+        return int(self.basis.shape[1])
 
     @property
     def projector(self) -> np.ndarray:
         """Orthogonal projector (d, d) onto the subspace."""
-        return self.basis @ self.basis.T
+        return np.asarray(self.basis @ self.basis.T)
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,9 @@ def _eig_low_rank(F: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return w, np.hstack([L, QF[:, r:]]), np.hstack([R, QW[:, r:]])
 
 
-def _eig_sorted(A: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None):
+def _eig_sorted(
+    A: np.ndarray, factors: tuple[np.ndarray, np.ndarray] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Eigenvalues, left and right eigenvectors of a non-symmetric A, by descending real part.
 
     With factors (F, W) of a low-rank A = F W, from r x r pieces unless the top eigenvalue is one of
@@ -246,7 +249,7 @@ def _product(L: np.ndarray, R: np.ndarray, what: str, weights: str) -> np.ndarra
     """L @ R, read-only; ValueError naming `what` when an entry is above MAX_ENTRY or not finite
     (NumPy's overflow warnings are never shown: the error says it instead)."""
     with np.errstate(all="ignore"):
-        P = L @ R
+        P = np.asarray(L @ R)
         big = float(np.max(np.abs(P)))
     if not big <= MAX_ENTRY:
         raise ValueError(
@@ -271,7 +274,7 @@ class Attention:
         In (0, inf]; beta = inf is the zero-temperature limit.
     """
 
-    def __init__(self, Q, K, V, beta: float = 1.0) -> None:
+    def __init__(self, Q: ArrayLike, K: ArrayLike, V: ArrayLike, beta: float = 1.0) -> None:
         Q = check_matrix(Q, "Q")
         d = Q.shape[0]
         K = check_matrix(K, "K", d)
@@ -283,7 +286,7 @@ class Attention:
 
     @property
     def d(self) -> int:
-        return self.Q.shape[0]
+        return int(self.Q.shape[0])
 
     @cached_property
     def B(self) -> np.ndarray:
@@ -360,7 +363,7 @@ class Attention:
         return f"Attention(d={self.d}, beta={self.beta:g})"
 
 
-def attention_from_A(A, B, beta: float = 1.0) -> Attention:
+def attention_from_A(A: ArrayLike, B: ArrayLike, beta: float = 1.0) -> Attention:
     """Attention with Q = I, K = B and V = A B^{-T}, so that B and A are the given matrices.
 
     This is how MATH.md builds examples whose A is symmetric.

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import to_numpy
 
@@ -36,7 +37,7 @@ def uniform_density(d: int) -> DensityFn:
     return f
 
 
-def check_vmf(mean, kappa: float) -> tuple[np.ndarray, float]:
+def check_vmf(mean: ArrayLike, kappa: float) -> tuple[np.ndarray, float]:
     """The von Mises-Fisher parameters, checked: the unit mean direction (d,) and kappa >= 0."""
     mu = to_numpy(mean).astype(np.float64).ravel()
     if mu.size < 2 or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
@@ -48,7 +49,7 @@ def check_vmf(mean, kappa: float) -> tuple[np.ndarray, float]:
     return mu, kappa
 
 
-def vmf_density(mean, kappa: float) -> DensityFn:
+def vmf_density(mean: ArrayLike, kappa: float) -> DensityFn:
     """The von Mises-Fisher density up to its constant, f(x) = exp(kappa (<mean, x> - 1)) in (0, 1].
 
     For `quadrature(N, d, density=vmf_density(mean, kappa))`. Written so that it never overflows; it
@@ -72,7 +73,7 @@ def vmf_density(mean, kappa: float) -> DensityFn:
         X = np.asarray(X, dtype=np.float64)
         if X.shape[-1] != mu.size:
             raise ValueError(f"vmf_density: points have d = {X.shape[-1]} but mean has d = {mu.size}")
-        return np.exp(kappa * (X @ mu - 1.0))
+        return np.asarray(np.exp(kappa * (X @ mu - 1.0)))
 
     return f
 

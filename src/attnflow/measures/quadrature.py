@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_positive, to_numpy
 from .densities import DensityFn
@@ -196,10 +197,10 @@ class _Grading:
     def integral(self, lo: np.ndarray, hi: np.ndarray, own: np.ndarray) -> np.ndarray:
         """integral of n over [lo, hi] (M,) of each piece: 24-point Gauss-Legendre."""
         mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
-        return half * (self.n_of(mid[:, None] + half[:, None] * _GL_X, own) @ _GL_W)
+        return np.asarray(half * (self.n_of(mid[:, None] + half[:, None] * _GL_X, own) @ _GL_W))
 
 
-def _check_grading(centres, h: float, du: float, eps: float) -> _Grading:
+def _check_grading(centres: ArrayLike, h: float, du: float, eps: float) -> _Grading:
     """The arguments of `graded_circle_quadrature`, checked, as a _Grading."""
     c = np.asarray(to_numpy(centres), dtype=np.float64).reshape(-1)
     if not np.all(np.isfinite(c)):
@@ -213,7 +214,7 @@ def _check_grading(centres, h: float, du: float, eps: float) -> _Grading:
     return _Grading(cs, cs if cs.size else np.zeros(1), h, du, eps)
 
 
-def _pieces(g: _Grading, centres) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _pieces(g: _Grading, centres: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The circle cut into pieces (own, lo, hi), in increasing angle: each centre owns the arc to the
     midpoints of its neighbours, cut at 0.05 rad and at eps 2^k on both sides of the centre."""
     cs, eps = g.centres, g.eps
@@ -258,7 +259,7 @@ def _equispaced_in_u(
 
 
 def graded_circle_quadrature(
-    centres,
+    centres: ArrayLike,
     h: float,
     du: float,
     eps: float = 1e-11,

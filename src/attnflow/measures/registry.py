@@ -14,7 +14,7 @@ a `Density` (one rho_0) and `discretisation.nodes(N, density, seed)` its `Nodes`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -38,10 +38,10 @@ __all__ = [
 ]
 
 
-def or_list(names) -> str:
+def or_list(names: Iterable[object]) -> str:
     """'a', 'a or b', 'a, b or c': choices for messages and descriptions."""
-    names = [str(n) for n in names]
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    words = [str(n) for n in names]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import SeedLike, check_positive, rng_from
 from .densities import check_vmf
@@ -66,7 +67,7 @@ def _wood_cosines(N: int, m: float, kappa: float, rng: np.random.Generator) -> t
     return w, one_minus_w
 
 
-def sample_vmf(N: int, mean, kappa: float, seed: SeedLike = None) -> np.ndarray:
+def sample_vmf(N: int, mean: ArrayLike, kappa: float, seed: SeedLike = None) -> np.ndarray:
     """N i.i.d. points from the von Mises-Fisher law on S^{d-1}: density ∝ exp(kappa <mean, x>).
 
     Wood's (1994) rejection sampler for w = <mean, x>, written so that kappa up to 1e6 and beyond
