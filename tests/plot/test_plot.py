@@ -900,3 +900,20 @@ def test_gif_frames_keep_the_first_layout(conc3, tmp_path, monkeypatch):
             im.seek(k)
             sizes.add(im.size)
     assert len(sizes) == 1 and im.n_frames == conc3.sizes["time"]
+
+
+def test_no_star_where_the_minimum_lies_past_the_window_and_no_empty_coupling_panel(
+    conc3, monkeypatch, tmp_path
+):
+    """A least W2 at t_max is no minimum (the curve still falls): no t* star there. A run without a
+    coupling bound (the mean-field flow: all NaN) draws no empty second panel."""
+    ds = conc3.copy()
+    t_star = ds.t_star.values.copy()
+    t_star[2] = float(ds.time.values[-1])
+    ds["t_star"] = ("beta", t_star)
+    ds["coupling_bound"] = (("beta", "time"), np.full(ds.w2.shape, np.nan))
+    fig = _figure_of(monkeypatch, cf.plot_w2, ds, tmp_path)
+    panels = [ax for ax in fig.axes if ax.get_lines()]
+    assert len(panels) == 1
+    stars = [ln for ln in panels[0].get_lines() if ln.get_marker() == "*" and len(ln.get_xdata())]
+    assert sorted(float(s.get_xdata()[0]) for s in stars) == sorted(t_star[:2].tolist())

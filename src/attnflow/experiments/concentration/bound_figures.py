@@ -119,7 +119,10 @@ def _w2_panel(ax: Axes, ds: xr.Dataset, var: str, styles: list) -> None:
             if "min_w2" in ds.variables
             else np.array([np.interp(s, t, vals[i]) for i, s in enumerate(ts)])
         )
+        edge = t[-3] if t.size >= 3 else t[-1]  # a least value within 2 saved steps of t_max is no minimum
         for i in range(betas.size):  # small stars in each beta's colour: close ones stay apart
+            if ts[i] >= edge:  # the curve still falls at t_max: no star where there is no minimum
+                continue
             star = {**STAR_STYLE, "mfc": styles[i]["color"]}
             if status[i] == "under-resolved":  # faded like its curve: not a mean-field t*
                 star = {**star, "mfc": "none", "mec": styles[i]["color"], **UNDER_RESOLVED}
@@ -143,7 +146,8 @@ def plot_w2(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
     require(ds, ["w2"], "plot_w2", {"w2": ("beta", "time")})
     betas = np.asarray(ds["beta"].values, dtype=float)
     styles = series_styles(len(betas))
-    has_bound = "coupling_bound" in ds.variables
+    # the coupling bound needs each token's own Pi(x_0): a mean-field run has none (all NaN)
+    has_bound = "coupling_bound" in ds.variables and bool(np.isfinite(ds["coupling_bound"].values).any())
     fig, axes = new_figure(1, 2 if has_bound else 1, (11 if has_bound else 6.5, 4.6))
     panels = [("w2", r"exact $W_2(\rho^\beta_t,\, \Pi_\#\rho_0)$")]
     if has_bound:
