@@ -364,3 +364,9 @@ def test_the_drain_rate_is_the_sources_whole_linearisation():
     w3 = weights_data(att3)
     assert w3.lam == pytest.approx(2.5 / np.linalg.norm(np.asarray(att3.B).T @ u3), rel=1e-12)
     assert w3.departure_slope == pytest.approx(w3.delta / w3.lam) and 0.39 < w3.departure_slope < 0.41
+    # the same rate, halved, is the bottom eigenvalue's term of c* (MATH.md: W2 decays at half the
+    # rate at which the mass near the slowest source drains)
+    from attnflow.science.assumptions import reference_rates
+
+    for att, w in ((att2, w2), (att3, w3)):
+        assert w.lam == pytest.approx(2.0 * reference_rates(att)["terms"][-1]["rate"], rel=1e-12)

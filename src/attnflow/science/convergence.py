@@ -61,6 +61,10 @@ __all__ = [
 # spacing exactly but round their node counts (sphere.graded_circle_quadrature: to a multiple of 4).
 DOUBLING_RTOL = 0.01
 
+# A least value within this many saved steps of the window's end is no minimum (the curve may fall
+# further later): its quantities at the minimum are flagged `edge`, and the figures draw no t* there.
+EDGE_STEPS = 2
+
 # Per-beta statuses, most trusted first.
 STATUSES = ("converged", "resolved", "under-resolved")
 
@@ -191,7 +195,7 @@ def curve_quantities(
     w2: Any,
     t_end: float | None = None,
     band: float = 0.05,
-    edge_steps: int = 2,
+    edge_steps: int = EDGE_STEPS,
     reference: Any = None,
     located: Mapping[str, Mapping[str, float]] | None = None,
 ) -> CurveQuantities:

@@ -69,24 +69,24 @@ from ._step import (
 from .chebyshev import local_lagrange
 
 
-def _run_pass(
-    pb: _Problem, centres: np.ndarray, t_out: np.ndarray, t_run: float, centre_of_t, width: float, progress
-) -> _Record:
-    """One forward pass from t = 0 to t_run, saving the states at t_out (and a snapshot of the
-    state that starts each step saving one, for `_dense_states`)."""
-    st, rec = _initial_state(pb, centres, width), _Record()
-    return _integrate(pb, st, rec, t_out, t_run, _Run(centre_of_t, width, progress, min(1e-2, t_run)))
+def _run_pass(pb: _Problem, centres: np.ndarray, t_out: np.ndarray, t_run: float, run: _Run) -> _Record:
+    """One forward pass from t = 0 to t_run, saving the states at t_out (and, where run.snapshots,
+    a copy of the state that starts each step saving one, for `_dense_states`)."""
+    st, rec = _initial_state(pb, centres, run.width), _Record()
+    return _integrate(pb, st, rec, t_out, t_run, dataclasses.replace(run, h=min(1e-2, t_run)))
 
 
 @dataclass(frozen=True)
 class _Run:
     """How a pass, or a restart inside it, integrates: its separatrix (None: the repelling zeros),
-    its patches' width, progress, and the first step size."""
+    its patches' width, progress, the first step size, and whether it keeps the snapshots that
+    `_dense_states` restarts from."""
 
     centre_of_t: Callable | None
     width: float
     progress: Callable | None
-    h: float
+    h: float = 0.0
+    snapshots: bool = False
 
 
 def _snapshot(st: _State) -> _State:
@@ -102,7 +102,8 @@ def _integrate(pb: _Problem, st: _State, rec: _Record, t_out: np.ndarray, t_run:
     """Integrate st to t_run, saving the states at t_out (increasing, >= st.t) into rec."""
     keys, j, h, err_old, rejected = _keys(pb, st), 0, run.h, 1.0, False
     while j < len(t_out) and t_out[j] <= st.t:
-        rec.snapshots[float(t_out[j])] = (_snapshot(st), h)
+        if run.snapshots:
+            rec.snapshots[float(t_out[j])] = (_snapshot(st), h)
         _save_now(pb, st, keys, rec)
         j += 1
     while st.t < t_run * (1.0 - 1e-12):
@@ -121,10 +122,11 @@ def _integrate(pb: _Problem, st: _State, rec: _Record, t_out: np.ndarray, t_run:
             if h < 1e-12 * max(1.0, st.t):
                 raise RuntimeError(f"step size underflow at t = {st.t:.6g} (h = {h:.3g})")
             continue
-        if j < len(t_out) and t_out[j] <= st.t + h * (1.0 + 1e-12):
+        if run.snapshots and j < len(t_out) and t_out[j] <= st.t + h * (1.0 + 1e-12):
             snap = (_snapshot(st), h)
         while j < len(t_out) and t_out[j] <= st.t + h * (1.0 + 1e-12):
-            rec.snapshots[float(t_out[j])] = snap
+            if run.snapshots:
+                rec.snapshots[float(t_out[j])] = snap
             _save(pb, st, keys, att, h, (t_out[j] - st.t) / h, rec)
             j += 1
         _advance(pb, st, att, h, run.centre_of_t, run.width, rec)
@@ -148,9 +150,8 @@ def _dense_states(pb: _Problem, rec: _Record, t_out: np.ndarray, extra: np.ndarr
         ts = extra[at == i]
         start, h = rec.snapshots[float(t_out[i])]
         part = _Record()
-        _integrate(
-            pb, _snapshot(start), part, ts, float(ts[-1]), dataclasses.replace(run, progress=None, h=h)
-        )
+        again = dataclasses.replace(run, progress=None, h=h, snapshots=False)
+        _integrate(pb, _snapshot(start), part, ts, float(ts[-1]), again)
         rec.counts["restarted"] = rec.counts.get("restarted", 0) + part.counts["steps"]
         out += part.states[-len(ts) :]
     return out
@@ -280,9 +281,10 @@ def _simulate(att, times, level, density, settings, centres, progress, dense=Non
     for k in range(s.max_passes):
         wall = _time.perf_counter()
         scout, final = scouting and k == 0, scouting and k == 1
-        run = _Run(centre_of_t, s.first_width if k == 0 else s.patch_width, progress, 0.0)
+        width = s.first_width if k == 0 else s.patch_width
+        run = _Run(centre_of_t, width, progress, snapshots=dense is not None and not scout)
         t_run = float(t_out[-1] + (0.0 if final else margin))
-        rec = _run_pass(_scout(pb) if scout else pb, c0, t_out, t_run, run.centre_of_t, run.width, progress)
+        rec = _run_pass(_scout(pb) if scout else pb, c0, t_out, t_run, run)
         sep = _backward(pb, rec)
         states, n_nodes = rec.states, np.asarray(rec.n_nodes)
         moved = _moved(previous, states)

@@ -33,6 +33,7 @@ from ...plot.style import (
     beta_line,
     beta_status,
 )
+from ...science.convergence import EDGE_STEPS
 from ...science.fits import temperature_scale
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def _w2_panel(ax: Axes, ds: xr.Dataset, var: str, styles: list) -> None:
             if "min_w2" in ds.variables
             else np.array([np.interp(s, t, vals[i]) for i, s in enumerate(ts)])
         )
-        edge = t[-3] if t.size >= 3 else t[-1]  # a least value within 2 saved steps of t_max is no minimum
+        edge = t[max(0, t.size - 1 - EDGE_STEPS)]  # a least value this near t_max is no minimum
         for i in range(betas.size):  # small stars in each beta's colour: close ones stay apart
             if ts[i] >= edge:  # the curve still falls at t_max: no star where there is no minimum
                 continue

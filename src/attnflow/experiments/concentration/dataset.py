@@ -66,8 +66,9 @@ def _ladder_table(ladders: list[Ladder]) -> dict[str, Any]:
     cost = {k: np.full((len(ladders), L), np.nan) for k in COST_COLUMNS}
     for i, lad in enumerate(ladders):
         for j, p in enumerate(lad.parts):
+            record = _cost_of(p)
             for k in COST_COLUMNS:
-                cost[k][i, j] = _cost_of(p)[k]
+                cost[k][i, j] = record[k]
     return out | {f"cost_{k}": (("beta", "level"), v) for k, v in cost.items()}
 
 

@@ -155,7 +155,8 @@ class MetastabilityConfig(SimulationConfig, ModelConfig):
 def weights_problem(att: Attention) -> str | None:
     """What keeps the weights from a map of departures (None: nothing): A's top eigenspace must be
     one line (the two atoms +-u_1), its eigenvalue not defective (Pi exists), and the gap must give
-    lambda = gamma / |B^T u_2| (the finite-N branch's prediction)."""
+    lambda, the rate at which the flow drains its source (`claims.weights_data`; the finite-N
+    branch's prediction log N / lambda)."""
     from ...science.claims import weights_data
 
     sp = att.spectrum()
@@ -165,7 +166,7 @@ def weights_problem(att: Attention) -> str | None:
         return "A's top eigenvalue is defective (Pi is not defined)"
     lam = weights_data(att).lam
     if not (math.isfinite(lam) and lam > 0):
-        return "A has no spectral gap, so lambda = gamma / |B^T u_2| is not defined"
+        return "A has no spectral gap, so lambda (the rate the flow drains its source) is not defined"
     return None
 
 

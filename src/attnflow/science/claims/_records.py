@@ -153,7 +153,9 @@ def source_drain_rate(sp: Any, B: np.ndarray) -> float:
         lambda = (trace A - d mu_d) / |B^T u_d|,
 
     gamma / |B^T u_2| in d = 2 (the source is u_2); a degenerate bottom eigenvalue (a circle of
-    sources) adds nothing for its own directions."""
+    sources) adds nothing for its own directions. For symmetric A it is twice the bottom term of c*
+    (`assumptions.reference_rates`); it is computed here too because the departure heuristic is
+    read for any A with a gap, where c* is not defined."""
     mu = np.real(np.asarray(sp.eigenvalues))
     scale = max(float(np.max(np.abs(mu))), 1e-300)
     bottom = np.real(np.asarray(sp.eigenvectors))[:, np.abs(mu - mu.min()) <= 1e-9 * scale]
