@@ -194,8 +194,8 @@ def test_points_follow_each_quantitys_own_convergence(conc3):
     ds = conc3.copy()
     ds["status"] = ("beta", np.array(["converged", "converged", "under-resolved"]))
     ds["t_star_converged"] = ("beta", np.array([True, False, False]))
-    assert list(cf._drawn_as(ds, "t_star", 3)) == ["converged", "resolved", "under-resolved"]
-    assert list(cf._drawn_as(ds.drop_vars("t_star_converged"), "t_star", 3)) == list(ds.status.values)
+    assert list(cf.drawn_as(ds, "t_star", 3)) == ["converged", "resolved", "under-resolved"]
+    assert list(cf.drawn_as(ds.drop_vars("t_star_converged"), "t_star", 3)) == list(ds.status.values)
 
 
 def test_claim_rows_are_found_by_their_key(conc3):
@@ -917,3 +917,10 @@ def test_no_star_where_the_minimum_lies_past_the_window_and_no_empty_coupling_pa
     assert len(panels) == 1
     stars = [ln for ln in panels[0].get_lines() if ln.get_marker() == "*" and len(ln.get_xdata())]
     assert sorted(float(s.get_xdata()[0]) for s in stars) == sorted(t_star[:2].tolist())
+    # a t* not converged in N is drawn hollow, a converged one filled
+    ds["t_star_converged"] = ("beta", np.array([True, False, False]))
+    ds["status"] = ("beta", np.array(["converged", "converged", "converged"]))
+    fig = _figure_of(monkeypatch, cf.plot_w2, ds, tmp_path)
+    stars = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "*" and len(ln.get_xdata())]
+    hollow = {float(s.get_xdata()[0]): s.get_markerfacecolor() == "none" for s in stars}
+    assert hollow == {float(t_star[0]): False, float(t_star[1]): True}

@@ -65,6 +65,19 @@ def envelope(ds: xr.Dataset) -> tuple[dict[str, float], list[float]] | None:
     ]
 
 
+def drawn_as(ds: xr.Dataset, key: str, n: int) -> np.ndarray:
+    """How each beta's `key` is drawn: "converged" where that quantity converged in N, "resolved"
+    where it did not, "under-resolved" where the beta is; by the beta's status for a Dataset without
+    per-quantity flags."""
+    status = np.full(n, "resolved")
+    if "status" in ds.variables:
+        status = np.asarray(ds["status"].values, dtype=str)
+    if f"{key}_converged" not in ds.variables:
+        return status
+    ok = np.asarray(ds[f"{key}_converged"].values, dtype=bool)
+    return np.where(status == "under-resolved", status, np.where(ok, "converged", "resolved"))
+
+
 def bound_curve(k: dict[str, float], beta: float, t: np.ndarray) -> np.ndarray:
     """Theorem 1's bound K1 a(beta) e^{C1 t} + K2 e^{-c t} with the envelope's constants."""
     return k["K1"] * temperature_scale(beta) * np.exp(k["C1"] * t) + k["K2"] * np.exp(-k["c"] * t)
@@ -121,12 +134,15 @@ def _w2_panel(ax: Axes, ds: xr.Dataset, var: str, styles: list) -> None:
             else np.array([np.interp(s, t, vals[i]) for i, s in enumerate(ts)])
         )
         edge = t[max(0, t.size - 1 - EDGE_STEPS)]  # a least value this near t_max is no minimum
+        drawn = drawn_as(ds, "t_star", betas.size)
         for i in range(betas.size):  # small stars in each beta's colour: close ones stay apart
             if ts[i] >= edge:  # the curve still falls at t_max: no star where there is no minimum
                 continue
             star = {**STAR_STYLE, "mfc": styles[i]["color"]}
-            if status[i] == "under-resolved":  # faded like its curve: not a mean-field t*
-                star = {**star, "mfc": "none", "mec": styles[i]["color"], **UNDER_RESOLVED}
+            if drawn[i] != "converged":  # hollow: a t* not converged in N (faded where the beta is not)
+                star = {**star, "mfc": "none", "mec": styles[i]["color"]}
+            if drawn[i] == "under-resolved":
+                star = {**star, **UNDER_RESOLVED}
             ax.plot(ts[i : i + 1], positive(mins[i : i + 1]), ms=10, mew=0.8, **star)
         ax.plot([], [], ms=10, mew=0.8, label=r"$t^*(\beta)$, minimum over t", **STAR_STYLE)
     ax.set_yscale("log", nonpositive="mask")

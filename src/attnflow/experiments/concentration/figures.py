@@ -36,7 +36,7 @@ from ...plot import (
 from ...science.convergence import QUANTITIES
 from ...science.fits import temperature_scale
 from ..terminal import MASS_CAPTION, plot_mass
-from .bound_figures import bound_curve, claim_row, envelope, plot_envelope, plot_w2
+from .bound_figures import bound_curve, claim_row, drawn_as, envelope, plot_envelope, plot_w2
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -104,23 +104,10 @@ FIT_STYLES: tuple[dict[str, Any], ...] = (
 )
 
 
-def _drawn_as(ds: xr.Dataset, key: str, n: int) -> np.ndarray:
-    """How each beta's `key` is drawn: "converged" where that quantity converged in N, "resolved"
-    where it did not, "under-resolved" where the beta is; by the beta's status for a Dataset without
-    per-quantity flags."""
-    status = np.full(n, "resolved")
-    if "status" in ds.variables:
-        status = np.asarray(ds["status"].values, dtype=str)
-    if f"{key}_converged" not in ds.variables:
-        return status
-    ok = np.asarray(ds[f"{key}_converged"].values, dtype=bool)
-    return np.where(status == "under-resolved", status, np.where(ok, "converged", "resolved"))
-
-
 def _by_status(ax: Axes, ds: xr.Dataset, key: str, y: np.ndarray, err: np.ndarray | None) -> None:
-    """The points of quantity `key` (with error bars) drawn by their own convergence (_drawn_as)."""
+    """The points of quantity `key` (with error bars) drawn by their own convergence (drawn_as)."""
     betas = np.asarray(ds["beta"].values, dtype=float)
-    drawn = _drawn_as(ds, key, betas.size)
+    drawn = drawn_as(ds, key, betas.size)
     for name, style in STATUS_STYLE.items():
         sel = (drawn == name) & np.isfinite(y)
         if sel.any():
