@@ -72,7 +72,7 @@ class _Saved:
     torch tensor on `device` (torch output)."""
 
     def __init__(
-        self, shape: tuple[int, ...], dtype: str | torch.dtype, device: torch.device | None = None
+        self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | None = None
     ) -> None:
         import torch
 
@@ -265,7 +265,9 @@ def _check_steps(times: np.ndarray, numerics: _Numerics) -> None:
         )
 
 
-def _noise(model: Attention | Dynamics, numerics: _Numerics, seed: int | np.random.Generator | None) -> Noise | None:
+def _noise(
+    model: Attention | Dynamics, numerics: _Numerics, seed: int | np.random.Generator | None
+) -> Noise | None:
     """The noise of a Dynamics with noise > 0 (fixed steps only), seeded; None without noise."""
     seed = noise_seed(seed)
     sigma = getattr(model, "noise", 0.0)
@@ -450,8 +452,7 @@ def _simulate(
     tdtype = getattr(torch, numerics.dtype)
     X = torch.as_tensor(per_cloud(clouds.X0, clouds.M, 3), dtype=tdtype, device=clouds.device)
     clouds = replace(clouds, temps=clouds.temps.collapsed())
-    is_torch = clouds.out_device is not None
-    saved = _Saved((len(t_out), *X.shape), tdtype if is_torch else numerics.dtype, clouds.out_device)
+    saved = _Saved((len(t_out), *X.shape), tdtype, clouds.out_device)
     out = Output(t_out, saved, progress)
     out.report(0.0)
     tally = _run_segments(clouds, t_out, numerics, X, out, noise)

@@ -200,7 +200,8 @@ def _integrand(
             out[:, k] = 2.0 * (np.sum(e[1:] * e[1:], axis=0) / norm2) / (1.0 + cos)
         out[:, t.size] = 1.0
         out *= (fsym * np.tile(weight, nb))[:, None]
-        return out.reshape(nb, P, t.size + 1).sum(axis=0)
+        result: np.ndarray = out.reshape(nb, P, t.size + 1).sum(axis=0)
+        return result
 
     return g
 
@@ -208,7 +209,7 @@ def _integrand(
 def _tail_coefficient(d: int, sup: float) -> float:
     """K with truncation error <= K arctan(e^{-L}) <= K e^{-L}: 2 sup(f(x) + f(-x)) times the
     measure outside the v-box, 2 (d - 1) arctan(e^{-L}) per branch, over all 2^{d-1} branches."""
-    return 2.0 * sup * 2 ** (d - 1) * 2 * (d - 1) / sphere_area(d)
+    return float(2.0 * sup * 2 ** (d - 1) * 2 * (d - 1) / sphere_area(d))
 
 
 def _box_for(d: int, sup: float, bound: float) -> float:
@@ -327,7 +328,8 @@ class _Errors:
 
     @property
     def total(self) -> np.ndarray:
-        return self.quadrature + self.truncation + self.clock
+        result: np.ndarray = self.quadrature + self.truncation + self.clock
+        return result
 
 
 def _errors(box: _Integral, lam: np.ndarray, clock_rtol: float, stats: _Tally) -> _Errors:

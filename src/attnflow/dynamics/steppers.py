@@ -243,7 +243,9 @@ def _step_fixed(method: str, f: Field, X: torch.Tensor, h: float, noise: Noise |
     return f.retract(Y) if noise is None else noise.step(Y, h, f.on_sphere)
 
 
-def _initial_step(f: Field, X: torch.Tensor, k1: torch.Tensor, rtol: float, atol: float, span: float) -> float:
+def _initial_step(
+    f: Field, X: torch.Tensor, k1: torch.Tensor, rtol: float, atol: float, span: float
+) -> float:
     """Starting step size (Hairer, Norsett, Wanner, II.4) for the fastest cloud of the batch,
     capped by the span to integrate."""
     sc = atol + rtol * X.norm(dim=-1, keepdim=True)

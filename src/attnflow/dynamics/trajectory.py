@@ -36,4 +36,5 @@ class Trajectory:
 
     def at(self, time: float) -> np.ndarray:
         """The saved state whose time is closest to `time`."""
-        return self.x[int(np.argmin(np.abs(self.t - time)))]
+        result: np.ndarray = self.x[int(np.argmin(np.abs(self.t - time)))]
+        return result

@@ -235,7 +235,6 @@ def velocity(
     import torch
 
     att = plain(check_model(att))
-    is_torch = isinstance(X, torch.Tensor)
     dev = check_device(device, X)
     in_space = isinstance(att, Dynamics) and not att.on_sphere  # pre, peri: a field of x / |x|
     Xn = check_points(X, "X", d=att.d, normalize=normalize or in_space)

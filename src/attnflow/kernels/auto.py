@@ -57,7 +57,7 @@ import numpy as np
 from .._checks import check_positive
 from . import costs as _costs
 from . import registry
-from .pricing import Pricing, cluster_counts  # noqa: F401 (cluster_counts: kept here for callers)
+from .pricing import Pricing, Sampled, cluster_counts  # noqa: F401 (cluster_counts: kept here for callers)
 
 if TYPE_CHECKING:
     import torch
@@ -76,17 +76,6 @@ INFINITE = "zero"  # the kernel at beta = inf
 NO_STATE = "sdpa"  # the kernel where there is no state to decide on
 
 Fingerprint = tuple[object, ...]  # what must be equal for a kept decision to be taken again
-
-
-@dataclass(frozen=True)
-class Sampled:
-    """What SAMPLE queries tell about a state, exactly on the sample: `kept`, the fraction of keys
-    within the truncated kernel's cutoff of each query's maximum score; `neighbours`, the median
-    number of tokens within the cluster kernel's expansion scale h = sqrt(rho / (beta ||B||)) of a
-    sampled token (rho: its series radius), which says how large its cells can grow."""
-
-    kept: float
-    neighbours: float
 
 
 def sample_state(
@@ -152,7 +141,9 @@ def _variant(X: torch.Tensor) -> str:
     return variant(X.shape[-1], X.device)
 
 
-def dense_cost(kernel: str, M: int, N: int, d: int, variant: str, constants: Mapping[str, float] | None = None) -> float:
+def dense_cost(
+    kernel: str, M: int, N: int, d: int, variant: str, constants: Mapping[str, float] | None = None
+) -> float:
     """Predicted seconds of a kernel priced in closed form ("fused", variant: backend; "sdpa",
     variant: dtype) on M clouds of N; constants: the kernel's terms (default: costs.active())."""
     c = _costs.active()[kernel][variant] if constants is None else constants
@@ -169,7 +160,11 @@ def truncated_cost(
 
 
 def cluster_cost(
-    counts: dict[str, int], d: int, variant: str = "compiled", clouds: int = 1, constants: Mapping[str, float] | None = None
+    counts: dict[str, int],
+    d: int,
+    variant: str = "compiled",
+    clouds: int = 1,
+    constants: Mapping[str, float] | None = None,
 ) -> float:
     """Predicted seconds of the cluster kernel from the work counts of cells.Plan.counts (summed over
     `clouds` clouds, the largest series order)."""
@@ -277,7 +272,9 @@ def _kept(key: Fingerprint, rows: torch.Tensor) -> Decision | None:
     return None
 
 
-def decide(X: torch.Tensor, att: Attention, weights: torch.Tensor | None = None, keep: bool = True) -> Decision:
+def decide(
+    X: torch.Tensor, att: Attention, weights: torch.Tensor | None = None, keep: bool = True
+) -> Decision:
     """The kernel for the state X (M, N, d) (finite beta, N >= MIN_N): a kept decision where the
     state has not moved since (module docstring), else the candidate with the smallest
     `predict_costs`, kept when `keep`."""

@@ -33,8 +33,9 @@ import torch
 
 from . import compiled, registry, reuse
 from . import costs as _costs
+from .common import Stats
 from .fused import variant
-from .pricing import Stats, Work, nnls
+from .pricing import Work, nnls
 
 if TYPE_CHECKING:
     from ..attention import Attention

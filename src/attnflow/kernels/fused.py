@@ -40,7 +40,7 @@ from .dense import field_sdpa
 
 if TYPE_CHECKING:
     from ..attention import Attention
-    from .pricing import Stats
+    from .common import Stats
 
 LOG2E = 1.4426950408889634  # the compiled core works in base 2: 2^(log2(e) s) = e^s
 MAX_D = 8  # the compiled core's largest dimension

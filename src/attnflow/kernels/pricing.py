@@ -26,18 +26,17 @@ This module imports nothing heavy: the kernels load when a state is priced.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
     from ..attention import Attention
-    from .auto import Sampled
-    from .calibrate import Sample
+    from .common import Stats
 
 TRUNCATED_MAX_D = 6  # cells of directions stop paying off in higher dimension
 CLUSTER_MAX_D = 5  # C(p + d, d) moments per cell pair grow too fast beyond
@@ -49,9 +48,32 @@ HOT_SAMPLE = 256  # the fewest queries of a sampled plan in a hot state of at mo
 SURE = 4.0  # a truncated bound this far below the best is taken unpriced (sampled plans)
 
 Work = Mapping[str, float]  # the work counts of one evaluation: M, N, d, clouds and the kernel's own
-# what a kernel called with `stats` fills in: its counts (int), timings (float seconds), "backend" (str)
-# and "sums" (list of str), keys that differ from kernel to kernel
-Stats = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """What SAMPLE queries tell about a state, exactly on the sample: `kept`, the fraction of keys
+    within the truncated kernel's cutoff of each query's maximum score; `neighbours`, the median
+    number of tokens within the cluster kernel's expansion scale h = sqrt(rho / (beta ||B||)) of a
+    sampled token (rho: its series radius), which says how large its cells can grow."""
+
+    kept: float
+    neighbours: float
+
+
+class Timed(Protocol):
+    """A kernel timed on a state (calibrate.Sample), as a cost model's `fit` reads it."""
+
+    @property
+    def M(self) -> int: ...
+    @property
+    def N(self) -> int: ...
+    @property
+    def d(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def stats(self) -> Stats: ...
 
 
 @dataclass
@@ -59,7 +81,7 @@ class Pricing:
     """A state to price: X (M, N, d) or (N, d) as the kernels will get it (their plans are kept per
     tensor), its attention and weights, `table` the constants in use (kernel -> variant -> term),
     small (a state below auto.MIN_N: no plan), and, as auto fills them in, the sampled statistics
-    (auto.Sampled), the kernel's lower bound and the best prediction so far."""
+    (Sampled), the kernel's lower bound and the best prediction so far."""
 
     X: torch.Tensor
     att: Attention | None
@@ -221,15 +243,17 @@ def cluster_bound(p: Pricing) -> float:
 
 
 def cluster_price(p: Pricing) -> float:
-    return cluster_seconds(p.work(**cluster_counts(p.X, p.attention, p.weights)), p.table["cluster"][p.variant])
+    return cluster_seconds(
+        p.work(**cluster_counts(p.X, p.attention, p.weights)), p.table["cluster"][p.variant]
+    )
 
 
-def cluster_fit(samples: list[Sample]) -> dict[str, float]:
+def cluster_fit(samples: Sequence[Timed]) -> dict[str, float]:
     """The cluster kernel's constants from calibrate.Samples, phase by phase (plan, series, direct
     sums: the kernel's stats time each); `call`: the median remainder per call."""
     import numpy as np
 
-    def work(s: Sample) -> dict[str, float]:
+    def work(s: Timed) -> dict[str, float]:
         return {**s.stats, "M": s.M, "N": s.N, "d": s.d, "clouds": s.M}
 
     st = [s.stats for s in samples]

@@ -12,7 +12,7 @@ This module imports nothing heavy: the kernels (and torch) load on first use.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
@@ -22,8 +22,6 @@ from . import pricing as _p
 
 if TYPE_CHECKING:
     import torch
-
-    from .calibrate import Sample
 
 Constants = dict[str, dict[str, float]]  # variant -> term -> CPU seconds
 
@@ -51,7 +49,7 @@ class CostModel:
     price: Callable[[_p.Pricing], float]
     by: str = "backend"
     features: Callable[[_p.Work], tuple[float, ...]] | None = None
-    fit: Callable[[list[Sample]], dict[str, float]] | None = None
+    fit: Callable[[Sequence[_p.Timed]], dict[str, float]] | None = None
     bound: Callable[[_p.Pricing], float] | None = None
     late: Callable[[_p.Pricing], bool] | None = None
     max_d: int | None = None
@@ -88,7 +86,9 @@ class KernelSpec:
         if callable(self.function):
             return self.function
         module, func = self.function.split(":")
-        return cast("Callable[..., torch.Tensor]", getattr(importlib.import_module(f".{module}", __package__), func))
+        return cast(
+            "Callable[..., torch.Tensor]", getattr(importlib.import_module(f".{module}", __package__), func)
+        )
 
 
 _DENSE = ("call", "pair", "pair_d")

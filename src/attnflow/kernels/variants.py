@@ -264,7 +264,9 @@ def _sums_torch(
     return mean, logZ
 
 
-def _core_sums(q: torch.Tensor, rows: torch.Tensor, threads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _core_sums(
+    q: torch.Tensor, rows: torch.Tensor, threads: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The compiled core's sums for queries q (n, d) (base-2 units) against `rows` (nk, 2 d + 1):
     (Z (n,), numerators (n, d), base-2 shift (n,))."""
     core = compiled.core()

@@ -74,11 +74,17 @@ from ._sums import _Cloud, _direct, _expand
 
 if TYPE_CHECKING:
     from ...attention import Attention
-    from ..pricing import Stats
+    from ..common import Stats
 
 
 def _average_one(
-    X: torch.Tensor, w: torch.Tensor, att: Attention, beta: float, plan: _cells.Plan, threads: int, stats: Stats
+    X: torch.Tensor,
+    w: torch.Tensor,
+    att: Attention,
+    beta: float,
+    plan: _cells.Plan,
+    threads: int,
+    stats: Stats,
 ) -> torch.Tensor:
     """Softmax average sum_j w_ij x_j of one cloud X (N, d) with weights w (N,) and its plan: (N, d),
     X's dtype.

@@ -22,7 +22,7 @@ from .. import compiled
 from ..fused import F32_SCORE_MAX, LOG2E, MAX_D
 
 if TYPE_CHECKING:
-    from ..pricing import Stats
+    from ..common import Stats
 
 BLOCK_ELEMENTS = 2**22  # numbers per padded batch (32 MiB in float64)
 PAD_RATIO = 1.25  # items batched together differ in size by at most this factor
@@ -269,7 +269,12 @@ def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp
 
 
 def _direct_compiled(
-    core: compiled.Core, cl: _Cloud, query_cells: np.ndarray, K_T: np.ndarray, keys: np.ndarray, f32: bool = False
+    core: compiled.Core,
+    cl: _Cloud,
+    query_cells: np.ndarray,
+    K_T: np.ndarray,
+    keys: np.ndarray,
+    f32: bool = False,
 ) -> None:
     """The direct pairs by the compiled core (fused.c, `fused_cells`): every query cell against its
     direct keys, in base 2 and float64 (f32: by the core's float32 twin, where it passed its check
@@ -296,7 +301,9 @@ def _direct_compiled(
     cl.acc.index_add_(0, tok, out[tok, : d + 1] * scale[:, None])
 
 
-def _fused(b: torch.Tensor, m: torch.Tensor, x: torch.Tensor, logw: torch.Tensor, beta: float) -> torch.Tensor:
+def _fused(
+    b: torch.Tensor, m: torch.Tensor, x: torch.Tensor, logw: torch.Tensor, beta: float
+) -> torch.Tensor:
     """sum_j w_j e^{beta b_i . x_j - m_i} (1, x_j) for padded batches by torch's fused attention:
     b (G, n, d), m (G, n), x (G, K, d), logw (G, K) -> (G, n, d + 1).
 

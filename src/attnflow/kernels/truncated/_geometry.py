@@ -10,7 +10,6 @@ counts without an exponential, and `sampled_counts`, their estimate from a sampl
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict, cast
 
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
     from scipy.spatial import cKDTree
 
     from ...attention import Attention
-    from ..pricing import Stats
+    from ..common import Stats
 
 DEFAULT_CUTOFF = 45.0  # N e^{-45} <= 1e-12 for N <= 3.4e7
 LEAF = 256  # most queries per cell
@@ -60,7 +59,9 @@ def kept_radius(dmin: np.ndarray, bnorm: np.ndarray, beta: float, cutoff: float 
     return r
 
 
-def _cells(u: np.ndarray, r: np.ndarray, leaf: int, leaf_min: int, ratio: float) -> tuple[np.ndarray, np.ndarray]:
+def _cells(
+    u: np.ndarray, r: np.ndarray, leaf: int, leaf_min: int, ratio: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Group the directions u (n, d) by median cuts along each group's widest coordinate.
 
     A group is cut in two while it has more than `leaf` rows, or more than `leaf_min` rows and a

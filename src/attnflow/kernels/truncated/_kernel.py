@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     from scipy.spatial import cKDTree
 
     from ...attention import Attention
-    from ..pricing import Stats
+    from ..common import Stats
 
 BLOCK_ELEMENTS = 2**23  # key-query pairs per fused call on a batch of cells
 # fused calls with fewer pairs run on one thread: many small parallel regions cost more than they
