@@ -27,7 +27,7 @@ class Trajectory:
     """
 
     t: np.ndarray
-    x: Any
+    x: Any  # np.ndarray, or torch.Tensor for torch input: Any, so that NumPy callers index it as an array
     info: dict[str, Any] = field(default_factory=dict)
     weights: np.ndarray | None = None
 

@@ -17,9 +17,9 @@ import copy
 import time as _time
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_points, check_positive, check_times
 from ..attention import COND_B_MAX, Attention, check_attention
@@ -266,9 +266,9 @@ def _solve(plan: _Plan, X: np.ndarray, att: Attention, t: np.ndarray, rtol: floa
 
 
 def simulate_zero_temperature(
-    X0: Any,
+    X0: ArrayLike,
     att: Attention,
-    times: Any,
+    times: ArrayLike,
     method: str = "auto",
     rtol: float = 1e-11,
     atol: float = 1e-13,
@@ -346,7 +346,7 @@ def limit_problem(att: Attention) -> str | None:
     return None
 
 
-def project(X: Any, att: Attention, tol: float = 1e-12, spectral: bool = False) -> np.ndarray:
+def project(X: ArrayLike, att: Attention, tol: float = 1e-12, spectral: bool = False) -> np.ndarray:
     """Pi(x) = P_1 x / |P_1 x| row by row: the t -> inf limit of the zero-temperature flow.
 
     Parameters
