@@ -60,7 +60,7 @@ class Temperatures:
         return self
 
 
-def check_attentions(att: Any) -> Temperatures:
+def check_attentions(att: object) -> Temperatures:
     """One Attention or Dynamics, or a non-empty list of them that differ only in beta (one per
     cloud). A Dynamics that is the paper's flow (`Dynamics.single`) is its Attention."""
     if isinstance(att, (Attention, Dynamics)):
@@ -96,7 +96,7 @@ def _difference(first: Attention | Dynamics, other: Attention | Dynamics) -> str
     return None
 
 
-def noise_seed(seed: Any) -> int:
+def noise_seed(seed: object) -> int:
     """The seed of the noise's generator: an int >= 0 (None: 0), or an int drawn from a NumPy
     Generator; ValueError naming `seed` otherwise."""
     if seed is None:
@@ -108,7 +108,7 @@ def noise_seed(seed: Any) -> int:
     return int(seed)
 
 
-def solver_options(method: str, options: Any) -> dict[str, Any]:
+def solver_options(method: str, options: object) -> dict[str, Any]:
     """`options` for `method` completed with the defaults of OPTIONS[method], each checked; a key the
     method does not take is a ValueError naming it."""
     if options is None:
@@ -121,7 +121,7 @@ def solver_options(method: str, options: Any) -> dict[str, Any]:
         raise ValueError(
             f"options {unknown} are not settings of method {method!r}, which takes {sorted(allowed)}"
         )
-    out = {**allowed, **options}
+    out: dict[str, Any] = {**allowed, **options}
     for key in ("rtol", "atol"):
         if key in out:
             out[key] = check_positive(out[key], f"options['{key}']")

@@ -48,7 +48,8 @@ class Cells:
 
     @property
     def err(self) -> np.ndarray:
-        return self.err_dir.sum(axis=1)
+        result: np.ndarray = self.err_dir.sum(axis=1)
+        return result
 
 
 @dataclass

@@ -24,9 +24,10 @@ import math
 import time as _time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from .._checks import (
     check_device,
@@ -53,6 +54,9 @@ from .steppers import AdaptiveSettings, Field, Noise, Output, Steps, run_adaptiv
 from .trajectory import Trajectory
 from .work import check_work
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["METHODS", "OPTIONS", "ORDERS", "SDE_ORDERS", "simulate"]
 
 METHODS = tuple(OPTIONS)  # "euler", "heun", "rk4", "adaptive"
@@ -67,16 +71,18 @@ class _Saved:
     """The saved states, written one by one into an array allocated once: NumPy on the host, or a
     torch tensor on `device` (torch output)."""
 
-    def __init__(self, shape: tuple[int, ...], dtype, device=None):
+    def __init__(
+        self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | None = None
+    ) -> None:
         import torch
 
         if device is None:
-            self.x: Any = np.empty(shape, dtype=str(dtype).removeprefix("torch."))
+            self.x: np.ndarray | torch.Tensor = np.empty(shape, dtype=str(dtype).removeprefix("torch."))
         else:
             self.x = torch.empty(shape, dtype=dtype, device=device)
         self.k = 0
 
-    def __call__(self, X) -> None:
+    def __call__(self, X: torch.Tensor) -> None:
         if isinstance(self.x, np.ndarray):
             self.x[self.k] = X.detach().cpu().numpy()
         else:
@@ -85,21 +91,21 @@ class _Saved:
 
 
 def simulate(
-    X0: Any,
+    X0: ArrayLike | torch.Tensor,
     att: Attention | Dynamics | Sequence[Attention | Dynamics],
-    times: Any,
+    times: ArrayLike,
     method: str = "rk4",
     dt: float = 1e-2,
     kernel: str = "auto",
-    weights: Any = None,
-    device: Any = None,
+    weights: ArrayLike | None = None,
+    device: str | torch.device | None = None,
     *,
-    options: Mapping[str, Any] | None = None,
-    dtype: Any = "float64",
+    options: Mapping[str, float | str | None] | None = None,
+    dtype: DTypeLike | torch.dtype = "float64",
     normalize: bool = False,
-    progress: bool | Callable[[float, float], Any] | None = None,
+    progress: bool | Callable[[float, float], object] | None = None,
     threads: int = DEFAULT_THREADS,
-    seed: Any = None,
+    seed: int | np.random.Generator | None = None,
     force: bool = False,
 ) -> Trajectory:
     """Integrate the token dynamics dx_i/dt = P_{x_i}^perp(sum_j w_ij V x_j) from X0 at t = 0.
@@ -188,8 +194,8 @@ class _Clouds:
 
     X0: np.ndarray
     temps: Temperatures
-    device: Any
-    out_device: Any
+    device: torch.device
+    out_device: torch.device | None
     weights: np.ndarray | None = None
     M: int | None = None
 
@@ -211,7 +217,12 @@ class _Numerics:
     options: dict[str, Any]
 
 
-def _check_clouds(X0: Any, att: Any, device: Any, normalize: bool) -> _Clouds:
+def _check_clouds(
+    X0: ArrayLike | torch.Tensor,
+    att: Attention | Dynamics | Sequence[Attention | Dynamics],
+    device: str | torch.device | None,
+    normalize: bool,
+) -> _Clouds:
     """X0, att (one Attention or a list) and device, checked."""
     import torch
 
@@ -222,7 +233,13 @@ def _check_clouds(X0: Any, att: Any, device: Any, normalize: bool) -> _Clouds:
     return _Clouds(X0n, temps, dev, out_device)
 
 
-def _check_numerics(method: Any, dt: Any, kernel: Any, dtype: Any, options: Any) -> _Numerics:
+def _check_numerics(
+    method: str,
+    dt: float,
+    kernel: str,
+    dtype: DTypeLike | torch.dtype,
+    options: Mapping[str, float | str | None] | None,
+) -> _Numerics:
     """method, kernel, dtype, dt and options checked, in that order; float32 needs a loose rtol."""
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
@@ -248,7 +265,9 @@ def _check_steps(times: np.ndarray, numerics: _Numerics) -> None:
         )
 
 
-def _noise(model: Attention | Dynamics, numerics: _Numerics, seed: Any) -> Noise | None:
+def _noise(
+    model: Attention | Dynamics, numerics: _Numerics, seed: int | np.random.Generator | None
+) -> Noise | None:
     """The noise of a Dynamics with noise > 0 (fixed steps only), seeded; None without noise."""
     seed = noise_seed(seed)
     sigma = getattr(model, "noise", 0.0)
@@ -262,7 +281,7 @@ def _noise(model: Attention | Dynamics, numerics: _Numerics, seed: Any) -> Noise
     return Noise(sigma, seed, getattr(model, "noise_kind", "independent"))
 
 
-def _weighted(clouds: _Clouds, weights: Any) -> _Clouds:
+def _weighted(clouds: _Clouds, weights: ArrayLike | None) -> _Clouds:
     """The clouds with their checked weights and their common batch size."""
     w = None if weights is None else check_weights(weights, clouds.X0.shape[-2])
     M = batch_size(
@@ -273,23 +292,22 @@ def _weighted(clouds: _Clouds, weights: Any) -> _Clouds:
     return replace(clouds, weights=w, M=M)
 
 
-def _field(clouds: _Clouds, kernel: str, X, segment: int = 0) -> Field:
+def _field(clouds: _Clouds, kernel: str, X: torch.Tensor, segment: int = 0) -> Field:
     """The velocity field of the state X (M, N, d): the kernel's, with the weights and the betas as
     tensors beside X (uniform weights and one beta for all need none); with redrawn weights, that
     of the given segment."""
     import torch
 
     w, betas = unless_uniform(clouds.weights), clouds.temps.betas
-    like = {"dtype": X.dtype, "device": X.device}
-    wt = None if w is None else torch.as_tensor(per_cloud(w, clouds.M, 2), **like)
-    bt = None if betas is None else torch.tensor(betas, **like)
+    wt = None if w is None else torch.as_tensor(per_cloud(w, clouds.M, 2), dtype=X.dtype, device=X.device)
+    bt = None if betas is None else torch.tensor(betas, dtype=X.dtype, device=X.device)
     model = clouds.temps.att
     if isinstance(model, Dynamics):
         model = model.segment(segment)
     return Field(model, kernel, X, bt, wt)
 
 
-def _run(numerics: _Numerics, f: Field, X, out: Output, noise: Noise | None = None) -> Steps:
+def _run(numerics: _Numerics, f: Field, X: torch.Tensor, out: Output, noise: Noise | None = None) -> Steps:
     """The run loop of the method."""
     opts = numerics.options
     if numerics.method == "adaptive":
@@ -312,7 +330,7 @@ def _segments(t_out: np.ndarray, period: float) -> list[_Segment]:
     time on a boundary belongs to the later segment (the state there is the same)."""
     t_final = float(t_out[-1])
     n = 1 if not math.isfinite(period) else max(1, math.ceil(t_final / period - 1e-12))
-    out = []
+    out: list[_Segment] = []
     for k in range(n):
         a, b, last = k * period if k else 0.0, t_final if k == n - 1 else (k + 1) * period, k == n - 1
         saves = np.flatnonzero((t_out >= a) & ((t_out < b) | last)) if n > 1 else np.arange(len(t_out))
@@ -323,10 +341,11 @@ def _segments(t_out: np.ndarray, period: float) -> list[_Segment]:
 class _Last:
     """A segment's save: the saved array for its own output times, and the state at its end kept."""
 
-    def __init__(self, saved: Callable[[Any], None], n_saves: int):
-        self.saved, self.n_saves, self.k, self.X = saved, n_saves, 0, None
+    def __init__(self, saved: Callable[[torch.Tensor], None], n_saves: int) -> None:
+        self.saved, self.n_saves, self.k = saved, n_saves, 0
+        self.X: torch.Tensor | None = None
 
-    def __call__(self, X) -> None:
+    def __call__(self, X: torch.Tensor) -> None:
         if self.k < self.n_saves:
             self.saved(X)
         self.k += 1
@@ -355,7 +374,7 @@ class _Tally:
 
 
 def _run_segments(
-    clouds: _Clouds, t_out: np.ndarray, numerics: _Numerics, X, out: Output, noise: Noise | None
+    clouds: _Clouds, t_out: np.ndarray, numerics: _Numerics, X: torch.Tensor, out: Output, noise: Noise | None
 ) -> _Tally:
     """Every segment of the run (one without redrawn weights), the state carried from one to the next."""
     model = clouds.temps.att
@@ -369,11 +388,14 @@ def _run_segments(
         f = _field(clouds, numerics.kernel, X, seg.k)
         steps = _run(numerics, f, X, Output(times, save, out.progress, seg.start), noise)
         tally.add(f, steps)
+        assert save.X is not None  # the segment saved the state at its end
         X = save.X
     return tally
 
 
-def _info(numerics: _Numerics, clouds: _Clouds, f: _Tally, wall_time_s: float, noise: Noise | None) -> dict:
+def _info(
+    numerics: _Numerics, clouds: _Clouds, f: _Tally, wall_time_s: float, noise: Noise | None
+) -> dict[str, Any]:
     """Trajectory.info: what was run and what it took."""
     temps = clouds.temps
     info: dict[str, Any] = {
@@ -420,7 +442,7 @@ def _simulate(
     clouds: _Clouds,
     t_out: np.ndarray,
     numerics: _Numerics,
-    progress: Callable[[float, float], Any] | None,
+    progress: Callable[[float, float], object] | None,
     noise: Noise | None = None,
 ) -> Trajectory:
     """The run of checked arguments: state, field and saved array set up, the run loops, the result."""
@@ -430,8 +452,7 @@ def _simulate(
     tdtype = getattr(torch, numerics.dtype)
     X = torch.as_tensor(per_cloud(clouds.X0, clouds.M, 3), dtype=tdtype, device=clouds.device)
     clouds = replace(clouds, temps=clouds.temps.collapsed())
-    is_torch = clouds.out_device is not None
-    saved = _Saved((len(t_out), *X.shape), tdtype if is_torch else numerics.dtype, clouds.out_device)
+    saved = _Saved((len(t_out), *X.shape), tdtype, clouds.out_device)
     out = Output(t_out, saved, progress)
     out.report(0.0)
     tally = _run_segments(clouds, t_out, numerics, X, out, noise)

@@ -27,11 +27,12 @@ import itertools
 import math
 import time as _time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_positive, check_times, to_numpy
 from ..attention import Attention, check_attention
@@ -126,7 +127,7 @@ class _Tally:
     fsym_max: float = 0.0
 
 
-def _density(rho0: Any, d: int, mean: Any, kappa: Any) -> _Rho0:
+def _density(rho0: str | Density, d: int, mean: ArrayLike | None, kappa: float | None) -> _Rho0:
     """rho0 = a name of MEASURES ("uniform", "vmf", with mean and kappa) or a callable density f(X)
     (w.r.t. the uniform probability), checked."""
     if callable(rho0):
@@ -145,7 +146,7 @@ def _density(rho0: Any, d: int, mean: Any, kappa: Any) -> _Rho0:
         names = ", ".join(repr(n) for n in MEASURES)
         raise ValueError(f"rho0 must be one of {names} or a callable density f(X), got {rho0!r}")
     family = MEASURES[rho0]
-    given = {"mean": mean, "kappa": kappa}
+    given: dict[str, Any] = {"mean": mean, "kappa": kappa}  # the family's keywords
     params = {p: given[p] for p in family.parameters}
     if any(v is None for v in params.values()):
         raise ValueError(f"rho0={rho0!r} needs mean (a (d,) vector) and kappa (>= 0)")
@@ -200,7 +201,8 @@ def _integrand(
             out[:, k] = 2.0 * (np.sum(e[1:] * e[1:], axis=0) / norm2) / (1.0 + cos)
         out[:, t.size] = 1.0
         out *= (fsym * np.tile(weight, nb))[:, None]
-        return out.reshape(nb, P, t.size + 1).sum(axis=0)
+        result: np.ndarray = out.reshape(nb, P, t.size + 1).sum(axis=0)
+        return result
 
     return g
 
@@ -208,7 +210,7 @@ def _integrand(
 def _tail_coefficient(d: int, sup: float) -> float:
     """K with truncation error <= K arctan(e^{-L}) <= K e^{-L}: 2 sup(f(x) + f(-x)) times the
     measure outside the v-box, 2 (d - 1) arctan(e^{-L}) per branch, over all 2^{d-1} branches."""
-    return 2.0 * sup * 2 ** (d - 1) * 2 * (d - 1) / sphere_area(d)
+    return float(2.0 * sup * 2 ** (d - 1) * 2 * (d - 1) / sphere_area(d))
 
 
 def _box_for(d: int, sup: float, bound: float) -> float:
@@ -327,7 +329,8 @@ class _Errors:
 
     @property
     def total(self) -> np.ndarray:
-        return self.quadrature + self.truncation + self.clock
+        result: np.ndarray = self.quadrature + self.truncation + self.clock
+        return result
 
 
 def _errors(box: _Integral, lam: np.ndarray, clock_rtol: float, stats: _Tally) -> _Errors:
@@ -345,10 +348,10 @@ def _converged(box: _Integral, cfg: _Cubature) -> bool:
 
 def reference_w2(
     att: Attention,
-    times: Any,
+    times: ArrayLike,
     rho0: str | Density = "uniform",
     *,
-    mean: Any = None,
+    mean: ArrayLike | None = None,
     kappa: float | None = None,
     rtol: float = 1e-6,
     L: float | None = None,
@@ -404,13 +407,21 @@ def reference_w2(
     return ReferenceW2(times=t, w2=w2, w2_err=w2_err, w2sq=box.w2sq, w2sq_err=w2sq_err, info=info)
 
 
+class LocalRate(TypedDict):
+    """One window of `local_rates`: its ends [t0, t1], the rate and its error (None: no w2_err)."""
+
+    window: list[float]
+    rate: float
+    err: float | None
+
+
 def local_rates(
-    times: Any,
-    w2: Any,
-    w2_err: Any = None,
-    windows: Any = None,
+    times: ArrayLike,
+    w2: ArrayLike,
+    w2_err: ArrayLike | None = None,
+    windows: Sequence[Sequence[float]] | None = None,
     width: float = 4.0,
-) -> list[dict[str, Any]]:
+) -> list[LocalRate]:
     """Local decay rates -d log W2 / dt over time windows: log(W2(t0) / W2(t1)) / (t1 - t0).
 
     times, w2 (T,) (and w2_err (T,), absolute, or None).  windows: [[t0, t1], ...] whose ends are
@@ -422,15 +433,17 @@ def local_rates(
     w = np.asarray(w2, dtype=np.float64).reshape(-1)
     if w.shape != t.shape:
         raise ValueError(f"w2 must have one value per time ({t.size}), got shape {np.shape(w2)}")
-    err = None if w2_err is None else np.asarray(w2_err, dtype=np.float64).reshape(-1)
-    if err is not None and err.shape != t.shape:
-        raise ValueError(f"w2_err must have one value per time ({t.size}), got shape {np.shape(w2_err)}")
+    err = None
+    if w2_err is not None:
+        err = np.asarray(w2_err, dtype=np.float64).reshape(-1)
+        if err.shape != t.shape:
+            raise ValueError(f"w2_err must have one value per time ({t.size}), got shape {np.shape(w2_err)}")
     if windows is None:
         width = check_positive(width, "width")
         k = math.floor((t[-1] - t[0]) / width + 1e-9)
         windows = [[t[0] + j * width, t[0] + (j + 1) * width] for j in range(k)]
     scale = max(abs(float(t[-1])), 1.0)
-    out = []
+    out: list[LocalRate] = []
     for win in windows:
         if len(win) != 2 or not win[0] < win[1]:
             raise ValueError(f"each window must be [t0, t1] with t0 < t1, got {win}")

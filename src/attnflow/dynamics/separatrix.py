@@ -27,9 +27,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_positive
 from ..attention import Attention, check_attention
+from ..measures.densities import DensityFn
 from ..measures.quadrature import graded_circle_quadrature
 
 TRACER_WEIGHT = 1e-30  # weight of a tracer, relative to the measure's total mass 1
@@ -135,7 +137,7 @@ class SeparatrixSettings:
     max_passes: int = 8
     tol: float = 1e-10
     exit_angle: float = 0.8
-    density: Any = None
+    density: DensityFn | None = None
     options: dict[str, Any] | None = None
     kernel: str = "auto"
 
@@ -221,7 +223,7 @@ def _search_pass(
 
 def locate_separatrices(
     att: Attention,
-    brackets: Any,
+    brackets: ArrayLike,
     t_max: float,
     settings: SeparatrixSettings | None = None,
     **fields: Any,
@@ -274,7 +276,7 @@ def mean_field_quadrature(
     *,
     search: SeparatrixSearch | None = None,
     eps: float = 1e-11,
-    density: Any = None,
+    density: DensityFn | None = None,
     **search_options: Any,
 ) -> tuple[np.ndarray, np.ndarray, SeparatrixSearch]:
     """Nodes and weights of rho_0 for the mean-field flow of att up to t_max.

@@ -24,11 +24,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from ..kernels import kernel_function, resolve_kernel
 
 if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
     from ..attention import Attention
     from ..flow import Dynamics
 
@@ -75,9 +78,9 @@ class Output:
     once per output time in order, progress(t, t_final) or None, and the time `start` of the state
     the loop starts from (0, or where a segment of redrawn weights begins)."""
 
-    times: Any
-    save: Callable[[Any], None]
-    progress: Callable[[float, float], Any] | None = None
+    times: np.ndarray
+    save: Callable[[torch.Tensor], None]
+    progress: Callable[[float, float], object] | None = None
     start: float = 0.0
 
     @property
@@ -120,7 +123,14 @@ class Field:
     weights: optional (M, N) tensor of quadrature weights (None: uniform).
     """
 
-    def __init__(self, att: Attention | Dynamics, kernel: str, X, betas=None, weights=None):
+    def __init__(
+        self,
+        att: Attention | Dynamics,
+        kernel: str,
+        X: torch.Tensor,
+        betas: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> None:
         self.att = att
         self.betas = betas
         self.weights = weights
@@ -141,11 +151,11 @@ class Field:
         """Whether the state lives on the sphere (else in R^d: layer_norm "pre" or "peri")."""
         return bool(getattr(self.att, "on_sphere", True))
 
-    def retract(self, Y):
+    def retract(self, Y: torch.Tensor) -> torch.Tensor:
         """The state after a step: rows renormalised on the sphere, as they are in R^d."""
         return _normalize_rows(Y) if self.on_sphere else Y
 
-    def maybe_redecide(self, X) -> bool:
+    def maybe_redecide(self, X: torch.Tensor) -> bool:
         """Re-decide kernel="auto" for the state X; whether the kernel changed."""
         if self.auto:
             name = resolve_kernel("auto", self._plan, X, self.weights)
@@ -154,14 +164,15 @@ class Field:
                 return True
         return False
 
-    def __call__(self, X):
+    def __call__(self, X: torch.Tensor) -> torch.Tensor:
         self.n_evals += 1
         self.used[self.name] = self.used.get(self.name, 0) + 1
         return self.fn(X, self.att, betas=self.betas, weights=self.weights)
 
 
-def _normalize_rows(X):
-    return X / X.norm(dim=-1, keepdim=True)
+def _normalize_rows(X: torch.Tensor) -> torch.Tensor:
+    Y: torch.Tensor = X / X.norm(dim=-1, keepdim=True)
+    return Y
 
 
 class Noise:
@@ -170,7 +181,7 @@ class Noise:
     dx = v dt + sigma P_x^perp o dW, one W per token; "common": dx = v dt + sigma o dW x, one W on
     so(d) per cloud (entries above the diagonal independent Brownian motions)."""
 
-    def __init__(self, sigma: float, seed: int, kind: str = "independent"):
+    def __init__(self, sigma: float, seed: int, kind: str = "independent") -> None:
         import torch
 
         self.sigma = float(sigma)
@@ -178,11 +189,11 @@ class Noise:
         self.kind = kind
         self.generator = torch.Generator().manual_seed(self.seed)
 
-    def step(self, Y, h: float, on_sphere: bool):
+    def step(self, Y: torch.Tensor, h: float, on_sphere: bool) -> torch.Tensor:
         """The drift step's end Y (M, N, d) kicked by the noise over a step h and projected back."""
         return self._rotate(Y, h, on_sphere) if self.kind == "common" else self._kick(Y, h, on_sphere)
 
-    def _kick(self, Y, h: float, on_sphere: bool):
+    def _kick(self, Y: torch.Tensor, h: float, on_sphere: bool) -> torch.Tensor:
         """Y kicked by sigma P^perp dW (dW ~ N(0, h I)) in the tangent space at Y / |Y| and projected
         back to |Y| (to the sphere when on_sphere)."""
         import torch
@@ -194,7 +205,7 @@ class Noise:
         Z = _normalize_rows(theta + (kick if on_sphere else kick / r))
         return Z if on_sphere else r * Z
 
-    def _rotate(self, Y, h: float, on_sphere: bool):
+    def _rotate(self, Y: torch.Tensor, h: float, on_sphere: bool) -> torch.Tensor:
         """Y (renormalised on the sphere) turned by R = expm(sigma dW), dW (M, d, d) skew with N(0, h)
         entries above the diagonal: exactly a rotation, one per cloud."""
         import torch
@@ -203,10 +214,11 @@ class Noise:
         G = torch.randn((M, d, d), generator=self.generator, dtype=torch.float64).triu(1) * math.sqrt(h)
         R = torch.linalg.matrix_exp(self.sigma * (G - G.transpose(-1, -2))).to(Y)
         Z = _normalize_rows(Y) if on_sphere else Y
-        return Z @ R.transpose(-1, -2)
+        turned: torch.Tensor = Z @ R.transpose(-1, -2)
+        return turned
 
 
-def _check_finite(X, t: float, field: Field) -> None:
+def _check_finite(X: torch.Tensor, t: float, field: Field) -> None:
     import torch
 
     if not bool(torch.isfinite(X).all()):
@@ -215,7 +227,7 @@ def _check_finite(X, t: float, field: Field) -> None:
         )
 
 
-def _step_fixed(method: str, f: Field, X, h: float, noise: Noise | None = None):
+def _step_fixed(method: str, f: Field, X: torch.Tensor, h: float, noise: Noise | None = None) -> torch.Tensor:
     """One renormalised step of size h (with noise: its kick, then the projection)."""
     k1 = f(X)
     if method == "euler":
@@ -231,12 +243,14 @@ def _step_fixed(method: str, f: Field, X, h: float, noise: Noise | None = None):
     return f.retract(Y) if noise is None else noise.step(Y, h, f.on_sphere)
 
 
-def _initial_step(f: Field, X, k1, rtol: float, atol: float, span: float) -> float:
+def _initial_step(
+    f: Field, X: torch.Tensor, k1: torch.Tensor, rtol: float, atol: float, span: float
+) -> float:
     """Starting step size (Hairer, Norsett, Wanner, II.4) for the fastest cloud of the batch,
     capped by the span to integrate."""
     sc = atol + rtol * X.norm(dim=-1, keepdim=True)
 
-    def rms(T) -> float:  # largest per-cloud RMS
+    def rms(T: torch.Tensor) -> float:  # largest per-cloud RMS
         return float((T / sc).pow(2).mean(dim=(-2, -1)).sqrt().max())
 
     d0, d1 = rms(X), rms(k1)
@@ -250,7 +264,7 @@ def _initial_step(f: Field, X, k1, rtol: float, atol: float, span: float) -> flo
 
 
 def run_fixed(
-    method: str, f: Field, X, out: Output, dt: float, max_steps: int, noise: Noise | None = None
+    method: str, f: Field, X: torch.Tensor, out: Output, dt: float, max_steps: int, noise: Noise | None = None
 ) -> Steps:
     """Steps of dt from out.start, the last one before each output time shortened to land on it."""
     n_steps, t = 0, out.start
@@ -277,7 +291,9 @@ def run_fixed(
     return Steps(n_steps)
 
 
-def _error_norm(err_vec, X, Xn, rtol: float, atol: float, norm: str = "rms") -> float:
+def _error_norm(
+    err_vec: torch.Tensor, X: torch.Tensor, Xn: torch.Tensor, rtol: float, atol: float, norm: str = "rms"
+) -> float:
     """Largest over the clouds of a batch of the RMS of err_ik / (atol + rtol max(|x_i|, |x_i new|))
     over tokens i and coordinates k (norm "rms"), or of its largest per-token RMS over k (norm "max").
 
@@ -300,7 +316,13 @@ def _error_norm(err_vec, X, Xn, rtol: float, atol: float, norm: str = "rms") -> 
     return err if math.isfinite(err) else math.inf
 
 
-def dense_output(X, ks: list, h: float, theta: float, retract: Callable[[Any], Any] = _normalize_rows):
+def dense_output(
+    X: torch.Tensor,
+    ks: list[torch.Tensor],
+    h: float,
+    theta: float,
+    retract: Callable[[torch.Tensor], torch.Tensor] = _normalize_rows,
+) -> torch.Tensor:
     """Dormand-Prince 4th-order continuous extension at t + theta h, theta in (0, 1], retracted
     (renormalised on the sphere)."""
     powers = [theta**p for p in range(1, 5)]
@@ -324,18 +346,18 @@ class _Attempt:
     """A tried Dormand-Prince step: its seven stages k_1 ... k_7, the 5th-order solution X5
     (unnormalised; the point of the last stage, so k_7 is the next step's k_1) and the error norm."""
 
-    ks: list
-    X5: Any
+    ks: list[torch.Tensor]
+    X5: torch.Tensor
     err: float
 
 
-def _dp_attempt(f: Field, X, k1, h: float, opts: AdaptiveSettings) -> _Attempt:
+def _dp_attempt(f: Field, X: torch.Tensor, k1: torch.Tensor, h: float, opts: AdaptiveSettings) -> _Attempt:
     """One Dormand-Prince 5(4) step of size h from X, whose first stage k1 = f(X) is known."""
     ks = [k1]
     for a_row in DP_A[1:]:
         Y = X + h * sum(a * k for a, k in zip(a_row, ks, strict=False) if a != 0.0)
         ks.append(f(Y))
-    err_vec = h * sum(e * k for e, k in zip(DP_E, ks, strict=True) if e != 0.0)
+    err_vec = h * cast("torch.Tensor", sum(e * k for e, k in zip(DP_E, ks, strict=True) if e != 0.0))
     return _Attempt(ks, Y, _error_norm(err_vec, X, Y, opts.rtol, opts.atol, opts.norm))
 
 
@@ -348,12 +370,12 @@ class _Step:
     h: float
     t_new: float
     last: bool
-    X: Any
-    X_new: Any
-    ks: list
+    X: torch.Tensor
+    X_new: torch.Tensor
+    ks: list[torch.Tensor]
 
 
-def _save_outputs(out: Output, j: int, step: _Step, retract: Callable[[Any], Any]) -> int:
+def _save_outputs(out: Output, j: int, step: _Step, retract: Callable[[torch.Tensor], torch.Tensor]) -> int:
     """Save the output times from index j on that the step covers (the last step: all that remain),
     by dense output inside it and X_new at its end.  Returns the next index."""
     while j < len(out.times) and (step.last or float(out.times[j]) < step.t_new):
@@ -369,7 +391,7 @@ def _save_outputs(out: Output, j: int, step: _Step, retract: Callable[[Any], Any
     return j
 
 
-def run_adaptive(f: Field, X, out: Output, opts: AdaptiveSettings) -> Steps:
+def run_adaptive(f: Field, X: torch.Tensor, out: Output, opts: AdaptiveSettings) -> Steps:
     """Dormand-Prince 5(4) from 0 to the last output time; states at the output times from the
     continuous extension.
 
@@ -384,7 +406,7 @@ def run_adaptive(f: Field, X, out: Output, opts: AdaptiveSettings) -> Steps:
         j += 1
     t, n_steps, n_rejected = out.start, 0, 0
     h_adapt = opts.first_step
-    k1 = None  # first stage of the next step (FSAL)
+    k1: torch.Tensor | None = None  # first stage of the next step (FSAL)
     while j < n_out:
         span = t_final - t
         if k1 is None:

@@ -27,7 +27,7 @@ class Trajectory:
     """
 
     t: np.ndarray
-    x: Any
+    x: Any  # np.ndarray, or torch.Tensor for torch input: Any, so that NumPy callers index it as an array
     info: dict[str, Any] = field(default_factory=dict)
     weights: np.ndarray | None = None
 
@@ -36,4 +36,5 @@ class Trajectory:
 
     def at(self, time: float) -> np.ndarray:
         """The saved state whose time is closest to `time`."""
-        return self.x[int(np.argmin(np.abs(self.t - time)))]
+        result: np.ndarray = self.x[int(np.argmin(np.abs(self.t - time)))]
+        return result

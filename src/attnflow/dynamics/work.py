@@ -15,9 +15,15 @@ keeps, (evaluations + 2) x M x N x d numbers.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from .._text import format_value
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..attention import Attention
+    from ..flow import Dynamics
 
 __all__ = ["EVALUATIONS", "WORK_LIMIT_S", "check_work", "kernel_seconds"]
 
@@ -26,6 +32,19 @@ WORK_LIMIT_S = 86_400.0
 #: kernel evaluations per step of the fixed-step methods
 EVALUATIONS = {"euler": 1, "heun": 2, "rk4": 4}
 _DENSE = ("sdpa", "blocked", "fused")
+
+
+class Numerics(Protocol):
+    """What `check_work` reads of a run's numerics: the method, its step, the kernel and the dtype."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def dt(self) -> float: ...
+    @property
+    def kernel(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
 
 
 def _dense_seconds(kernel: str, M: int, N: int, d: int, dtype: str) -> float:
@@ -40,7 +59,7 @@ def _dense_seconds(kernel: str, M: int, N: int, d: int, dtype: str) -> float:
 
 
 def kernel_seconds(
-    kernel: str, X0: Any, shape: tuple[int, ...], model: Any, dtype: str, above: float
+    kernel: str, X0: np.ndarray, shape: tuple[int, ...], model: Attention | Dynamics, dtype: str, above: float
 ) -> float | None:
     """Predicted CPU seconds (one thread) of one evaluation of `kernel` on clouds of `shape` (M, N, d)
     starting at X0 (N, d) or (M, N, d); for "auto" the cheapest kernel's, the state priced only where
@@ -69,7 +88,12 @@ def kernel_seconds(
 
 
 def check_work(
-    X0: Any, shape: tuple[int, ...], model: Any, t_final: float, numerics: Any, force: bool
+    X0: np.ndarray,
+    shape: tuple[int, ...],
+    model: Attention | Dynamics,
+    t_final: float,
+    numerics: Numerics,
+    force: bool,
 ) -> None:
     """ValueError with the estimate when the run of `numerics` (method, dt, kernel, dtype) on clouds of
     `shape` ((N, d) or (M, N, d)) from X0 would take more than WORK_LIMIT_S on this process's torch

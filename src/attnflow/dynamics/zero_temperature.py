@@ -17,9 +17,9 @@ import copy
 import time as _time
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_points, check_positive, check_times
 from ..attention import COND_B_MAX, Attention, check_attention
@@ -97,7 +97,8 @@ class ExactFlow:
     def difficulty(self) -> np.ndarray:
         """log of each token's largest coefficient on the top eigenvalue(s): small means a late transition."""
         top = self.re >= self.re.max() - 1e-9 * max(float(np.max(np.abs(self.re))), 1e-300)
-        return np.max(self.logc[top, :], axis=0)
+        result: np.ndarray = np.max(self.logc[top, :], axis=0)
+        return result
 
     def coef(self, s: np.ndarray) -> np.ndarray:
         """Scaled coefficients (d, N) of y(s) on the eigenvectors: the largest magnitude per token is 1."""
@@ -105,12 +106,15 @@ class ExactFlow:
         expo -= np.max(expo, axis=0)
         mag = np.exp(expo)
         if self.symmetric:
-            return mag * self.phase
-        return mag * np.exp(1j * (self.im[:, None] * s[None, :] + self.phase))
+            result: np.ndarray = mag * self.phase
+            return result
+        result = mag * np.exp(1j * (self.im[:, None] * s[None, :] + self.phase))
+        return result
 
     def y(self, s: np.ndarray) -> np.ndarray:
         """Unnormalised y(s) (N, d) for clocks s (N,), each row scaled so its largest term is 1."""
-        return np.real(self.W @ self.coef(s)).T
+        result: np.ndarray = np.real(self.W @ self.coef(s)).T
+        return result
 
     def clock_rate(self, s: np.ndarray, B: np.ndarray) -> np.ndarray:
         """ds/dt = |y(s)| / |B^T y(s)|, (N,); for orthogonal W, |y| = |coefficients|."""
@@ -119,13 +123,16 @@ class ExactFlow:
                 self._WBt = np.ascontiguousarray((self.W.T @ B).T)  # B^T W
             e = self.coef(s)
             z = self._WBt @ e
-            return np.sqrt(np.sum(e * e, axis=0) / np.sum(z * z, axis=0))
+            result: np.ndarray = np.sqrt(np.sum(e * e, axis=0) / np.sum(z * z, axis=0))
+            return result
         Y = self.y(s)
-        return np.linalg.norm(Y, axis=1) / np.linalg.norm(Y @ B, axis=1)
+        result = np.linalg.norm(Y, axis=1) / np.linalg.norm(Y @ B, axis=1)
+        return result
 
 
 def _unit(Y: np.ndarray) -> np.ndarray:
-    return Y / np.linalg.norm(Y, axis=-1, keepdims=True)
+    result: np.ndarray = Y / np.linalg.norm(Y, axis=-1, keepdims=True)
+    return result
 
 
 @dataclass(frozen=True)
@@ -259,9 +266,9 @@ def _solve(plan: _Plan, X: np.ndarray, att: Attention, t: np.ndarray, rtol: floa
 
 
 def simulate_zero_temperature(
-    X0: Any,
+    X0: ArrayLike,
     att: Attention,
-    times: Any,
+    times: ArrayLike,
     method: str = "auto",
     rtol: float = 1e-11,
     atol: float = 1e-13,
@@ -339,7 +346,7 @@ def limit_problem(att: Attention) -> str | None:
     return None
 
 
-def project(X: Any, att: Attention, tol: float = 1e-12, spectral: bool = False) -> np.ndarray:
+def project(X: ArrayLike, att: Attention, tol: float = 1e-12, spectral: bool = False) -> np.ndarray:
     """Pi(x) = P_1 x / |P_1 x| row by row: the t -> inf limit of the zero-temperature flow.
 
     Parameters
@@ -389,4 +396,5 @@ def project(X: Any, att: Attention, tol: float = 1e-12, spectral: bool = False) 
             f"Pi is undefined for {label}: |P_1 x| = {nrm.flat[k]:.3g} <= tol = {tol:.3g} "
             "(the token is orthogonal to A's top eigenspace)"
         )
-    return Y / nrm[..., None]
+    result: np.ndarray = Y / nrm[..., None]
+    return result

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from .._checks import check_device, check_points, check_weights
 from ..flow import Dynamics, check_model
@@ -78,21 +79,21 @@ KERNELS: Mapping[str, KernelSpec] = _Kernels()
 DTYPES = ("float64", "float32")
 
 
-def check_kernel_name(kernel: Any) -> str:
+def check_kernel_name(kernel: object) -> str:
     """A registered kernel name (KERNELS) or "auto"."""
     if not isinstance(kernel, str) or (kernel != "auto" and kernel not in registry.names()):
         raise ValueError(f"kernel must be one of {['auto', *registry.names()]}, got {kernel!r}")
     return kernel
 
 
-def check_dtype(dtype: Any) -> str:
+def check_dtype(dtype: DTypeLike | torch.dtype) -> str:
     """ "float64" or "float32" from a string, a NumPy or a torch dtype."""
     name = str(dtype).removeprefix("torch.")
     if name in ("double", "float"):
         name = {"double": "float64", "float": "float32"}[name]
     if name not in DTYPES:
         try:
-            name = np.dtype(dtype).name
+            name = np.dtype(cast("DTypeLike", dtype)).name  # a torch dtype is a TypeError here
         except TypeError:
             pass
     if name not in DTYPES:
@@ -195,14 +196,14 @@ def unless_uniform(w: np.ndarray | None) -> np.ndarray | None:
 
 
 def velocity(
-    X: Any,
+    X: ArrayLike | torch.Tensor,
     att: Model,
     kernel: str = "auto",
-    dtype: Any = "float64",
-    weights: Any = None,
-    device: Any = None,
+    dtype: DTypeLike | torch.dtype = "float64",
+    weights: ArrayLike | None = None,
+    device: str | torch.device | None = None,
     normalize: bool = False,
-):
+) -> np.ndarray | torch.Tensor:
     """Velocity v_i = P_{x_i}^perp(sum_j w_ij V x_j) of every token (MATH.md, "Finite temperature").
 
     Parameters
@@ -234,7 +235,6 @@ def velocity(
     import torch
 
     att = plain(check_model(att))
-    is_torch = isinstance(X, torch.Tensor)
     dev = check_device(device, X)
     in_space = isinstance(att, Dynamics) and not att.on_sphere  # pre, peri: a field of x / |x|
     Xn = check_points(X, "X", d=att.d, normalize=normalize or in_space)
@@ -252,7 +252,7 @@ def velocity(
         raise FloatingPointError(f"kernel {kernel!r} returned NaN or inf (beta = {att.beta:g}, dtype {name})")
     if M is None:
         out = out[0]
-    return out.to(X.device) if is_torch else out.cpu().numpy()
+    return out.to(X.device) if isinstance(X, torch.Tensor) else out.cpu().numpy()
 
 
 __all__ = [

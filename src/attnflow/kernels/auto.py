@@ -50,14 +50,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._checks import check_positive
 from . import costs as _costs
 from . import registry
-from .pricing import Pricing, cluster_counts  # noqa: F401 (cluster_counts: kept here for callers)
+from .pricing import Pricing, Sampled, cluster_counts  # noqa: F401 (cluster_counts: kept here for callers)
 
 if TYPE_CHECKING:
     import torch
@@ -75,16 +75,7 @@ KEEP = 8  # decisions kept (the most recent)
 INFINITE = "zero"  # the kernel at beta = inf
 NO_STATE = "sdpa"  # the kernel where there is no state to decide on
 
-
-@dataclass(frozen=True)
-class Sampled:
-    """What SAMPLE queries tell about a state, exactly on the sample: `kept`, the fraction of keys
-    within the truncated kernel's cutoff of each query's maximum score; `neighbours`, the median
-    number of tokens within the cluster kernel's expansion scale h = sqrt(rho / (beta ||B||)) of a
-    sampled token (rho: its series radius), which says how large its cells can grow."""
-
-    kept: float
-    neighbours: float
+Fingerprint = tuple[object, ...]  # what must be equal for a kept decision to be taken again
 
 
 def sample_state(
@@ -150,7 +141,9 @@ def _variant(X: torch.Tensor) -> str:
     return variant(X.shape[-1], X.device)
 
 
-def dense_cost(kernel: str, M: int, N: int, d: int, variant: str, constants: dict | None = None) -> float:
+def dense_cost(
+    kernel: str, M: int, N: int, d: int, variant: str, constants: Mapping[str, float] | None = None
+) -> float:
     """Predicted seconds of a kernel priced in closed form ("fused", variant: backend; "sdpa",
     variant: dtype) on M clouds of N; constants: the kernel's terms (default: costs.active())."""
     c = _costs.active()[kernel][variant] if constants is None else constants
@@ -158,7 +151,7 @@ def dense_cost(kernel: str, M: int, N: int, d: int, variant: str, constants: dic
 
 
 def truncated_cost(
-    counts: Mapping[str, float], M: int, N: int, variant: str, constants: dict | None = None
+    counts: Mapping[str, float], M: int, N: int, variant: str, constants: Mapping[str, float] | None = None
 ) -> float:
     """Predicted seconds of the truncated kernel from `truncated.candidate_counts` (or its stats, or
     `sampled_counts`)."""
@@ -167,7 +160,11 @@ def truncated_cost(
 
 
 def cluster_cost(
-    counts: dict[str, int], d: int, variant: str = "compiled", clouds: int = 1, constants: dict | None = None
+    counts: dict[str, int],
+    d: int,
+    variant: str = "compiled",
+    clouds: int = 1,
+    constants: Mapping[str, float] | None = None,
 ) -> float:
     """Predicted seconds of the cluster kernel from the work counts of cells.Plan.counts (summed over
     `clouds` clouds, the largest series order)."""
@@ -182,7 +179,7 @@ def _model(kernel: str) -> registry.CostModel:
     return cost
 
 
-def predict_costs(X: torch.Tensor, att: Attention, weights=None) -> dict[str, float]:
+def predict_costs(X: torch.Tensor, att: Attention, weights: torch.Tensor | None = None) -> dict[str, float]:
     """Predicted seconds of one evaluation of each candidate kernel (registry.candidates) on X
     (M, N, d) (finite beta).
 
@@ -221,8 +218,8 @@ class Decision:
     costs: dict[str, float]
     seconds: float
     reused: int = 0
-    fingerprint: tuple = ()
-    rows: Any = field(default=None, repr=False)  # the sampled rows of the state decided on
+    fingerprint: Fingerprint = ()
+    rows: torch.Tensor | None = field(default=None, repr=False)  # the sampled rows of the state decided on
 
 
 _decisions: list[Decision] = []
@@ -234,14 +231,16 @@ def _sample_rows(N: int) -> np.ndarray:
     return np.sort(np.random.default_rng(0).choice(N, size=min(N, SAMPLE_ROWS), replace=False))
 
 
-def _fingerprint(X: torch.Tensor, att: Attention, weights) -> tuple[tuple, Any]:
+def _fingerprint(
+    X: torch.Tensor, att: Attention, weights: torch.Tensor | None
+) -> tuple[Fingerprint, torch.Tensor]:
     """(what must be equal, the sampled rows) for a kept decision on X (M, N, d)."""
     import torch
 
     M, N, d = X.shape
     idx = torch.as_tensor(_sample_rows(N))
     rows = X[:, idx.to(X.device)].detach().to("cpu", torch.float64).clone()
-    w: tuple = ()
+    w: tuple[object, ...] = ()
     if weights is not None:
         wt = torch.as_tensor(weights).detach().to("cpu", torch.float64)
         w = (tuple(wt.shape), *wt.reshape(-1, wt.shape[-1])[:, idx].reshape(-1).tolist())
@@ -261,10 +260,11 @@ def _fingerprint(X: torch.Tensor, att: Attention, weights) -> tuple[tuple, Any]:
     return key, rows
 
 
-def _kept(key: tuple, rows) -> Decision | None:
+def _kept(key: Fingerprint, rows: torch.Tensor) -> Decision | None:
     with _lock:
         for dec in reversed(_decisions):
             if dec.fingerprint == key and dec.reused < REUSE_MAX:
+                assert dec.rows is not None  # kept decisions have their rows (decide)
                 moved = float((rows - dec.rows).norm(dim=-1).max())
                 if moved < MOVE_TOL:
                     dec.reused += 1
@@ -272,7 +272,9 @@ def _kept(key: tuple, rows) -> Decision | None:
     return None
 
 
-def decide(X: torch.Tensor, att: Attention, weights=None, keep: bool = True) -> Decision:
+def decide(
+    X: torch.Tensor, att: Attention, weights: torch.Tensor | None = None, keep: bool = True
+) -> Decision:
     """The kernel for the state X (M, N, d) (finite beta, N >= MIN_N): a kept decision where the
     state has not moved since (module docstring), else the candidate with the smallest
     `predict_costs`, kept when `keep`."""
@@ -314,7 +316,7 @@ def dense_pick(X: torch.Tensor) -> str:
     return best if math.isfinite(prices.get(best, math.inf)) else NO_STATE
 
 
-def choose_kernel(X: torch.Tensor | None, att: Attention, weights=None) -> str:
+def choose_kernel(X: torch.Tensor | None, att: Attention, weights: torch.Tensor | None = None) -> str:
     """Name of the kernel to use on the state X (M, N, d): "zero" when beta = inf, "sdpa" without a
     state, the cheaper dense kernel (`dense_pick`, no decision) for small N (< MIN_N), else
     `decide(X, att, weights).kernel`.

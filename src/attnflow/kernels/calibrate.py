@@ -24,16 +24,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from . import compiled, registry, reuse
 from . import costs as _costs
+from .common import Stats
 from .fused import variant
-from .pricing import nnls
+from .pricing import Work, nnls
+
+if TYPE_CHECKING:
+    from ..attention import Attention
 
 REPEATS = 2
 MAX_SECONDS = 20.0
@@ -47,7 +52,7 @@ class State:
 
     name: str
     X: np.ndarray
-    att: object
+    att: Attention
     closed_only: bool = False
 
 
@@ -86,7 +91,7 @@ class Sample:
     N: int
     d: int
     seconds: float
-    stats: dict = field(default_factory=dict)
+    stats: Stats = field(default_factory=dict)
 
 
 def two_clusters(N: int, mean: np.ndarray, kappa: float, seed: int) -> np.ndarray:
@@ -123,12 +128,12 @@ def states(Ns: tuple[int, ...]) -> list[State]:
     return out
 
 
-def _run(run: Run, X: torch.Tensor, att) -> tuple[float, dict]:
+def _run(run: Run, X: torch.Tensor, att: Attention) -> tuple[float, Stats]:
     """CPU seconds and stats of one call (nothing reused from an earlier one)."""
     spec = registry.get(run.kernel)
     fn = spec.load()
     Xk = X.to(getattr(torch, run.dtype))
-    stats: dict = {}
+    stats: Stats = {}
     reuse.clear()
     c0 = time.process_time()
     fn(Xk, att, stats=stats) if spec.cost is not None and spec.cost.stats else fn(Xk, att)
@@ -142,7 +147,7 @@ def _predicted(run: Run, s: State) -> float:
     table = _costs.active()
     if cost is not None and cost.bound is None:
         return cost.seconds({"M": 1, "N": N, "d": d, "clouds": 1}, table[run.kernel][run.variant])
-    if run.kernel == "cluster" and s.name.startswith("uniform") and float(s.att.beta) < 100:  # type: ignore[attr-defined]
+    if run.kernel == "cluster" and s.name.startswith("uniform") and float(s.att.beta) < 100:
         fused = registry.get("fused").cost
         assert fused is not None
         work = {"M": 1, "N": N, "d": d, "clouds": 1}
@@ -150,16 +155,21 @@ def _predicted(run: Run, s: State) -> float:
     return 0.0
 
 
-def measure(all_states: list[State], repeats: int = REPEATS, max_seconds: float = MAX_SECONDS, log=print):
+def measure(
+    all_states: list[State],
+    repeats: int = REPEATS,
+    max_seconds: float = MAX_SECONDS,
+    log: Callable[[str], object] = print,
+) -> list[Sample]:
     """Time the kernels on every state (interleaved, best of `repeats`): a list of Samples."""
-    samples = []
+    samples: list[Sample] = []
     for s in all_states:
         X = torch.as_tensor(s.X)[None]
         N, d = s.X.shape
         kernels = [k for k in runs(d, s.closed_only) if _predicted(k, s) <= max_seconds]
         for k in kernels:  # warm up: imports, the compiled core, caches
             _run(k, X[:, :256], s.att)
-        best: dict[Run, tuple[float, dict]] = {}
+        best: dict[Run, tuple[float, Stats]] = {}
         for r in range(repeats):
             for k in kernels[r % len(kernels) :] + kernels[: r % len(kernels)]:
                 t, st = _run(k, X, s.att)
@@ -171,7 +181,7 @@ def measure(all_states: list[State], repeats: int = REPEATS, max_seconds: float 
     return samples
 
 
-def work(s: Sample) -> dict[str, Any]:
+def work(s: Sample) -> Work:
     """A sample's work, as the cost models read it: M, N, d, clouds and the kernel's counts."""
     return {**s.stats, "M": s.M, "N": s.N, "d": s.d, "clouds": s.M}
 

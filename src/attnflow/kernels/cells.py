@@ -7,13 +7,18 @@ also what `kernel="auto"` runs to predict the cluster kernel's cost (`plan(...).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import costs as _costs
+
+if TYPE_CHECKING:
+    from scipy.spatial import cKDTree
 
 LEAF_MIN = 32  # cells are not cut below this many tokens
 LEAF_MAX = 4096  # nor left above it (bounds the padded batches)
@@ -100,13 +105,14 @@ class Monomials:
     def count(self, degree: int) -> int:
         return math.comb(degree + self.d, self.d)
 
-    def coefficients(self, c) -> np.ndarray:
+    def coefficients(self, c: Sequence[float]) -> np.ndarray:
         """c_|a| |a|! / a! for every monomial of degree <= len(c) - 1."""
         p = len(c) - 1
         e = self.exponents[: self.count(p)]
         k = e.sum(1)
         lf = np.array([math.lgamma(x + 1) for x in range(p + 1)])
-        return np.asarray(c)[k] * np.exp(lf[k] - lf[e].sum(1))
+        out: np.ndarray = np.asarray(c)[k] * np.exp(lf[k] - lf[e].sum(1))
+        return out
 
     def shift(self, degree: int) -> np.ndarray:
         """(count(degree), d): index of a + e_l for every a of degree <= `degree` and variable l."""
@@ -147,18 +153,20 @@ def boxes(P: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarra
 def radii(P: np.ndarray, starts: np.ndarray, centres: np.ndarray) -> np.ndarray:
     """max |p - centres[k]| over the segment P[starts[k]:starts[k + 1]], for every k."""
     D = P - np.repeat(centres, np.diff(starts), axis=0)
-    return np.maximum.reduceat(np.sqrt(np.einsum("ij,ij->i", D, D)), starts[:-1])
+    out: np.ndarray = np.maximum.reduceat(np.sqrt(np.einsum("ij,ij->i", D, D)), starts[:-1])
+    return out
 
 
 def z_bound(hb: np.ndarray, hx: np.ndarray) -> np.ndarray:
     """Bound on |delta . dy| for delta in a query cell's box of b_i and dy in a key cell's box of x_j
     (half-widths hb, hx around the box midpoints), elementwise over rows: sum_l hb_l hx_l."""
-    return np.einsum("ij,ij->i", hb, hx)
+    out: np.ndarray = np.einsum("ij,ij->i", hb, hx)
+    return out
 
 
 def split_cells(
-    tree, X: np.ndarray, b: np.ndarray, beta: float, rho_max: float, leaf_min: int, leaf_max: int
-):
+    tree: cKDTree, X: np.ndarray, b: np.ndarray, beta: float, rho_max: float, leaf_min: int, leaf_max: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Cells from the nodes of `tree` (a scipy cKDTree on X: sliding-midpoint cuts of the widest
     coordinate), top down: a node is cut while it holds more than leaf_max tokens, or more than
     leaf_min and beta z_bound > rho_max for itself as query and key cell (b: rows B^T x_i).  Tree
@@ -169,7 +177,8 @@ def split_cells(
     d = X.shape[1]
     Xb = np.hstack([X, b])[perm]
     frontier = [tree.tree]
-    first, last = [], []
+    first: list[np.ndarray] = []
+    last: list[np.ndarray] = []
     while frontier:
         st = np.fromiter((n.start_idx for n in frontier), dtype=np.int64, count=len(frontier))
         o = np.argsort(st)

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:
     from ..attention import Attention
+
+# what a kernel called with `stats` fills in: its counts (int), timings (float seconds), "backend" (str)
+# and "sums" (list of str), keys that differ from kernel to kernel
+Stats = dict[str, Any]
 
 
 def tangent(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:

@@ -31,11 +31,19 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .cache import cache_dir, machine_key
 from .common import run_parallel
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import torch
+
+    Buffer: TypeAlias = np.ndarray | torch.Tensor  # a CPU array (NumPy or torch) the core reads or writes
 
 NO_COMPILE_ENV = "ATTNFLOW_NO_COMPILE"
 SOURCE = Path(__file__).with_name("fused.c")
@@ -48,16 +56,16 @@ F32_CHECK = 1e-5  # the float32 twin's self-check (measured 8e-7: float32 roundi
 CHUNKS_PER_THREAD = 4  # pieces of work per thread: a thread slowed by other jobs holds up less
 
 
-def address(a, name: str, shape: tuple[int, ...], dtype: str) -> int:
+def address(a: Buffer, name: str, shape: tuple[int, ...], dtype: str) -> int:
     """The address of `a`, a C-contiguous CPU array (NumPy or torch) of `dtype` ("float64",
     "float32", "int64") and exactly `shape`; ValueError naming it otherwise: a wrong buffer would
     crash the process."""
-    if hasattr(a, "data_ptr"):
-        ok = a.device.type == "cpu" and a.is_contiguous() and str(a.dtype) == f"torch.{dtype}"
-        addr = int(a.data_ptr())
-    else:
+    if isinstance(a, np.ndarray):
         ok = bool(a.flags.c_contiguous) and a.dtype == np.dtype(dtype)
         addr = int(a.ctypes.data)
+    else:
+        ok = a.device.type == "cpu" and a.is_contiguous() and str(a.dtype) == f"torch.{dtype}"
+        addr = int(a.data_ptr())
     if not ok or tuple(a.shape) != tuple(shape):
         raise ValueError(
             f"{name} must be a C-contiguous CPU {dtype} array of shape {shape}, "
@@ -92,7 +100,7 @@ class Core:
         group(d, "float32")); 0 for an unsupported d."""
         return int((self.lib.fused_group32 if dtype == "float32" else self.lib.fused_group)(int(d)))
 
-    def sums(self, q, rows, out, threads: int = 1) -> None:
+    def sums(self, q: Buffer, rows: Buffer, out: Buffer, threads: int = 1) -> None:
         """Z_i, N_i and the shift m_i of fused.c for the queries q (d, n) (n a multiple of `group(d)`)
         against the key rows (nk, 2 d + 1), into out (d + 2, n); float64 CPU arrays."""
         d, n = q.shape
@@ -110,7 +118,7 @@ class Core:
 
         run_parallel(split(np.ones(n // group), CHUNKS_PER_THREAD * threads), run, threads)
 
-    def sums32(self, q, rows, out, threads: int = 1) -> None:
+    def sums32(self, q: Buffer, rows: Buffer, out: Buffer, threads: int = 1) -> None:
         """`sums` by the float32 twin: q (d, n) (n a multiple of `group(d, "float32")`) and rows
         (nk, 2 d + 1) float32, out (d + 2, n) float64; |q_i . k_j + l_j| must stay below 2^21."""
         d, n = q.shape
@@ -128,7 +136,18 @@ class Core:
 
         run_parallel(split(np.ones(n // group), CHUNKS_PER_THREAD * threads), run, threads)
 
-    def cells(self, q, qidx, qs, rows, kidx, ks, out, threads: int = 1, dtype: str = "float64") -> None:
+    def cells(
+        self,
+        q: Buffer,
+        qidx: np.ndarray,
+        qs: np.ndarray,
+        rows: Buffer,
+        kidx: np.ndarray,
+        ks: np.ndarray,
+        out: Buffer,
+        threads: int = 1,
+        dtype: str = "float64",
+    ) -> None:
         """fused.c's `fused_cells` for every cell c: its queries, rows qidx[qs[c]:qs[c + 1]] of q
         (nq, d), against its keys, rows kidx[ks[c]:ks[c + 1]] of `rows` (nk, 2 d + 1); results in
         the queries' rows of out (nq, d + 2).  q, rows: CPU arrays (NumPy or torch) of `dtype`

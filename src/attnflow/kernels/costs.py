@@ -22,7 +22,6 @@ import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from .cache import cache_dir, machine, machine_key
 
@@ -48,7 +47,7 @@ def defaults() -> Costs:
     return _defaults[0]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Costs | dict[str, tuple[str, ...]]:
     """DEFAULTS, TERMS and VARIANTS: views of the registered cost models."""
     if name == "DEFAULTS":
         return defaults()
@@ -59,7 +58,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def check(costs: Any, where: str = "costs") -> Costs:
+def check(costs: object, where: str = "costs") -> Costs:
     """The constants as floats, every term of every variant of every registered cost model present,
     finite and >= 0; ValueError naming the first one that is not."""
     out: Costs = {}
@@ -100,7 +99,7 @@ def read(path: Path) -> Costs:
     return check(given, str(path))
 
 
-def write(costs: Costs, fit: dict | None = None, path: Path | None = None) -> Path:
+def write(costs: Costs, fit: Mapping[str, object] | None = None, path: Path | None = None) -> Path:
     """Store calibrated constants (checked) with this machine's description; returns the file."""
     path = cache_path() if path is None else Path(path)
     record = {

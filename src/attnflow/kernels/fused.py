@@ -40,6 +40,7 @@ from .dense import field_sdpa
 
 if TYPE_CHECKING:
     from ..attention import Attention
+    from .common import Stats
 
 LOG2E = 1.4426950408889634  # the compiled core works in base 2: 2^(log2(e) s) = e^s
 MAX_D = 8  # the compiled core's largest dimension
@@ -163,7 +164,7 @@ def field_fused(
     betas: torch.Tensor | None = None,
     weights: torch.Tensor | None = None,
     backend: str = "auto",
-    stats: dict | None = None,
+    stats: Stats | None = None,
 ) -> torch.Tensor:
     """v_beta[rho](y) at the points Y for rho = sum_j w_j delta_{x_j}: (M, Nq, d) queries, (M, N, d)
     tokens -> (M, Nq, d) (also (Nq, d), (N, d) -> (Nq, d)), in Y's dtype.
@@ -210,7 +211,7 @@ def velocity_fused(
     betas: torch.Tensor | None = None,
     weights: torch.Tensor | None = None,
     backend: str = "auto",
-    stats: dict | None = None,
+    stats: Stats | None = None,
 ) -> torch.Tensor:
     """Tangent velocity of every token, every pair, the softmax fused with its sums: (M, N, d) ->
     (M, N, d) (also (N, d)).

@@ -26,10 +26,17 @@ This module imports nothing heavy: the kernels load when a state is priced.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from ..attention import Attention
+    from .common import Stats
 
 TRUNCATED_MAX_D = 6  # cells of directions stop paying off in higher dimension
 CLUSTER_MAX_D = 5  # C(p + d, d) moments per cell pair grow too fast beyond
@@ -40,26 +47,55 @@ PLAN_MAX_N = 4096  # above this the truncated kernel is priced by a sampled plan
 HOT_SAMPLE = 256  # the fewest queries of a sampled plan in a hot state of at most PLAN_MAX_N tokens
 SURE = 4.0  # a truncated bound this far below the best is taken unpriced (sampled plans)
 
+Work = Mapping[str, float]  # the work counts of one evaluation: M, N, d, clouds and the kernel's own
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """What SAMPLE queries tell about a state, exactly on the sample: `kept`, the fraction of keys
+    within the truncated kernel's cutoff of each query's maximum score; `neighbours`, the median
+    number of tokens within the cluster kernel's expansion scale h = sqrt(rho / (beta ||B||)) of a
+    sampled token (rho: its series radius), which says how large its cells can grow."""
+
+    kept: float
+    neighbours: float
+
+
+class Timed(Protocol):
+    """A kernel timed on a state (calibrate.Sample), as a cost model's `fit` reads it."""
+
+    @property
+    def M(self) -> int: ...
+    @property
+    def N(self) -> int: ...
+    @property
+    def d(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def stats(self) -> Stats: ...
+
 
 @dataclass
 class Pricing:
     """A state to price: X (M, N, d) or (N, d) as the kernels will get it (their plans are kept per
     tensor), its attention and weights, `table` the constants in use (kernel -> variant -> term),
     small (a state below auto.MIN_N: no plan), and, as auto fills them in, the sampled statistics
-    (auto.Sampled), the kernel's lower bound and the best prediction so far."""
+    (Sampled), the kernel's lower bound and the best prediction so far."""
 
-    X: Any
-    att: Any
-    weights: Any
+    X: torch.Tensor
+    att: Attention | None
+    weights: torch.Tensor | None
     table: Mapping[str, Mapping[str, Mapping[str, float]]]
     small: bool = False
-    sampled: Any = None
+    sampled: Sampled | None = None
     bound: float = math.inf
     best: float = math.inf
 
     @cached_property
     def shape(self) -> tuple[int, int, int]:
-        return tuple(self.X.shape) if self.X.dim() == 3 else (1, *self.X.shape)  # type: ignore[return-value]
+        M, N, d = self.X.shape if self.X.dim() == 3 else (1, *self.X.shape)
+        return M, N, d
 
     @property
     def device(self) -> str:
@@ -76,7 +112,19 @@ class Pricing:
     def dtype(self) -> str:
         return "float32" if str(self.X.dtype).endswith("float32") else "float64"
 
-    def work(self, **counts: Any) -> dict[str, Any]:
+    @property
+    def attention(self) -> Attention:
+        """att, which the kernels priced on a plan need (auto.dense_pick prices none)."""
+        assert self.att is not None, "a plan is priced without an attention"
+        return self.att
+
+    @property
+    def sample(self) -> Sampled:
+        """The sampled statistics, which a kernel with a bound needs (auto.predict_costs fills them in)."""
+        assert self.sampled is not None, "a bound is priced before the state is sampled"
+        return self.sampled
+
+    def work(self, **counts: float) -> dict[str, float]:
         M, N, d = self.shape
         return {**counts, "M": M, "N": N, "d": d, "clouds": M}
 
@@ -84,12 +132,12 @@ class Pricing:
 # ---------------------------------------------------------------- dense kernels (closed forms)
 
 
-def dense_seconds(work: Mapping[str, Any], c: Mapping[str, float]) -> float:
+def dense_seconds(work: Work, c: Mapping[str, float]) -> float:
     M, N, d = work["M"], work["N"], work["d"]
     return M * (c["call"] + N * N * (c["pair"] + c["pair_d"] * d))
 
 
-def dense_features(work: Mapping[str, Any]) -> tuple[float, ...]:
+def dense_features(work: Work) -> tuple[float, ...]:
     M, N, d = work["M"], work["N"], work["d"]
     return (M, M * N**2, M * N**2 * d)
 
@@ -112,12 +160,12 @@ def fused_price(p: Pricing) -> float:
 # ---------------------------------------------------------------- truncated
 
 
-def truncated_seconds(work: Mapping[str, Any], c: Mapping[str, float]) -> float:
+def truncated_seconds(work: Work, c: Mapping[str, float]) -> float:
     M, N = work["M"], work["N"]
     return M * c["call"] + c["token"] * M * N + c["pair"] * work["pairs"] + c["key"] * work["keys"]
 
 
-def truncated_features(work: Mapping[str, Any]) -> tuple[float, ...]:
+def truncated_features(work: Work) -> tuple[float, ...]:
     return (work["M"], work["M"] * work["N"], work["pairs"], work["keys"])
 
 
@@ -125,12 +173,12 @@ def truncated_bound(p: Pricing) -> float:
     """call + token M N + pair f M N^2 (f: the sampled kept fraction)."""
     M, N, _ = p.shape
     c = p.table["truncated"][p.variant]
-    return M * c["call"] + c["token"] * M * N + c["pair"] * p.sampled.kept * M * N * N
+    return M * c["call"] + c["token"] * M * N + c["pair"] * p.sample.kept * M * N * N
 
 
 def truncated_late(p: Pricing) -> bool:
     """Priced by a sampled plan (which the kernel does not take): after the others."""
-    return p.shape[1] > PLAN_MAX_N or p.sampled.kept > HOT
+    return p.shape[1] > PLAN_MAX_N or p.sample.kept > HOT
 
 
 def truncated_price(p: Pricing) -> float:
@@ -143,21 +191,21 @@ def truncated_price(p: Pricing) -> float:
     counts: Mapping[str, float]
     if by_sample:
         n = None if N > PLAN_MAX_N else max(HOT_SAMPLE, N // 16)  # a hot state: 256 of 4096
-        counts = sampled_counts(p.X, p.att, weights=p.weights, n=n)
+        counts = sampled_counts(p.X, p.attention, weights=p.weights, n=n)
     else:
-        counts = candidate_counts(p.X, p.att, weights=p.weights)
+        counts = candidate_counts(p.X, p.attention, weights=p.weights)
     return truncated_seconds(p.work(**counts), p.table["truncated"][p.variant])
 
 
 # ---------------------------------------------------------------- cluster
 
 
-def _series_rows(work: Mapping[str, Any]) -> float:
-    p, d = work["order"], work["d"]
+def _series_rows(work: Work) -> float:
+    p, d = int(work["order"]), int(work["d"])
     return math.comb(p + 1 + d, d) * work["moment_rows"] + math.comb(p + d, d) * (d + 1) * work["eval_rows"]
 
 
-def cluster_seconds(work: Mapping[str, Any], c: Mapping[str, float]) -> float:
+def cluster_seconds(work: Work, c: Mapping[str, float]) -> float:
     """From the work counts of cells.Plan.counts summed over `clouds` clouds (the largest order)."""
     return (
         work["clouds"] * c["call"]
@@ -172,7 +220,7 @@ def cluster_seconds(work: Mapping[str, Any], c: Mapping[str, float]) -> float:
     )
 
 
-def cluster_counts(X: Any, att: Any, weights: Any = None) -> dict[str, int]:
+def cluster_counts(X: torch.Tensor, att: Attention, weights: torch.Tensor | None = None) -> dict[str, int]:
     """Work counts of the cluster kernel on X (M, N, d), summed over the clouds (largest order), from
     its plans (cluster.cloud_plans: kept for the kernel)."""
     from .cluster import cloud_plans
@@ -186,7 +234,7 @@ def cluster_counts(X: Any, att: Any, weights: Any = None) -> dict[str, int]:
 
 def cluster_bound(p: Pricing) -> float:
     """call + cell + token M N; inf where the sampled tokens have too few neighbours."""
-    s = p.sampled
+    s = p.sample
     if s.neighbours < SPARSE or (s.kept > HOT and s.neighbours < DENSE):
         return math.inf
     M, N, _ = p.shape
@@ -195,15 +243,17 @@ def cluster_bound(p: Pricing) -> float:
 
 
 def cluster_price(p: Pricing) -> float:
-    return cluster_seconds(p.work(**cluster_counts(p.X, p.att, p.weights)), p.table["cluster"][p.variant])
+    return cluster_seconds(
+        p.work(**cluster_counts(p.X, p.attention, p.weights)), p.table["cluster"][p.variant]
+    )
 
 
-def cluster_fit(samples: list) -> dict[str, float]:
+def cluster_fit(samples: Sequence[Timed]) -> dict[str, float]:
     """The cluster kernel's constants from calibrate.Samples, phase by phase (plan, series, direct
     sums: the kernel's stats time each); `call`: the median remainder per call."""
     import numpy as np
 
-    def work(s: Any) -> dict[str, Any]:
+    def work(s: Timed) -> dict[str, float]:
         return {**s.stats, "M": s.M, "N": s.N, "d": s.d, "clouds": s.M}
 
     st = [s.stats for s in samples]
@@ -226,10 +276,11 @@ def cluster_fit(samples: list) -> dict[str, float]:
     return {"call": max(0.0, float(np.median(rest))), **{k: float(v) for k, v in c.items()}}
 
 
-def nnls(rows: list[list[float]], seconds: list[float]) -> Any:
+def nnls(rows: list[list[float]], seconds: list[float]) -> np.ndarray:
     """Non-negative least squares relative to each time (every sample weighs alike)."""
     import numpy as np
     from scipy.optimize import nnls as solve
 
     t = np.asarray(seconds, float)
-    return solve(np.asarray(rows, float) / t[:, None], np.ones_like(t))[0]
+    x: np.ndarray = solve(np.asarray(rows, float) / t[:, None], np.ones_like(t))[0]
+    return x

@@ -12,13 +12,16 @@ This module imports nothing heavy: the kernels (and torch) load on first use.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from . import costs as _costs
 from . import pricing as _p
+
+if TYPE_CHECKING:
+    import torch
 
 Constants = dict[str, dict[str, float]]  # variant -> term -> CPU seconds
 
@@ -42,11 +45,11 @@ class CostModel:
 
     terms: tuple[str, ...]
     defaults: Mapping[str, Mapping[str, float]]
-    seconds: Callable[[Mapping[str, Any], Mapping[str, float]], float]
+    seconds: Callable[[_p.Work, Mapping[str, float]], float]
     price: Callable[[_p.Pricing], float]
     by: str = "backend"
-    features: Callable[[Mapping[str, Any]], tuple[float, ...]] | None = None
-    fit: Callable[[list], dict[str, float]] | None = None
+    features: Callable[[_p.Work], tuple[float, ...]] | None = None
+    fit: Callable[[Sequence[_p.Timed]], dict[str, float]] | None = None
     bound: Callable[[_p.Pricing], float] | None = None
     late: Callable[[_p.Pricing], bool] | None = None
     max_d: int | None = None
@@ -72,18 +75,20 @@ class KernelSpec:
     variants.velocity_model with impl=name) and its cost model (None: never picked by "auto")."""
 
     name: str
-    function: Callable[..., Any] | str
+    function: Callable[..., torch.Tensor] | str
     summary: str = ""
     finite_only: bool = True
     dynamics: bool = False
     cost: CostModel | None = field(default=None, compare=False)
 
-    def load(self) -> Callable[..., Any]:
+    def load(self) -> Callable[..., torch.Tensor]:
         """The kernel function."""
         if callable(self.function):
             return self.function
         module, func = self.function.split(":")
-        return getattr(importlib.import_module(f".{module}", __package__), func)
+        return cast(
+            "Callable[..., torch.Tensor]", getattr(importlib.import_module(f".{module}", __package__), func)
+        )
 
 
 _DENSE = ("call", "pair", "pair_d")

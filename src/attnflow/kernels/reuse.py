@@ -13,35 +13,42 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 SIZE = 4
 
-_entries: list[tuple[tuple[Any, ...], tuple[int, ...], Hashable, Any]] = []
+Tensors = tuple["torch.Tensor | None", ...]
+Refs = tuple["weakref.ref[torch.Tensor] | None", ...]
+
+_entries: list[tuple[Refs, tuple[int, ...], Hashable, object]] = []
 _lock = threading.Lock()
 
 
-def _refs(tensors: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+def _refs(tensors: Tensors) -> tuple[Refs, tuple[int, ...]]:
     """Weak references (None for None) and versions (-1 for None) of the tensors."""
     refs = tuple(None if t is None else weakref.ref(t) for t in tensors)
     versions = tuple(-1 if t is None else int(t._version) for t in tensors)
     return refs, versions
 
 
-def _matches(refs: tuple[Any, ...], versions: tuple[int, ...], tensors: tuple[Any, ...]) -> bool:
+def _matches(refs: Refs, versions: tuple[int, ...], tensors: Tensors) -> bool:
     if len(refs) != len(tensors):
         return False
     for ref, version, t in zip(refs, versions, tensors, strict=True):
         if t is None or ref is None:
-            if t is not ref:
+            if (t is None) != (ref is None):
                 return False
         elif ref() is not t or int(t._version) != version:
             return False
     return True
 
 
-def get(tensors: tuple[Any, ...], key: Hashable) -> Any | None:
-    """The value stored for these tensors (by identity, unmodified since) and key, or None."""
+def get(tensors: Tensors, key: Hashable) -> object | None:
+    """The value stored for these tensors (by identity, unmodified since) and key, or None (the
+    caller knows the type of what it stored under its key)."""
     with _lock:
         for refs, versions, k, value in reversed(_entries):
             if k == key and _matches(refs, versions, tensors):
@@ -49,7 +56,7 @@ def get(tensors: tuple[Any, ...], key: Hashable) -> Any | None:
     return None
 
 
-def put(tensors: tuple[Any, ...], key: Hashable, value: Any) -> None:
+def put(tensors: Tensors, key: Hashable, value: object) -> None:
     """Keep `value` for these tensors (torch tensors or None) as they are now and `key`."""
     refs, versions = _refs(tensors)
     with _lock:  # drop the entries this one replaces and those whose tensors are gone

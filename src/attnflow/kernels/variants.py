@@ -264,7 +264,9 @@ def _sums_torch(
     return mean, logZ
 
 
-def _core_sums(q: torch.Tensor, rows: torch.Tensor, threads: int):
+def _core_sums(
+    q: torch.Tensor, rows: torch.Tensor, threads: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The compiled core's sums for queries q (n, d) (base-2 units) against `rows` (nk, 2 d + 1):
     (Z (n,), numerators (n, d), base-2 shift (n,))."""
     core = compiled.core()
@@ -303,13 +305,17 @@ def _sums_compiled(
     return torch.cat(means), torch.cat(logZs)
 
 
-def _triangle(q, k, lw, v) -> tuple[torch.Tensor, torch.Tensor]:
+def _triangle(
+    q: torch.Tensor, k: torch.Tensor, lw: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A chunk of queries against its own keys, key j <= query i: (mean (n, d), log Z (n,))."""
     mean, logZ = _sums_torch(q[None], k[None], lw[None], v[None], causal=True)
     return mean[0], logZ[0]
 
 
-def _merge(mean_a, logZ_a, mean_b, logZ_b) -> tuple[torch.Tensor, torch.Tensor]:
+def _merge(
+    mean_a: torch.Tensor, logZ_a: torch.Tensor, mean_b: torch.Tensor, logZ_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The softmax mean and log-partition of two disjoint sets of keys from those of each."""
     top = torch.maximum(logZ_a, logZ_b)
     wa, wb = torch.exp(logZ_a - top), torch.exp(logZ_b - top)

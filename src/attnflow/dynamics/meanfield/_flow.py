@@ -37,9 +37,10 @@ import math
 import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..._checks import check_positive, check_times
 from ..._threads import DEFAULT_THREADS, check_threads, torch_threads
@@ -48,6 +49,7 @@ from ._setup import (
     TWO_PI,
     MeanFieldSettings,
     MeanFieldTrajectory,
+    State,
     _check_2d_attention,
     _check_settings,
     _initial_state,
@@ -68,6 +70,12 @@ from ._step import (
 )
 from .chebyshev import local_lagrange
 
+if TYPE_CHECKING:
+    from ...measures.densities import DensityFn
+
+# dense(times, states) -> the extra times where the next pass also saves its state
+Dense = Callable[[np.ndarray, list[State]], ArrayLike]
+
 
 def _run_pass(pb: _Problem, centres: np.ndarray, t_out: np.ndarray, t_run: float, run: _Run) -> _Record:
     """One forward pass from t = 0 to t_run, saving the states at t_out (and, where run.snapshots,
@@ -82,9 +90,9 @@ class _Run:
     its patches' width, progress, the first step size, and whether it keeps the snapshots that
     `_dense_states` restarts from."""
 
-    centre_of_t: Callable | None
+    centre_of_t: Callable[[float], np.ndarray] | None
     width: float
-    progress: Callable | None
+    progress: Callable[[float, float], object] | None
     h: float = 0.0
     snapshots: bool = False
 
@@ -140,11 +148,11 @@ def _integrate(pb: _Problem, st: _State, rec: _Record, t_out: np.ndarray, t_run:
     return rec
 
 
-def _dense_states(pb: _Problem, rec: _Record, t_out: np.ndarray, extra: np.ndarray, run: _Run) -> list:
+def _dense_states(pb: _Problem, rec: _Record, t_out: np.ndarray, extra: np.ndarray, run: _Run) -> list[State]:
     """The states at the extra times (sorted, inside the saved span), each run of them between two
     saved times integrated again from the snapshot of the step that saved the first: as in the
     pass (its separatrix, its width), to the pass's tolerance."""
-    out: list = []
+    out: list[State] = []
     at = np.searchsorted(t_out, extra, side="right") - 1  # the saved time before each extra time
     for i in np.unique(at):
         ts = extra[at == i]
@@ -169,7 +177,7 @@ def _step_factor(err: float, err_old: float) -> float:
         return 5.0
     if not math.isfinite(err):
         return 0.2
-    return 0.9 * err ** -(0.2 - 0.75 * PI_BETA) * err_old**PI_BETA
+    return float(0.9 * err ** -(0.2 - 0.75 * PI_BETA) * err_old**PI_BETA)
 
 
 def _backward(pb: _Problem, rec: _Record) -> np.ndarray:
@@ -202,10 +210,10 @@ def _backward(pb: _Problem, rec: _Record) -> np.ndarray:
     return sep
 
 
-def _moved(a: list, b: list) -> float:
+def _moved(a: list[State], b: list[State]) -> float:
     """Largest change of the trigonometric moments between two lists of saved states."""
 
-    def mom(states):
+    def mom(states: list[State]) -> np.ndarray:
         return np.array([[np.exp(lw) @ f(th) for f in (np.cos, np.sin)] for th, lw in states])
 
     return float(np.max(np.abs(mom(a) - mom(b)))) if a and b else math.inf
@@ -213,15 +221,15 @@ def _moved(a: list, b: list) -> float:
 
 def simulate_mean_field_circle(
     att: Attention,
-    times: Any,
+    times: ArrayLike,
     *,
     level: int = 0,
-    density: Any = None,
+    density: DensityFn | None = None,
     settings: MeanFieldSettings | None = None,
-    centres: Any = None,
-    progress: Callable[[float, float], Any] | None = None,
+    centres: ArrayLike | None = None,
+    progress: Callable[[float, float], object] | None = None,
     threads: int = DEFAULT_THREADS,
-    dense: Callable[[np.ndarray, list], np.ndarray] | None = None,
+    dense: Dense | None = None,
 ) -> MeanFieldTrajectory:
     """The mean-field measure rho_t of rho_0 under att (d = 2, finite beta) at `times`.
 
@@ -250,16 +258,26 @@ def _scout(pb: _Problem) -> _Problem:
     return dataclasses.replace(pb, settings=loose)
 
 
-def _dense_times(dense: Callable | None, t_out: np.ndarray, states: list) -> np.ndarray:
+def _dense_times(dense: Dense | None, t_out: np.ndarray, states: list[State]) -> np.ndarray:
     """The extra times where the next pass saves its states (`dense`), strictly inside the span and
     not already saved."""
     if dense is None:
         return np.zeros(0)
     extra = np.asarray(dense(t_out, states), dtype=np.float64).reshape(-1)
-    return extra[(extra > t_out[0]) & (extra < t_out[-1]) & ~np.isin(extra, t_out)]
+    result: np.ndarray = extra[(extra > t_out[0]) & (extra < t_out[-1]) & ~np.isin(extra, t_out)]
+    return result
 
 
-def _simulate(att, times, level, density, settings, centres, progress, dense=None) -> MeanFieldTrajectory:
+def _simulate(
+    att: Attention,
+    times: ArrayLike,
+    level: int,
+    density: DensityFn | None,
+    settings: MeanFieldSettings | None,
+    centres: ArrayLike | None,
+    progress: Callable[[float, float], object] | None,
+    dense: Dense | None = None,
+) -> MeanFieldTrajectory:
     att = _check_2d_attention(att)
     s = _check_settings(settings)
     if isinstance(level, bool) or not isinstance(level, int | np.integer) or level < 0:
@@ -275,7 +293,7 @@ def _simulate(att, times, level, density, settings, centres, progress, dense=Non
         else np.asarray(centres, dtype=np.float64).reshape(-1)
     )
     passes: list[dict[str, Any]] = []
-    previous: list[tuple[np.ndarray, np.ndarray]] = []
+    previous: list[State] = []
     rec, sep, centre_of_t, run = None, None, None, None
     scouting = s.scout_rtol is not None and s.max_passes > 1
     for k in range(s.max_passes):
@@ -320,4 +338,5 @@ def _spline(t: np.ndarray, sep: np.ndarray) -> Callable[[float], np.ndarray]:
     from scipy.interpolate import CubicSpline
 
     keep = np.concatenate([np.diff(t) > 0, [True]])
-    return CubicSpline(t[keep], sep[keep], axis=0)
+    spline: Callable[[float], np.ndarray] = CubicSpline(t[keep], sep[keep], axis=0)
+    return spline

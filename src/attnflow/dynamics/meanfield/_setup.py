@@ -18,6 +18,7 @@ import torch
 
 from ..._checks import check_positive, to_numpy
 from ...attention import Attention, check_attention
+from ...measures.densities import DensityFn
 from .circle_field import CircleField
 from .patch import Grid, Patch
 from .tail import LabelFamily, arc_family
@@ -25,6 +26,8 @@ from .tail import LabelFamily, arc_family
 F64 = torch.float64
 TWO_PI = 2.0 * math.pi
 NEVER_MATTERS = 40.0  # see MeanFieldSettings: dropped masses weigh at most e^-40 in any softmax
+
+State = tuple[np.ndarray, np.ndarray]  # a saved measure: angles (N_t,), log-weights (N_t,)
 
 
 @dataclass(frozen=True)
@@ -89,14 +92,14 @@ class MeanFieldTrajectory:
     """
 
     t: np.ndarray
-    states: list[tuple[np.ndarray, np.ndarray]]
+    states: list[State]
     n_nodes: np.ndarray
     separatrix_t: np.ndarray
     separatrices: np.ndarray
     passes: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
     dense_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    dense_states: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    dense_states: list[State] = field(default_factory=list)
 
     def moments(self) -> np.ndarray:
         """(T, 4): sum w cos theta, sum w sin theta, sum w cos 2 theta, sum w sin 2 theta."""
@@ -125,8 +128,8 @@ class _Problem:
     level: int
 
 
-def _check_2d_attention(att: Any) -> Attention:
-    att = check_attention(att)
+def _check_2d_attention(model: object) -> Attention:
+    att = check_attention(model)
     if att.d != 2:
         raise ValueError(f"simulate_mean_field_circle needs d = 2 weights, got d = {att.d}")
     if not math.isfinite(att.beta):
@@ -141,7 +144,7 @@ def _check_2d_attention(att: Any) -> Attention:
     return att
 
 
-def _log_density(density: Any) -> Callable[[np.ndarray], np.ndarray]:
+def _log_density(density: object) -> Callable[[np.ndarray], np.ndarray]:
     """angles -> log f from density (None: uniform; else a callable X (N, 2) -> f (N,) > 0)."""
     if density is None:
         return lambda th: np.zeros(np.shape(th))
@@ -160,7 +163,7 @@ def _log_density(density: Any) -> Callable[[np.ndarray], np.ndarray]:
     return logf
 
 
-def _problem(att: Attention, level: int, density: Any, settings: MeanFieldSettings) -> _Problem:
+def _problem(att: Attention, level: int, density: DensityFn | None, settings: MeanFieldSettings) -> _Problem:
     kw = 1.0 / math.sqrt(att.beta * att.norm_B)
     scale = 2.0**-level
     sp = att.spectrum()
@@ -182,7 +185,7 @@ def _problem(att: Attention, level: int, density: Any, settings: MeanFieldSettin
     )
 
 
-def initial_separatrices(att: Attention, density: Any = None, n: int = 4096) -> np.ndarray:
+def initial_separatrices(att: Attention, density: DensityFn | None = None, n: int = 4096) -> np.ndarray:
     """The repelling zeros (k,) of the field of rho_0 near the zero-temperature separatrices (the
     directions where P_1 x = 0): Newton on the field of n equispaced nodes weighted by f."""
     att = _check_2d_attention(att)
@@ -204,7 +207,7 @@ def initial_separatrices(att: Attention, density: Any = None, n: int = 4096) -> 
     return np.mod(z, TWO_PI)
 
 
-def _check_settings(settings: Any) -> MeanFieldSettings:
+def _check_settings(settings: object) -> MeanFieldSettings:
     if settings is None:
         return MeanFieldSettings()
     if not isinstance(settings, MeanFieldSettings):

@@ -9,16 +9,20 @@ saved from the step's continuous extension, and the error weights of the nodes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ..steppers import DP_A, DP_B, DP_E, DP_P
-from ._setup import F64, NEVER_MATTERS, TWO_PI, MeanFieldSettings, _Problem, _State
+from ._setup import F64, NEVER_MATTERS, TWO_PI, MeanFieldSettings, State, _Problem, _State
 from .circle_field import importance
 from .patch import Patch
+
+# a state of the step: (ordinary angles (N,), patch points (k, p), window tracers (k, G)), or its first
+# two parts (the error estimate)
+Y = tuple[torch.Tensor, ...]
 
 
 @dataclass(frozen=True)
@@ -42,11 +46,11 @@ def _keys(pb: _Problem, st: _State) -> _Keys:
     return _Keys(torch.cat([st.logw, torch.tensor(np.concatenate(vlw), dtype=F64)]), maps, vlw)
 
 
-def _rhs(pb: _Problem, keys: _Keys, n: int) -> Callable[[tuple], tuple]:
+def _rhs(pb: _Problem, keys: _Keys, n: int) -> Callable[[Y], Y]:
     """y = (ordinary angles (N,), patch points (k, p), window tracers (k, G)) -> their speeds."""
     k, p, g = len(keys.maps), pb.grid.xi.size, pb.window.size
 
-    def f(y: tuple) -> tuple:
+    def f(y: Y) -> Y:
         th, P, W = y
         virtual = torch.cat([L @ P[m] for m, L in enumerate(keys.maps)])
         v = pb.field(torch.cat([th, P.reshape(-1), W.reshape(-1)]), torch.cat([th, virtual]), keys.logw)
@@ -55,7 +59,7 @@ def _rhs(pb: _Problem, keys: _Keys, n: int) -> Callable[[tuple], tuple]:
     return f
 
 
-def _combine(y: tuple, h: float, ks: list, coefs) -> tuple:
+def _combine(y: Y, h: float, ks: list[Y], coefs: Sequence[float]) -> Y:
     return tuple(
         a + h * sum(c * kk[i] for c, kk in zip(coefs, ks, strict=False) if c != 0.0) for i, a in enumerate(y)
     )
@@ -63,12 +67,14 @@ def _combine(y: tuple, h: float, ks: list, coefs) -> tuple:
 
 @dataclass(frozen=True)
 class _Attempt:
-    ks: list
-    y5: tuple
+    ks: list[Y]
+    y5: Y
     err: float
 
 
-def _attempt(pb: _Problem, st: _State, keys: _Keys, h: float, weights: tuple) -> _Attempt:
+def _attempt(
+    pb: _Problem, st: _State, keys: _Keys, h: float, weights: tuple[torch.Tensor, torch.Tensor]
+) -> _Attempt:
     """One Dormand-Prince step of size h: the stages, the 5th-order state and the error norm
     (importance-weighted RMS over the ordinary nodes, max over the patch points, each patch
     weighted by its own importance)."""
@@ -164,7 +170,7 @@ class _Record:
     window_end: list[np.ndarray] = field(default_factory=list)
     centres: list[np.ndarray] = field(default_factory=list)
     widths: list[np.ndarray] = field(default_factory=list)
-    states: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    states: list[State] = field(default_factory=list)
     n_nodes: list[int] = field(default_factory=list)
     final_zeros: np.ndarray | None = None
     # saved time -> (a copy of the state that starts the step saving it, that step's size)
@@ -197,7 +203,13 @@ def _group(pb: _Problem, p: Patch, X: np.ndarray, h: float) -> int:
 
 
 def _advance(
-    pb: _Problem, st: _State, att: _Attempt, h: float, centre_of_t, width: float, rec: _Record
+    pb: _Problem,
+    st: _State,
+    att: _Attempt,
+    h: float,
+    centre_of_t: Callable[[float], np.ndarray] | None,
+    width: float,
+    rec: _Record,
 ) -> None:
     """Accept a step: new windows (pass 1: the repelling zeros), patches moved and recentred,
     labels emitted, merges."""

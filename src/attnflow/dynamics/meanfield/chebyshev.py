@@ -37,7 +37,8 @@ def barycentric_weights(x: np.ndarray) -> np.ndarray:
     scale = (x.max() - x.min()) / 4.0
     dx = (x[:, None] - x[None, :]) / scale
     np.fill_diagonal(dx, 1.0)
-    return 1.0 / np.prod(dx, axis=1)
+    result: np.ndarray = 1.0 / np.prod(dx, axis=1)
+    return result
 
 
 def barycentric_matrix(x: np.ndarray, weights: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -49,7 +50,8 @@ def barycentric_matrix(x: np.ndarray, weights: np.ndarray, y: np.ndarray) -> np.
     rows = exact.any(axis=1)
     if rows.any():
         L[rows] = exact[rows].astype(np.float64)
-    return L
+    result: np.ndarray = L
+    return result
 
 
 def differentiation_matrix(x: np.ndarray) -> np.ndarray:
@@ -60,7 +62,8 @@ def differentiation_matrix(x: np.ndarray) -> np.ndarray:
     D = (bw[None, :] / bw[:, None]) / dx
     np.fill_diagonal(D, 0.0)
     np.fill_diagonal(D, -D.sum(axis=1))
-    return D
+    result: np.ndarray = D
+    return result
 
 
 def chebyshev_coefficients(values: np.ndarray) -> np.ndarray:

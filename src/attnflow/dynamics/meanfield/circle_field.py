@@ -38,7 +38,9 @@ class CircleField:
         self.n_evals = 0
         self.backend = backend_for(2, "cpu", backend)  # "compiled" (the fused C core) or "torch"
 
-    def scores_parts(self, phi: torch.Tensor, theta: torch.Tensor):
+    def scores_parts(
+        self, phi: torch.Tensor, theta: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries beta x(phi)^T B (M, 2), keys x(theta) (N, 2) and values V x(theta) (N, 2)."""
         xq = torch.stack([torch.cos(phi), torch.sin(phi)], -1)
         xk = torch.stack([torch.cos(theta), torch.sin(theta)], -1)

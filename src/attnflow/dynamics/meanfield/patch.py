@@ -24,6 +24,7 @@ twice).  A centre off the separatrix by eps bends the emitted family by about ep
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,7 +75,14 @@ class Patch:
     alive: bool = True  # False once its mass can no longer matter (then it has no keys, emits nothing)
 
     @classmethod
-    def start(cls, centre: float, width: float, families: dict[int, LabelFamily], logf, grid: Grid) -> Patch:
+    def start(
+        cls,
+        centre: float,
+        width: float,
+        families: dict[int, LabelFamily],
+        logf: Callable[[np.ndarray], np.ndarray],
+        grid: Grid,
+    ) -> Patch:
         """The patch of rho_0 (log-density logf: angles -> log f) at t = 0: every label with offset
         below `width` on either side."""
         nxt = {s: fam.first_below(math.log(width)) for s, fam in families.items()}
@@ -94,7 +102,8 @@ class Patch:
         return (2.0 * np.asarray(y) - self.lo - self.hi) / (self.hi - self.lo)
 
     def log_density(self, grid: Grid, y: np.ndarray) -> np.ndarray:
-        return barycentric_matrix(grid.xi, grid.weights, self.to_xi(y)) @ self.ell
+        result: np.ndarray = barycentric_matrix(grid.xi, grid.weights, self.to_xi(y)) @ self.ell
+        return result
 
     def _labels(self, s: int, floor: float) -> np.ndarray:
         fam = self.families[s]
@@ -149,7 +158,9 @@ class Patch:
         c = chebyshev_coefficients(disp)
         return float(np.max(np.abs(c[-4:])) / max(float(np.max(np.abs(c[1:3]))), 1e-300))
 
-    def _emit(self, grid: Grid, dens, group: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    def _emit(
+        self, grid: Grid, dens: Callable[[np.ndarray], np.ndarray], group: int = 1
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Labels whose offset reached the width leave, with weight density x offset x dsigma; with
         group > 1, as one node per `group` consecutive labels (summed weight, at their centroid; the
         rest waits for the next step): the midpoint rule with step group x du."""
@@ -194,13 +205,10 @@ class Patch:
         old = (grid.xi.copy(), self.lo, self.hi, self.ell.copy())
         self.width = width
 
-        def dens(y):
-            return (
-                barycentric_matrix(
-                    old[0], grid.weights, (2.0 * np.asarray(y) - old[1] - old[2]) / (old[2] - old[1])
-                )
-                @ old[3]
-            )
+        def dens(y: np.ndarray) -> np.ndarray:
+            xi = (2.0 * np.asarray(y) - old[1] - old[2]) / (old[2] - old[1])
+            values: np.ndarray = barycentric_matrix(old[0], grid.weights, xi) @ old[3]
+            return values
 
         out = self._emit(grid, dens)
         self.ell = dens(self.points(grid))
@@ -228,8 +236,9 @@ class Patch:
             self.stretch[s] = math.log(s * (end - self.centre)) - float(fam.sigma(i) + 0.5 * fam.dsigma(i))
         bw = barycentric_weights(X)
 
-        def dens(y):
-            return barycentric_matrix(X, bw, np.asarray(y)) @ ell
+        def dens(y: np.ndarray) -> np.ndarray:
+            values: np.ndarray = barycentric_matrix(X, bw, np.asarray(y)) @ ell
+            return values
 
         out = self._emit(grid, dens)
         self.ell = dens(self.points(grid))

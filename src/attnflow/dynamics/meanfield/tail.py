@@ -33,12 +33,14 @@ def _u_of_sigma(sigma: np.ndarray, g: float, h: float, du: float) -> np.ndarray:
     x = np.exp(sigma)
     q = x / 4.0
     tan_ratio = np.log(np.tan(q) / q)  # log tan(x/4) = sigma - log 4 + this, exact for tiny x
-    return (x - g / 2.0) / h + (sigma - _LOG4 + tan_ratio - np.log(np.tan((g - x) / 4.0))) / du
+    result: np.ndarray = (x - g / 2.0) / h + (sigma - _LOG4 + tan_ratio - np.log(np.tan((g - x) / 4.0))) / du
+    return result
 
 
 def _du_dsigma(sigma: np.ndarray, g: float, h: float, du: float) -> np.ndarray:
     x = np.exp(sigma)
-    return x / h + (x / (2.0 * np.sin(x / 2.0)) + x / (2.0 * np.sin((g - x) / 2.0))) / du
+    result: np.ndarray = x / h + (x / (2.0 * np.sin(x / 2.0)) + x / (2.0 * np.sin((g - x) / 2.0))) / du
+    return result
 
 
 def _solve_offsets(g: float, h: float, du: float, n: int) -> tuple[np.ndarray, float]:
@@ -77,12 +79,13 @@ class LabelFamily:
     def n_stored(self) -> int:
         return len(self.sig)
 
-    def sigma(self, i) -> np.ndarray:
+    def sigma(self, i: np.ndarray | int) -> np.ndarray:
         i = np.asarray(i)
         deep = self.a - self.du * (i + 0.5)
-        return np.where(i < self.n_stored, self.sig[np.minimum(i, self.n_stored - 1)], deep)
+        result: np.ndarray = np.where(i < self.n_stored, self.sig[np.minimum(i, self.n_stored - 1)], deep)
+        return result
 
-    def dsigma(self, i) -> np.ndarray:
+    def dsigma(self, i: np.ndarray | int) -> np.ndarray:
         i = np.asarray(i)
         return np.where(i < self.n_stored, self.dsig[np.minimum(i, self.n_stored - 1)], self.du)
 

@@ -74,10 +74,17 @@ from ._sums import _Cloud, _direct, _expand
 
 if TYPE_CHECKING:
     from ...attention import Attention
+    from ..common import Stats
 
 
 def _average_one(
-    X, w, att: Attention, beta: float, plan: _cells.Plan, threads: int, stats: dict
+    X: torch.Tensor,
+    w: torch.Tensor,
+    att: Attention,
+    beta: float,
+    plan: _cells.Plan,
+    threads: int,
+    stats: Stats,
 ) -> torch.Tensor:
     """Softmax average sum_j w_ij x_j of one cloud X (N, d) with weights w (N,) and its plan: (N, d),
     X's dtype.
@@ -130,7 +137,7 @@ def velocity_cluster(
     leaf_min: int = _cells.LEAF_MIN,
     leaf_max: int = _cells.LEAF_MAX,
     costs: dict[str, float] | None = None,
-    stats: dict | None = None,
+    stats: Stats | None = None,
 ) -> torch.Tensor:
     """Tangent velocity of every token, cell pairs by certified series expansions or directly.
 

@@ -7,7 +7,8 @@ reuse.py, so that `kernel="auto"` and the kernel share them).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ def default_order(d: int) -> int:
     return ORDERS.get(d, MIN_ORDER)
 
 
-def _cloud_weights(weights, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
+def _cloud_weights(weights: torch.Tensor | None, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
     """Quadrature weights (M, N) (or (N,), shared) as a float64 tensor on like's device, each row
     scaled to sum 1 (the softmax does not see the scale); uniform 1/N for None."""
     if weights is None:
@@ -48,7 +49,7 @@ def _cloud_weights(weights, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
     return w / w.sum(-1, keepdim=True)
 
 
-def _cloud_betas(att: Attention, betas, M: int) -> list[float]:
+def _cloud_betas(att: Attention, betas: torch.Tensor | None, M: int) -> list[float]:
     """The inverse temperature of each of the M clouds: betas (M,) (finite, > 0) or att.beta."""
     beta0 = finite_beta(att, "cluster", betas)
     if betas is None:
@@ -58,12 +59,28 @@ def _cloud_betas(att: Attention, betas, M: int) -> list[float]:
         raise ValueError(f"betas has {bt.numel()} entries for a batch of {M} clouds")
     if not bool((bt > 0).all()):
         raise ValueError(f"every beta in betas must be > 0, got {bt.tolist()}")
-    return bt.tolist()
+    return [float(b) for b in bt.tolist()]
+
+
+class Settings(TypedDict):
+    """The checked settings of a plan (`cells.plan`'s keywords)."""
+
+    tol: float
+    order: int
+    leaf_min: int
+    leaf_max: int
+    costs: dict[str, float]
 
 
 def settings(
-    d: int, device, tol: float, order: int | None, leaf_min: int, leaf_max: int, costs: dict | None
-) -> dict:
+    d: int,
+    device: torch.device,
+    tol: float,
+    order: int | None,
+    leaf_min: int,
+    leaf_max: int,
+    costs: Mapping[str, float] | None,
+) -> Settings:
     """The plan's settings, checked: tol in (0, 1), order (default by d), leaf sizes, and the cost
     constants (default: the active constants of costs.py for the backend that runs on `device`)."""
     tol = check_positive(tol, "tol")
@@ -116,7 +133,7 @@ def _batched_plans(
     settings_key = tuple((k, v) for k, v in s.items() if k != "costs")
     key = ("cluster", att.B.tobytes(), tuple(beta_list), tuple(sorted(s["costs"].items())), settings_key)
     cacheable = all(t is None or isinstance(t, torch.Tensor) for t in (weights, betas))
-    plans = reuse.get(tensors, key) if cacheable else None
+    plans = cast("list[_cells.Plan] | None", reuse.get(tensors, key) if cacheable else None)
     if plans is None:
         w = _cloud_weights(weights, M, N, X3).to("cpu").numpy()
         B = np.asarray(att.B, dtype=float)

@@ -8,7 +8,10 @@ attention with a sink key, `_fused`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,6 +20,9 @@ from ..._threads import intra_op_threads as _threads
 from .. import cells as _cells
 from .. import compiled
 from ..fused import F32_SCORE_MAX, LOG2E, MAX_D
+
+if TYPE_CHECKING:
+    from ..common import Stats
 
 BLOCK_ELEMENTS = 2**22  # numbers per padded batch (32 MiB in float64)
 PAD_RATIO = 1.25  # items batched together differ in size by at most this factor
@@ -38,7 +44,9 @@ def _monomial_features(Y: torch.Tensor, table: _cells.Monomials, degree: int) ->
     return out
 
 
-def _groups(size: np.ndarray, count: np.ndarray, per_item, budget: int) -> list[np.ndarray]:
+def _groups(
+    size: np.ndarray, count: np.ndarray, per_item: Callable[[int, int], int], budget: int
+) -> list[np.ndarray]:
     """Batches of items (cells) with similar `size` and `count`, padded work at most `budget`.
 
     per_item(size_max, count_max) is the padded work of one item; items are sorted by size class
@@ -47,7 +55,8 @@ def _groups(size: np.ndarray, count: np.ndarray, per_item, budget: int) -> list[
     """
     cls = np.floor(np.log(np.maximum(size, 1)) / np.log(PAD_RATIO)).astype(np.int64)
     order = np.lexsort((count, cls))
-    out, i, n = [], 0, len(order)
+    out: list[np.ndarray] = []
+    i, n = 0, len(order)
     while i < n:
         c0 = max(int(count[order[i]]), 1)
         s_max, c_max = int(size[order[i]]), c0
@@ -71,7 +80,7 @@ def _rows(starts: torch.Tensor, lens: torch.Tensor, width: int) -> tuple[torch.T
     return idx, mask
 
 
-def _segments(offsets: torch.Tensor, items: torch.Tensor, width: int):
+def _segments(offsets: torch.Tensor, items: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows offsets[k] .. offsets[k + 1] - 1 of the items k, padded to width: (G, width) and mask."""
     return _rows(offsets[items], offsets[items + 1] - offsets[items], width)
 
@@ -88,7 +97,7 @@ class _Cloud:
     beta: float
     acc: torch.Tensor  # (N, d + 1): sum_j w_j e^{s_ij - m_i} (1, x_j), built up
     threads: int
-    stats: dict
+    stats: Stats
 
     def __post_init__(self) -> None:
         dev = self.Xp.device
@@ -106,7 +115,7 @@ class _Cloud:
         self.stats[key] = self.stats.get(key, 0) + n
 
 
-def _threads_for(cl: _Cloud, work: float):
+def _threads_for(cl: _Cloud, work: float) -> AbstractContextManager[None]:
     return _threads(cl.threads if work >= PARALLEL_WORK else 1)
 
 
@@ -208,7 +217,9 @@ def _evaluate(cl: _Cloud, t0: int, t1: int, moments: torch.Tensor, tilt_max: tor
             cl.acc.index_add_(0, tok[tmask], out[tmask])
 
 
-def _direct_keys(plan: _cells.Plan, sizes: np.ndarray):
+def _direct_keys(
+    plan: _cells.Plan, sizes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]:
     """The query cells with direct pairs and their keys: (query_cells, K, keys_of) with K the number
     of keys of every cell and keys_of(cells) the token positions of those cells' direct key cells,
     concatenated cell after cell."""
@@ -258,7 +269,12 @@ def _direct(cl: _Cloud, Xp: torch.Tensor, bp: torch.Tensor, wp: torch.Tensor, mp
 
 
 def _direct_compiled(
-    core, cl: _Cloud, query_cells: np.ndarray, K_T: np.ndarray, keys: np.ndarray, f32: bool = False
+    core: compiled.Core,
+    cl: _Cloud,
+    query_cells: np.ndarray,
+    K_T: np.ndarray,
+    keys: np.ndarray,
+    f32: bool = False,
 ) -> None:
     """The direct pairs by the compiled core (fused.c, `fused_cells`): every query cell against its
     direct keys, in base 2 and float64 (f32: by the core's float32 twin, where it passed its check
@@ -285,7 +301,9 @@ def _direct_compiled(
     cl.acc.index_add_(0, tok, out[tok, : d + 1] * scale[:, None])
 
 
-def _fused(b: torch.Tensor, m: torch.Tensor, x: torch.Tensor, logw: torch.Tensor, beta: float):
+def _fused(
+    b: torch.Tensor, m: torch.Tensor, x: torch.Tensor, logw: torch.Tensor, beta: float
+) -> torch.Tensor:
     """sum_j w_j e^{beta b_i . x_j - m_i} (1, x_j) for padded batches by torch's fused attention:
     b (G, n, d), m (G, n), x (G, K, d), logw (G, K) -> (G, n, d + 1).
 

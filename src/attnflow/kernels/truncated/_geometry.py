@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
 import torch
@@ -23,13 +23,20 @@ from . import _moves
 from ._moves import MARGIN
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
+    from scipy.spatial import cKDTree
+
     from ...attention import Attention
+    from ..common import Stats
 
 DEFAULT_CUTOFF = 45.0  # N e^{-45} <= 1e-12 for N <= 3.4e7
 LEAF = 256  # most queries per cell
 LEAF_MIN = 32  # cells are not cut below this many queries
 CELL_RATIO = 0.5  # cells are cut while their radius exceeds this times the kept radius r_i
 _SLACK = 1e-9  # relative widening of the radii: rounding never drops the nearest key
+
+Chunk = tuple[np.ndarray, np.ndarray, np.ndarray]  # cells (indices), their flat candidate keys, offsets
 
 
 def workers() -> int:
@@ -40,7 +47,7 @@ def workers() -> int:
     return torch.get_num_threads()
 
 
-def kept_radius(dmin: np.ndarray, bnorm: np.ndarray, beta: float, cutoff) -> np.ndarray:
+def kept_radius(dmin: np.ndarray, bnorm: np.ndarray, beta: float, cutoff: float | np.ndarray) -> np.ndarray:
     """Chordal radius r_i around u_i that holds every key with beta |b_i| (<u_i, x_j> - c_i) > -cutoff.
 
     dmin (n,): distance from u_i to its nearest key; bnorm (n,): |b_i|; cutoff: a float or (n,) per
@@ -48,10 +55,13 @@ def kept_radius(dmin: np.ndarray, bnorm: np.ndarray, beta: float, cutoff) -> np.
     """
     with np.errstate(divide="ignore"):
         r2 = dmin * dmin + 2.0 * cutoff / (beta * bnorm)
-    return np.sqrt(r2) * (1.0 + _SLACK) + _SLACK
+    r: np.ndarray = np.sqrt(r2) * (1.0 + _SLACK) + _SLACK
+    return r
 
 
-def _cells(u: np.ndarray, r: np.ndarray, leaf: int, leaf_min: int, ratio: float):
+def _cells(
+    u: np.ndarray, r: np.ndarray, leaf: int, leaf_min: int, ratio: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Group the directions u (n, d) by median cuts along each group's widest coordinate.
 
     A group is cut in two while it has more than `leaf` rows, or more than `leaf_min` rows and a
@@ -104,9 +114,9 @@ def _geometry(
     ratio: float,
     logw: np.ndarray | None = None,
     queries: np.ndarray | None = None,
-    tree: Any = None,
+    tree: cKDTree | None = None,
     margin: float = 0.0,
-):
+) -> tuple[cKDTree, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float | np.ndarray]:
     """Cells of queries and their ball radii for keys Xn (N, d) and b (n, d) rows b_i = B^T x_i of
     the queries x_i: `queries` (n, d), by default every key (n = N).
 
@@ -125,7 +135,7 @@ def _geometry(
     u[bnorm == 0] = fallback[bnorm == 0]  # any unit vector: these rows keep every key anyway
     tree = _tree(Xn) if tree is None else tree
     dmin, nearest = tree.query(u, k=1, workers=workers())
-    row_cutoff = cutoff
+    row_cutoff: float | np.ndarray = cutoff
     if logw is not None:  # L_i = max(0, -log(N w_{n_i}))
         row_cutoff = cutoff + np.maximum(0.0, -(math.log(Xn.shape[0]) + logw[nearest]))
     r = kept_radius(dmin, bnorm, beta, row_cutoff)
@@ -147,14 +157,14 @@ def _geometry(
 _TREES = ("trees",)  # the reuse key of the trees on a tensor's keys
 
 
-def _tree(Xn: np.ndarray) -> Any:
+def _tree(Xn: np.ndarray) -> cKDTree:
     """The cKDTree on the keys Xn (N, d) that the kernel queries."""
     from scipy.spatial import cKDTree
 
     return cKDTree(Xn, leafsize=16, balanced_tree=False, compact_nodes=False)
 
 
-def trees(X: torch.Tensor) -> list[Any]:
+def trees(X: torch.Tensor) -> list[cKDTree]:
     """The cKDTree on the keys of each cloud of X (M, N, d), kept for the next call on the same,
     unmodified tensor (reuse.py): a sampled plan makes them, the kernel's plan then takes them."""
     found = kept_trees(X)
@@ -164,9 +174,9 @@ def trees(X: torch.Tensor) -> list[Any]:
     return found
 
 
-def kept_trees(X: Any) -> list[Any] | None:
+def kept_trees(X: object) -> list[cKDTree] | None:
     """The trees of `trees` kept for this very tensor X (unmodified since), else None."""
-    return reuse.get((X,), _TREES) if isinstance(X, torch.Tensor) else None
+    return cast("list[cKDTree] | None", reuse.get((X,), _TREES)) if isinstance(X, torch.Tensor) else None
 
 
 def _numpy64(T: torch.Tensor) -> np.ndarray:
@@ -190,16 +200,16 @@ class Geometry:
     beta; chunks: the cells' candidate keys as the kernel gathered them (_kernel.py), kept with a
     geometry kept for moved states (kept = True): the same balls give the same keys."""
 
-    tree: Any
+    tree: cKDTree
     perm: np.ndarray
     starts: np.ndarray
     centres: np.ndarray
     radii: np.ndarray
     nearest: np.ndarray | None = None
-    cutoffs: Any = None
+    cutoffs: float | np.ndarray | None = None
     logw: np.ndarray | None = None
     beta: float = math.nan
-    chunks: list = field(default_factory=list, compare=False)  # the kernel's ball queries, when kept
+    chunks: list[Chunk] = field(default_factory=list, compare=False)  # the kernel's ball queries, when kept
     kept: bool = False  # kept for moved states: the kernel keeps its ball queries in `chunks`
 
 
@@ -223,6 +233,7 @@ def holds(g: Geometry, Xn: np.ndarray, B: np.ndarray, beta: float, logw: np.ndar
     b = Xn @ B
     bnorm = np.linalg.norm(b, axis=1)
     u = b / np.where(bnorm > 0, bnorm, 1.0)[:, None]
+    assert g.cutoffs is not None  # made with its nearest keys (`_geometry`)
     r = kept_radius(np.linalg.norm(u - Xn[g.nearest], axis=1), bnorm, beta, g.cutoffs)
     sizes = np.diff(g.starts)
     which = np.repeat(np.arange(sizes.size), sizes)
@@ -242,7 +253,7 @@ def cloud_geometry(
     leaf_min: int = LEAF_MIN,
     ratio: float = CELL_RATIO,
     margin: float | None = MARGIN,
-    stats: dict | None = None,
+    stats: Stats | None = None,
 ) -> list[Geometry]:
     """The geometry of every cloud of X (M, N, d) (or (N, d)), as `velocity_truncated` makes it (in
     float64 whatever X's dtype); kept for the next call on the same, unmodified tensors (reuse.py):
@@ -259,13 +270,15 @@ def cloud_geometry(
     tensors = tuple(t if isinstance(t, torch.Tensor) else None for t in (X, weights, betas))
     key = ("truncated", att.B.tobytes(), tuple(cloud_betas), cutoff, leaf, leaf_min, ratio, margin)
     cacheable = all(t is None or isinstance(t, torch.Tensor) for t in (weights, betas))
-    found = reuse.get(tensors, key) if cacheable else None
+    found = cast("list[Geometry] | None", reuse.get(tensors, key) if cacheable else None)
     if found is not None:
         return found
     logw = log_weights(weights, M, N, X3.to(torch.float64))
     B = np.asarray(att.B, dtype=float)
-    kept, moved = kept_trees(X), None if margin is None else _moves.get((*key, M, N, d))
-    out, counts = [], {"geometry_built": 0, "geometry_kept": 0}
+    kept = kept_trees(X)
+    moved = None if margin is None else cast("list[Geometry] | None", _moves.get((*key, M, N, d)))
+    out: list[Geometry] = []
+    counts = {"geometry_built": 0, "geometry_kept": 0}
     for m in range(M):
         Xn = _numpy64(X3[m])
         lw = None if logw is None else _numpy64(logw[m])
@@ -293,7 +306,20 @@ def cloud_geometry(
     return out
 
 
-def candidate_counts(X: torch.Tensor, att: Attention, **kwargs) -> dict[str, int]:
+class Options(TypedDict, total=False):
+    """The keyword arguments of `cloud_geometry` that `candidate_counts` passes on."""
+
+    betas: torch.Tensor | None
+    weights: torch.Tensor | None
+    cutoff: float
+    leaf: int
+    leaf_min: int
+    ratio: float
+    margin: float | None
+    stats: Stats | None
+
+
+def candidate_counts(X: torch.Tensor, att: Attention, **kwargs: Unpack[Options]) -> dict[str, int]:
     """What `velocity_truncated` would do on X (M, N, d), summed over the clouds: "pairs" (key-query
     pairs, before padding; M N^2 for a dense kernel), "keys" (candidate keys gathered, once per
     cell), "cells".  Costs the kernel's geometry (tree, nearest neighbours, cells; kept for the kernel,
@@ -355,7 +381,7 @@ def sampled_counts(
     n = sample_size(N) if n is None else min(N, int(check_positive(n, "n", integer=True)))
     scale = n / N
     rng = np.random.default_rng(seed)
-    kd = trees(X) if isinstance(X, torch.Tensor) else [None] * M
+    kd: list[cKDTree | None] = trees(X) if isinstance(X, torch.Tensor) else [None] * M
     pairs = keys = cells = 0.0
     for m in range(M):
         Xn = _numpy64(X3[m])
@@ -383,7 +409,7 @@ def sampled_counts(
     return {"pairs": pairs, "keys": keys, "cells": cells}
 
 
-def candidate_pairs(X: torch.Tensor, att: Attention, **kwargs) -> int:
+def candidate_pairs(X: torch.Tensor, att: Attention, **kwargs: Unpack[Options]) -> int:
     """Number of key-query pairs `velocity_truncated` would evaluate on X (M, N, d), summed over the
     M clouds (before padding): `candidate_counts(X, att, **kwargs)["pairs"]`."""
     return candidate_counts(X, att, **kwargs)["pairs"]

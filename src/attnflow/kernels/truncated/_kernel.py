@@ -51,6 +51,7 @@ same field).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,7 @@ from ._geometry import (
     DEFAULT_CUTOFF,
     LEAF,
     LEAF_MIN,
+    Chunk,
     Geometry,
     _cloud_betas,
     _settings,
@@ -75,7 +77,10 @@ from ._geometry import (
 from ._moves import MARGIN
 
 if TYPE_CHECKING:
+    from scipy.spatial import cKDTree
+
     from ...attention import Attention
+    from ..common import Stats
 
 BLOCK_ELEMENTS = 2**23  # key-query pairs per fused call on a batch of cells
 # fused calls with fewer pairs run on one thread: many small parallel regions cost more than they
@@ -86,13 +91,15 @@ BALL_CHUNK = 2**21  # about this many (cell, key) pairs per ball query call
 KEPT_KEYS = 2**21  # most candidate keys kept with a geometry kept for moved states (16 MiB)
 
 
-def _candidates(tree, centres: np.ndarray, radii: np.ndarray, n_keys: int, threads: int = 1):
+def _candidates(
+    tree: cKDTree, centres: np.ndarray, radii: np.ndarray, n_keys: int, threads: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """Ball query of every cell: (flat key indices, offsets) with offsets of length n_cells + 1.
 
     A radius >= 2 covers the whole sphere: such cells get all keys without a tree search.
     """
     everything = radii >= 2.0
-    lists: list = [None] * len(radii)
+    lists: list[Sequence[int]] = [()] * len(radii)  # every entry is set below
     todo = np.flatnonzero(~everything)
     if todo.size:
         found = tree.query_ball_point(centres[todo], radii[todo], workers=threads, return_sorted=False)
@@ -108,7 +115,9 @@ def _candidates(tree, centres: np.ndarray, radii: np.ndarray, n_keys: int, threa
     return flat, offsets
 
 
-def _sdpa(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask, beta: float) -> torch.Tensor:
+def _sdpa(
+    q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor | None, beta: float
+) -> torch.Tensor:
     """Softmax averages of a padded batch: q (G, L, e), keys (G, K, e), vals (G, K, d) -> (G, L, d).
 
     mask (G, K) True on the real keys (False on padding), or None.  Fused max-subtracted softmax.
@@ -120,7 +129,9 @@ def _sdpa(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask, beta: f
     return out[:, 0]
 
 
-def _chunks_of_cells(tree, centres: np.ndarray, radii: np.ndarray, N: int, d: int, threads: int = 1):
+def _chunks_of_cells(
+    tree: cKDTree, centres: np.ndarray, radii: np.ndarray, N: int, d: int, threads: int = 1
+) -> Iterator[Chunk]:
     """The cells in chunks with their candidate keys: yields (chunk, flat, offsets) (`_candidates`).
 
     Ball queries in chunks of cells, so the Python index lists stay bounded: key counts are estimated
@@ -141,10 +152,11 @@ def _chunks_of_cells(tree, centres: np.ndarray, radii: np.ndarray, N: int, d: in
         start = stop
 
 
-def _keeping(geometry: Geometry, chunks):
+def _keeping(geometry: Geometry, chunks: Iterable[Chunk]) -> Iterator[Chunk]:
     """The chunks of `_chunks_of_cells`, kept in geometry.chunks for the next evaluation on the same
     geometry where they hold at most KEPT_KEYS candidate keys in all."""
-    got, size = [], 0
+    got: list[Chunk] = []
+    size = 0
     for chunk in chunks:
         yield chunk
         size += chunk[1].size
@@ -154,7 +166,16 @@ def _keeping(geometry: Geometry, chunks):
         geometry.chunks[:] = got
 
 
-def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads: int):
+def _average_one(
+    X: torch.Tensor,
+    Bq: torch.Tensor,
+    VX: torch.Tensor,
+    logw: torch.Tensor | None,
+    beta: float,
+    geometry: Geometry,
+    stats: Stats,
+    threads: int,
+) -> torch.Tensor:
     """Truncated softmax average sum_j w_ij V x_j for one cloud: X, Bq = X B, VX = X V^T, all (N, d);
     logw: (N,) log-weights of the keys, or None (uniform); geometry: its cells (`cloud_geometry`).
     The cells run through the fused kernel's compiled core where there is one (CPU, d <= 8), else
@@ -168,7 +189,7 @@ def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads
         geometry.radii,
     )
     stats["cells"] = stats.get("cells", 0) + radii.size
-    chunks = geometry.chunks or _chunks_of_cells(tree, centres, radii, N, d, threads)
+    chunks: Iterable[Chunk] = geometry.chunks or _chunks_of_cells(tree, centres, radii, N, d, threads)
     if geometry.kept and not geometry.chunks:
         chunks = _keeping(geometry, chunks)
     core = compiled.core() if X.device.type == "cpu" and d <= MAX_D else None
@@ -186,7 +207,19 @@ def _average_one(X, Bq, VX, logw, beta, geometry: Geometry, stats: dict, threads
     return out[:, :d]  # without the weights' zero column
 
 
-def _average_compiled(core, chunks, perm, starts, X, Bq, VX, logw, beta, stats: dict, threads: int):
+def _average_compiled(
+    core: compiled.Core,
+    chunks: Iterable[Chunk],
+    perm: np.ndarray,
+    starts: np.ndarray,
+    X: torch.Tensor,
+    Bq: torch.Tensor,
+    VX: torch.Tensor,
+    logw: torch.Tensor | None,
+    beta: float,
+    stats: Stats,
+    threads: int,
+) -> torch.Tensor:
     """`_average_one` through the compiled core: each cell's queries against its candidate keys
     (scores in base 2, fused.c), in float64, or by the float32 twin for float32 X where its
     scores stay below F32_SCORE_MAX (fused.py; stats["sums"] says which)."""
@@ -227,7 +260,20 @@ def _pad(flat: torch.Tensor, offsets: np.ndarray, rows: np.ndarray) -> tuple[tor
     return idx, mask
 
 
-def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, stats: dict, threads: int):
+def _evaluate_cells(
+    chunk: np.ndarray,
+    flat: np.ndarray,
+    offsets: np.ndarray,
+    perm_t: torch.Tensor,
+    starts: np.ndarray,
+    X: torch.Tensor,
+    Bq: torch.Tensor,
+    VX: torch.Tensor,
+    out: torch.Tensor,
+    beta: float,
+    stats: Stats,
+    threads: int,
+) -> None:
     """Evaluate the cells `chunk` (cell k's candidate keys: flat[offsets[i]:offsets[i+1]], k = chunk[i]).
 
     Cells of equal query count and similar key count go together through one padded fused-attention
@@ -241,7 +287,7 @@ def _evaluate_cells(chunk, flat, offsets, perm_t, starts, X, Bq, VX, out, beta, 
     stats["keys"] = stats.get("keys", 0) + int(lens.sum())
     order = np.lexsort((lens, nq))  # by query count, then key count: little padding
     flat_t = torch.from_numpy(flat).to(X.device)
-    groups = []
+    groups: list[tuple[np.ndarray, int]] = []
     i, n = 0, len(chunk)
     while i < n:
         L0, K0 = int(nq[order[i]]), int(lens[order[i]])
@@ -297,7 +343,7 @@ def velocity_truncated(
     leaf_min: int = LEAF_MIN,
     ratio: float = CELL_RATIO,
     margin: float | None = MARGIN,
-    stats: dict | None = None,
+    stats: Stats | None = None,
 ) -> torch.Tensor:
     """Tangent velocity of every token, keys within e^{-cutoff} of each row maximum only.
 

@@ -36,22 +36,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable
-from typing import Any
 
 MARGIN = 0.05  # ball radii widened by this fraction (docs/benchmarks.md: 0.02 to 0.25 measured)
 SIZE = 2  # a run needs one; at N = 10^6 one holds under 100 MB (tree, O(N) arrays, ball queries)
 
-_kept: list[tuple[Hashable, Any]] = []
+_kept: list[tuple[Hashable, object]] = []
 _lock = threading.Lock()
 
 
-def get(key: Hashable) -> Any | None:
-    """The geometries kept for `key` (settings, betas, shape), or None."""
+def get(key: Hashable) -> object | None:
+    """The geometries kept for `key` (settings, betas, shape), or None (the caller knows their type)."""
     with _lock:
         return next((value for k, value in reversed(_kept) if k == key), None)
 
 
-def put(key: Hashable, value: Any) -> None:
+def put(key: Hashable, value: object) -> None:
     """Keep `value` for `key`, replacing what was kept for it."""
     with _lock:
         _kept[:] = [e for e in _kept if e[0] != key]
