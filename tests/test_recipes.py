@@ -171,3 +171,23 @@ def test_a_claim_has_its_parts(key):
     assert claim.claim.strip(), f"claim {key} has no words"
     assert callable(claim.row), f"claim {key} has no row function"
     assert list(typing.get_type_hints(claim.row).values()) == [ClaimData, Finding]
+
+
+# ---------------------------------------------------------------- the recipes themselves
+
+
+def _recipes() -> dict[str, str]:
+    """Each "### " recipe of docs/architecture.md's "## Recipes", title -> text."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("\n## Recipes\n", 1)[1].split("\n## ", 1)[0]
+    return {part.split("\n", 1)[0]: part for part in section.split("\n### ")[1:]}
+
+
+@pytest.mark.parametrize("title", list(_recipes()))
+def test_every_recipe_is_traced_by_a_test_that_exists(title):
+    """A recipe names a test (`tests/<file>.py::test_name`) that adds an entry its way: the file
+    exists and defines that test."""
+    named = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)`", _recipes()[title])
+    assert named, f"recipe {title!r} names no test"
+    for path, test in named:
+        assert f"\ndef {test}(" in (ROOT / path).read_text(encoding="utf-8"), f"{path} has no {test}"
