@@ -24,7 +24,7 @@ from ..attention import WEIGHTS, Attention, Spectrum, WeightsFamily
 from ..flow import Dynamics, Redraw
 from ..measures import DISCRETISATIONS, MEASURES, Density, Discretisation, Nodes
 from ..measures.densities import DensityFn
-from .model import ModelConfig, weights_attention
+from .model import FLOW_FIELDS, ModelConfig, flow_fields, weights_attention
 
 if TYPE_CHECKING:
     from ..dynamics.separatrix import SeparatrixSearch
@@ -139,7 +139,8 @@ def model_inputs(config: ModelConfig) -> ModelInputs:
     return ModelInputs(att, rho0, description, dynamics)
 
 
-FLOW_KEYS = ("mask", "normalization", "usa_time", "sensitivity", "layer_norm", "alpha", "noise", "noise_kind")
+#: the flow keys passed to Dynamics as they are (FLOW_FIELDS marked FlowKey(dynamics=True))
+FLOW_KEYS = tuple(f.name for f in FLOW_FIELDS if f.key.dynamics)
 
 
 def flow_of(config: ModelConfig, att: Attention, family: WeightsFamily | None) -> Dynamics:
@@ -158,7 +159,7 @@ def flow_of(config: ModelConfig, att: Attention, family: WeightsFamily | None) -
     redraw = None
     if period is not None and family is not None and family.drawn:
         redraw = Redraw(float(period), heads_of, "redrawn")
-    options = {k: getattr(config, k) for k in FLOW_KEYS if hasattr(config, k)}
+    options = {f.name: getattr(config, f.name) for f in flow_fields(type(config)) if f.key.dynamics}
     return Dynamics(heads_of(0), redraw=redraw, **options)
 
 

@@ -23,7 +23,8 @@ that integrate the flow; their choices, descriptions and checks come from the re
                             ladder's, N their initial node counts
     density = a name of attnflow.measures.MEASURES: "uniform" or "vmf" (von Mises-Fisher of
               concentration `kappa` around A's top eigenvector u_1): rho_0 itself. A density's
-              parameters are config keys of the same name, except its mean direction (u_1).
+              parameters are config keys of the same name, except its mean direction (u_1), made
+              from their declarations in MEASURES (`Parameter`, `density_keys`).
 
 d follows from the weights; a key that does not exist in that d is a config error naming it. The
 weights are made (drawn, or read) when the config is made, once per distinct value of these keys
@@ -32,7 +33,10 @@ experiment needs of them (its `needs`, attnflow.experiments.needs), else the con
 line. `attnflow.experiments.inputs` turns these keys into objects, once per run.
 
 `FlowConfig` adds the keys of the model beyond the single head (attnflow.flow.Dynamics, of the same
-names): heads, mask, normalization, usa_time, layer_norm, alpha, noise, redraw. Drawn weights
+names): its fields marked `FlowKey`, read as one table by FLOW_FIELDS (name, type, default,
+description, whether it departs from the paper's flow, whether the phase diagram may vary it, whether
+it is a keyword of Dynamics), from which the run's Dynamics, `flow_departures` and the phase
+diagram's `vary` choices follow. Drawn weights
 (weights = random) give `heads` independent draws and, with `redraw = T`, fresh draws every T units
 of time; other weights give `heads` copies of their one head (averaged: the flow of one head).
 Keys added after 0.1 enter the parts' fingerprint only when set to another value than their default
@@ -41,10 +45,11 @@ Keys added after 0.1 enter the parts' fingerprint only when set to another value
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create_model, model_validator
 
 from .._threads import blas_threads
 from ..attention import ENSEMBLES, WEIGHTS, Attention
@@ -55,6 +60,7 @@ from .config import ExperimentConfig, Seed
 from .needs import Need, check_needs
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
     from pydantic.json_schema import JsonDict
 
     Init = str
@@ -77,6 +83,32 @@ else:
 
 #: the extra of a key added after 0.1: it enters a part's fingerprint only when not at its default
 NEW_KEY: JsonDict = {"fingerprint": "when-set"}
+
+
+@dataclass(frozen=True)
+class FlowKey:
+    """The mark of a flow key, a FlowConfig field `Annotated[type, FlowKey(...)]`. departs: another
+    value than its default departs from the paper's flow (`flow_departures`), for drawn weights only
+    where drawn_only (copies of one head are one head); vary: the phase diagram may vary it
+    (VARY_KEYS); dynamics: a keyword of attnflow.flow.Dynamics, passed as is (FLOW_KEYS; heads and
+    redraw become heads and a Redraw in `inputs.flow_of`)."""
+
+    departs: bool = False
+    drawn_only: bool = False
+    vary: bool = True
+    dynamics: bool = True
+
+
+@dataclass(frozen=True)
+class FlowField:
+    """One row of FLOW_FIELDS: a flow key's name, type, default, description and FlowKey."""
+
+    name: str
+    type: Any
+    default: Any
+    description: str
+    key: FlowKey
+
 
 #: the experiment that builds rho_0 per beta (a discretisation with per_beta)
 PER_BETA_EXPERIMENT = "concentration"
@@ -103,8 +135,8 @@ DENSITY_HELP = "rho_0: " + or_list(
 )
 
 
-class ModelConfig(ExperimentConfig):
-    """Keys of the weights (Q, K, V) and of rho_0, shared by every experiment that runs the flow."""
+class _Keys(ExperimentConfig):
+    """The keys of the weights and the names of rho_0 (ModelConfig adds the densities' parameters)."""
 
     weights: str = Field("worked-example", description=WEIGHTS_HELP)
     d: PositiveInt | None = Field(
@@ -123,7 +155,28 @@ class ModelConfig(ExperimentConfig):
     )
     init: Init = Field("uniform", description=INIT_HELP)
     density: DensityName = Field("uniform", description=DENSITY_HELP)
-    kappa: PositiveFloat = Field(2.0, description="concentration of density = vmf")
+
+
+def density_keys() -> dict[str, Any]:
+    """The parameters of the densities of MEASURES (their `keys`) as config fields, name -> (type,
+    Field), each name once (declared alike by every family that takes it)."""
+    fields: dict[str, Any] = {}
+    for p in {p.name: p for f in MEASURES.values() for p in f.keys}.values():
+        families = or_list(n for n, f in MEASURES.items() if p in f.keys)
+        description = f"{p.description} of density = {families}"
+        fields[p.name] = (type(p.default), Field(p.default, gt=p.gt, description=description))
+    return fields
+
+
+if TYPE_CHECKING:
+    _DensityKeys = _Keys
+else:  # a class made from MEASURES, between the other keys and ModelConfig: the keys keep their order
+    _DensityKeys = create_model("_DensityKeys", __base__=_Keys, __module__=__name__, **density_keys())
+
+
+class ModelConfig(_DensityKeys):
+    """Keys of the weights (Q, K, V) and of rho_0, shared by every experiment that runs the flow (the
+    parameters of the densities, e.g. `kappa`, made from their declarations in MEASURES)."""
 
     # whether the experiment builds rho_0 per beta (init = graded): set by the experiments that do
     graded_init: ClassVar[bool] = False
@@ -152,52 +205,52 @@ class FlowConfig(ModelConfig):
     """The keys of the model beyond the single head (attnflow.flow.Dynamics), for the experiments
     that integrate the finite-temperature flow."""
 
-    heads: PositiveInt = Field(
+    heads: Annotated[PositiveInt, FlowKey(departs=True, drawn_only=True, dynamics=False)] = Field(
         1,
         description="attention heads, averaged (W_O^h = I/H): independent draws of weights = random, "
         "copies of the one head of other weights",
         json_schema_extra=NEW_KEY,
     )
-    mask: Mask = Field(
+    mask: Annotated[Mask, FlowKey(departs=True)] = Field(
         "none", description="none, or causal: token i attends to j <= i", json_schema_extra=NEW_KEY
     )
-    normalization: Normalization = Field(
+    normalization: Annotated[Normalization, FlowKey(departs=True)] = Field(
         "softmax",
         description="softmax, usa (unnormalised attention exp(beta x^T B y) / N), hardmax (each token "
         "attends to its maximisers of x^T B y; beta plays no part) or localmax (to those within sensitivity)",
         json_schema_extra=NEW_KEY,
     )
-    sensitivity: NonNegativeFloat = Field(
+    sensitivity: Annotated[NonNegativeFloat, FlowKey()] = Field(
         0.0,
         description="normalization = localmax: its alignment sensitivity r > 0 (the tokens within r of "
         "the maximal score x^T B y count)",
         json_schema_extra=NEW_KEY,
     )
-    usa_time: UsaTime = Field(
+    usa_time: Annotated[UsaTime, FlowKey()] = Field(
         "model",
         description="normalization = usa: the model's own time, or rescaled by e^(-beta max ||B_h||)",
         json_schema_extra=NEW_KEY,
     )
-    layer_norm: LayerNorm = Field(
+    layer_norm: Annotated[LayerNorm, FlowKey(departs=True)] = Field(
         "post",
         description="post (the flow on the sphere), pre or peri (tokens in R^d, measured on x/|x|), ngpt",
         json_schema_extra=NEW_KEY,
     )
-    alpha: PositiveFloat = Field(
+    alpha: Annotated[PositiveFloat, FlowKey()] = Field(
         1.0, description="layer_norm = ngpt: its step alpha", json_schema_extra=NEW_KEY
     )
-    noise: NonNegativeFloat = Field(
+    noise: Annotated[NonNegativeFloat, FlowKey(departs=True)] = Field(
         0.0,
         description="sigma of the noise sigma P_x^perp o dW (seeded by seed; a fixed-step integrator)",
         json_schema_extra=NEW_KEY,
     )
-    noise_kind: NoiseKind = Field(
+    noise_kind: Annotated[NoiseKind, FlowKey()] = Field(
         "independent",
         description="independent (one Brownian motion per token), or common (one rotation of the whole "
         "cloud, sigma o dW x with W on so(d)); needs noise > 0",
         json_schema_extra=NEW_KEY,
     )
-    redraw: PositiveFloat | None = Field(
+    redraw: Annotated[PositiveFloat | None, FlowKey(departs=True, dynamics=False)] = Field(
         None,
         description="weights = random: fresh weights every redraw units of time (unset: fixed weights)",
         json_schema_extra=NEW_KEY,
@@ -210,6 +263,24 @@ class FlowConfig(ModelConfig):
     def _flow_keys(self):
         check_flow(self)
         return self
+
+
+def flow_fields(config_class: type[BaseModel]) -> tuple[FlowField, ...]:
+    """The flow keys of a config class, in its order: its fields marked FlowKey (a subclass may add
+    its own)."""
+    out = []
+    for name, f in config_class.model_fields.items():
+        keys = [m for m in f.metadata if isinstance(m, FlowKey)]
+        bounds = [m for m in f.metadata if not isinstance(m, FlowKey)]
+        kind = Annotated[(f.annotation, *bounds)] if bounds else f.annotation  # type: ignore[valid-type]
+        out += [FlowField(name, kind, f.default, f.description or "", key) for key in keys]
+    return tuple(out)
+
+
+#: the flow keys of FlowConfig: the one table of the model's variants beyond the single head, from
+#: which the run's Dynamics (FLOW_KEYS), flow_departures, the phase diagram's VARY_KEYS and the
+#: descriptions of `attnflow list` are read
+FLOW_FIELDS = flow_fields(FlowConfig)
 
 
 def check_flow(config: FlowConfig) -> None:
@@ -360,15 +431,12 @@ def check_init(config: ModelConfig, d: int) -> None:
 
 
 def flow_departures(config: FlowConfig) -> list[str]:
-    """The flow keys of a config that depart from the paper's flow, as `key = value` (empty: none).
-    (Copies of one head are one head: heads counts for drawn weights only.)"""
+    """The flow keys of a config that depart from the paper's flow, as `key = value` (empty: none):
+    those marked FlowKey(departs=True) at another value than their default (drawn_only: for drawn
+    weights only)."""
     drawn = config.weights in WEIGHTS and WEIGHTS[config.weights].drawn
-    defaults = {
-        "mask": "none",
-        "normalization": "softmax",
-        "layer_norm": "post",
-        "noise": 0.0,
-        "redraw": None,
-    }
-    out = [f"{k} = {getattr(config, k)}" for k, v in defaults.items() if getattr(config, k) != v]
-    return ([f"heads = {config.heads}"] if drawn and config.heads > 1 else []) + out
+    return [
+        f"{f.name} = {getattr(config, f.name)}"
+        for f in flow_fields(type(config))
+        if f.key.departs and getattr(config, f.name) != f.default and (drawn or not f.key.drawn_only)
+    ]

@@ -7,14 +7,17 @@
     DISCRETISATIONS  "uniform" (i.i.d. samples), "fibonacci", "quadrature", "graded", "meanfield":
                      the dimensions and densities each carries, and its nodes and weights for any N and seed
 
-Adding a density is its functions (`densities`, `sampling`) and one line of MEASURES; adding a
-discretisation is its nodes function and one line of DISCRETISATIONS. `family.bind(d, **params)` gives
-a `Density` (one rho_0) and `discretisation.nodes(N, density, seed)` its `Nodes`.
+Adding a density is its functions (`densities`, `sampling`) and one line of MEASURES (or
+`register(family)` at run time), its parameters declared there (`Parameter`: the experiments' config
+keys of the same name are made from them); adding a discretisation is its nodes function and one line
+of DISCRETISATIONS. `family.bind(d, **params)` gives a `Density` (one rho_0) and
+`discretisation.nodes(N, density, seed)` its `Nodes`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -34,7 +37,11 @@ __all__ = [
     "Dims",
     "Discretisation",
     "Nodes",
+    "Parameter",
     "or_list",
+    "register",
+    "registered",
+    "unregister",
 ]
 
 
@@ -72,6 +79,28 @@ ANY_D = Dims()
 
 
 @dataclass(frozen=True)
+class Parameter:
+    """A number that a density family takes, given by the experiments as a config key of its name.
+
+    Attributes
+    ----------
+    name : str
+        The keyword of the family's functions and the config key.
+    default : float
+        Its value when the config leaves it unset.
+    description : str
+        What it is, a few words ("concentration"): the config's description adds the family.
+    gt : float or None
+        The value it must exceed (None: any number).
+    """
+
+    name: str
+    default: float
+    description: str
+    gt: float | None = None
+
+
+@dataclass(frozen=True)
 class DensityFamily:
     """A named family of densities of rho_0 w.r.t. the uniform law on S^{d-1} (an entry of MEASURES).
 
@@ -95,6 +124,9 @@ class DensityFamily:
         normaliser(d, **params) -> Z = integral f dsigma (sigma the uniform probability).
     pair_sup : callable
         pair_sup(d, **params) -> sup_x f(x) + f(-x) (a bound for truncation errors).
+    keys : tuple of Parameter
+        Those of its parameters that a config gives, by the same name (all but "mean": the
+        experiments take A's top eigenvector u_1).
     """
 
     name: str
@@ -107,6 +139,7 @@ class DensityFamily:
     density: Callable[..., DensityFn]
     normaliser: Callable[..., float]
     pair_sup: Callable[..., float]
+    keys: tuple[Parameter, ...] = ()
 
     def bind(self, d: int, **params: Any) -> Density:
         """This family in dimension d with its parameters: one rho_0 (ValueError naming what is wrong)."""
@@ -200,8 +233,12 @@ def _two(d: int) -> float:
     return 2.0
 
 
+_measures: dict[str, DensityFamily] = {}
+
+
 def _families(*families: DensityFamily) -> Mapping[str, DensityFamily]:
-    return MappingProxyType({f.name: f for f in families})
+    _measures.update((f.name, f) for f in families)
+    return MappingProxyType(_measures)
 
 
 #: the densities of rho_0 by name (the experiments' `density` key)
@@ -214,8 +251,38 @@ MEASURES: Mapping[str, DensityFamily] = _families(
         "vmf", "von Mises-Fisher", "von Mises-Fisher around u_1, concentration kappa", ("mean", "kappa"),
         ANY_D, "von Mises-Fisher rho_0 has a positive smooth density exp(kappa <m, x>).",
         _sample_vmf, _vmf_density, _vmf_normaliser, _vmf_pair_sup,
+        keys=(Parameter("kappa", 2.0, "concentration", gt=0),),
     ),
 )  # fmt: skip
+_SHIPPED = tuple(MEASURES)
+
+
+def register(family: DensityFamily) -> None:
+    """Add a density family to MEASURES (after the others); ValueError where its name is taken.
+    (The experiments' `density` choices are those of import time: a family registered later is for
+    the functions that take a MEASURES name, `family.bind` and the discretisations.)"""
+    if not isinstance(family, DensityFamily):
+        raise TypeError(f"register takes a DensityFamily, got {type(family).__name__}")
+    if family.name in MEASURES:
+        raise ValueError(f"density {family.name!r} is taken: choose another name")
+    _measures[family.name] = family
+
+
+def unregister(name: str) -> None:
+    """Remove a density family added by `register` (the shipped ones stay)."""
+    if name in _SHIPPED or name not in MEASURES:
+        raise ValueError(f"{name!r} is not a density added by register")
+    del _measures[name]
+
+
+@contextmanager
+def registered(family: DensityFamily) -> Iterator[DensityFamily]:
+    """`register(family)` for the duration of a with-block."""
+    register(family)
+    try:
+        yield family
+    finally:
+        unregister(family.name)
 
 
 # ------------------------------------------------------------------------------- discretisations

@@ -28,10 +28,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .readers import WEIGHT_FILES
+from .readers.registry import SELF_DESCRIBING, WEIGHT_FILES
 
 ENTRY_POINT_GROUP = "attnflow.checkpoints"
-SELF_DESCRIBING = (".gguf", ".onnx")  # weights files that carry their own config
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")  # a distribution name (PEP 508)
 
 __all__ = ["ENTRY_POINT_GROUP", "check_checkpoint_name", "resolve_checkpoint"]

@@ -37,7 +37,7 @@ from ..config import (
     format_validation_error,
 )
 from ..inputs import Integration, ModelInputs, integration, model_inputs
-from ..model import FlowConfig
+from ..model import FLOW_FIELDS, FlowConfig
 from ..parts import cached_part, fingerprint, part_name
 from ..registry import Experiment, doc_summary
 from .figures import CAPTIONS, figures
@@ -45,21 +45,9 @@ from .figures import CAPTIONS, figures
 if TYPE_CHECKING:
     pass
 
-#: the model keys a phase diagram may put side by side (`vary`)
-VARY_KEYS = (
-    "layer_norm",
-    "mask",
-    "heads",
-    "noise",
-    "noise_kind",
-    "normalization",
-    "usa_time",
-    "sensitivity",
-    "alpha",
-    "ensemble",
-    "redraw",
-    "weights_seed",
-)
+#: the model keys a phase diagram may put side by side (`vary`): the flow keys marked so (FLOW_FIELDS)
+#: and the draw of weights = random
+VARY_KEYS = (*(f.name for f in FLOW_FIELDS if f.key.vary), "ensemble", "weights_seed")
 #: the per-cloud curves of a point, in the order the Dataset holds them
 CURVES = ("clusters", "clustered_pairs", "w2_atoms", "radius", "log_energy")
 

@@ -7,20 +7,15 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from .common import CheckpointError, Found, read_config, read_json, tokenizer_next_to
-from .registry import READERS, reader_for
+from .registry import READERS, WEIGHT_FILES, reader_for
 
 __all__ = ["EXPECTED", "WEIGHT_FILES", "checkpoint_files", "read_path", "shard_path", "weights_in"]
 
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
 SUFFIXES = tuple(s for r in READERS.values() for s in r.suffixes)
+_FOLDER_NAMES = " or ".join(r.folder_files[0] for r in READERS.values() if r.folder_files)
 EXPECTED = (
-    "a model folder (config.json with model.safetensors or pytorch_model.bin, or a sharded "
-    f"*.index.json) or a weights file ({', '.join(SUFFIXES)})"
+    f"a model folder (config.json with {_FOLDER_NAMES}, or a sharded *.index.json) or a weights file "
+    f"({', '.join(SUFFIXES)})"
 )
 
 
