@@ -300,7 +300,7 @@ def experiment_of(config: object) -> Experiment:
     return exp
 
 
-def experiment_of_dataset(ds: Any) -> Experiment:
+def experiment_of_dataset(ds: object) -> Experiment:
     name = getattr(ds, "attrs", {}).get("experiment")
     if not isinstance(name, str) or not name:
         raise ValueError(

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..progress import Reporter
 from .common import base_attrs
@@ -82,7 +82,7 @@ class Units:
         """Whether the unit `name` would be read back from the run folder rather than computed."""
         return part_done(self.out, name, self.fp)
 
-    def finish(self, ds: xr.Dataset, **extra: Any) -> xr.Dataset:
+    def finish(self, ds: xr.Dataset, **extra: object) -> xr.Dataset:
         """ds with the attrs every result carries (`common.base_attrs`): the config, provenance, the
         timings of the units and the run's total, the reporter's warnings, and `extra`."""
         timings = {**self.timings, "total_s": time.perf_counter() - self.start}

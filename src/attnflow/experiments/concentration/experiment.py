@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
@@ -235,7 +235,9 @@ def _time_step_probe(shared: LadderRun, levels: Levels, ladders: list[Ladder]) -
     return time_step_probe(shared.inputs, lad.parts[0], shared.units.run(unit), shared.w2_zero, label)
 
 
-def _reading(inputs: ConcentrationInputs, parts: list[Any], w2_zero: np.ndarray | None) -> LevelReading:
+def _reading(
+    inputs: ConcentrationInputs, parts: list[xr.Dataset], w2_zero: np.ndarray | None
+) -> LevelReading:
     """What the latest level of a ladder says: its curve inside the window where it agrees with the
     level before (the first level: its whole curve, the reference of the second), that coarser curve
     read in the same window, its resolution ratio and departure time."""
@@ -297,7 +299,7 @@ def _level_line(beta: float, N: int, reading: LevelReading, status: str) -> str:
     )
 
 
-def _under_resolved(inputs: ConcentrationInputs, beta: float, part: Any) -> str:
+def _under_resolved(inputs: ConcentrationInputs, beta: float, part: xr.Dataset) -> str:
     from ...science.metrics import RESOLUTION_OK, tokens_for_ratio
 
     att = inputs.model.attention

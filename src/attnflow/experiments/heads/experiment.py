@@ -47,6 +47,9 @@ from .figures import WHOLE_LAYER, figures
 if TYPE_CHECKING:
     import xarray as xr
 
+    from ...attention import Attention
+    from ...pretrained.heads import Layer
+
 #: Tokens with |P_S x| at or below this have no Pi_S(x): they are left out of W2 to (Pi_S)_# rho_0.
 PI_UNDEFINED_TOL = 1e-9
 
@@ -106,7 +109,7 @@ PRESETS = {
 }
 
 
-def layer_dynamics(layer: Any, beta_scale: float) -> Dynamics:
+def layer_dynamics(layer: Layer, beta_scale: float) -> Dynamics:
     """The layer's heads as one Dynamics: head h is Q_h, K_h, W_V^h (d_h x d, padded by zero rows)
     at its beta times beta_scale, its output block W_O^h (d x d_h); the layer's causal mask."""
     heads = [padded_head(h.Q, h.K, h.W_V, h.beta * beta_scale) for h in layer.heads]
@@ -133,7 +136,9 @@ def pi_symmetric(X: np.ndarray, S1: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return out, ok
 
 
-def _head_part(inp: HeadsInputs, att: Any, S1: np.ndarray, VU: np.ndarray, head: int, reporter: Reporter):
+def _head_part(
+    inp: HeadsInputs, att: Attention | Dynamics, S1: np.ndarray, VU: np.ndarray, head: int, reporter: Reporter
+) -> xr.Dataset:
     """One attention's run (att an Attention or a Dynamics) from the cloud inp.X0 (N, d): S1 (d, m)
     basis of the symmetric part's top eigenspace, VU V's top; W2 to inp.Y1 (N, d), the model's
     normalised token states after the layer, unless None."""
@@ -185,7 +190,7 @@ class HeadsInputs:
     the angles of `eps` and `cluster_eps`, and beta_scale, layer_flow."""
 
     source: str
-    layer: Any
+    layer: Layer
     selected: list[int]
     tokens: list[str]
     X0: np.ndarray
@@ -252,7 +257,7 @@ def _units(inp: HeadsInputs, reporter: Reporter) -> list[Unit]:
         att = base.with_beta(base.beta * inp.beta_scale)
         S1 = P.symmetric_top(att).basis
         VU = top_eigenspace(att.V, "real").basis  # V's top eigenspace, without A's spectrum
-        model: Any = att
+        model: Attention | Dynamics = att
         if h == WHOLE_LAYER and inp.layer_flow == "heads":  # measured against the layer's S and V
             model = layer_dynamics(inp.layer, inp.beta_scale)
         task = partial(_head_part, inp, model, S1, VU, h, reporter)

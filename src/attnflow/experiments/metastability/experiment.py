@@ -317,11 +317,11 @@ def _time_step_probe(
     return TimeStepProbe(kind, N, tight.label + ", max norm", errors)
 
 
-def _named(parts: dict[tuple[str, float, int], Any]) -> dict[str, Any]:
+def _named(parts: dict[tuple[str, float, int], xr.Dataset]) -> dict[str, xr.Dataset]:
     return {part_name(init=k, beta=b, N=N): p for (k, b, N), p in parts.items()}
 
 
-def _long_names(ds: Any, eps: float) -> None:
+def _long_names(ds: xr.Dataset, eps: float) -> None:
     ds["t_depart"].attrs["long_name"] = (
         f"departure: mass within {eps:g} rad of an atom +-u_1 falls below {LEVEL:g} of the atom's mass "
         f"after reaching {FORMED:g} (mean over the clouds that departed)"
