@@ -8,8 +8,8 @@ figures with captions. Each experiment is one module here that ends with `EXPERI
 `BUILTIN` names the modules of the built-in experiments (one line per experiment); `register`
 adds one defined elsewhere. `REGISTRY` maps a name to its `Experiment`; `PRESETS` maps a preset
 name to (experiment, overrides). Importing this package loads no experiment and no pydantic: the
-modules are imported on first use. The registry and `load_config` live in `registry`, the run and
-its figures in `run`, a run's units of work in `units`.
+modules are imported on first use. The registry lives in `registry`, `load_config` in `load`, the
+run and its figures in `run`, a run's units of work in `units`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..io.lock import LockedError
 from ..progress import Reporter
 from .folder import RunFolderError
+from .load import load_config
 from .registry import (
     BUILTIN,
     DEFAULT_EXPERIMENT,
@@ -28,7 +29,6 @@ from .registry import (
     all_experiments,
     all_presets,
     get_experiment,
-    load_config,
     register,
     unregister,
 )

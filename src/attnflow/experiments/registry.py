@@ -1,5 +1,5 @@
 """What an experiment is: the `Experiment` record every experiment module ends with, and ConfigError;
-the registry of experiments and presets, and `load_config`.
+the registry of experiments and presets.
 
 `BUILTIN` names the modules of the built-in experiments (one line per experiment); `register`
 adds one defined elsewhere. `all_experiments()` maps a name to its `Experiment`, `all_presets()` a
@@ -7,7 +7,7 @@ preset name to (experiment, overrides): they import every built-in; `get_experim
 import only the module of the name asked for.
 
 Standard library only, so that the command line and `attnflow.experiments` import it without
-pydantic, NumPy or any experiment (`load_config` imports pydantic when called).
+pydantic, NumPy or any experiment.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ __all__ = [
     "experiment_of",
     "experiment_of_dataset",
     "get_experiment",
-    "load_config",
     "lookup",
     "register",
     "unregister",
@@ -231,63 +230,6 @@ def unregister(name: str) -> None:
     del _registry[name]
     for preset in [p for p, (n, _) in _presets.items() if n == name]:
         del _presets[preset]
-
-
-def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> BaseModel:
-    """The config of an experiment name, a preset name or a TOML file, with `key=value` overrides.
-
-    Parameters
-    ----------
-    name_or_path : str or Path
-    overrides : list of str
-        TOML literals (`N=2000`, `betas=[10, 100]`, `init="fibonacci"`; a bare word is a string).
-
-    Raises
-    ------
-    ConfigError
-        Naming the key or file: an unknown name, missing or unreadable file, unknown key or wrong type.
-    """
-    from .config import build_config, parse_override, read_toml
-
-    target = str(name_or_path)
-    values: dict[str, Any]
-    exp = lookup(target)
-    if exp is not None:
-        values, source = {}, f"experiment {target!r}"
-    elif target in all_presets():
-        name, preset = _presets[target]
-        exp, values, source = all_experiments()[name], dict(preset), f"preset {target!r}"
-    elif target.endswith(".toml") or Path(target).exists():
-        path = Path(target)
-        if not path.is_file():
-            raise ConfigError(f"config file {target}: not found (experiments: {_names()})")
-        values = read_toml(path)
-        exp = lookup(str(values.get("experiment", DEFAULT_EXPERIMENT)))
-        if exp is None:
-            raise ConfigError(
-                f"config file {target}: experiment = {values['experiment']!r} is unknown; "
-                f"known: {', '.join(all_experiments())}"
-            )
-        source = f"config file {target}"
-    else:
-        raise ConfigError(f"unknown experiment {target!r}; known: {_names()} (or a path to a .toml file)")
-    name, Config = exp.name, exp.Config
-    for item in overrides:
-        key, value = parse_override(item)
-        if key == "experiment" and value != name:
-            raise ConfigError(f"--set experiment={value}: cannot change the experiment of {source}")
-        if key not in Config.model_fields:
-            raise ConfigError(
-                f"--set {item!r}: unknown key {key!r} for experiment {name!r}; "
-                f"keys: {', '.join(Config.model_fields)}"
-            )
-        values[key] = value
-    return build_config(Config, values, source)
-
-
-def _names() -> str:
-    """Every experiment and preset name, for messages."""
-    return ", ".join([*all_experiments(), *all_presets()])
 
 
 def experiment_of(config: object) -> Experiment:
