@@ -119,3 +119,23 @@ def test_zero_temperature_resume_after_the_reference(tmp_path, monkeypatch):
     _identical_data(resumed, fresh)
     assert resumed.attrs["fits"] == fresh.attrs["fits"]
     assert np.array_equal(resumed.x.values, fresh.x.values)
+
+
+def test_zero_temperature_without_reference_resumes_with_its_warning(tmp_path, monkeypatch):
+    """Where the exact formula does not apply, the reference's part says why: a rerun reads it back
+    and warns again (the warning is part of the result)."""
+    calls: list[int] = []
+
+    def no_formula(*args, **kw):
+        calls.append(1)
+        raise ValueError("has no exact formula here")
+
+    monkeypatch.setattr(reference, "reference_w2", no_formula)
+    cfg = load_config("zero-temperature-tiny", ["N=200", "n_keep=8"])
+    first = run_experiment(cfg, tmp_path)
+    again = run_experiment(cfg, tmp_path)
+    assert calls == [1]
+    for ds in (first, again):
+        assert "no N = infinity reference (has no exact formula here)" in ds.attrs["warnings"]
+        assert "w2_err" not in ds.variables and "w2_cloud" not in ds.variables
+    _identical_data(first, again)
