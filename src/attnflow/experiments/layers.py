@@ -8,8 +8,8 @@ adaptive reference of the ODE; the fitted slope of log error against log h is th
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,11 +22,13 @@ from ..io import json_attr
 from ..measures import Nodes
 from ..plot import DPI, fits_of, new_figure, plain_log_ticks, positive, require, run_title, save, ticks_at
 from ..progress import Reporter
-from .common import base_attrs, torch_threads
+from .common import torch_threads
 from .config import KERNEL_HELP, DeviceConfig, Kernel, Threads
 from .inputs import model_inputs
 from .model import ModelConfig
+from .parts import part_name
 from .registry import Experiment, doc_summary
+from .units import Unit, Units
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -129,12 +131,15 @@ def layers_inputs(config: LayersConfig) -> LayersInputs:
     )
 
 
-def _ode_reference(inputs: LayersInputs, reporter: Reporter):
-    """The ODE at time T by the adaptive integrator at reference_rtol: its Trajectory."""
+def _reference_part(inputs: LayersInputs, reporter: Reporter) -> xr.Dataset:
+    """The ODE at time T by the adaptive integrator at reference_rtol: the tokens x_T (token, dim),
+    and its wall time in attrs["reference_s"]."""
+    import xarray as xr
+
     from ..dynamics.integrate import simulate
 
     with torch_threads(inputs.threads), reporter.task("ODE reference", total=inputs.T) as cb:
-        return simulate(
+        ref = simulate(
             inputs.nodes.X,
             inputs.att,
             [inputs.T],
@@ -145,20 +150,20 @@ def _ode_reference(inputs: LayersInputs, reporter: Reporter):
             device=inputs.device,
             progress=cb,
         )
+    return xr.Dataset(
+        {"x_T": (("token", "dim"), ref.x[-1])}, attrs={"reference_s": float(ref.info.get("wall_time_s", 0.0))}
+    )
 
 
-def _depth_errors(inputs: LayersInputs, X_T: np.ndarray, reporter: Reporter) -> np.ndarray:
-    """max_i |x_i^L - x_i(T)| for every L (L,)."""
-    errors = []
-    for L in inputs.Ls:
-        with torch_threads(inputs.threads), reporter.task(f"L = {L}", total=1.0):
-            XL = transformer(
-                inputs.nodes.X, inputs.att, L, inputs.T, inputs.kernel, inputs.nodes.weights, inputs.device
-            )
-        errors.append(float(np.max(np.linalg.norm(XL - X_T, axis=-1))))
-        reporter.advance()
-        reporter.info(f"L = {L}: max_i |x_i^L - x_i(T)| = {errors[-1]:.3g}")
-    return np.asarray(errors)
+def _depth_part(inputs: LayersInputs, L: int, X_T: np.ndarray, reporter: Reporter) -> xr.Dataset:
+    """The error of L layers at depth T, max_i |x_i^L - x_i(T)| against the reference X_T (N, d)."""
+    import xarray as xr
+
+    with torch_threads(inputs.threads), reporter.task(f"L = {L}", total=1.0):
+        XL = transformer(
+            inputs.nodes.X, inputs.att, L, inputs.T, inputs.kernel, inputs.nodes.weights, inputs.device
+        )
+    return xr.Dataset({"error": ((), float(np.max(np.linalg.norm(XL - X_T, axis=-1))))}, attrs={"L": L})
 
 
 def fit_order(h: np.ndarray, errors: np.ndarray, use: np.ndarray) -> dict[str, Any]:
@@ -178,26 +183,30 @@ def fit_order(h: np.ndarray, errors: np.ndarray, use: np.ndarray) -> dict[str, A
 
 
 def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None = None):
-    """Error of the L-layer transformer at depth T against the ODE, for every L; fitted order."""
+    """Error of the L-layer transformer at depth T against the ODE, for every L; fitted order. With
+    `out`, the reference and each L are parts of the run folder (a rerun resumes from them)."""
     import xarray as xr
 
     reporter = progress or Reporter()
-    start = time.perf_counter()
+    units = Units(config, EXPERIMENT.part_keys, out, reporter)
     inputs = layers_inputs(config)
-    reporter.overall(len(config.Ls) + 1, f"layers: {len(config.Ls)} depths, N = {config.N}")
-    ref = _ode_reference(inputs, reporter)
-    reporter.advance()
-    errors_a = _depth_errors(inputs, ref.x[-1], reporter)
+    units.plan(len(config.Ls) + 1, f"layers: {len(config.Ls)} depths, N = {config.N}")
+    ref = units.run(Unit("reference", partial(_reference_part, inputs, reporter)))
+    X_T = ref["x_T"].values
+    errors = []
+    for L in inputs.Ls:
+        part = units.run(Unit(part_name(L=L), partial(_depth_part, inputs, L, X_T, reporter)))
+        errors.append(float(part["error"]))
+        reporter.info(f"L = {L}: max_i |x_i^L - x_i(T)| = {errors[-1]:.3g}")
+    errors_a = np.asarray(errors)
     h = config.T / np.asarray(config.Ls, dtype=float)
     fits = fit_order(h, errors_a, np.asarray(config.Ls) >= config.fit_min_L)
     if "order" in fits:
         fits["fit_min_L"] = config.fit_min_L
-    timings = {"reference_s": float(ref.info.get("wall_time_s", 0.0)), "total_s": time.perf_counter() - start}
+    units.timings["reference_s"] = float(ref.attrs["reference_s"])
     ds = xr.Dataset({"error": (("L",), errors_a), "h": (("L",), h)}, coords={"L": np.asarray(config.Ls)})
-    ds.attrs = base_attrs(
-        config,
-        reporter,
-        timings,
+    units.finish(
+        ds,
         kernel=config.kernel,
         integrator=f"explicit Euler + layer normalisation; reference adaptive rtol={config.reference_rtol:g}",
         fits=fits,

@@ -8,7 +8,6 @@ eigenspace (largest real part) first reaches `threshold`; V's top eigenspace by 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -17,27 +16,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
 
-from .._text import format_value
 from ..io import json_attr, to_json
 from ..measures import Nodes
 from ..plot import (
     DPI,
     TOKEN_CAPTIONS,
-    beta_legend,
-    config_value,
-    markevery,
-    new_figure,
-    positive,
-    require,
-    run_title,
-    save,
-    series_styles,
     token_figures,
 )
-from ..plot.style import ZERO_TEMPERATURE_STYLE, beta_line, beta_status
+from ..plot.mass import MASS_CAPTION, plot_mass
 from ..progress import Reporter
 from .common import (
-    base_attrs,
     finite_or_none,
     time_grid,
     token_subset,
@@ -48,8 +36,9 @@ from .common import (
 from .config import Angle, Betas, SimulationConfig
 from .inputs import Integration, ModelInputs, integration, model_inputs
 from .model import FlowConfig
-from .parts import cached_part, fingerprint, part_name
+from .parts import part_name
 from .registry import Experiment, doc_summary
+from .units import Unit, Units
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -166,31 +155,24 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
     import xarray as xr
 
     reporter = progress or Reporter()
-    start = time.perf_counter()
+    units = Units(config, EXPERIMENT.part_keys, out, reporter)
     inputs = terminal_inputs(config)
     warn_assumptions(inputs.model.attention, reporter)
-    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
-    reporter.overall(len(config.betas), f"terminal: {len(config.betas)} betas, N = {config.N}")
-    parts, timings, notes = [], {}, {}
+    units.plan(len(config.betas), f"terminal: {len(config.betas)} betas, N = {config.N}")
+    parts, notes = [], {}
     for beta in config.betas:
-        t0 = time.perf_counter()
         compute = partial(_beta_part, inputs, beta, reporter)
-        part = cached_part(out, part_name(beta=beta), fp, compute, reporter)
-        timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
+        part = units.run(Unit(part_name(beta=beta), compute, timing=f"beta={beta:g}_s"))
         notes[f"{beta:g}"] = part.attrs.get("terminal_note", "")
         parts.append(part)
-        reporter.advance()
         reporter.info(f"beta = {beta:g}: terminal time {float(part.terminal_time[0]):.3g}")
     sp = inputs.model.spectrum
     ds = xr.concat([p.drop_attrs() for p in parts], dim="beta")
     ds["basis_A"] = (("dim", "k"), sp.top.basis)
     ds["basis_V"] = (("dim", "kv"), sp.v_top_real.basis)
     ds = ds.assign_coords(dim=np.arange(inputs.model.d), token=inputs.keep)
-    timings["total_s"] = time.perf_counter() - start
-    ds.attrs = base_attrs(
-        config,
-        reporter,
-        timings,
+    units.finish(
+        ds,
         kernel=config.kernel,
         integrator=inputs.solver.label,
         solver=[json_attr(p, "solver", {}) for p in parts],
@@ -228,68 +210,6 @@ def summarize(ds) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------- figures
-
-#: caption of `plot_mass` (also drawn by the concentration experiment)
-MASS_CAPTION = (
-    "Mass near the top eigenspaces",
-    "Fraction of tokens within ε of the top eigenspaces of A and of V against t.",
-)
-
-
-def plot_mass(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]:
-    """Mass fractions near the top eigenspaces of A and V against t, one line per beta; a Lyapunov
-    panel (log y) when `lyapunov` is present; terminal times marked when `terminal_time` is.
-
-    Needs `mass_A`, `mass_V` (beta, time); uses `mass_V_magnitude`, `lyapunov` (beta, time),
-    `terminal_time` (beta).  Writes mass.png and mass.pdf.
-    """
-    dims = {v: ("beta", "time") for v in ("mass_A", "mass_V", "mass_V_magnitude", "lyapunov")}
-    require(ds, ["mass_A", "mass_V"], "plot_mass", dims)
-    t = np.asarray(ds["time"].values, dtype=float)
-    betas = np.asarray(ds["beta"].values, dtype=float)
-    styles, status = series_styles(len(betas)), beta_status(ds)
-    eps = config_value(ds, "eps", "epsilon")
-    within = f"within ε = {format_value(eps)}" if isinstance(eps, int | float) else "within ε"
-    panels = [
-        ("mass_A", f"mass {within} of A's top eigenspace"),
-        ("mass_V", f"mass {within} of V's top eigenspace (largest Re)"),
-    ]
-    if "mass_V_magnitude" in ds.variables:
-        panels.append(("mass_V_magnitude", f"mass {within} of V's top eigenspace (largest |λ|)"))
-    if "lyapunov" in ds.variables:
-        panels.append(("lyapunov", r"Lyapunov functional $\int |P_1^\perp x|^2\, d\rho_t$"))
-    fig, axes = new_figure(1, len(panels), (4.3 * len(panels) + 0.8, 4.4))
-    tt = np.asarray(ds["terminal_time"].values, dtype=float) if "terminal_time" in ds.variables else None
-    for ax, (var, subtitle) in zip(axes[0], panels, strict=True):
-        vals = ds[var].transpose("beta", "time").values
-        for i, b in enumerate(betas):
-            y = positive(vals[i]) if var == "lyapunov" else vals[i]
-            label, style = beta_line(float(b), styles[i], str(status[i]))
-            ax.plot(t, y, label=label, markevery=markevery(len(t)), **style)
-            if tt is not None and var != "lyapunov" and np.isfinite(tt[i]):
-                ax.axvline(tt[i], color=styles[i]["color"], ls=styles[i]["linestyle"], lw=0.9, alpha=0.8)
-        if var == "lyapunov" and "lyapunov_zero" in ds.variables and ds["lyapunov_zero"].dims == ("time",):
-            ax.plot(
-                t,
-                positive(ds["lyapunov_zero"].values),
-                label="β = ∞ (zero temperature)",
-                **ZERO_TEMPERATURE_STYLE,
-            )
-        ax.set_xlabel("time t")
-        if var == "lyapunov":
-            ax.set_yscale("log", nonpositive="mask")
-            ax.set_ylabel(r"$\int |P_1^\perp x|^2\, d\rho_t$ (log scale)")
-        else:
-            ax.set_ylim(-0.03, 1.03)
-            ax.set_ylabel("fraction of tokens")
-        ax.set_title(subtitle, fontsize="medium")
-        ax.grid(True, alpha=0.3)
-    beta_legend(fig, axes[0][0], betas)
-    what = "Mass near the top eigenspaces of A and V"
-    if tt is not None:
-        what += " (vertical lines: terminal times)"
-    fig.suptitle(run_title(ds, what))
-    return save(fig, outdir, "mass", dpi)
 
 
 def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bool = False) -> list[Path]:

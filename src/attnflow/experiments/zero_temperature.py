@@ -9,8 +9,8 @@ rho_0: Monte Carlo clouds miss the rare slow tokens near P_1 x = 0 and overestim
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -34,15 +34,19 @@ from ..plot import (
     token_figures,
 )
 from ..progress import Reporter
-from .common import base_attrs, fit_or_reason, time_grid, token_subset, warn_assumptions
+from .common import fit_or_reason, time_grid, token_subset, warn_assumptions
 from .inputs import ModelInputs, model_inputs
 from .model import ModelConfig, init_choice
 from .needs import INVERTIBLE_B, LIMIT, REFERENCE, Need
 from .registry import Experiment, doc_summary
+from .units import Unit, Units
 
 if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.axes import Axes
+
+#: the curves of the reference or of the cloud: w2 (T,), and w2_err, lyapunov, x, local_rates
+Curves = dict[str, Any]
 
 ZERO_TEMPERATURE_LABEL = "β = ∞ (zero temperature)"
 
@@ -142,10 +146,12 @@ def zero_temperature_inputs(config: ZeroTemperatureConfig) -> ZeroTemperatureInp
     )
 
 
-def _reference(inputs: ZeroTemperatureInputs, reporter: Reporter) -> dict | None:
-    """The N = infinity reference (W2, its error, local rates), or None with a message where the
-    exact formula does not apply (and init = quadrature asked for it: an error)."""
-    from ..dynamics.reference import local_rates, reference_w2
+def _reference_part(inputs: ZeroTemperatureInputs, reporter: Reporter) -> xr.Dataset:
+    """The N = infinity reference: w2 and its error w2_err (time); where the exact formula does not
+    apply, no variables and attrs["missing"] saying why (init = quadrature, which needs it: an error)."""
+    import xarray as xr
+
+    from ..dynamics.reference import reference_w2
 
     density = inputs.model.rho0.density
     try:
@@ -160,21 +166,36 @@ def _reference(inputs: ZeroTemperatureInputs, reporter: Reporter) -> dict | None
     except ValueError as err:
         if inputs.reference_only:
             raise ValueError(f"init = quadrature needs the N = infinity reference, which {err}") from None
-        reporter.warn(f"no N = infinity reference ({err}): the token cloud alone is shown")
-        return None
-    rates = local_rates(ref.times, ref.w2, ref.w2_err, width=inputs.rate_window)
-    return {"w2": ref.w2, "w2_err": ref.w2_err, "local_rates": rates, "nodes": int(ref.info.get("nodes", 0))}
+        return xr.Dataset(attrs={"missing": str(err)})
+    return xr.Dataset(
+        {"w2": (("time",), ref.w2), "w2_err": (("time",), ref.w2_err)},
+        coords={"time": ref.times},
+        attrs={"nodes": int(ref.info.get("nodes", 0))},
+    )
 
 
-def _cloud(inputs: ZeroTemperatureInputs, reporter: Reporter) -> dict | None:
-    """The exact flow of a token cloud of N tokens (None when N = 0 or init = quadrature)."""
+def _reference(inputs: ZeroTemperatureInputs, part: xr.Dataset, reporter: Reporter) -> Curves | None:
+    """The reference's curves (w2, w2_err, local_rates) from its part, or None with a warning where
+    there is none."""
     from ..dynamics.reference import local_rates
+
+    if "missing" in part.attrs:
+        reporter.warn(f"no N = infinity reference ({part.attrs['missing']}): the token cloud alone is shown")
+        return None
+    times, w2, w2_err = part["time"].values, part["w2"].values, part["w2_err"].values
+    rates = local_rates(times, w2, w2_err, width=inputs.rate_window)
+    return {"w2": w2, "w2_err": w2_err, "local_rates": rates}
+
+
+def _cloud_part(inputs: ZeroTemperatureInputs, reporter: Reporter) -> xr.Dataset:
+    """The exact flow of a token cloud of N tokens: w2 to Pi_# rho_0 and the Lyapunov functional
+    (time), the positions x (time, token, dim) of n_keep tokens (float32)."""
+    import xarray as xr
+
     from ..dynamics.zero_temperature import project, simulate_zero_temperature
     from ..science import metrics
     from ..transport.wasserstein import w2_to_target
 
-    if inputs.reference_only or inputs.N == 0:
-        return None
     att, times = inputs.model.head_at(math.inf), inputs.times
     nodes = inputs.model.rho0.nodes(inputs.N, inputs.seed)
     keep = token_subset(inputs.N, inputs.n_keep, inputs.seed)
@@ -182,16 +203,29 @@ def _cloud(inputs: ZeroTemperatureInputs, reporter: Reporter) -> dict | None:
         traj = simulate_zero_temperature(nodes.X, att, times)
     w = nodes.weights
     w2 = w2_to_target(traj.x, project(nodes.X, att, spectral=True), weights=w).values
+    lyapunov = np.asarray(metrics.lyapunov(traj.x, att.spectrum().top_projector, weights=w))
+    data = {
+        "w2": (("time",), w2),
+        "lyapunov": (("time",), lyapunov),
+        "x": (("time", "token", "dim"), traj.x[:, keep].astype(np.float32)),
+    }
+    return xr.Dataset(data, attrs={"note": traj.info.get("note", "")})
+
+
+def _cloud(inputs: ZeroTemperatureInputs, part: xr.Dataset) -> Curves:
+    """The cloud's curves (w2, lyapunov, x, local_rates) from its part."""
+    from ..dynamics.reference import local_rates
+
+    w2 = part["w2"].values
     return {
         "w2": w2,
-        "lyapunov": np.asarray(metrics.lyapunov(traj.x, att.spectrum().top_projector, weights=w)),
-        "x": traj.x[:, keep].astype(np.float32),
-        "local_rates": local_rates(times, w2, width=inputs.rate_window) if np.all(w2 > 0) else [],
-        "note": traj.info.get("note", ""),
+        "lyapunov": part["lyapunov"].values,
+        "x": part["x"].values,
+        "local_rates": local_rates(inputs.times, w2, width=inputs.rate_window) if np.all(w2 > 0) else [],
     }
 
 
-def _fits(inputs: ZeroTemperatureInputs, main: dict, cloud: dict | None, reporter: Reporter) -> dict:
+def _fits(inputs: ZeroTemperatureInputs, main: Curves, cloud: Curves | None, reporter: Reporter) -> dict:
     """The rate fitted on the main curve next to the guaranteed rate and c*, and the local rates."""
     from ..science.assumptions import reference_rates
     from ..science.fits import fit_decay_rate
@@ -214,7 +248,7 @@ def _fits(inputs: ZeroTemperatureInputs, main: dict, cloud: dict | None, reporte
     return fits
 
 
-def _dataset(inputs: ZeroTemperatureInputs, ref: dict | None, cloud: dict | None):
+def _dataset(inputs: ZeroTemperatureInputs, ref: Curves | None, cloud: Curves | None):
     """The curves: w2 (the reference's, else the cloud's), w2_err, w2_cloud, lyapunov, x."""
     import xarray as xr
 
@@ -238,27 +272,30 @@ def _dataset(inputs: ZeroTemperatureInputs, ref: dict | None, cloud: dict | None
 
 def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Reporter | None = None):
     """Exact zero-temperature flow: the N = infinity reference and/or a token cloud; W2 to Pi_# rho_0,
-    local rates per window next to the guaranteed rate and c*."""
+    local rates per window next to the guaranteed rate and c*. With `out`, the reference and the
+    cloud are parts of the run folder (a rerun resumes from them)."""
     reporter = progress or Reporter()
-    start = time.perf_counter()
+    units = Units(config, EXPERIMENT.part_keys, out, reporter)
     inputs = zero_temperature_inputs(config)
     warn_assumptions(inputs.model.attention, reporter)
-    reporter.overall(2, "zero-temperature")
-    ref = _reference(inputs, reporter)
-    reporter.advance()
-    cloud = _cloud(inputs, reporter)
-    reporter.advance()
+    with_cloud = not inputs.reference_only and inputs.N > 0
+    units.plan(2, "zero-temperature")
+    ref = _reference(
+        inputs, units.run(Unit("reference", partial(_reference_part, inputs, reporter))), reporter
+    )
+    cloud = None
+    if with_cloud:
+        cloud = _cloud(inputs, units.run(Unit("cloud", partial(_cloud_part, inputs, reporter))))
+    else:
+        reporter.advance()
     main = ref if ref is not None else cloud
     if main is None:
         raise ValueError("nothing to compute: N = 0 and no N = infinity reference for these weights")
     fits = _fits(inputs, main, cloud, reporter)
     ds = _dataset(inputs, ref, cloud)
     kind = "N = infinity reference (adaptive cubature)" if ref is not None else f"token cloud, N = {config.N}"
-    timings = {"total_s": time.perf_counter() - start}
-    ds.attrs = base_attrs(
-        config,
-        reporter,
-        timings,
+    units.finish(
+        ds,
         kernel="zero-temperature (exact flow)",
         integrator="exact: expm(A s) with the scalar clock ODE",
         fits=fits,

@@ -13,11 +13,9 @@ Once: the zero-temperature curve, at N = infinity where an exact reference exist
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
@@ -32,13 +30,14 @@ from ...science.convergence import (
     judge_ladder,
 )
 from ...science.metrics import RESOLUTION_OK
-from ..common import base_attrs, time_grid, warn_assumptions
+from ..common import time_grid, warn_assumptions
 from ..config import Angle, Betas, Seed, SimulationConfig
 from ..inputs import integration, model_inputs
 from ..model import FlowConfig, weights_attention
 from ..needs import INVERTIBLE_B, LIMIT, Need
-from ..parts import cached_part, fingerprint, part_done, part_name
+from ..parts import part_name
 from ..registry import Experiment, doc_summary
+from ..units import Unit, Units
 from .dataset import (
     assemble,
     long_names,
@@ -49,21 +48,20 @@ from .dataset import (
 from .evidence import TimeStepProbe, beta_evidence, claim_data, time_step_probe
 from .figures import CAPTIONS, figures, sweep_figures
 from .levels import (
-    Cloud,
     CloudCache,
     ConcentrationInputs,
     Ladder,
     Simulations,
     batch_betas,
     departure_time,
-    graded_clouds,
     located_of,
-    reduce_level,
-    separatrix_part,
 )
-from .meanfield import meanfield_level
 from .presets import PRESETS
+from .strategies import LadderRun, Levels, levels_for
 from .zero import zero_temperature
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 # the keys of the N ladder: they choose which levels run, not what one level computes
 LADDER_KEYS = frozenset({"betas", "N", "N_min", "N_max", "tol", "streak", "curve_atol", "curve_rtol"})
@@ -173,26 +171,7 @@ def concentration_inputs(config: ConcentrationConfig) -> ConcentrationInputs:
     )
 
 
-@dataclass(frozen=True, eq=False)
-class _Run:
-    """What the ladders of one run share: its inputs, run folder and fingerprint, reporter, the
-    beta-free clouds, the simulations, the zero-temperature reference curve (or None), and the cost
-    of each level of a ladder in the units of the overall bar (`level_costs`)."""
-
-    inputs: ConcentrationInputs
-    out: Path | None
-    fp: str
-    reporter: Reporter
-    clouds: CloudCache
-    simulations: Simulations
-    w2_zero: np.ndarray | None
-    costs: tuple[float, ...]
-
-    def part(self, name: str, compute: Callable[[], Any]) -> Any:
-        return cached_part(self.out, name, self.fp, compute, self.reporter)
-
-
-def _zero_part(inputs: ConcentrationInputs, clouds: CloudCache) -> Any:
+def _zero_part(inputs: ConcentrationInputs, clouds: CloudCache) -> xr.Dataset:
     return zero_temperature(inputs, clouds[inputs.Ns[0]])
 
 
@@ -202,92 +181,63 @@ def level_costs(inputs: ConcentrationInputs) -> tuple[float, ...]:
     return tuple(float(N) ** 2 for N in inputs.Ns)
 
 
-def _batched(inputs: ConcentrationInputs, out: Path | None, fp: str) -> bool:
+def _batched(inputs: ConcentrationInputs, units: Units) -> bool:
     """Whether the betas run together: a small fixed-N, fixed-step run (batch_betas) with a level
     left to compute."""
     if inputs.auto or not batch_betas(inputs, inputs.Ns[0]):
         return False
-    names = [part_name(beta=b, N=inputs.Ns[0]) for b in inputs.betas]
-    return not all(part_done(out, n, fp) for n in names)
+    return not all(units.done(part_name(beta=b, N=inputs.Ns[0])) for b in inputs.betas)
 
 
 def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter | None = None):
     """Run the experiment; with `out`, every finished (beta, N) level is kept in out/parts, and with
     init = graded every beta's separatrix search."""
     reporter = progress or Reporter()
-    start = time.perf_counter()
+    units = Units(config, EXPERIMENT.part_keys, out, reporter)
     inputs = concentration_inputs(config)
     warn_assumptions(inputs.model.attention, reporter)
-    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
+    levels = levels_for(inputs)
     clouds = CloudCache(inputs)
     costs = level_costs(inputs)  # the zero-temperature part and the time-step probe: a first level each
-    reporter.overall(
+    units.plan(
         2 * costs[0] + len(inputs.betas) * sum(costs),
         f"concentration: {len(inputs.betas)} betas, N = {config.N}",
     )
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    zero = cached_part(out, "zero", fp, partial(_zero_part, inputs, clouds), reporter)
+    zero_unit = Unit("zero", partial(_zero_part, inputs, clouds), costs[0], "zero_temperature_s")
+    zero = units.run(zero_unit)
     zero_info = json_attr(zero, "zero", {})
     w2_zero = zero.w2_zero.values if zero_info.get("kind", "").startswith("N = infinity") else None
-    timings["zero_temperature_s"] = time.perf_counter() - t0
-    reporter.advance(costs[0])
-    simulations = Simulations(inputs, reporter, batched=_batched(inputs, out, fp))
-    shared = _Run(inputs, out, fp, reporter, clouds, simulations, w2_zero, costs)
+    simulations = Simulations(inputs, reporter, batched=_batched(inputs, units))
+    shared = LadderRun(inputs, units, clouds, simulations, w2_zero, costs)
     ladders = []
     for beta in inputs.betas:
         t0 = time.perf_counter()
-        ladders.append(_ladder(shared, beta))
-        timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
+        ladders.append(_ladder(shared, levels, beta))
+        units.timings[f"beta={beta:g}_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    probe = _time_step_probe(shared, ladders)
-    timings["time_step_probe_s"] = time.perf_counter() - t0
-    reporter.advance(costs[0])
+    probe = _time_step_probe(shared, levels, ladders)
+    units.timings["time_step_probe_s"] = time.perf_counter() - t0
     evidence = [beta_evidence(inputs, lad, probe) for lad in ladders]
     ds = assemble(inputs, ladders, zero, evidence)
-    if inputs.model.theorem()[0] and not inputs.meanfield:  # (a mean-field run stores no tokens)
+    if inputs.model.theorem()[0] and levels.tokens:  # (a mean-field run stores no tokens)
         ds["x_zero"] = (("time", "token", "dim"), tokens_at_zero_temperature(inputs, ladders[0].cloud, ds))
-    timings["total_s"] = time.perf_counter() - start
     claims = claim_data(inputs, evidence, zero, zero_info)
-    ds.attrs = base_attrs(
-        config, reporter, timings, **run_attrs(inputs, ds, ladders, claims, probe, zero_info)
-    )
+    units.finish(ds, **run_attrs(inputs, ds, ladders, claims, probe, zero_info))
     long_names(ds, inputs.eps, zero_info, inputs.model.theorem())
     return ds
 
 
-def _level(shared: _Run, clouds: Mapping[int, Cloud], beta: float, N: int) -> Any:
-    """The part of level N at beta: its trajectory, reduced."""
-    cloud = clouds[N]
-    return reduce_level(shared.inputs, beta, cloud, shared.simulations.level(beta, cloud), shared.w2_zero)
-
-
-def _time_step_probe(shared: _Run, ladders: list[Ladder]) -> TimeStepProbe:
+def _time_step_probe(shared: LadderRun, levels: Levels, ladders: list[Ladder]) -> TimeStepProbe:
     """The time-step error probe: the largest beta's first level again, with tighter tolerances
     (a part of the run folder, `..._timestep`)."""
-    from .levels import simulate_level
-
-    inputs = shared.inputs
     lad = max(ladders, key=lambda lad: lad.beta)
-    base = lad.parts[0]
-    N = int(base.attrs["N"])
-    if inputs.meanfield:  # level 0 again at the tighter tolerances
-        tighter = inputs.solver.tighter()
-        probe = partial(meanfield_level, inputs, lad.beta, 0, tighter, shared.reporter, shared.w2_zero)
-        part = shared.part(f"{part_name(beta=lad.beta, level=0)}_timestep", probe)
-        return time_step_probe(inputs, base, part, shared.w2_zero, tighter.label)
-    cloud = lad.clouds[N]
-    tight = inputs.solver.tighter()
-
-    def compute() -> Any:
-        run = simulate_level(inputs, lad.beta, cloud, shared.reporter, solver=tight)
-        return reduce_level(inputs, lad.beta, cloud, run, shared.w2_zero)
-
-    part = shared.part(f"{part_name(beta=lad.beta, N=N)}_timestep", compute)
-    return time_step_probe(inputs, base, part, shared.w2_zero, tight.label)
+    unit, label = levels.probe(shared, lad)
+    return time_step_probe(shared.inputs, lad.parts[0], shared.units.run(unit), shared.w2_zero, label)
 
 
-def _reading(inputs: ConcentrationInputs, parts: list[Any], w2_zero: np.ndarray | None) -> LevelReading:
+def _reading(
+    inputs: ConcentrationInputs, parts: list[xr.Dataset], w2_zero: np.ndarray | None
+) -> LevelReading:
     """What the latest level of a ladder says: its curve inside the window where it agrees with the
     level before (the first level: its whole curve, the reference of the second), that coarser curve
     read in the same window, its resolution ratio and departure time."""
@@ -313,57 +263,24 @@ def _reading(inputs: ConcentrationInputs, parts: list[Any], w2_zero: np.ndarray 
     )
 
 
-def _ladder(shared: _Run, beta: float) -> Ladder:
-    """The ladder of one beta: levels until the verdict says stop (graded levels: until converged or
-    the last node count <= N_max, see graded_clouds; the others: converged, or 2 N > N_max)."""
-    inputs, reporter = shared.inputs, shared.reporter
-    if inputs.meanfield:
-        return _meanfield_ladder(shared, beta)
-    search, Ns = None, inputs.Ns
-    clouds: Mapping[int, Cloud] = shared.clouds
-    if inputs.graded:  # the levels are the grading's: their N are node counts, known once searched
-        compute = partial(separatrix_part, inputs, beta, reporter)
-        search = shared.part(f"{part_name(beta=beta)}_separatrix", compute)
-        graded = {c.N: c for c in graded_clouds(inputs, beta, search)}
-        clouds, Ns = graded, tuple(graded)
-    parts: list[Any] = []
+def _ladder(shared: LadderRun, levels: Levels, beta: float) -> Ladder:
+    """The ladder of one beta: its levels (`levels.plan`) until its strategy says stop."""
+    inputs, reporter = shared.inputs, shared.units.reporter
+    plan = levels.plan(shared, beta)
+    parts: list[xr.Dataset] = []
     readings: list[LevelReading] = []
-    costs = shared.costs
-    for N in Ns:
-        parts.append(shared.part(part_name(beta=beta, N=N), partial(_level, shared, clouds, beta, N)))
-        readings.append(_reading(inputs, parts, shared.w2_zero))
-        decision = judge_ladder(readings, inputs.rules)
-        reporter.info(_level_line(beta, N, readings[-1], decision.status))
-        reporter.advance(costs[len(parts) - 1] if len(parts) <= len(costs) else 0.0)
-        if (decision.status == "converged") if inputs.graded else decision.done:
-            break
-    reporter.advance(sum(costs[len(parts) :]))  # the levels a converged ladder skips
-    if decision.status == "under-resolved":
-        reporter.warn(_under_resolved(inputs, beta, parts[-1]))
-    return Ladder(beta, tuple(parts), tuple(r.quantities for r in readings), decision, clouds, search)
-
-
-#: init = meanfield: the most refinement levels of one beta (each halves the spacings)
-MEANFIELD_LEVELS = 4
-
-
-def _meanfield_ladder(shared: _Run, beta: float) -> Ladder:
-    """init = meanfield: levels 0, 1, ... of the mean-field flow at beta, until the verdict says
-    converged, the next level's node count would pass N_max, or MEANFIELD_LEVELS."""
-    inputs, reporter = shared.inputs, shared.reporter
-    parts: list[Any] = []
-    readings: list[LevelReading] = []
-    for level in range(MEANFIELD_LEVELS):
-        compute = partial(meanfield_level, inputs, beta, level, inputs.solver, reporter, shared.w2_zero)
-        parts.append(shared.part(part_name(beta=beta, level=level), compute))
+    for unit in plan.units:
+        parts.append(shared.units.run(unit))
         readings.append(_reading(inputs, parts, shared.w2_zero))
         decision = judge_ladder(readings, inputs.rules)
         reporter.info(_level_line(beta, readings[-1].N, readings[-1], decision.status))
-        reporter.advance(shared.costs[level] if level < len(shared.costs) else 0.0)
-        if decision.status == "converged" or 2 * readings[-1].N > inputs.rules.N_max:
+        if levels.stop(decision, readings[-1], inputs):
             break
-    reporter.advance(sum(shared.costs[len(parts) :]))
-    return Ladder(beta, tuple(parts), tuple(r.quantities for r in readings), decision, {}, None)
+    reporter.advance(sum(shared.costs[len(parts) :]))  # the levels a converged ladder skips
+    if levels.tokens and decision.status == "under-resolved":
+        reporter.warn(_under_resolved(inputs, beta, parts[-1]))
+    quantities = tuple(r.quantities for r in readings)
+    return Ladder(beta, tuple(parts), quantities, decision, plan.clouds, plan.search)
 
 
 def _level_line(beta: float, N: int, reading: LevelReading, status: str) -> str:
@@ -382,7 +299,7 @@ def _level_line(beta: float, N: int, reading: LevelReading, status: str) -> str:
     )
 
 
-def _under_resolved(inputs: ConcentrationInputs, beta: float, part: Any) -> str:
+def _under_resolved(inputs: ConcentrationInputs, beta: float, part: xr.Dataset) -> str:
     from ...science.metrics import RESOLUTION_OK, tokens_for_ratio
 
     att = inputs.model.attention

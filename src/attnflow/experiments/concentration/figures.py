@@ -3,7 +3,7 @@
 is `bound_figures`.
 
 Drawn from a run's Dataset (schema: `attnflow.experiments.concentration`) with the pieces of
-`attnflow.plot`; the mass figure is `terminal.plot_mass`, the tokens `plot.token_figures`.
+`attnflow.plot`; the mass figure is `plot.mass.plot_mass`, the tokens `plot.token_figures`.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from ...plot import (
     ticks_at,
     token_figures,
 )
+from ...plot.mass import MASS_CAPTION, plot_mass
 from ...science.convergence import QUANTITIES
 from ...science.fits import temperature_scale
-from ..terminal import MASS_CAPTION, plot_mass
 from .bound_figures import bound_curve, claim_row, drawn_as, envelope, plot_envelope, plot_w2
 
 if TYPE_CHECKING:

@@ -18,7 +18,6 @@ attention has no MLP, no residual bookkeeping and no other heads).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -32,22 +31,24 @@ from ...io import json_attr
 from ...progress import Reporter
 from ...science.clusters import GLPR_EPS
 from ..common import (
-    base_attrs,
     finite_or_none,
-    integrator_label,
-    simulate_kwargs,
     time_grid,
     torch_threads,
     unit_float64,
 )
 from ..config import Angle, SimulationConfig
+from ..inputs import Integration, integration
 from ..model import NEW_KEY
-from ..parts import cached_part, fingerprint, part_name
+from ..parts import part_name
 from ..registry import Experiment, doc_summary
+from ..units import Unit, Units
 from .figures import WHOLE_LAYER, figures
 
 if TYPE_CHECKING:
     import xarray as xr
+
+    from ...attention import Attention
+    from ...pretrained.heads import Layer
 
 #: Tokens with |P_S x| at or below this have no Pi_S(x): they are left out of W2 to (Pi_S)_# rho_0.
 PI_UNDEFINED_TOL = 1e-9
@@ -108,7 +109,7 @@ PRESETS = {
 }
 
 
-def layer_dynamics(layer: Any, beta_scale: float) -> Dynamics:
+def layer_dynamics(layer: Layer, beta_scale: float) -> Dynamics:
     """The layer's heads as one Dynamics: head h is Q_h, K_h, W_V^h (d_h x d, padded by zero rows)
     at its beta times beta_scale, its output block W_O^h (d x d_h); the layer's causal mask."""
     heads = [padded_head(h.Q, h.K, h.W_V, h.beta * beta_scale) for h in layer.heads]
@@ -135,10 +136,12 @@ def pi_symmetric(X: np.ndarray, S1: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return out, ok
 
 
-def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: HeadsConfig, head: int, reporter):
-    """One attention's run (att an Attention or a Dynamics): S1 (d, m) basis of the symmetric part's
-    top eigenspace, VU V's top, Y1 (N, d) the model's normalised token states after the layer (or
-    None)."""
+def _head_part(
+    inp: HeadsInputs, att: Attention | Dynamics, S1: np.ndarray, VU: np.ndarray, head: int, reporter: Reporter
+) -> xr.Dataset:
+    """One attention's run (att an Attention or a Dynamics) from the cloud inp.X0 (N, d): S1 (d, m)
+    basis of the symmetric part's top eigenspace, VU V's top; W2 to inp.Y1 (N, d), the model's
+    normalised token states after the layer, unless None."""
     import xarray as xr
 
     from ...dynamics.integrate import simulate
@@ -146,9 +149,10 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
     from ...science.clusters import count_clusters
     from ...transport.wasserstein import w2_to_target
 
+    X0, times, Y1 = inp.X0, inp.times, inp.Y1
     label = "whole layer" if head == WHOLE_LAYER else f"head {head}"
-    with torch_threads(config.threads), reporter.task(label, total=float(times[-1])) as cb:
-        traj = simulate(X0, att, times, progress=cb, **simulate_kwargs(config))
+    with torch_threads(inp.solver.threads), reporter.task(label, total=float(times[-1])) as cb:
+        traj = simulate(X0, att, times, progress=cb, **inp.solver.kwargs())
     Xt = unit_float64(traj.x)
     diff = Xt[:, :, None, :] - Xt[:, None, :, :]
     PiX0, ok = pi_symmetric(X0, S1)
@@ -159,11 +163,11 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
     else:
         w2_pi, how = np.full(len(times), np.nan), "none: Pi_S undefined for every token"
     data = {
-        "mass_S": (("head", "time"), np.asarray(metrics.subspace_mass(Xt, S1, config.eps))[None]),
-        "mass_V": (("head", "time"), np.asarray(metrics.subspace_mass(Xt, VU, config.eps))[None]),
+        "mass_S": (("head", "time"), np.asarray(metrics.subspace_mass(Xt, S1, inp.eps))[None]),
+        "mass_V": (("head", "time"), np.asarray(metrics.subspace_mass(Xt, VU, inp.eps))[None]),
         "alignment": (("head", "time"), np.linalg.norm(Xt @ S1, axis=-1).mean(axis=-1)[None]),
         "diameter": (("head", "time"), np.sqrt((diff**2).sum(-1)).max(axis=(1, 2))[None]),
-        "clusters": (("head", "time"), np.asarray(count_clusters(Xt, config.cluster_eps))[None]),
+        "clusters": (("head", "time"), np.asarray(count_clusters(Xt, inp.cluster_eps))[None]),
         "w2_pi_S": (("head", "time"), w2_pi[None]),
         "pi_undefined": (("head",), [int((~ok).sum())]),
         "dim_S": (("head",), [S1.shape[1]]),
@@ -182,15 +186,21 @@ def _head_part(att, X0, times, S1: np.ndarray, VU: np.ndarray, Y1, config: Heads
 class HeadsInputs:
     """The frozen inputs of a heads run, made once from its config: the checkpoint's source, the
     layer (its heads), the heads to simulate (WHOLE_LAYER first), the token strings, the unit cloud
-    X0 entering the layer, the model's next states Y1 (or None) and the saved times."""
+    X0 entering the layer, the model's next states Y1 (or None), the saved times, the integrator,
+    the angles of `eps` and `cluster_eps`, and beta_scale, layer_flow."""
 
     source: str
-    layer: Any
+    layer: Layer
     selected: list[int]
     tokens: list[str]
     X0: np.ndarray
     Y1: np.ndarray | None
     times: np.ndarray
+    solver: Integration
+    eps: float
+    cluster_eps: float
+    beta_scale: float
+    layer_flow: str
 
 
 def _selected(config: HeadsConfig, n_heads: int) -> list[int]:
@@ -221,31 +231,38 @@ def heads_inputs(config: HeadsConfig) -> HeadsInputs:
     times = time_grid(config.t_max, config.dt_save)
     selected = _selected(config, len(layer.heads))
     return HeadsInputs(
-        str(ck.source), layer, selected, run_text.tokens, run_text.cloud(config.layer), Y1, times
+        str(ck.source),
+        layer,
+        selected,
+        run_text.tokens,
+        run_text.cloud(config.layer),
+        Y1,
+        times,
+        integration(config),
+        config.eps,
+        config.cluster_eps,
+        config.beta_scale,
+        config.layer_flow,
     )
 
 
-def _parts(inp: HeadsInputs, config: HeadsConfig, out: Path | None, reporter: Reporter):
-    """One part per selected attention (cached in the run folder); their timings."""
+def _units(inp: HeadsInputs, reporter: Reporter) -> list[Unit]:
+    """One unit per selected attention: its run and measures."""
     from ... import pretrained as P
     from ...attention import top_eigenspace
 
-    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
-    parts, timings = [], {}
+    units = []
     for h in inp.selected:
         base = inp.layer.attention if h == WHOLE_LAYER else inp.layer.heads[h].attention
-        att = base.with_beta(base.beta * config.beta_scale)
+        att = base.with_beta(base.beta * inp.beta_scale)
         S1 = P.symmetric_top(att).basis
         VU = top_eigenspace(att.V, "real").basis  # V's top eigenspace, without A's spectrum
-        model = att
-        if h == WHOLE_LAYER and config.layer_flow == "heads":  # measured against the layer's S and V
-            model = layer_dynamics(inp.layer, config.beta_scale)
-        t0 = time.perf_counter()
-        task = partial(_head_part, model, inp.X0, inp.times, S1, VU, inp.Y1, config, h, reporter)
-        parts.append(cached_part(out, part_name(head=h), fp, task, reporter))
-        timings[f"head={h}_s"] = time.perf_counter() - t0
-        reporter.advance()
-    return parts, timings
+        model: Attention | Dynamics = att
+        if h == WHOLE_LAYER and inp.layer_flow == "heads":  # measured against the layer's S and V
+            model = layer_dynamics(inp.layer, inp.beta_scale)
+        task = partial(_head_part, inp, model, S1, VU, h, reporter)
+        units.append(Unit(part_name(head=h), task, timing=f"head={h}_s"))
+    return units
 
 
 def _pi_note(ds: xr.Dataset, n_tokens: int, reporter: Reporter) -> str:
@@ -306,13 +323,11 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
     import xarray as xr
 
     reporter = progress or Reporter()
-    start = time.perf_counter()
+    units = Units(config, EXPERIMENT.part_keys, out, reporter)
     inp = heads_inputs(config)
     n = len(inp.X0)
-    reporter.overall(
-        len(inp.selected), f"heads: layer {config.layer}, {len(inp.selected)} attentions, N = {n}"
-    )
-    parts, timings = _parts(inp, config, out, reporter)
+    units.plan(len(inp.selected), f"heads: layer {config.layer}, {len(inp.selected)} attentions, N = {n}")
+    parts = units.run_all(_units(inp, reporter))
     methods = {str(int(p["head"].values[0])): p.attrs.get("w2_pi_S_method", "?") for p in parts}
     ds = xr.concat([p.drop_attrs() for p in parts], dim="head")
     ds = ds.assign_coords(token=np.arange(len(inp.tokens)), token_text=("token", inp.tokens))
@@ -324,10 +339,7 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
     }
     if inp.Y1 is not None:
         extra["model_comparison"] = _model_comparison(ds, inp.times, config.layer)
-    timings["total_s"] = time.perf_counter() - start
-    ds.attrs = base_attrs(
-        config, reporter, timings, kernel=config.kernel, integrator=integrator_label(config), **extra
-    )
+    units.finish(ds, kernel=config.kernel, integrator=inp.solver.label, **extra)
     _long_names(ds, config)
     return ds
 

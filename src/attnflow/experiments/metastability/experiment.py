@@ -34,7 +34,7 @@ from ...io import json_attr
 from ...measures import DISCRETISATIONS
 from ...progress import Reporter
 from ...science.curves import FORMED
-from ..common import base_attrs, warn_assumptions
+from ..common import warn_assumptions
 from ..config import Angle, Betas, SimulationConfig
 from ..inputs import InitialMeasure, integration, model_inputs
 from ..model import (
@@ -46,14 +46,17 @@ from ..model import (
     model_dimension,
     weights_attention,
 )
-from ..parts import cached_part, fingerprint, part_name
+from ..parts import part_name
 from ..registry import Experiment, doc_summary
+from ..units import Unit, Units
 from .branches import BranchRules, MeanFieldRun, branch_fits, read_mean_field, result_store
 from .figures import CAPTIONS
 from .points import LEVEL, MetastabilityInputs, point_part
 from .readings import STATUSES, assemble, timestep_error
 
 if TYPE_CHECKING:
+    import xarray as xr
+
     from ...attention import Attention
 
 #: the default betas: log-spaced from 10 to 1000, denser where the branches cross (beta ~ 20 to 40
@@ -238,34 +241,28 @@ def _rules(config: MetastabilityConfig) -> BranchRules:
 def run(config: MetastabilityConfig, out: Path | None = None, progress: Reporter | None = None):
     """Every point of the map (a part of the run folder each), then the branches' fits."""
     reporter = progress or Reporter()
-    start = time.perf_counter()
+    units = Units(config, EXPERIMENT.part_keys, out, reporter)
     inputs = metastability_inputs(config)
     mean_field: MeanFieldRun | None = read_mean_field(config.mean_field) if config.mean_field else None
     warn_assumptions(inputs.model.attention, reporter)
-    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     points = [(k, b, N) for k in inputs.clouds for b in inputs.betas for N in inputs.Ns]
-    reporter.overall(
+    units.plan(
         len(points),
         f"metastability: {len(inputs.betas)} betas x {len(inputs.Ns)} N x {len(inputs.clouds)} kinds",
     )
-    parts, timings = {}, {}
+    parts = {}
     for kind, beta, N in points:
-        t0 = time.perf_counter()
         compute = partial(point_part, inputs, kind, beta, N, reporter)
-        parts[(kind, beta, N)] = cached_part(out, part_name(init=kind, beta=beta, N=N), fp, compute, reporter)
-        timings[f"{kind}_beta={beta:g}_N={N}_s"] = time.perf_counter() - t0
-        reporter.advance()
+        unit = Unit(part_name(init=kind, beta=beta, N=N), compute, timing=f"{kind}_beta={beta:g}_N={N}_s")
+        parts[(kind, beta, N)] = units.run(unit)
     kinds = {name: rho0.init.seeded for name, rho0 in inputs.clouds.items()}
     t0 = time.perf_counter()
-    probe = _time_step_probe(inputs, config, out, fp, reporter, parts)
-    timings["time_step_probe_s"] = time.perf_counter() - t0
+    probe = _time_step_probe(inputs, config, units, parts)
+    units.timings["time_step_probe_s"] = time.perf_counter() - t0
     ds = assemble(kinds, inputs.betas, inputs.Ns, inputs.seeds, parts, probe.errors)
     fits = branch_fits(ds, _rules(config), inputs.weights, mean_field)
-    timings["total_s"] = time.perf_counter() - start
-    ds.attrs = base_attrs(
-        config,
-        reporter,
-        timings,
+    units.finish(
+        ds,
         kernel=config.kernel,
         integrator=inputs.solver.label + ", every token within the tolerance (max norm)",
         model=inputs.model.description.rsplit(" as ", 1)[0]
@@ -302,10 +299,8 @@ class TimeStepProbe:
 def _time_step_probe(
     inputs: MetastabilityInputs,
     config: MetastabilityConfig,
-    out: Path | None,
-    fp: str,
-    reporter: Reporter,
-    parts: dict[tuple[str, float, int], Any],
+    units: Units,
+    parts: dict[tuple[str, float, int], xr.Dataset],
 ) -> TimeStepProbe:
     """Each beta's point of the middle N (of the first deterministic kind, else the first kind)
     again with 10x tighter tolerances (parts `..._timestep`); none with time_step_probe = false."""
@@ -316,20 +311,17 @@ def _time_step_probe(
     errors: dict[float, float] = {}
     if config.time_step_probe:
         for beta in inputs.betas:
-            compute = partial(point_part, inputs, kind, beta, N, reporter, tight)
+            compute = partial(point_part, inputs, kind, beta, N, units.reporter, tight)
             name = f"{part_name(init=kind, beta=beta, N=N)}_timestep"
-            errors[beta] = timestep_error(
-                parts[(kind, beta, N)], cached_part(out, name, fp, compute, reporter)
-            )
-            reporter.advance()
+            errors[beta] = timestep_error(parts[(kind, beta, N)], units.run(Unit(name, compute)))
     return TimeStepProbe(kind, N, tight.label + ", max norm", errors)
 
 
-def _named(parts: dict[tuple[str, float, int], Any]) -> dict[str, Any]:
+def _named(parts: dict[tuple[str, float, int], xr.Dataset]) -> dict[str, xr.Dataset]:
     return {part_name(init=k, beta=b, N=N): p for (k, b, N), p in parts.items()}
 
 
-def _long_names(ds: Any, eps: float) -> None:
+def _long_names(ds: xr.Dataset, eps: float) -> None:
     ds["t_depart"].attrs["long_name"] = (
         f"departure: mass within {eps:g} rad of an atom +-u_1 falls below {LEVEL:g} of the atom's mass "
         f"after reaching {FORMED:g} (mean over the clouds that departed)"

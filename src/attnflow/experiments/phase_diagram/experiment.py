@@ -14,7 +14,6 @@ clouds are drawn once and shared by every point, and so is the noise (common ran
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -27,7 +26,7 @@ from ...io import json_attr
 from ...progress import Reporter
 from ...science.clusters import GLPR_EPS
 from ...science.energy import ENERGY_LONG_NAME
-from ..common import base_attrs, finite_or_none, time_grid, torch_threads, unit_float64
+from ..common import finite_or_none, time_grid, torch_threads, unit_float64
 from ..config import (
     INTEGRATOR_HELP,
     Angle,
@@ -38,8 +37,9 @@ from ..config import (
 )
 from ..inputs import Integration, ModelInputs, integration, model_inputs
 from ..model import FLOW_FIELDS, FlowConfig
-from ..parts import cached_part, fingerprint, part_name
+from ..parts import part_name
 from ..registry import Experiment, doc_summary
+from ..units import Unit, Units
 from .figures import CAPTIONS, figures
 
 if TYPE_CHECKING:
@@ -242,30 +242,24 @@ def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter 
     import xarray as xr
 
     reporter = progress or Reporter()
-    start = time.perf_counter()
+    units = Units(config, EXPERIMENT.part_keys, out, reporter)
     inputs = phase_inputs(config)
-    fp = fingerprint(config, exclude=set(EXPERIMENT.part_keys))
     n_points = len(inputs.panels) * len(inputs.betas)
-    reporter.overall(n_points, f"phase-diagram: {n_points} points of {config.clouds} clouds, N = {config.N}")
+    units.plan(n_points, f"phase-diagram: {n_points} points of {config.clouds} clouds, N = {config.N}")
     rows, solver = [], []
     for panel in inputs.panels:
-        parts = []
-        for beta in inputs.betas:
-            compute = partial(_point, inputs, panel, beta, reporter)
-            part = cached_part(out, _name(inputs, panel, beta), fp, compute, reporter)
-            parts.append(_with_energy(part.drop_attrs()))
-            solver.append(json_attr(part, "solver", {}))
-            reporter.advance()
-        rows.append(xr.concat(parts, dim="beta"))
+        parts = units.run_all(
+            Unit(_name(inputs, panel, beta), partial(_point, inputs, panel, beta, reporter))
+            for beta in inputs.betas
+        )
+        solver += [json_attr(part, "solver", {}) for part in parts]
+        rows.append(xr.concat([_with_energy(part.drop_attrs()) for part in parts], dim="beta"))
     ds = xr.concat(rows, dim="variant").assign_coords(
         variant=[p.label for p in inputs.panels], beta=list(inputs.betas), cloud=np.arange(config.clouds)
     )
     _predictions(ds, inputs, config.N)
-    timings = {"total_s": time.perf_counter() - start}
-    ds.attrs = base_attrs(
-        config,
-        reporter,
-        timings,
+    units.finish(
+        ds,
         kernel=config.kernel,
         integrator=inputs.solver.label,
         solver=solver,
