@@ -55,11 +55,11 @@ class Experiment:
     description : str
         One line for `attnflow list`.
     Config : type
-        Its pydantic config (a subclass of `_config.ExperimentConfig` with a field
+        Its pydantic config (a subclass of `config.ExperimentConfig` with a field
         `experiment: Literal[name] = name`; every field defaulted and described).
     run : callable
         run(config, out, progress) -> xarray.Dataset: out (Path or None) is the run folder for
-        resumable parts (`_config.cached_part`); progress a `Reporter` or None. The Dataset carries
+        resumable parts (its units of work: `units.Units`); progress a `Reporter` or None. The Dataset carries
         attrs["experiment"] = name.
     summarize : callable
         summarize(ds) -> dict: the headline numbers (JSON-able) of a result.
