@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_points, check_positive, to_numpy
 from .._text import format_value
@@ -79,7 +80,7 @@ class AssumptionReport:
     def __getitem__(self, i: int) -> AssumptionResult:
         return self.items[i]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "ok": self.ok,
             "counts": self.counts,
@@ -141,7 +142,7 @@ def _spectral(att: Attention) -> AssumptionResult:
 MOMENT = "|P_1^perp x| / |P_1 x|"
 
 
-def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> AssumptionResult:
+def _moments(att: Attention, X0: ArrayLike | None, kind: str | None, tol: float) -> AssumptionResult:
     """Assumption 2 on the cloud X0, or on the density it was drawn from (kind a name of MEASURES).
 
     The theorem needs rho_0(P_1 x = 0) = 0 and a finite moment of |P_1^perp x| / |P_1 x|.
@@ -216,7 +217,9 @@ def _density(kind: str | None) -> AssumptionResult:
     )
 
 
-def check_assumptions(att: Attention, X0: Any = None, kind: str | None = None, tol: float = 1e-12):
+def check_assumptions(
+    att: Attention, X0: ArrayLike | None = None, kind: str | None = None, tol: float = 1e-12
+):
     """Check the theorem's assumptions (MATH.md) for `att` and, optionally, initial tokens X0.
 
     For non-symmetric A the moments use the spectral projector. With kind "uniform" or "vmf", rho_0
@@ -249,7 +252,7 @@ def check_assumptions(att: Attention, X0: Any = None, kind: str | None = None, t
     return AssumptionReport([_spectral(att), _moments(att, X0, kind, tol), _density(kind)])
 
 
-def subspace_angle(U: Any, W: Any) -> float:
+def subspace_angle(U: ArrayLike, W: ArrayLike) -> float:
     """Largest principal angle (radians, in [0, pi/2]) between span(U) and span(W).
 
     Parameters

@@ -59,7 +59,7 @@ class Measured:
         """Converged with a finite value and error: a number about the theorem."""
         return self.converged and math.isfinite(self.value) and math.isfinite(self.error)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """{value, error, converged, reason, tol, error_parts} with None for undefined numbers."""
 
         def plain(x: float) -> float | None:

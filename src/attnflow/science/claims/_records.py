@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, SupportsFloat
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..curves import FORMED
 from ..fits import LineFit, fit_line
@@ -226,7 +227,7 @@ class ClaimRow:
     kind: Kind
     finding: Finding
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The row as plain JSON: key, claim, kind, measured, error, betas, left_out, verdict,
         meaning, then threshold, note and the details (non-finite numbers as None)."""
         f = self.finding
@@ -271,7 +272,9 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def _num(x: Any) -> float:
+def _num(x: SupportsFloat | str | None) -> float:
+    if x is None:
+        return math.nan
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -364,7 +367,7 @@ def _decided_by(labels: Sequence[str], verdicts: Sequence[str]) -> str:
     return f"{head}; {'; '.join(rest)}"
 
 
-def _fit(x: Any, y: Any, sigma: Any, name: str) -> LineFit:
+def _fit(x: ArrayLike, y: ArrayLike, sigma: ArrayLike, name: str) -> LineFit:
     """A weighted line through (x, y) with errors sigma (floored at 1e-300: an exact point weighs most)."""
     s = np.maximum(np.asarray(sigma, dtype=float), 1e-300)
     return fit_line(np.asarray(x, dtype=float), np.asarray(y, dtype=float), s, name)
