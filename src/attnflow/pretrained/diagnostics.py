@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_points
 from ..attention import TOP_TOL, Attention, EigenSpace, attention_from_A, top_eigenspace
@@ -105,7 +106,7 @@ def _symmetric_moments(X: np.ndarray, P: np.ndarray) -> dict[str, float]:
     }
 
 
-def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
+def diagnose(att: Attention, X: ArrayLike | None = None) -> dict[str, Any]:
     """The assumptions of one head or layer, checked by `check_assumptions`, with more numbers.
 
     X: optional tokens (N, d), rows normalised here (raw hidden states are fine).

@@ -20,9 +20,9 @@ from .._threads import DEFAULT_THREADS, blas_threads, check_threads
 from ..attention import COND_B_MAX, SYMMETRY_TOL, Attention
 from ..science.assumptions import OK
 from .beta import head_fits
-from .checkpoint import Checkpoint, check_layers, open_checkpoint
+from .checkpoint import Checkpoint, CheckpointLike, check_layers, open_checkpoint
 from .diagnostics import diagnose, distinct_gap
-from .forward import TokenStates, attention_logits, sink_mass, token_states
+from .forward import TokenizerLike, TokenStates, attention_logits, sink_mass, token_states
 from .heads import Head, Layer, load_heads
 from .regime import StepFit, departure, layer_step, regime_of
 
@@ -274,14 +274,14 @@ def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | No
 
 
 def report(
-    checkpoint: Any,
+    checkpoint: CheckpointLike,
     text: str | None = None,
     layer: int | None = None,
     *,
     ids: Sequence[int] | None = None,
     num_heads: int | None = None,
     heads: bool = True,
-    tokenizer: Any = None,
+    tokenizer: TokenizerLike = None,
     offsets: Sequence[int] = OFFSETS,
     threads: int = DEFAULT_THREADS,
     spectra: bool = False,
