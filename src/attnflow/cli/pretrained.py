@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from .console import BAD_INPUT, EXIT_USAGE, PIPED_WIDTH, Failure, exits, fail, is_terminal
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 #: a checkpoint file that cannot be read at all (permissions, a device that fails): exit 2, one line
 _UNREADABLE = Failure(
@@ -101,7 +104,7 @@ def _failures(L: dict[str, Any]) -> str:
     return "; ".join(f"assumption {k} ({n} heads)" for k, n in counts.items()) or "none"
 
 
-def _layer_table(L: dict[str, Any], wide: bool, with_tokens: bool, gqa: bool) -> list[Any]:
+def _layer_table(L: dict[str, Any], wide: bool, with_tokens: bool, gqa: bool) -> list[str | Table]:
     """A layer's title, table and (narrow tables) legend with the layer's summary line."""
     from rich.table import Table, box
 
@@ -114,7 +117,7 @@ def _layer_table(L: dict[str, Any], wide: bool, with_tokens: bool, gqa: bool) ->
         table.add_column(c, overflow="fold", no_wrap=not wide)
     for name, r in [("all", L["full"]), *((str(h["head"]), h) for h in L["heads"])]:
         table.add_row(*(_wide_row(name, r, with_tokens) if wide else _narrow_row(name, r, with_tokens, gqa)))
-    out: list[Any] = ["", title, table]
+    out: list[str | Table] = ["", title, table]
     if not wide and L["heads"]:
         out.append(f"A1-A3: assumptions as attnflow check judges them; fails: {_failures(L)}.")
         out.append(L["summary"]["line"])
@@ -141,7 +144,7 @@ def _header(rep: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _regime_section(reg: dict[str, Any]) -> list[Any]:
+def _regime_section(reg: dict[str, Any]) -> list[str | Table]:
     """The model against the window t <~ log beta: one row per layer (step h_l ± se, R^2 of the
     layer's motion on its attention field, t_l, the heads' median fitted beta), then the verdict."""
     from rich.table import Table, box
