@@ -23,8 +23,9 @@ from .beta import head_fits
 from .checkpoint import Checkpoint, CheckpointLike, check_layers, open_checkpoint
 from .diagnostics import diagnose, distinct_gap
 from .forward import TokenizerLike, TokenStates, attention_logits, sink_mass, token_states
-from .heads import Head, Layer, load_heads
+from .heads import Head, Layer, Norm, load_heads
 from .regime import StepFit, departure, layer_step, regime_of
+from .rope import RoPE
 
 __all__ = ["OFFSETS", "SPECTRUM_KEEP", "TOLERANCE", "offset_spread", "report", "summary"]
 
@@ -76,7 +77,7 @@ def _at_offset(head: Head, pieces: tuple[np.ndarray, ...], r: int) -> tuple[floa
     return asym, mu1, gap / radius if radius > 0 else 0.0, float(s[0]), rank
 
 
-def offset_spread(head: Head, offsets: Sequence[int]) -> dict[str, Any]:
+def offset_spread(head: Head, offsets: Sequence[int]) -> dict[str, object]:
     """The numbers of assumption 1 for B_h(r), A_h(r) over rotary offsets r (0 included): [min,
     max] of the asymmetry of A, its top real part mu1, its relative gap, ||B|| and the rank of B.
     Numbers, not verdicts: `check_assumptions` judges r = 0 (the head's reported B); B_h(r) has
@@ -229,7 +230,9 @@ def beta_meaning(ck: Checkpoint, with_text: bool) -> str:
     )
 
 
-def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | None) -> dict[str, Any]:
+def _header(
+    ck: Checkpoint, run: TokenStates | None, first: tuple[RoPE | None, Norm | None] | None
+) -> dict[str, Any]:
     rope, norm = first if first is not None else (None, None)
     notes = list(ck.notes)
     biased = any(ck.layer_array(0, b, required=False) is not None for b in ("b_Q", "b_K"))

@@ -7,6 +7,7 @@ one-sentence reason, never just pass/fail.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,7 @@ class AssumptionResult:
 
     name: str
     status: str
-    numbers: dict[str, Any] = field(default_factory=dict)
+    numbers: Mapping[str, object] = field(default_factory=dict)
     reason: str = ""
     short: str = ""
 
@@ -170,7 +171,7 @@ def _moments(att: Attention, X0: ArrayLike | None, kind: str | None, tol: float)
     m = sp.multiplicity
     density = kind in MEASURES
     finite = {p: (p < m or m == att.d) if density else bool(top[i] > tol) for p in (1, 2)}
-    numbers: dict[str, Any] = {
+    numbers: dict[str, object] = {
         "min_abs_P1x": float(top[i]),
         "argmin": i,
         "M1": float(np.mean(r)),
@@ -314,7 +315,7 @@ def reference_rates(att: Attention) -> dict[str, Any]:
     att = check_attention(att)
     sp = att.spectrum()
     top_basis = np.asarray(sp.top.basis)
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "gamma": sp.gap,
         "norm_B": att.norm_B,
         "guaranteed": None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, SupportsFloat
 
 import numpy as np
 
@@ -33,7 +33,9 @@ __all__ = ["ERROR_PARTS", "Measured", "flatness", "measured", "time_step_change"
 ERROR_PARTS = ("N", "time_step", "grid", "flatness", "seeds")
 
 
-def _finite(x: Any) -> float:
+def _finite(x: SupportsFloat | str | None) -> float:
+    if x is None:
+        return math.nan
     try:
         v = float(x)
     except (TypeError, ValueError):

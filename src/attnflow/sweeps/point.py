@@ -125,7 +125,7 @@ def _default_run(config: BaseModel, workdir: Path | None) -> object:
     return exp.run(config, workdir, None)
 
 
-def _scalars(ds: xr.Dataset) -> dict[str, Any]:
+def _scalars(ds: xr.Dataset) -> dict[str, object]:
     """The point's one-element variables (t_star, min_w2, status, ... of one beta) as numbers and
     strings."""
     out = {}
