@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -38,6 +38,24 @@ class AssumptionResult:
     numbers: Mapping[str, object] = field(default_factory=dict)
     reason: str = ""
     short: str = ""
+
+
+class AssumptionItem(TypedDict):
+    """One assumption in `AssumptionReport.to_dict()`."""
+
+    name: str
+    status: str
+    numbers: dict[str, object]
+    reason: str
+    short: str
+
+
+class AssumptionsDict(TypedDict):
+    """`AssumptionReport.to_dict()`: whether none fails, the count of each status, the items."""
+
+    ok: bool
+    counts: dict[str, int]
+    items: list[AssumptionItem]
 
 
 @dataclass(frozen=True)
@@ -81,7 +99,7 @@ class AssumptionReport:
     def __getitem__(self, i: int) -> AssumptionResult:
         return self.items[i]
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> AssumptionsDict:
         return {
             "ok": self.ok,
             "counts": self.counts,
