@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, SupportsFloat
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 if TYPE_CHECKING:
     import torch
@@ -35,7 +36,7 @@ FLOAT32_MIN_RTOL = 1e-5  # float32 rounding (6e-8 per operation) swamps smaller 
 SAVE_MEMORY_FRACTION = 0.5
 
 
-def to_numpy(a: Any) -> np.ndarray:
+def to_numpy(a: ArrayLike) -> np.ndarray:
     """Array-like (NumPy, list, torch tensor) -> NumPy array, without copying when possible."""
     if hasattr(a, "detach") and hasattr(a, "cpu"):  # a torch tensor, without importing torch
         a = a.detach().cpu().numpy()
@@ -50,7 +51,7 @@ def _beta_range(finite: bool) -> str:
     return "(0, inf)" if finite else "(0, inf]"
 
 
-def check_beta(beta: Any, name: str = "beta", *, finite: bool = False) -> float:
+def check_beta(beta: SupportsFloat, name: str = "beta", *, finite: bool = False) -> float:
     """An inverse temperature in (0, inf] ((0, inf) with finite=True), as a float (math.inf allowed).
     Lists of betas: `check_betas`, with the same rule and words."""
     try:
@@ -64,7 +65,7 @@ def check_beta(beta: Any, name: str = "beta", *, finite: bool = False) -> float:
 
 
 def check_betas(
-    betas: Any, name: str = "betas", *, finite: bool = True, distinct: bool = False
+    betas: ArrayLike, name: str = "betas", *, finite: bool = True, distinct: bool = False
 ) -> np.ndarray:
     """Inverse temperatures: a non-empty 1-D float64 array (B,), each in (0, inf) ((0, inf] with
     finite=False), pairwise different with distinct=True.  Every message is one line naming `name`."""
@@ -98,7 +99,7 @@ def real_array(A: np.ndarray, name: str) -> np.ndarray:
     return A.real
 
 
-def check_matrix(M: Any, name: str, d: int | None = None) -> np.ndarray:
+def check_matrix(M: ArrayLike, name: str, d: int | None = None) -> np.ndarray:
     """A finite square float64 matrix, of size d x d when d is given. Complex entries are refused
     (NumPy would drop their imaginary parts with a warning), unless every imaginary part is 0."""
     not_real = f"{name} must be a real (d, d) array, got {type(M).__name__}"
@@ -129,7 +130,7 @@ def check_matrix(M: Any, name: str, d: int | None = None) -> np.ndarray:
 
 
 def check_points(
-    X: Any,
+    X: ArrayLike,
     name: str = "X",
     d: int | None = None,
     normalize: bool = False,
@@ -177,7 +178,7 @@ def check_points(
     return A
 
 
-def check_times(times: Any, name: str = "times") -> np.ndarray:
+def check_times(times: ArrayLike, name: str = "times") -> np.ndarray:
     """Output times: finite, non-negative, non-decreasing 1-D float64 array, at least one entry."""
     t = np.atleast_1d(real_array(to_numpy(times), name).astype(np.float64))
     if t.ndim != 1 or t.size == 0:
@@ -189,7 +190,7 @@ def check_times(times: Any, name: str = "times") -> np.ndarray:
     return t
 
 
-def check_positive(x: Any, name: str, integer: bool = False) -> float:
+def check_positive(x: SupportsFloat, name: str, integer: bool = False) -> float:
     """A finite number > 0 (an int when integer=True)."""
     if integer:
         if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
@@ -206,14 +207,14 @@ def check_positive(x: Any, name: str, integer: bool = False) -> float:
     return v
 
 
-def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+def check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
     """One of a few option strings."""
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
     return value
 
 
-def check_cloud(X: Any, name: str = "X", allow_batch: bool = False) -> np.ndarray:
+def check_cloud(X: ArrayLike, name: str = "X", allow_batch: bool = False) -> np.ndarray:
     """check_points for measured clouds: float32 (or lower precision) input is accepted within 1e-5
     of unit norm and renormalised in float64 (a float32 trajectory's rows are off by about 1e-7)."""
     A = to_numpy(X)
@@ -222,7 +223,7 @@ def check_cloud(X: Any, name: str = "X", allow_batch: bool = False) -> np.ndarra
     return P / np.linalg.norm(P, axis=-1, keepdims=True) if low else P
 
 
-def check_stack(X: Any, name: str) -> np.ndarray:
+def check_stack(X: ArrayLike, name: str) -> np.ndarray:
     """Clouds with any leading axes (..., N, d), e.g. (T, N, d) or (T, M, N, d), as check_cloud."""
     A = to_numpy(X)
     if A.ndim < 2:
@@ -231,7 +232,7 @@ def check_stack(X: Any, name: str) -> np.ndarray:
     return check_cloud(flat, name, allow_batch=True).reshape(A.shape)
 
 
-def check_weights(w: Any, shape: int | tuple[int, ...], name: str = "weights") -> np.ndarray:
+def check_weights(w: ArrayLike, shape: int | tuple[int, ...], name: str = "weights") -> np.ndarray:
     """Weights of a measure sum_i w_i delta_{x_i}: finite, > 0, summing to 1 over the token axis.
 
     shape: the cloud's leading shape X.shape[:-1], e.g. (N,), (M, N) or (T, M, N). The weights have
@@ -300,7 +301,7 @@ def torch_build_has_gpu() -> bool | None:
     return any(v.strip() != "None" for v in found.values())
 
 
-def check_device(device: Any, X: Any = None) -> torch.device:
+def check_device(device: str | torch.device | None, X: object = None) -> torch.device:
     """Where to compute, as a torch.device: None means X's device for a torch tensor X, else the CPU;
     "cpu", "cuda", "cuda:<k>" or a torch.device.  A device that is not available is a ValueError."""
     import torch
@@ -339,7 +340,7 @@ def check_rtol_for_dtype(rtol: float, dtype: str, method: str = "adaptive") -> N
         )
 
 
-def available_memory(device: Any = None) -> int | None:
+def available_memory(device: torch.device | None = None) -> int | None:
     """Bytes available for new arrays: on a CUDA device its free memory, else the host's MemAvailable
     (Linux; free physical pages elsewhere).  None when unknown."""
     if device is not None and getattr(device, "type", "cpu") == "cuda":
@@ -371,7 +372,7 @@ def check_saved_memory(
     n_times: int,
     shape: tuple[int, ...],
     itemsize: int,
-    device: Any = None,
+    device: torch.device | None = None,
     fix: str | None = None,
     machine: bool = False,
 ) -> None:

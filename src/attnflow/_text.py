@@ -7,17 +7,22 @@ table, title and report writes a number the same way.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import SupportsFloat, TypeAlias, TypeVar
 
 import numpy as np
 
-__all__ = ["MAX_DEPTH", "check_depth", "format_value", "format_with_error", "parse_literal", "shown"]
+__all__ = ["JSON", "MAX_DEPTH", "check_depth", "format_value", "format_with_error", "parse_literal", "shown"]
+
+#: a value of JSON text once parsed (`json.loads`): a string, number, bool or null, or lists and
+#: objects of them
+JSON: TypeAlias = "str | int | float | bool | list[JSON] | dict[str, JSON] | None"
+_V = TypeVar("_V")
 
 #: the longest text of a value that a message quotes (`shown`)
 SHOWN = 60
 
 
-def shown(v: Any, limit: int = SHOWN) -> str:
+def shown(v: object, limit: int = SHOWN) -> str:
     """repr(v) for a message, cut to `limit` characters with "..." (a value may be any length)."""
     text = repr(v)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -28,9 +33,10 @@ def shown(v: Any, limit: int = SHOWN) -> str:
 MAX_DEPTH = 16
 
 
-def check_depth(value: Any, what: str = "the value") -> Any:
+def check_depth(value: _V, what: str = "the value") -> _V:
     """value itself; ValueError when its lists and dicts nest deeper than MAX_DEPTH."""
-    level = [value] if isinstance(value, list | dict) else []  # the containers at one depth
+    # the containers at one depth
+    level: list[list[object] | dict[object, object]] = [value] if isinstance(value, list | dict) else []
     for _ in range(MAX_DEPTH):
         if not level:
             return value
@@ -51,7 +57,7 @@ def _nesting(raw: str) -> int:
     return deepest
 
 
-def parse_literal(raw: str) -> Any:
+def parse_literal(raw: str) -> object:
     """A TOML literal (`10`, `1e3`, `inf`, `true`, `"x"`, `[10, 100]`), else the bare string.
     ValueError for a list or table nested more than MAX_DEPTH deep."""
     import tomllib
@@ -65,7 +71,7 @@ def parse_literal(raw: str) -> Any:
         return raw
 
 
-def format_value(v: Any, digits: int = 4) -> str:
+def format_value(v: object, digits: int = 4) -> str:
     """A value as text: floats to `digits` significant digits, inf as ∞, None as —, lists joined.
 
     Lists of more than 10 numbers are shortened to the first 8, an ellipsis and the last.
@@ -111,12 +117,14 @@ def _error_decimals(err: float) -> int:
     return -exponent + (1 if lead < 3 else 0)
 
 
-def format_with_error(value: Any, error: Any) -> tuple[str, str]:
+def format_with_error(value: SupportsFloat | None, error: SupportsFloat | None) -> tuple[str, str]:
     """(value, error) as texts whose digits match: the error to one significant digit (two when it
     starts with 1 or 2), the value to the same decimal place (0.16284, 3.9e-4 -> "0.1628", "0.0004";
     14.13, 0.05 -> "14.13", "0.05"; 5.6, 2.7 -> "6", "3"). Scientific notation for values below 1e-3
     or from 1e6 on; at most MAX_DIGITS significant digits. Without a finite positive error (None,
     NaN, 0) the value is written by format_value and the error as format_value writes it."""
+    if value is None or error is None:
+        return format_value(value), format_value(error)
     try:
         v, e = float(value), float(error)
     except (TypeError, ValueError):

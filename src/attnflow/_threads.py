@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 __all__ = [
     "DEFAULT_THREADS",
@@ -38,7 +37,7 @@ MAX_THREADS = 4096
 THREADS_HELP = "torch CPU threads (1: fastest for N up to a few thousand; 0: torch's default, all cores)"
 
 
-def check_threads(threads: Any, name: str = "threads") -> int:
+def check_threads(threads: object, name: str = "threads") -> int:
     """threads as an int >= 0; TypeError or ValueError naming `name` otherwise."""
     if isinstance(threads, bool) or not isinstance(threads, int):
         raise TypeError(f"{name} must be an integer >= 0 (0: torch's default), got {threads!r}")

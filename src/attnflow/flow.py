@@ -23,9 +23,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import SupportsFloat, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import check_beta, check_choice, to_numpy
 from .attention import Attention, check_attention
@@ -56,7 +57,7 @@ USA_TIMES = ("model", "rescaled")
 ON_SPHERE = {"post": True, "pre": False, "peri": False, "ngpt": True}
 
 
-def padded_head(Q_h: Any, K_h: Any, V_h: Any, beta: float = 1.0) -> Attention:
+def padded_head(Q_h: ArrayLike, K_h: ArrayLike, V_h: ArrayLike, beta: float = 1.0) -> Attention:
     """One head of a layer as an Attention whose Q, K and V are padded by zero rows to (d, d).
 
     B = Q_h^T K_h, and with the output block W_O^h (d, d_h) of `Dynamics(heads, W_O=...)` the
@@ -113,7 +114,7 @@ class Redraw:
             raise TypeError(f"redraw draw must be callable (segment k -> heads), got {self.draw!r}")
 
 
-def _check_heads(heads: Any) -> tuple[Attention, ...]:
+def _check_heads(heads: object) -> tuple[Attention, ...]:
     if isinstance(heads, Attention):
         return (heads,)
     if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence) or not heads:
@@ -132,7 +133,9 @@ def _check_heads(heads: Any) -> tuple[Attention, ...]:
     return out
 
 
-def _check_outputs(W_O: Any, heads: tuple[Attention, ...]) -> tuple[np.ndarray, ...] | None:
+def _check_outputs(
+    W_O: ArrayLike | Sequence[ArrayLike] | None, heads: tuple[Attention, ...]
+) -> tuple[np.ndarray, ...] | None:
     """W_O: None (averaged heads) or one block (d, d_h) per head, each head's V zero beyond row d_h."""
     if W_O is None:
         return None
@@ -157,7 +160,7 @@ def _check_outputs(W_O: Any, heads: tuple[Attention, ...]) -> tuple[np.ndarray, 
     return tuple(blocks)
 
 
-def _check_nonnegative(x: Any, name: str) -> float:
+def _check_nonnegative(x: SupportsFloat, name: str) -> float:
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -165,6 +168,22 @@ def _check_nonnegative(x: Any, name: str) -> float:
     if not math.isfinite(v) or v < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
     return v
+
+
+class _Options(TypedDict):
+    """The keyword arguments of a Dynamics besides its heads (`Dynamics._options`)."""
+
+    W_O: tuple[np.ndarray, ...] | None
+    mask: str
+    normalization: str
+    layer_norm: str
+    noise: float
+    noise_kind: str
+    usa_time: str
+    sensitivity: float
+    alpha: float
+    redraw: Redraw | None
+    softcap: float | None
 
 
 class Dynamics:
@@ -210,7 +229,7 @@ class Dynamics:
         self,
         heads: Attention | Sequence[Attention],
         *,
-        W_O: Any = None,
+        W_O: ArrayLike | Sequence[ArrayLike] | None = None,
         mask: str = "none",
         normalization: str = "softmax",
         layer_norm: str = "post",
@@ -366,7 +385,7 @@ class Dynamics:
 
     # ------------------------------------------------------------------------------ copies
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self) -> _Options:
         return {
             "W_O": self.W_O,
             "mask": self.mask,
@@ -398,10 +417,11 @@ class Dynamics:
 
     def same_but_beta(self, other: Dynamics) -> str | None:
         """None when `other` is this model at another beta; else what differs, in words."""
-        if self._options().keys() != other._options().keys() or self.H != other.H:
+        mine, others = dict(self._options()), dict(other._options())
+        if mine.keys() != others.keys() or self.H != other.H:
             return "the number of heads"
-        for key, value in self._options().items():
-            theirs = other._options()[key]
+        for key, value in mine.items():
+            theirs = others[key]
             same = value is theirs if key in ("W_O", "redraw") else value == theirs
             if not same:
                 return key
@@ -420,7 +440,7 @@ def as_dynamics(model: Attention | Dynamics) -> Dynamics:
     return model if isinstance(model, Dynamics) else Dynamics(check_attention(model, "model"))
 
 
-def check_model(model: Any, name: str = "att") -> Attention | Dynamics:
+def check_model(model: object, name: str = "att") -> Attention | Dynamics:
     """An attnflow.Attention or attnflow.Dynamics (TypeError otherwise)."""
     if isinstance(model, (Attention, Dynamics)):
         return model

@@ -15,7 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+    from tqdm.notebook import tqdm
 
 from ._console import PIPED_WIDTH, console, has_widgets, in_notebook, is_terminal
 
@@ -83,8 +87,8 @@ class Bar:
         leave: bool = True,
     ) -> None:
         self.total = float(total)
-        self._tqdm: Any = None
-        self._rich: Any = None
+        self._tqdm: tqdm | None = None
+        self._rich: Progress | None = None
         self._lines: _Lines | None = None
         if not (in_notebook() if notebook is None else notebook):
             self._rich_bar(description, unit)
@@ -164,7 +168,9 @@ def open_bar(description: str, total: float, unit: str = "", *, steps: bool = Fa
 
 
 @contextmanager
-def time_bar(progress: Any, description: str) -> Iterator[Callable[[float, float], Any] | None]:
+def time_bar(
+    progress: bool | Callable[[float, float], object] | None, description: str
+) -> Iterator[Callable[[float, float], object] | None]:
     """The `progress` argument of `simulate` as a callback progress(t, t_final), or None.
 
     None or False: None (silent). True: a bar over t in [0, t_final] (`open_bar`), closed at the end.
@@ -271,7 +277,7 @@ class RichReporter(Reporter):
             disable=quiet,
             transient=True,  # gone when the run ends: its last line says how long it took
         )
-        self._overall: Any = None
+        self._overall: TaskID | None = None
         if not quiet:
             self.progress.start()
 
@@ -396,7 +402,7 @@ class TqdmReporter(Reporter):
         self._task_bar = self._overall = None
 
 
-def reporter_for(progress: Any) -> tuple[Reporter, bool]:
+def reporter_for(progress: Reporter | bool | None) -> tuple[Reporter, bool]:
     """(the Reporter for the `progress` argument of `run_experiment`, whether it was made here and
     must be closed): a Reporter as it is; True a TqdmReporter in Jupyter, a RichReporter elsewhere;
     None or False a silent Reporter. Anything else: TypeError."""

@@ -22,7 +22,7 @@ import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -52,6 +52,9 @@ from .show import damaged as _damaged
 from .show import show_command
 from .sweep import sweep_command
 from .verify import verify_command
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 DEFAULT_RUN = "concentration-demo"  # what `attnflow run` runs without a name (and `make demo`)
 
@@ -127,7 +130,13 @@ def _default_out(target: str) -> Path:
 
 
 def _figures(
-    ds: Any, summary: dict, out: Path, animation: bool, quiet: bool, pdf: bool = False, debug: bool = False
+    ds: xr.Dataset,
+    summary: dict,
+    out: Path,
+    animation: bool,
+    quiet: bool,
+    pdf: bool = False,
+    debug: bool = False,
 ) -> list[Path]:
     """The experiment's figures (PDF, animation) in OUT/figures and the report; a failure only warns."""
     from contextlib import nullcontext

@@ -28,6 +28,8 @@ from ..progress import PIPED_WIDTH, console, is_terminal
 from ..sweeps import SweepError
 
 if TYPE_CHECKING:
+    import typer
+
     from ..experiments.tables import Document
 
 __all__ = [
@@ -68,7 +70,7 @@ class CliOptions:
     debug: bool = False
 
 
-def options_of(ctx: Any) -> CliOptions:
+def options_of(ctx: typer.Context | None) -> CliOptions:
     """The CliOptions of a command's Typer context (the defaults when there are none)."""
     found = ctx.find_object(CliOptions) if ctx is not None else None
     return found if isinstance(found, CliOptions) else CliOptions()
@@ -96,7 +98,7 @@ def print_document(doc: Document, wide: bool = False, fit_piped: bool = False) -
         sys.stdout.flush()
 
 
-def fail(message: str, code: int) -> Any:
+def fail(message: str, code: int) -> typer.Exit:
     """Print "attnflow: message" on stderr; returns the typer.Exit(code) to raise."""
     import typer
 

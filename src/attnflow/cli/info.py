@@ -34,7 +34,7 @@ __all__ = ["PARAM_COLUMNS", "list_command", "type_words"]
 # ---------------------------------------------------------------------------------- types
 
 #: the words for Python's types in `attnflow list`
-_WORDS: dict[Any, str] = {
+_WORDS: dict[object, str] = {
     int: "integer",
     float: "number",
     bool: "true or false",
@@ -47,7 +47,7 @@ _PLURALS = {"integer": "integers", "number": "numbers", "text": "texts", "path":
 _BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
 
 
-def _bounds(metadata: typing.Iterable[Any]) -> str:
+def _bounds(metadata: typing.Iterable[object]) -> str:
     """Constraints of an annotated type in words: " > 0", " >= 1", " > 0 and <= 1.571"."""
     from .._text import format_value
 
@@ -60,7 +60,7 @@ def _bounds(metadata: typing.Iterable[Any]) -> str:
     return " " + " and ".join(found) if found else ""
 
 
-def _default_text(value: Any) -> str:
+def _default_text(value: object) -> str:
     """A default as its TOML/JSON literal ("float64", [10.0, 30.0], 0.1); None as none."""
     return "none" if value is None else json.dumps(value)
 
@@ -69,7 +69,7 @@ def _either(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
 
 
-def type_words(ann: Any, metadata: typing.Iterable[Any] = ()) -> str:
+def type_words(ann: object, metadata: typing.Iterable[object] = ()) -> str:
     """A config field's type in words: "integer", "number > 0 or none", "list of numbers",
     "uniform, vmf or graded"; metadata: pydantic's constraints of the field (Gt(0), ...)."""
     origin, args = typing.get_origin(ann), typing.get_args(ann)
@@ -135,10 +135,10 @@ def _experiment_section(name: str, once: bool, shared: list[str]) -> Section:
     once), which shared parameters it takes, its presets."""
     from ..experiments import REGISTRY
     from ..experiments.needs import needs_of
-    from ..experiments.tables import Prose, Section, Table
+    from ..experiments.tables import Block, Prose, Section, Table
 
     exp = REGISTRY[name]
-    blocks: list[Any] = [
+    blocks: list[Block] = [
         Prose((exp.description,)),
         _param_table(_describe(exp.Config, set(shared) if once else set())),
     ]

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from .console import BAD_INPUT, EXIT_USAGE, PIPED_WIDTH, Failure, exits, fail, is_terminal
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..pretrained.report import Entry, LayerEntry, Report
 
 #: a checkpoint file that cannot be read at all (permissions, a device that fails): exit 2, one line
 _UNREADABLE = Failure(
@@ -34,7 +39,7 @@ def _eig(pair: list[float]) -> str:
     return f"{re_:.3g}" if im == 0 else f"{re_:.3g}{im:+.2g}i"
 
 
-def _verdicts(r: dict[str, Any], reasons: bool) -> str:
+def _verdicts(r: Entry, reasons: bool) -> str:
     """Assumptions 1, 2, 3 as `attnflow check` judges them, e.g. "1 FAILS: B singular; 2 ok; 3 n/c"."""
     cells = []
     for k, it in enumerate(r["assumptions"]["items"], 1):
@@ -44,20 +49,20 @@ def _verdicts(r: dict[str, Any], reasons: bool) -> str:
     return "; ".join(cells)
 
 
-def _cond(r: dict[str, Any]) -> str:
+def _cond(r: Entry) -> str:
     if r["cond_B"] is None:
         return f"rank {r['rank_B']}/{r['d']}, {_g(r['cond_B_range'])}"
     return _g(r["cond_B"])
 
 
-def _fit(r: dict[str, Any]) -> str:
+def _fit(r: Entry) -> str:
     fit = r.get("beta_fit")
     if not fit or fit["beta"] is None:
         return "-"
     return f"{fit['beta']:.3g}±{_g(fit['se'], '.1g')}"
 
 
-def _wide_row(name: str, r: dict[str, Any], with_tokens: bool) -> list[str]:
+def _wide_row(name: str, r: Entry, with_tokens: bool) -> list[str]:
     row = [
         name,
         _cond(r),
@@ -73,7 +78,7 @@ def _wide_row(name: str, r: dict[str, Any], with_tokens: bool) -> list[str]:
     return [*row, _verdicts(r, reasons=True)]
 
 
-def _narrow_row(name: str, r: dict[str, Any], with_tokens: bool, gqa: bool) -> list[str]:
+def _narrow_row(name: str, r: Entry, with_tokens: bool, gqa: bool) -> list[str]:
     rank = f"{r['rank_B']}/{r['d']}" if r["cond_B"] is None else f"cond {r['cond_B']:.0e}".replace("e+0", "e")
     row = [name, *([str(r.get("kv_head", ""))] if gqa else []), rank, f"{r['asymmetry']:.2f}"]
     row += [_eig(r["eig_A_top"][0]), f"{r['rel_gap']:.2g}", f"{r['beta_normB']:.3g}"]
@@ -90,7 +95,7 @@ def _columns(wide: bool, with_tokens: bool, gqa: bool) -> list[str]:
     return [*cols, *(["beta fit±se", "M1"] if with_tokens else []), "A1", "A2", "A3"]
 
 
-def _failures(L: dict[str, Any]) -> str:
+def _failures(L: LayerEntry) -> str:
     """What fails, counted over a layer's heads (the narrow tables' legend)."""
     counts: dict[str, int] = {}
     for h in L["heads"]:
@@ -101,7 +106,7 @@ def _failures(L: dict[str, Any]) -> str:
     return "; ".join(f"assumption {k} ({n} heads)" for k, n in counts.items()) or "none"
 
 
-def _layer_table(L: dict[str, Any], wide: bool, with_tokens: bool, gqa: bool) -> list[Any]:
+def _layer_table(L: LayerEntry, wide: bool, with_tokens: bool, gqa: bool) -> list[str | Table]:
     """A layer's title, table and (narrow tables) legend with the layer's summary line."""
     from rich.table import Table, box
 
@@ -114,14 +119,14 @@ def _layer_table(L: dict[str, Any], wide: bool, with_tokens: bool, gqa: bool) ->
         table.add_column(c, overflow="fold", no_wrap=not wide)
     for name, r in [("all", L["full"]), *((str(h["head"]), h) for h in L["heads"])]:
         table.add_row(*(_wide_row(name, r, with_tokens) if wide else _narrow_row(name, r, with_tokens, gqa)))
-    out: list[Any] = ["", title, table]
+    out: list[str | Table] = ["", title, table]
     if not wide and L["heads"]:
         out.append(f"A1-A3: assumptions as attnflow check judges them; fails: {_failures(L)}.")
         out.append(L["summary"]["line"])
     return out
 
 
-def _header(rep: dict[str, Any]) -> list[str]:
+def _header(rep: Report) -> list[str]:
     heads = f"{rep['num_heads']} heads of width {rep['d_head']}"
     if rep["num_kv_heads"] != rep["num_heads"]:
         heads += f" reading {rep['num_kv_heads']} key/value heads (kv = {rep['kv_head_rule']})"
@@ -141,7 +146,7 @@ def _header(rep: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _regime_section(reg: dict[str, Any]) -> list[Any]:
+def _regime_section(reg: dict[str, Any]) -> list[str | Table]:
     """The model against the window t <~ log beta: one row per layer (step h_l ± se, R^2 of the
     layer's motion on its attention field, t_l, the heads' median fitted beta), then the verdict."""
     from rich.table import Table, box
@@ -161,7 +166,7 @@ def _regime_section(reg: dict[str, Any]) -> list[Any]:
     return ["", head, table, f"[bold]regime:[/bold] {reg['line']}"]
 
 
-def _print_tables(rep: dict[str, Any], wide: bool) -> None:
+def _print_tables(rep: Report, wide: bool) -> None:
     from rich.console import Console
 
     width = (None if is_terminal() else PIPED_WIDTH) if wide else NARROW
@@ -272,7 +277,7 @@ def heads(
         _draw(rep, figure, checkpoint, json_out)
 
 
-def _draw(rep: dict[str, Any], figure: Path, name: str, quiet: bool) -> None:
+def _draw(rep: Report, figure: Path, name: str, quiet: bool) -> None:
     """The regime figure to `figure` (PNG), its path on stderr with --json, on stdout otherwise."""
     from ..plot import plot_regime
 

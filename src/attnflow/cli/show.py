@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -141,7 +142,7 @@ def _result_section(info: dict[str, Any]) -> Section:
     return Section("Result", (Table(("quantity", "value"), tuple(rows)),) if rows else ())
 
 
-def _wall_rows(prov: dict[str, Any]) -> list[tuple[str, str]]:
+def _wall_rows(prov: Mapping[str, object]) -> list[tuple[str, str]]:
     wall = prov.get("wall_time_s")
     if not (isinstance(wall, dict) and wall.get("total") is not None):
         return []

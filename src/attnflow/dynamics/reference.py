@@ -37,6 +37,7 @@ from numpy.typing import ArrayLike
 from .._checks import check_positive, check_times, to_numpy
 from ..attention import Attention, check_attention
 from ..measures import MEASURES
+from ..measures.densities import DensityFn as Density
 from ..measures.geometry import sphere_area
 from .cubature import CubatureResult, grid_cells, refine
 from .zero_temperature import ExactFlow, check_invertible_B, solve_clocks
@@ -48,7 +49,6 @@ TAIL_SHARE = 0.1  # the box is grown until its truncation bound is below TAIL_SH
 L_STEP = 4.0  # the box grows by at least this much each time
 START_W2SQ = 1e-2  # the first box assumes W2^2 >= START_W2SQ; it grows once the values are known
 
-Density = Callable[[np.ndarray], np.ndarray]
 
 __all__ = ["ReferenceW2", "local_rates", "reference_problem", "reference_w2"]
 
@@ -150,7 +150,7 @@ def _density(rho0: str | Density, d: int, mean: ArrayLike | None, kappa: float |
     params = {p: given[p] for p in family.parameters}
     if any(v is None for v in params.values()):
         raise ValueError(f"rho0={rho0!r} needs mean (a (d,) vector) and kappa (>= 0)")
-    if "mean" in params:
+    if "mean" in params and mean is not None:
         m = to_numpy(mean).astype(np.float64).ravel()
         if m.size != d or not np.all(np.isfinite(m)) or np.linalg.norm(m) == 0:
             raise ValueError(f"mean must be a finite non-zero vector with d = {d} entries, got {mean!r}")

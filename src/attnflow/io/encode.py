@@ -4,13 +4,21 @@ rule of what a stored attribute may be (`clean_attrs`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 
-def clean_attrs(attrs: dict[str, Any], where: str) -> dict[str, Any]:
+class _HasAttrs(Protocol):
+    """A Dataset, DataArray or anything with a mapping of attributes."""
+
+    @property
+    def attrs(self) -> Mapping[Hashable, object]: ...
+
+
+def clean_attrs(attrs: dict[str, object], where: str) -> dict[str, object]:
     """attrs restricted to what zarr stores faithfully: str, int, float, bool and lists of them."""
     out = {}
     for key, value in attrs.items():
@@ -32,7 +40,7 @@ def clean_attrs(attrs: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _json_default(obj: Any) -> Any:
+def _json_default(obj: object) -> object:
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, complex):
@@ -44,14 +52,14 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
-def to_json(obj: Any, **kwargs: Any) -> str:
+def to_json(obj: object, **kwargs: Any) -> str:
     """The one JSON encoder of attnflow: standard JSON (RFC 8259), also for NumPy scalars/arrays,
     complex numbers ([re, im]) and Paths. NaN and +-inf have no JSON literal: they are written as
     null, and readers take null back as "no finite value" (NaN)."""
     return json.dumps(_nan_to_none(obj), default=_json_default, allow_nan=False, **kwargs)
 
 
-def _nan_to_none(obj: Any) -> Any:
+def _nan_to_none(obj: object) -> object:
     if isinstance(obj, np.generic):
         obj = obj.item()
     if isinstance(obj, complex):
@@ -67,7 +75,7 @@ def _nan_to_none(obj: Any) -> Any:
     return obj
 
 
-def json_attr(ds: Any, key: str, default: Any = None) -> Any:
+def json_attr(ds: _HasAttrs, key: str, default: object = None) -> Any:
     """The attribute `key` of a Dataset (or of anything with `.attrs`), decoded from JSON.
 
     Missing: `default`. A non-string value is returned as stored. A string that is not JSON raises

@@ -29,7 +29,8 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+
+from .._text import JSON
 
 try:
     import fcntl
@@ -55,19 +56,19 @@ class LockedError(ValueError):
     """The folder is being written by another process: `path` (the folder), `holder` (what its lock
     file says: pid, host, since, command), `problem` (one line, without the folder's name)."""
 
-    def __init__(self, path: str | os.PathLike, holder: dict[str, Any], problem: str) -> None:
+    def __init__(self, path: str | os.PathLike, holder: dict[str, JSON], problem: str) -> None:
         super().__init__(f"{os.fspath(path)}: {problem}")
         self.path, self.holder, self.problem = os.fspath(path), holder, problem
 
 
-def describe(holder: dict[str, Any]) -> str:
+def describe(holder: dict[str, JSON]) -> str:
     """'pid 123 on host h since 2026-01-01T00:00:00+00:00 (attnflow run ...)'."""
     cmd = f" ({holder['command']})" if holder.get("command") else ""
     pid, host, since = (holder.get(k, "?") for k in ("pid", "host", "since"))
     return f"pid {pid} on host {host} since {since}{cmd}"
 
 
-def _alive(pid: Any) -> bool:
+def _alive(pid: object) -> bool:
     """Whether a process with this pid runs on this host."""
     if not isinstance(pid, int) or pid <= 0:
         return False
@@ -80,7 +81,7 @@ def _alive(pid: Any) -> bool:
     return True
 
 
-def _parse(text: str) -> dict[str, Any]:
+def _parse(text: str) -> dict[str, JSON]:
     try:
         holder = json.loads(text)
     except ValueError:
@@ -88,7 +89,7 @@ def _parse(text: str) -> dict[str, Any]:
     return holder if isinstance(holder, dict) else {}
 
 
-def lock_holder(folder: str | os.PathLike) -> dict[str, Any] | None:
+def lock_holder(folder: str | os.PathLike) -> dict[str, JSON] | None:
     """What the lock file of `folder` says, when a live writer holds it; None when the folder is free
     (no lock file, or one left by a process that died)."""
     path = Path(folder) / LOCK_FILE
@@ -156,7 +157,7 @@ def check_free(folder: str | os.PathLike) -> None:
         raise LockedError(folder, holder, _busy(holder, Path(folder) / LOCK_FILE))
 
 
-def _me() -> dict[str, Any]:
+def _me() -> dict[str, JSON]:
     return {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -224,7 +225,7 @@ def _open_lock(path: Path) -> int:
     return fd
 
 
-def _busy(holder: dict[str, Any], path: Path, live: bool = False) -> str:
+def _busy(holder: dict[str, JSON], path: Path, live: bool = False) -> str:
     """Why a folder is taken, and what to do. live: its flock is held (the holder runs)."""
     if not live and holder.get("host", socket.gethostname()) != socket.gethostname():
         return (

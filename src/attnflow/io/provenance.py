@@ -7,7 +7,8 @@ import os
 import platform
 import socket
 import sys
-from typing import Any
+
+from .._text import JSON
 
 # Libraries whose versions go into every result's provenance.
 _PROVENANCE_PACKAGES = ("attnflow", "numpy", "scipy", "torch", "pot", "xarray", "zarr", "pydantic", "dask")
@@ -22,18 +23,18 @@ def _version(package: str) -> str | None:
         return None
 
 
-def provenance(torch_threads: int | None = None, device: str | None = None) -> dict[str, Any]:
+def provenance(torch_threads: int | None = None, device: str | None = None) -> dict[str, JSON]:
     """Where and with what a result was computed: library versions, Python, host, CPU count, UTC time.
 
     torch_threads: the torch CPU threads the computation used (default: torch's current setting,
     when torch is loaded); device: where it computed ("cpu", "cuda:0"), recorded when given.
     """
-    versions: dict[str, Any] = {p: _version(p) for p in _PROVENANCE_PACKAGES}
+    versions: dict[str, JSON] = {p: _version(p) for p in _PROVENANCE_PACKAGES}
     if torch_threads is None and "torch" in sys.modules:  # only report threads when torch is loaded
         torch_threads = sys.modules["torch"].get_num_threads()
     if torch_threads is not None:
         versions["torch_threads"] = int(torch_threads)
-    out = {
+    out: dict[str, JSON] = {
         "versions": versions,
         "python": platform.python_version(),
         "platform": platform.platform(),

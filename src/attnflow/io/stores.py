@@ -16,7 +16,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from .encode import clean_attrs
 from .paths import REGULAR, file_kind
@@ -24,6 +24,17 @@ from .paths import REGULAR, file_kind
 # the checksums of a store's files, inside the store (zarr ignores it)
 CHECKSUM_FILE = ".attnflow-checksums.json"
 CHECKSUM_FORMAT = "attnflow-checksums"
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+
+class Layout(TypedDict):
+    """What `read_layout` reads of a store: {dim: length}, the data variables, the Dataset's attrs."""
+
+    sizes: dict[str, int]
+    variables: list[str]
+    attrs: dict[str, object]
 
 
 class StoreError(ValueError):
@@ -114,7 +125,7 @@ def read_dataset(path: str | os.PathLike, load: bool = True, verify: bool = True
     return ds
 
 
-def read_layout(path: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
+def read_layout(path: str | os.PathLike, verify: bool = True) -> Layout:
     """The layout of a store written by `write_dataset`, from its consolidated metadata alone (no
     xarray, zarr or chunk read: what `attnflow show` prints): {"sizes": {dim: length}, "variables":
     [data variable names], "attrs": the Dataset's attrs}, in xarray's order. verify: as in
@@ -146,7 +157,7 @@ def read_layout(path: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------- checksums
 
 
-def _fs(target: str | os.PathLike) -> tuple[Any, str]:
+def _fs(target: str | os.PathLike) -> tuple[AbstractFileSystem | None, str]:
     """(fsspec filesystem or None for a local path, root path) of a store."""
     text = os.fspath(target)
     if "://" not in text:
@@ -157,7 +168,7 @@ def _fs(target: str | os.PathLike) -> tuple[Any, str]:
     return fs, root.rstrip("/")
 
 
-def _files(fs: Any, root: str) -> list[str]:
+def _files(fs: AbstractFileSystem | None, root: str) -> list[str]:
     """Every file of the store but its checksums, as sorted relative POSIX paths."""
     if fs is None:
         rels = [
@@ -170,7 +181,7 @@ def _files(fs: Any, root: str) -> list[str]:
     return sorted(r for r in rels if r != CHECKSUM_FILE)
 
 
-def _read_bytes(fs: Any, root: str, rel: str) -> bytes:
+def _read_bytes(fs: AbstractFileSystem | None, root: str, rel: str) -> bytes:
     if fs is None:
         with open(os.path.join(root, rel), "rb") as f:
             return f.read()
@@ -207,7 +218,7 @@ def _not_files(root: str) -> list[tuple[str, str]]:
     return found
 
 
-def _file_problem(fs: Any, root: str, rel: str, size: int, digest: str) -> str | None:
+def _file_problem(fs: AbstractFileSystem | None, root: str, rel: str, size: int, digest: str) -> str | None:
     """What is wrong with one file of a store against its size and SHA-256, or None."""
     if rel.startswith("/") or ".." in rel.split("/"):
         return "named by the checksum record, outside the store; not read"

@@ -5,18 +5,21 @@ theorem's window t <~ log beta (the region beta >= e^t, shaded).  Drawn from the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .style import DPI, NothingToPlot, new_figure, save
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
 __all__ = ["plot_regime"]
 
 
-def _panel(ax: Any, t: np.ndarray, beta: np.ndarray, labels: list[Any], title: str) -> None:
+def _panel(ax: Axes, t: np.ndarray, beta: np.ndarray, labels: Sequence[object], title: str) -> None:
     """The layers at (t, beta) and the window beta >= e^t, on axes limited to the data."""
     hi = max(float(t.max()) * 1.08, 0.5)
     lo_b, hi_b = float(beta.min()) / 3, float(beta.max()) * 30

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_positive
 from .._text import format_value
@@ -25,6 +26,7 @@ from ..io import json_attr
 if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
     from matplotlib.figure import Figure
 
 DPI = 150
@@ -51,7 +53,7 @@ class FigureWarning(UserWarning):
     """A figure of a run was left out (`NothingToPlot`)."""
 
 
-def check_ds(ds: Any) -> None:
+def check_ds(ds: object) -> None:
     """TypeError unless ds is an xarray Dataset."""
     if not (hasattr(ds, "data_vars") and hasattr(ds, "attrs") and hasattr(ds, "sizes")):
         raise TypeError(f"ds must be an xarray.Dataset, got {type(ds).__name__}")
@@ -93,7 +95,7 @@ def beta_label(b: float) -> str:
     return "β = ∞" if math.isinf(b) else f"β = {b:g}"
 
 
-def values_label(name: str, values: Any) -> str:
+def values_label(name: str, values: ArrayLike) -> str:
     v = [x.item() if hasattr(x, "item") else x for x in np.asarray(values).ravel()]
     if len(v) == 1:
         return f"{name} = {format_value(v[0])}"
@@ -149,7 +151,7 @@ def _under_resolved_note(ds: xr.Dataset) -> str:
     return f"\n{which} under-resolved (N too small: not the mean-field limit)"
 
 
-def new_figure(nrows: int, ncols: int, size: tuple[float, float], **subplot_kw: Any):
+def new_figure(nrows: int, ncols: int, size: tuple[float, float], **subplot_kw: object):
     """A Figure on an Agg canvas (no pyplot) and its (nrows, ncols) array of axes."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -160,7 +162,7 @@ def new_figure(nrows: int, ncols: int, size: tuple[float, float], **subplot_kw: 
     return fig, axes
 
 
-def check_formats(formats: Any) -> tuple[str, ...]:
+def check_formats(formats: object) -> tuple[str, ...]:
     """("png", ...) from a sequence of FORMATS names; PNG is always written, first."""
     if isinstance(formats, str) or not isinstance(formats, Sequence):
         raise TypeError(f"formats must be a sequence of names from {FORMATS}, got {formats!r}")
@@ -276,7 +278,12 @@ def beta_line(beta: float, style: dict[str, Any], status: str) -> tuple[str, dic
 
 
 def beta_curves(
-    ax: Axes, t: np.ndarray, values: np.ndarray, betas: np.ndarray, log: bool = False, status: Any = None
+    ax: Axes,
+    t: np.ndarray,
+    values: np.ndarray,
+    betas: np.ndarray,
+    log: bool = False,
+    status: ArrayLike | None = None,
 ) -> list:
     """One line per beta: values (n_beta, T) against t, styled by `series_styles`; status (n_beta,)
     of str or None: an "under-resolved" beta's line is faded and so labelled. Returns the styles."""
@@ -291,7 +298,7 @@ def beta_curves(
     return styles
 
 
-def positive(a: Any) -> np.ndarray:
+def positive(a: ArrayLike) -> np.ndarray:
     """Values for a log axis: non-positive and non-finite -> NaN (a gap, not a crash)."""
     a = np.asarray(a, dtype=float).copy()
     a[~(np.isfinite(a) & (a > 0))] = np.nan
@@ -302,7 +309,7 @@ def markevery(T: int) -> int:
     return max(1, T // 8)
 
 
-def pick(fit: Any, keys: Sequence[str]) -> float | None:
+def pick(fit: object, keys: Sequence[str]) -> float | None:
     """The first of `keys` present in a fit dict, as a finite float (None otherwise)."""
     if not isinstance(fit, dict):
         return None
@@ -313,7 +320,7 @@ def pick(fit: Any, keys: Sequence[str]) -> float | None:
     return None
 
 
-def ticks_at(axis: Any, values: Sequence[float] | np.ndarray, max_labels: int = 8) -> None:
+def ticks_at(axis: Axis, values: Sequence[float] | np.ndarray, max_labels: int = 8) -> None:
     """Major ticks of `axis` (ax.xaxis or ax.yaxis, log or linear) at the data's own values (the
     step sizes, the Ns of a ladder), labelled as plain numbers, at most max_labels of them (every
     k-th value); the minor ticks stay, without labels, so no two labels overlap."""
@@ -346,7 +353,7 @@ def log_axis_plain_ticks(ax: Axes) -> None:
         ax.yaxis.set_minor_formatter(plain)
 
 
-def plain_log_ticks(axis: Any, n: int = 6) -> None:
+def plain_log_ticks(axis: Axis, n: int = 6) -> None:
     """Ticks of a log `axis` (ax.xaxis or ax.yaxis, its limits set) labelled as plain numbers, at
     least three where its span is less than a decade: about n round values (1, 2, 5 steps) inside
     the limits (1, 2 and 5 times each power of ten for one to three decades) instead of the one or

@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -58,7 +58,7 @@ def sweep_variables(ds: xr.Dataset) -> list[str]:
     ]
 
 
-def _x_axis(ds: xr.Dataset, dims: Sequence[Any]) -> str:
+def _x_axis(ds: xr.Dataset, dims: Sequence[Hashable]) -> str:
     """The first axis other than seed with more than one value (else the first axis)."""
     for d in dims:
         if d != "seed" and ds.sizes[d] > 1:

@@ -253,7 +253,7 @@ def plane_axes(ax: Axes, li: str, lj: str, v: np.ndarray | None = None) -> None:
     ax.set_ylabel(f"⟨x, {_sub(lj)}⟩")
 
 
-def _legend_below(fig: Any, ax: Any) -> None:
+def _legend_below(fig: Figure, ax: Axes) -> None:
     """The markers' legend under the panels, off the data."""
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize="small")
 

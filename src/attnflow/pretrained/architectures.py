@@ -13,7 +13,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 __all__ = ["ARCHITECTURES", "Architecture", "Key", "detect"]
 
@@ -69,7 +71,7 @@ class Architecture:
         return next((config[k] for k in keys if config.get(k) is not None), None)
 
 
-def _frozen(d: dict[str, Any]) -> Mapping[str, Any]:
+def _frozen(d: dict[str, _T]) -> Mapping[str, _T]:
     return MappingProxyType(d)
 
 

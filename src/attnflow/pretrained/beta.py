@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -58,7 +57,7 @@ class BetaFit:
     terms: dict[str, list[float | None]] = field(default_factory=dict)
     effects: str = "query"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -9,16 +9,25 @@ The architecture is recognised by its keys (`architectures.ARCHITECTURES`: BERT-
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
 import numpy as np
 
 from .._checks import check_positive, to_numpy
 from .architectures import Architecture, detect
 from .readers import CheckpointError, Found, read_path, unwrap_state_dict
+from .readers.common import Tensor
+
+if TYPE_CHECKING:
+    import torch
+    from tokenizers import Tokenizer
+
+#: what `open_checkpoint` opens: a folder or weights file path, a state dict, a torch module or a
+#: Checkpoint
+CheckpointLike: TypeAlias = "str | Path | Mapping[str, Tensor] | torch.nn.Module | Checkpoint"
 
 ATTENTION_KEYS = ("W_Q", "W_K", "W_V", "W_O")
 BIAS_KEYS = ("b_Q", "b_K", "b_V", "b_O")
@@ -46,16 +55,16 @@ class Checkpoint:
     num_heads: list[int]
     num_kv_heads: list[int]
     config: dict[str, Any]
-    tokenizer: Any
+    tokenizer: Tokenizer | Path | None
     keys: frozenset[str]
-    _get: Callable[[str], Any] = field(repr=False)
+    _get: Callable[[str], Tensor] = field(repr=False)
     fmt: str = "state dict"
     notes: tuple[str, ...] = ()
     token_names: list[str] | None = field(default=None, repr=False)
     d: int = 0
     d_head: int = 0
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    _rows: Callable[[str, np.ndarray], Any] | None = field(default=None, repr=False)
+    _rows: Callable[[str, np.ndarray], Tensor] | None = field(default=None, repr=False)
     _shape: Callable[[str], tuple[int, ...]] | None = field(default=None, repr=False)
 
     @property
@@ -134,7 +143,17 @@ class Checkpoint:
         for key in [k for k in self._cache if k.startswith(prefix)]:
             del self._cache[key]
 
-    def layer_array(self, layer: int, name: str, required: bool = True, cache: bool = True) -> Any:
+    @overload
+    def layer_array(
+        self, layer: int, name: str, required: Literal[True] = ..., cache: bool = ...
+    ) -> np.ndarray: ...
+
+    @overload
+    def layer_array(self, layer: int, name: str, required: bool, cache: bool = ...) -> np.ndarray | None: ...
+
+    def layer_array(
+        self, layer: int, name: str, required: bool = True, cache: bool = True
+    ) -> np.ndarray | None:
         """Per-layer tensor by its MATH name (W_Q, b_Q, ..., see `Architecture.keys`), float64;
         None when absent and not required."""
         spec = self.arch.keys.get(name)
@@ -151,7 +170,13 @@ class Checkpoint:
         n = whole.shape[0] // 3
         return whole[part * n : (part + 1) * n]
 
-    def global_array(self, name: str, required: bool = True, cache: bool = True) -> Any:
+    @overload
+    def global_array(self, name: str, required: Literal[True] = ..., cache: bool = ...) -> np.ndarray: ...
+
+    @overload
+    def global_array(self, name: str, required: bool, cache: bool = ...) -> np.ndarray | None: ...
+
+    def global_array(self, name: str, required: bool = True, cache: bool = True) -> np.ndarray | None:
         """A tensor outside the layers (embeddings, final norm) by its `Architecture.embeddings` name."""
         key = self.arch.embeddings.get(name)
         if key is None:
@@ -190,7 +215,7 @@ class _Source:
     mha_heads: list[tuple[str, int]] | None = None
 
 
-def _from_module(module: Any) -> _Source:
+def _from_module(module: object) -> _Source:
     """A torch module: its state dict, config, tokenizer and MultiheadAttention submodules."""
     import torch
 
@@ -219,7 +244,7 @@ def _from_module(module: Any) -> _Source:
     return source
 
 
-def _source(checkpoint: Any) -> _Source:
+def _source(checkpoint: object) -> _Source:
     if isinstance(checkpoint, (str, Path)):
         return _Source(str(checkpoint), read_path(Path(checkpoint).expanduser()))
     if isinstance(checkpoint, Mapping):
@@ -234,7 +259,7 @@ def _source(checkpoint: Any) -> _Source:
     )
 
 
-def _natural_key(s: str) -> list[Any]:
+def _natural_key(s: str) -> list[int | str]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
 
 
@@ -289,7 +314,7 @@ def _head_counts(
     return [int(h)] * n, [int(kv)] * n
 
 
-def open_checkpoint(checkpoint: Any, num_heads: int | None = None) -> Checkpoint:
+def open_checkpoint(checkpoint: CheckpointLike, num_heads: int | None = None) -> Checkpoint:
     """Open a checkpoint: a folder or file path, a state dict, a torch module or a Checkpoint.
 
     num_heads: heads per layer, needed when neither config.json nor the module says it (bare
@@ -372,7 +397,7 @@ def layer_weights(ck: Checkpoint, i: int) -> dict[str, np.ndarray]:
     return w
 
 
-def check_layers(layers: Any, n: int) -> list[int]:
+def check_layers(layers: int | Iterable[int] | None, n: int) -> list[int]:
     """Layer indices (an int, a list of ints or None for all) as a list in [0, n); negatives count
     from the end."""
     if layers is None:

@@ -9,15 +9,62 @@ projector the heads experiment uses when A is not symmetric.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_points
 from ..attention import TOP_TOL, Attention, EigenSpace, attention_from_A, top_eigenspace
-from ..science.assumptions import FAILS, check_assumptions
+from ..science.assumptions import FAILS, AssumptionsDict, check_assumptions
 
 __all__ = ["diagnose", "distinct_gap", "spectra", "symmetric_part_attention", "symmetric_top"]
+
+
+class _Moments(TypedDict):
+    """Assumption 2's numbers for S's top eigenspace (`_symmetric_moments`)."""
+
+    M1: float
+    M2: float
+    min_P1x: float
+    mean_P1x: float
+
+
+class _Numbers(TypedDict):
+    """The numbers of `diagnose` that need no tokens."""
+
+    d: int
+    beta: float
+    norm_B: float
+    beta_normB: float
+    rank_B: int
+    cond_B: float | None
+    cond_B_range: float | None
+    asymmetry: float
+    eig_A_top: list[list[float]]
+    mu1: float
+    mu2: float | None
+    gap: float
+    rel_gap: float
+    multiplicity: int
+    top_complex: bool
+    sym_eig_top: list[float]
+    sym_eig_min: float
+    sym_gap: float
+    sym_rel_gap: float
+    sym_multiplicity: int
+    sym_indefinite: bool
+
+
+class Diagnosis(_Numbers):
+    """What `diagnose` returns (its docstring says each entry); M1 to mean_P1x only with tokens."""
+
+    M1: NotRequired[float]
+    M2: NotRequired[float]
+    min_P1x: NotRequired[float]
+    mean_P1x: NotRequired[float]
+    assumptions: AssumptionsDict
+    failures: list[str]
 
 
 def symmetric_top(att: Attention) -> EigenSpace:
@@ -90,7 +137,7 @@ def distinct_gap(values: np.ndarray, scale: float) -> tuple[float, float | None,
     return mu1, (float(values[m]) if m < len(values) else None), m
 
 
-def _symmetric_moments(X: np.ndarray, P: np.ndarray) -> dict[str, float]:
+def _symmetric_moments(X: np.ndarray, P: np.ndarray) -> _Moments:
     """M_1, M_2 of |P_S^perp x| / |P_S x| over unit rows X (N, d), min and mean |P_S x|; P (d, m)
     an orthonormal basis of S's top eigenspace."""
     p1 = np.linalg.norm(X @ P, axis=1)
@@ -105,7 +152,7 @@ def _symmetric_moments(X: np.ndarray, P: np.ndarray) -> dict[str, float]:
     }
 
 
-def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
+def diagnose(att: Attention, X: ArrayLike | None = None) -> Diagnosis:
     """The assumptions of one head or layer, checked by `check_assumptions`, with more numbers.
 
     X: optional tokens (N, d), rows normalised here (raw hidden states are fine).
@@ -128,7 +175,7 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     rs = float(np.max(np.abs(ws)))
     smu1, smu2, smult = distinct_gap(ws, rs)
     sgap = smu1 - smu2 if smu2 is not None else 0.0
-    out: dict[str, Any] = {
+    numbers: _Numbers = {
         "d": d,
         "beta": att.beta,
         "norm_B": float(s[0]),
@@ -153,8 +200,8 @@ def diagnose(att: Attention, X: Any = None) -> dict[str, Any]:
     }
     if X is not None:
         X = check_points(X, "X", d=d, normalize=True, allow_batch=False)
-        out.update(_symmetric_moments(X, P))
     checked = check_assumptions(att, X)
-    out["assumptions"] = checked.to_dict()
-    out["failures"] = [f"{k}. {it.reason}" for k, it in enumerate(checked.items, 1) if it.status == FAILS]
-    return out
+    failures = [f"{k}. {it.reason}" for k, it in enumerate(checked.items, 1) if it.status == FAILS]
+    if X is None:
+        return {**numbers, "assumptions": checked.to_dict(), "failures": failures}
+    return {**numbers, **_symmetric_moments(X, P), "assumptions": checked.to_dict(), "failures": failures}

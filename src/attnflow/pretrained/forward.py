@@ -15,16 +15,32 @@ and ONNX references in the tests.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .checkpoint import Checkpoint, CheckpointError, check_layers, layer_weights, open_checkpoint
+from .checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointLike,
+    check_layers,
+    layer_weights,
+    open_checkpoint,
+)
 from .readers import require
 from .rope import RoPE, layer_rope
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+#: a tokenizer to read text with: a `tokenizers.Tokenizer`, a path to tokenizer.json, or None (the
+#: checkpoint's own)
+TokenizerLike: TypeAlias = "Tokenizer | str | os.PathLike[str] | None"
 
 __all__ = [
     "TokenStates",
@@ -64,7 +80,7 @@ class TokenStates:
         return X / np.linalg.norm(X, axis=1, keepdims=True)
 
 
-def _tokenizer(ck: Checkpoint, tokenizer: Any):
+def _tokenizer(ck: Checkpoint, tokenizer: TokenizerLike) -> Tokenizer:
     require("tokenizers", "reading text through the checkpoint's tokenizer")
     from tokenizers import Tokenizer
 
@@ -104,7 +120,7 @@ def _vocab_size(ck: Checkpoint) -> int:
     return int(ck.global_array("word", cache=False).shape[0])
 
 
-def _check_ids(ck: Checkpoint, ids: Any) -> list[int]:
+def _check_ids(ck: Checkpoint, ids: ArrayLike) -> list[int]:
     vocab = _vocab_size(ck)
     try:
         out = [int(i) for i in np.asarray(ids).ravel()]
@@ -116,7 +132,9 @@ def _check_ids(ck: Checkpoint, ids: Any) -> list[int]:
     return out
 
 
-def _encode(ck: Checkpoint, text: str | None, tokenizer: Any, ids: Any = None) -> _Encoding:
+def _encode(
+    ck: Checkpoint, text: str | None, tokenizer: TokenizerLike, ids: ArrayLike | None = None
+) -> _Encoding:
     """The encoding of `text` (ids, type ids, token strings), or of given `ids`: the one place text
     is tokenized."""
     if ids is not None:
@@ -133,7 +151,7 @@ def _encode(ck: Checkpoint, text: str | None, tokenizer: Any, ids: Any = None) -
     return _Encoding(list(enc.ids), list(enc.type_ids), list(enc.tokens))
 
 
-def tokenize(checkpoint: Any, text: str, tokenizer: Any = None) -> list[str]:
+def tokenize(checkpoint: CheckpointLike, text: str, tokenizer: TokenizerLike = None) -> list[str]:
     """The token strings of `text` (with the model's special tokens, e.g. [CLS] ... [SEP])."""
     return _encode(open_checkpoint(checkpoint), text, tokenizer).tokens
 
@@ -163,7 +181,7 @@ def _activation(name: str) -> Callable[[np.ndarray], np.ndarray]:
     raise CheckpointError(f"hidden_act {name!r} is not supported (gelu, gelu_new, relu, silu)")
 
 
-def softmax(z: np.ndarray, sink: Any = None) -> np.ndarray:
+def softmax(z: np.ndarray, sink: ArrayLike | None = None) -> np.ndarray:
     """Row softmax over the last axis, max-subtracted.  sink: a logit per row (broadcast to
     z.shape[:-1], e.g. (heads, 1)) of an extra key that takes mass and gives nothing (attention
     sinks): the weights then sum to 1 - sink_mass."""
@@ -288,7 +306,11 @@ def _block(ck: Checkpoint, i: int, X: np.ndarray, rope: RoPE | None) -> np.ndarr
 
 
 def token_states(
-    checkpoint: Any, text: str | None = None, tokenizer: Any = None, *, ids: Sequence[int] | None = None
+    checkpoint: CheckpointLike,
+    text: str | None = None,
+    tokenizer: TokenizerLike = None,
+    *,
+    ids: Sequence[int] | None = None,
 ) -> TokenStates:
     """Tokenize `text` (or take token `ids`) once and run the model once: its tokens and states.
 
@@ -315,7 +337,7 @@ def token_states(
     return TokenStates(text, enc.tokens, np.stack(states), enc.ids)
 
 
-def hidden_states(checkpoint: Any, text: str, tokenizer: Any = None) -> np.ndarray:
+def hidden_states(checkpoint: CheckpointLike, text: str, tokenizer: TokenizerLike = None) -> np.ndarray:
     """The model's token states for `text`, float64 (L + 1, N, d), raw (not normalised).
 
     states[0] is the embedding output (after its layer norm for BERT); states[l] is the output of
@@ -324,7 +346,9 @@ def hidden_states(checkpoint: Any, text: str, tokenizer: Any = None) -> np.ndarr
     return token_states(checkpoint, text, tokenizer).states
 
 
-def token_cloud(checkpoint: Any, text: str, layer: int = 0, tokenizer: Any = None) -> np.ndarray:
+def token_cloud(
+    checkpoint: CheckpointLike, text: str, layer: int = 0, tokenizer: TokenizerLike = None
+) -> np.ndarray:
     """Tokens of `text` entering `layer`, normalised onto the sphere: (N, d) float64 unit rows.
 
     layer 0 is the embedding layer's output; layer l the output of layer l - 1; layer L (the

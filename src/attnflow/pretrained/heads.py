@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_positive, to_numpy
 from ..attention import Attention
-from .checkpoint import Checkpoint, check_layers, layer_weights, open_checkpoint
-from .forward import TokenStates, head_inputs, softcap, softmax, token_states
+from .checkpoint import Checkpoint, CheckpointLike, check_layers, layer_weights, open_checkpoint
+from .forward import TokenizerLike, TokenStates, head_inputs, softcap, softmax, token_states
 from .rope import RoPE, layer_rope
 
 __all__ = ["Head", "Layer", "Norm", "attention_output", "head_attention", "layer_rope", "load_heads"]
@@ -209,7 +209,7 @@ def _layer_norm_scale(ck: Checkpoint, i: int) -> float | None:
     return float(math.sqrt(np.sum(g * g) + (0.0 if b is None else np.sum(b * b))))
 
 
-def _check_states(states: Any, ck: Checkpoint) -> np.ndarray:
+def _check_states(states: TokenStates | ArrayLike, ck: Checkpoint) -> np.ndarray:
     S = states.states if isinstance(states, TokenStates) else to_numpy(states).astype(np.float64)
     if S.ndim != 3 or S.shape[0] != ck.num_layers + 1 or S.shape[2] != ck.d:
         raise ValueError(
@@ -232,14 +232,14 @@ def _norm_of(ck: Checkpoint, i: int, S: np.ndarray | None) -> tuple[float, str]:
 
 
 def load_heads(
-    checkpoint: Any,
+    checkpoint: CheckpointLike,
     text: str | None = None,
     *,
     norm: float | None = None,
     num_heads: int | None = None,
     layers: list[int] | None = None,
-    tokenizer: Any = None,
-    states: Any = None,
+    tokenizer: TokenizerLike = None,
+    states: TokenStates | ArrayLike | None = None,
 ) -> list[Layer]:
     """Per-layer and per-head attention of a checkpoint, with beta_eff = r^2 / sqrt(d_h).
 
@@ -257,7 +257,7 @@ def load_heads(
     if norm is not None:
         norm = check_positive(norm, "norm")
     elif text is not None or states is not None:
-        S = token_states(ck, text, tokenizer).states if text is not None else _check_states(states, ck)
+        S = _check_states(states, ck) if states is not None else token_states(ck, text, tokenizer).states
     out = []
     for i in idx:
         r, src = (norm, "given") if norm is not None else _norm_of(ck, i, S)
@@ -266,7 +266,7 @@ def load_heads(
 
 
 def head_attention(
-    checkpoint: Any,
+    checkpoint: CheckpointLike,
     layer: int,
     head: int | None = None,
     *,
@@ -283,7 +283,7 @@ def head_attention(
     return L.heads[int(head)].attention
 
 
-def attention_output(layer: Layer, H: Any) -> np.ndarray:
+def attention_output(layer: Layer, H: ArrayLike) -> np.ndarray:
     """The layer's self-attention output (before the residual) recomputed from its heads.
 
     H: (N, d) token states as the heads read them (after the norm, before its folded weight; the

@@ -36,13 +36,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 
 from .beta import BetaFit, head_fits
-from .checkpoint import Checkpoint, open_checkpoint
-from .forward import TokenStates, head_inputs, token_states
+from .checkpoint import Checkpoint, CheckpointLike, open_checkpoint
+from .forward import TokenizerLike, TokenStates, head_inputs, token_states
 from .heads import Head, Layer, attention_output, load_heads
 
 __all__ = [
@@ -171,7 +170,7 @@ class Regime:
     departure_mf: float | None
     line: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -229,7 +228,11 @@ def _fitted(fits: Sequence[BetaFit]) -> list[float | None]:
 
 
 def regime(
-    checkpoint: Any, text: str | None = None, *, ids: Sequence[int] | None = None, tokenizer: Any = None
+    checkpoint: CheckpointLike,
+    text: str | None = None,
+    *,
+    ids: Sequence[int] | None = None,
+    tokenizer: TokenizerLike = None,
 ) -> Regime:
     """Run the model once on `text` (or token `ids`) and place it against the window t <~ log beta:
     each layer's step h_l, the integrated time T, beta fitted per head and per layer."""

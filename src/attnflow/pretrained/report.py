@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict
-from typing import Any, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import numpy as np
 
@@ -20,11 +20,12 @@ from .._threads import DEFAULT_THREADS, blas_threads, check_threads
 from ..attention import COND_B_MAX, SYMMETRY_TOL, Attention
 from ..science.assumptions import OK
 from .beta import head_fits
-from .checkpoint import Checkpoint, check_layers, open_checkpoint
-from .diagnostics import diagnose, distinct_gap
-from .forward import TokenStates, attention_logits, sink_mass, token_states
-from .heads import Head, Layer, load_heads
+from .checkpoint import Checkpoint, CheckpointLike, check_layers, open_checkpoint
+from .diagnostics import Diagnosis, diagnose, distinct_gap
+from .forward import TokenizerLike, TokenStates, attention_logits, sink_mass, token_states
+from .heads import Head, Layer, Norm, load_heads
 from .regime import StepFit, departure, layer_step, regime_of
+from .rope import RoPE
 
 __all__ = ["OFFSETS", "SPECTRUM_KEEP", "TOLERANCE", "offset_spread", "report", "summary"]
 
@@ -36,7 +37,95 @@ SPECTRUM_KEEP = 8
 TOLERANCE = f"cond(B) <= {COND_B_MAX:.0e}, asymmetry <= {SYMMETRY_TOL:.0e}, gap > 0"
 
 
-def _ok1(diag: dict[str, Any]) -> bool:
+class OffsetSpread(TypedDict):
+    """`offset_spread`: the offsets and [min, max] of each number over them (None: none finite)."""
+
+    offsets: list[int]
+    asymmetry: list[float] | None
+    mu1: list[float] | None
+    rel_gap: list[float] | None
+    norm_B: list[float] | None
+    rank_B: list[float] | None
+
+
+class Entry(Diagnosis, total=False):
+    """A row of the report: a whole layer's `diagnose` ("full"), or a head's with what the report
+    adds (its index, its key/value head, and with a text its fitted beta and departure)."""
+
+    head: int
+    kv_head: int
+    query_bias_ratio: float
+    offsets: OffsetSpread
+    sink: float
+    sink_mass: float
+    beta_fit: dict[str, Any]  # BetaFit.to_dict()
+    departure: list[float] | None
+    layer: int
+
+
+class Summary(TypedDict):
+    """How many heads satisfy assumption 1 and the closest, as numbers and one line (`summary`)."""
+
+    heads_ok: int
+    heads: int
+    tolerance: str
+    line: str
+    offset_asymmetry: NotRequired[list[float]]
+    layers_ok: NotRequired[int]
+
+
+class LayerEntry(TypedDict):
+    """A layer of the report: its norm and beta_eff, the whole layer's entry, its heads' entries."""
+
+    layer: int
+    d_head: int
+    norm: float
+    norm_source: str
+    beta_eff: float
+    output_bias_norm: float
+    full: Entry
+    heads: list[Entry]
+    summary: NotRequired[Summary]
+    step: NotRequired[dict[str, Any]]  # asdict(StepFit)
+
+
+class _Header(TypedDict):
+    """The checkpoint's part of a report (`_header`)."""
+
+    checkpoint: str
+    format: str
+    layout: str
+    notes: list[str]
+    num_layers: int
+    d: int
+    d_head: int
+    num_heads: int
+    num_kv_heads: int
+    kv_head_rule: str
+    causal: bool
+    rope: dict[str, float] | None
+    norm: str | None
+    scale: str
+    beta_means: str
+    text: str | None
+    tokens: list[str] | None
+    ids: list[int] | None
+
+
+class _Model(TypedDict, total=False):
+    """The model's summary (with heads) and regime (with heads, a text and every layer)."""
+
+    summary: Summary
+    regime: dict[str, Any]  # Regime.to_dict()
+
+
+class Report(_Header, _Model):
+    """What `report` returns: the checkpoint's header, the model's summary and regime, the layers."""
+
+    layers: list[LayerEntry]
+
+
+def _ok1(diag: Diagnosis) -> bool:
     return diag["assumptions"]["items"][0]["status"] == OK
 
 
@@ -76,31 +165,38 @@ def _at_offset(head: Head, pieces: tuple[np.ndarray, ...], r: int) -> tuple[floa
     return asym, mu1, gap / radius if radius > 0 else 0.0, float(s[0]), rank
 
 
-def offset_spread(head: Head, offsets: Sequence[int]) -> dict[str, Any]:
+def offset_spread(head: Head, offsets: Sequence[int]) -> OffsetSpread:
     """The numbers of assumption 1 for B_h(r), A_h(r) over rotary offsets r (0 included): [min,
     max] of the asymmetry of A, its top real part mu1, its relative gap, ||B|| and the rank of B.
     Numbers, not verdicts: `check_assumptions` judges r = 0 (the head's reported B); B_h(r) has
     rank <= d_h < d at every r, so assumption 1 fails at every offset through B alone."""
     pieces = _pieces(head)
     rows = [_at_offset(head, pieces, r) for r in (0, *offsets)]
-    names = ("asymmetry", "mu1", "rel_gap", "norm_B", "rank_B")
-    return {"offsets": [0, *offsets], **{n: _span([row[k] for row in rows]) for k, n in enumerate(names)}}
+    asym, mu1, rel_gap, norm_B, rank_B = (_span([row[k] for row in rows]) for k in range(5))
+    return {
+        "offsets": [0, *offsets],
+        "asymmetry": asym,
+        "mu1": mu1,
+        "rel_gap": rel_gap,
+        "norm_B": norm_B,
+        "rank_B": rank_B,
+    }
 
 
 #: what an Attention caches (d x d matrices, eigenvectors): dropped once an entry is written
 _DERIVED = ("B", "A", "_spectrum", "singular_values_B", "_head_rows", "cond_B", "norm_B")
 
 
-def _diagnosed(att: Attention, X: np.ndarray | None, spectra: bool) -> dict[str, Any]:
+def _diagnosed(att: Attention, X: np.ndarray | None, spectra: bool) -> Entry:
     """diagnose(att, X), trimmed (`_trimmed`), with att's cached matrices dropped afterwards: a
     layer's heads are diagnosed one by one and never all held with their eigenvectors."""
-    diag = _trimmed(diagnose(att, X), spectra)
+    diag: Entry = {**_trimmed(diagnose(att, X), spectra)}
     for name in _DERIVED:
         att.__dict__.pop(name, None)
     return diag
 
 
-def _trimmed(diag: dict[str, Any], spectra: bool) -> dict[str, Any]:
+def _trimmed(diag: Diagnosis, spectra: bool) -> Diagnosis:
     """diag with each assumption's list of eigenvalues cut to the top SPECTRUM_KEEP (and their
     count, "eigenvalues_count") unless `spectra`: d of them per head would repeat in every entry."""
     if spectra:
@@ -115,7 +211,7 @@ def _trimmed(diag: dict[str, Any], spectra: bool) -> dict[str, Any]:
 
 def _head_entry(
     h: Head, rec: Layer, ck: Checkpoint, run: TokenStates | None, offsets: Sequence[int], spectra: bool
-):
+) -> Entry:
     X = run.states[rec.layer] if run is not None else None  # diagnose normalises the rows
     diag = _diagnosed(h.attention, X, spectra)
     diag["head"], diag["kv_head"] = h.head, h.kv_head
@@ -134,9 +230,9 @@ def _head_entry(
 
 def _layer_entry(
     ck: Checkpoint, rec: Layer, run: TokenStates | None, heads: bool, offsets: Sequence[int], spectra: bool
-):
+) -> LayerEntry:
     X = run.states[rec.layer] if run is not None else None  # diagnose normalises the rows
-    entry: dict[str, Any] = {
+    entry: LayerEntry = {
         "layer": rec.layer,
         "d_head": rec.d_head,
         "norm": rec.norm,
@@ -159,7 +255,7 @@ def _layer_entry(
     return entry
 
 
-def _regime(layers: list[dict[str, Any]]) -> dict[str, Any]:
+def _regime(layers: list[LayerEntry]) -> dict[str, Any]:
     """The model against the window t <~ log beta (`regime`), from the layers' entries."""
     steps = [StepFit(**L["step"]) for L in layers]
     fits = [[h["beta_fit"]["beta"] for h in L["heads"]] for L in layers]
@@ -170,7 +266,7 @@ def _regime(layers: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _closest(rows: list[dict[str, Any]], where: str) -> str:
+def _closest(rows: list[Entry], where: str) -> str:
     best = min(rows, key=lambda r: r["asymmetry"])
     name = f"layer {best['layer']} head {best['head']}" if where == "layer head" else f"head {best['head']}"
     numbers = (
@@ -179,14 +275,14 @@ def _closest(rows: list[dict[str, Any]], where: str) -> str:
     return f"{name} ({numbers})"
 
 
-def summary(rows: list[dict[str, Any]], total: int, where: str = "head") -> dict[str, Any]:
+def summary(rows: list[Entry], total: int, where: str = "head") -> Summary:
     """How many of the heads `rows` satisfy assumption 1 within `TOLERANCE`, and the closest (the
     smallest asymmetry of A), as numbers and one line."""
     ok = sum(_ok1(r) for r in rows)
     line = f"{ok} of {total} heads satisfy assumption 1 within tolerance ({TOLERANCE})"
     if rows:
         line += f"; the closest is {_closest(rows, where)}"
-    out: dict[str, Any] = {"heads_ok": ok, "heads": total, "tolerance": TOLERANCE, "line": line}
+    out: Summary = {"heads_ok": ok, "heads": total, "tolerance": TOLERANCE, "line": line}
     with_offsets = [r["offsets"] for r in rows if "offsets" in r]
     if with_offsets:
         spans = [o["asymmetry"] for o in with_offsets if o["asymmetry"] is not None]
@@ -198,8 +294,8 @@ def summary(rows: list[dict[str, Any]], total: int, where: str = "head") -> dict
     return out
 
 
-def _model_summary(layers: list[dict[str, Any]]) -> dict[str, Any]:
-    rows = [{**h, "layer": L["layer"]} for L in layers for h in L["heads"]]
+def _model_summary(layers: list[LayerEntry]) -> Summary:
+    rows: list[Entry] = [{**h, "layer": L["layer"]} for L in layers for h in L["heads"]]
     out = summary(rows, len(rows), where="layer head")
     full_ok = sum(_ok1(L["full"]) for L in layers)
     out["layers_ok"] = full_ok
@@ -229,7 +325,9 @@ def beta_meaning(ck: Checkpoint, with_text: bool) -> str:
     )
 
 
-def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | None) -> dict[str, Any]:
+def _header(
+    ck: Checkpoint, run: TokenStates | None, first: tuple[RoPE | None, Norm | None] | None
+) -> _Header:
     rope, norm = first if first is not None else (None, None)
     notes = list(ck.notes)
     biased = any(ck.layer_array(0, b, required=False) is not None for b in ("b_Q", "b_K"))
@@ -274,18 +372,18 @@ def _header(ck: Checkpoint, run: TokenStates | None, first: tuple[Any, Any] | No
 
 
 def report(
-    checkpoint: Any,
+    checkpoint: CheckpointLike,
     text: str | None = None,
     layer: int | None = None,
     *,
     ids: Sequence[int] | None = None,
     num_heads: int | None = None,
     heads: bool = True,
-    tokenizer: Any = None,
+    tokenizer: TokenizerLike = None,
     offsets: Sequence[int] = OFFSETS,
     threads: int = DEFAULT_THREADS,
     spectra: bool = False,
-) -> dict[str, Any]:
+) -> Report:
     """`diagnose` of every layer (whole layer and each head) of a checkpoint, with summaries.
 
     With `text` (or token `ids`) the model runs once on it: beta_eff uses its token norms where
@@ -301,16 +399,16 @@ def report(
         ck = open_checkpoint(checkpoint, num_heads)
         idx = check_layers(None if layer is None else [layer], ck.num_layers)
         run = token_states(ck, text, tokenizer, ids=ids) if text is not None or ids is not None else None
-        layers, first = [], None
+        layers: list[LayerEntry] = []
+        first = None
         for i in idx:  # one layer at a time: a layer's Attention objects are large (d x d each)
             (rec,) = load_heads(ck, layers=[i], states=run)
             layers.append(_layer_entry(ck, rec, run, heads, offsets, spectra))
             ck.release(i)
             first = first or (rec.rope, rec.input_norm)
-    out = _header(ck, run, first)
+    model: _Model = {}
     if heads:
-        out["summary"] = _model_summary(layers)
+        model["summary"] = _model_summary(layers)
     if run is not None and heads and layer is None:  # the stack's time needs every layer
-        out["regime"] = _regime(layers)
-    out["layers"] = layers
-    return out
+        model["regime"] = _regime(layers)
+    return {**_header(ck, run, first), **model, "layers": layers}

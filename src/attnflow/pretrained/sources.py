@@ -26,7 +26,6 @@ import importlib.metadata as md
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from .readers.registry import SELF_DESCRIBING, WEIGHT_FILES
 
@@ -91,7 +90,7 @@ def _installed_folder(name: str, dist: md.Distribution) -> Path:
     raise ValueError(f"checkpoint {name!r}: the package {pkg} holds several models: give one of {shown}")
 
 
-def check_checkpoint_name(name: Any) -> str:
+def check_checkpoint_name(name: object) -> str:
     """`name` if it names a checkpoint (see the module's doc), else ValueError; imports nothing."""
     if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
         raise ValueError(f"checkpoint must be a path or a package name, got {name!r}")
@@ -108,7 +107,7 @@ def check_checkpoint_name(name: Any) -> str:
     return name
 
 
-def resolve_checkpoint(name: Any) -> Path:
+def resolve_checkpoint(name: str | os.PathLike[str]) -> Path:
     """The folder or weights file of the checkpoint `name` names (see the module's doc).
 
     Imports nothing except the object an ``attnflow.checkpoints`` entry point declares.  Raises

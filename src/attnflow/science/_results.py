@@ -4,12 +4,11 @@ plain Python, for JSON)."""
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 import numpy as np
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
@@ -22,5 +21,5 @@ def _plain(value: Any) -> Any:
 class Result:
     """A fit's result record: `.to_dict()` gives its fields as plain Python values."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {k: _plain(v) for k, v in asdict(self).items()}  # type: ignore[call-overload]

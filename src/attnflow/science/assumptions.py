@@ -7,10 +7,12 @@ one-sentence reason, never just pass/fail.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_points, check_positive, to_numpy
 from .._text import format_value
@@ -33,9 +35,27 @@ class AssumptionResult:
 
     name: str
     status: str
-    numbers: dict[str, Any] = field(default_factory=dict)
+    numbers: Mapping[str, object] = field(default_factory=dict)
     reason: str = ""
     short: str = ""
+
+
+class AssumptionItem(TypedDict):
+    """One assumption in `AssumptionReport.to_dict()`."""
+
+    name: str
+    status: str
+    numbers: dict[str, object]
+    reason: str
+    short: str
+
+
+class AssumptionsDict(TypedDict):
+    """`AssumptionReport.to_dict()`: whether none fails, the count of each status, the items."""
+
+    ok: bool
+    counts: dict[str, int]
+    items: list[AssumptionItem]
 
 
 @dataclass(frozen=True)
@@ -79,7 +99,7 @@ class AssumptionReport:
     def __getitem__(self, i: int) -> AssumptionResult:
         return self.items[i]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AssumptionsDict:
         return {
             "ok": self.ok,
             "counts": self.counts,
@@ -141,7 +161,7 @@ def _spectral(att: Attention) -> AssumptionResult:
 MOMENT = "|P_1^perp x| / |P_1 x|"
 
 
-def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> AssumptionResult:
+def _moments(att: Attention, X0: ArrayLike | None, kind: str | None, tol: float) -> AssumptionResult:
     """Assumption 2 on the cloud X0, or on the density it was drawn from (kind a name of MEASURES).
 
     The theorem needs rho_0(P_1 x = 0) = 0 and a finite moment of |P_1^perp x| / |P_1 x|.
@@ -169,7 +189,7 @@ def _moments(att: Attention, X0: Any, kind: str | None, tol: float) -> Assumptio
     m = sp.multiplicity
     density = kind in MEASURES
     finite = {p: (p < m or m == att.d) if density else bool(top[i] > tol) for p in (1, 2)}
-    numbers: dict[str, Any] = {
+    numbers: dict[str, object] = {
         "min_abs_P1x": float(top[i]),
         "argmin": i,
         "M1": float(np.mean(r)),
@@ -216,7 +236,9 @@ def _density(kind: str | None) -> AssumptionResult:
     )
 
 
-def check_assumptions(att: Attention, X0: Any = None, kind: str | None = None, tol: float = 1e-12):
+def check_assumptions(
+    att: Attention, X0: ArrayLike | None = None, kind: str | None = None, tol: float = 1e-12
+):
     """Check the theorem's assumptions (MATH.md) for `att` and, optionally, initial tokens X0.
 
     For non-symmetric A the moments use the spectral projector. With kind "uniform" or "vmf", rho_0
@@ -249,7 +271,7 @@ def check_assumptions(att: Attention, X0: Any = None, kind: str | None = None, t
     return AssumptionReport([_spectral(att), _moments(att, X0, kind, tol), _density(kind)])
 
 
-def subspace_angle(U: Any, W: Any) -> float:
+def subspace_angle(U: ArrayLike, W: ArrayLike) -> float:
     """Largest principal angle (radians, in [0, pi/2]) between span(U) and span(W).
 
     Parameters
@@ -311,7 +333,7 @@ def reference_rates(att: Attention) -> dict[str, Any]:
     att = check_attention(att)
     sp = att.spectrum()
     top_basis = np.asarray(sp.top.basis)
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "gamma": sp.gap,
         "norm_B": att.norm_B,
         "guaranteed": None,

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_beta, check_betas, check_times, to_numpy
 from ._results import Result
 
 
-def temperature_scale(beta: Any) -> np.ndarray | float:
+def temperature_scale(beta: ArrayLike) -> np.ndarray | float:
     """a(beta) = sqrt(log(beta + 1) / beta), the finite-temperature error scale (0 at beta = inf)."""
     b = np.asarray(beta, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -22,7 +22,9 @@ def temperature_scale(beta: Any) -> np.ndarray | float:
     return float(out) if out.ndim == 0 else out
 
 
-def theorem_bound(t: Any, beta: float, C1: float, c: float, K1: float = 1.0, K2: float = 1.0) -> np.ndarray:
+def theorem_bound(
+    t: ArrayLike, beta: float, C1: float, c: float, K1: float = 1.0, K2: float = 1.0
+) -> np.ndarray:
     """Theorem 1's bound curve K1 a(beta) exp(C1 t) + K2 exp(-c t), a(beta) = sqrt(log(beta+1)/beta).
 
     The constants are not known in closed form (see `fit_theorem_bound`).
@@ -78,7 +80,7 @@ class BoundFit(Result):
     label: str = "fitted"
 
 
-def _bound_data(t: Any, w2: Any, beta: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _bound_data(t: ArrayLike, w2: ArrayLike, beta: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """fit_theorem_bound's inputs checked: times (T,), a(beta) (B, 1) and log W2 (B, T)."""
     t = check_times(t, "t")
     betas = check_betas(np.atleast_1d(to_numpy(beta)), "beta", finite=False)
@@ -112,7 +114,7 @@ def _bound_start(t: np.ndarray, a: np.ndarray, logW: np.ndarray) -> list[float]:
     return [lk1, C10, lk2, c0]
 
 
-def fit_theorem_bound(t: Any, w2: Any, beta: Any) -> BoundFit:
+def fit_theorem_bound(t: ArrayLike, w2: ArrayLike, beta: ArrayLike) -> BoundFit:
     """Fit K1, C1, K2, c (all >= 0) of the theorem's bound curve to W2 data, on log W2.
 
     Parameters

@@ -20,9 +20,9 @@ and optional weights (N,) or broadcasting against the leading axes, and returns 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_positive, check_stack, check_weights
 
@@ -43,19 +43,19 @@ GRAM_ELEMENTS = 2**24  # Gram entries per chunk of clouds
 PLATEAU_SAVES = 5  # a metastable count holds over this many consecutive saved times
 
 
-def _angle(eps: Any) -> float:
+def _angle(eps: float) -> float:
     eps = check_positive(eps, "eps")
     if eps > math.pi:
         raise ValueError(f"eps is an angle in (0, pi] radians, got {eps:g}")
     return eps
 
 
-def _flat(X: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+def _flat(X: ArrayLike) -> tuple[np.ndarray, tuple[int, ...]]:
     P = check_stack(X, "X")
     return P.reshape(-1, *P.shape[-2:]), P.shape[:-2]
 
 
-def _weights(weights: Any, lead: tuple[int, ...], N: int) -> np.ndarray:
+def _weights(weights: ArrayLike | None, lead: tuple[int, ...], N: int) -> np.ndarray:
     """Weights (B, N) of the flattened clouds (uniform 1/N when None)."""
     if weights is None:
         return np.full((int(np.prod(lead, dtype=int)), N), 1.0 / N)
@@ -91,7 +91,7 @@ def _edges_tree(P: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(rows), np.concatenate(cols)
 
 
-def cluster_labels(X: Any, eps: float) -> np.ndarray:
+def cluster_labels(X: ArrayLike, eps: float) -> np.ndarray:
     """Each token's cluster, 0 .. c - 1 per cloud in order of first appearance: (..., N) int.
 
     Tokens within angle eps (<x_i, x_j> >= cos eps) are joined, and so, transitively, are their
@@ -116,7 +116,9 @@ def cluster_labels(X: Any, eps: float) -> np.ndarray:
     return out.reshape(*lead, N)
 
 
-def count_clusters(X: Any, eps: float, weights: Any = None, min_mass: float = 0.0) -> Any:
+def count_clusters(
+    X: ArrayLike, eps: float, weights: ArrayLike | None = None, min_mass: float = 0.0
+) -> int | np.ndarray:
     """The number of clusters of each cloud (see `cluster_labels`) whose mass is at least min_mass.
 
     Parameters
@@ -148,7 +150,7 @@ def count_clusters(X: Any, eps: float, weights: Any = None, min_mass: float = 0.
     return int(counts[0]) if not lead else counts.reshape(lead)
 
 
-def clustered_pairs(X: Any, eps: float, weights: Any = None) -> Any:
+def clustered_pairs(X: ArrayLike, eps: float, weights: ArrayLike | None = None) -> float | np.ndarray:
     """The mass of the pairs i != j within angle eps: sum_{i != j, <x_i, x_j> >= cos eps} w_i w_j /
     sum_{i != j} w_i w_j (the fraction of clustered pairs without weights). (..., N, d) -> (...)."""
     eps = _angle(eps)
@@ -222,8 +224,14 @@ def _lloyd(P: np.ndarray, w: np.ndarray, atoms: np.ndarray, iterations: int) -> 
 
 
 def nearest_atoms_w2(
-    X: Any, k: int, weights: Any = None, *, restarts: int = 4, iterations: int = 100, seed: int = 0
-) -> Any:
+    X: ArrayLike,
+    k: int,
+    weights: ArrayLike | None = None,
+    *,
+    restarts: int = 4,
+    iterations: int = 100,
+    seed: int = 0,
+) -> float | np.ndarray:
     """W2 (chordal) from each cloud to the nearest measure with k atoms on the sphere.
 
     With free masses the nearest k-atom measure sends each token to its nearest atom, so W2^2 =
@@ -265,7 +273,7 @@ def nearest_atoms_w2(
     return float(out[0]) if not lead else out.reshape(lead)
 
 
-def metastable_count(counts: Any, N: int) -> np.ndarray:
+def metastable_count(counts: ArrayLike, N: int) -> np.ndarray:
     """The count of the metastable state of each cloud: the first value at most N / 2 (at least half
     the tokens merged) that the saved counts (T, M) hold over PLATEAU_SAVES consecutive saved times
     (NaN: no such plateau). Returns (M,)."""

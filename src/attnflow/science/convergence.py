@@ -33,9 +33,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, SupportsFloat
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_times
 from .curves import band as band_of
@@ -125,7 +126,9 @@ QUANTITIES: dict[str, Quantity] = {
 }
 
 
-def converged_window(t: Any, fine: Any, coarse: Any, atol: float = 5e-3, rtol: float = 0.02) -> float:
+def converged_window(
+    t: ArrayLike, fine: ArrayLike, coarse: ArrayLike, atol: float = 5e-3, rtol: float = 0.02
+) -> float:
     """Largest T such that |fine - coarse| <= atol + rtol |fine| at every saved time t <= T.
 
     t (T,) saved times; fine, coarse (T,) W2 curves of two levels. Returns t[0] when they already
@@ -170,11 +173,13 @@ class CurveQuantities:
     t_hi: float = math.nan
     bias: Mapping[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def _deviations(t: np.ndarray, w: np.ndarray, reference: Any, inside: np.ndarray) -> dict[str, Any]:
+def _deviations(
+    t: np.ndarray, w: np.ndarray, reference: ArrayLike | None, inside: np.ndarray
+) -> dict[str, Any]:
     """t_dev(delta) for every delta of DEVIATIONS (fields, their biases and, under "index", the saved
     index that ends each one's bracket), inside the window."""
     out: dict[str, Any] = {name: math.nan for name in DEVIATIONS}
@@ -191,12 +196,12 @@ def _deviations(t: np.ndarray, w: np.ndarray, reference: Any, inside: np.ndarray
 
 
 def curve_quantities(
-    t: Any,
-    w2: Any,
+    t: ArrayLike,
+    w2: ArrayLike,
     t_end: float | None = None,
     band: float = 0.05,
     edge_steps: int = EDGE_STEPS,
-    reference: Any = None,
+    reference: ArrayLike | None = None,
     located: Mapping[str, Mapping[str, float]] | None = None,
 ) -> CurveQuantities:
     """CurveQuantities of the W2 curve w2 (T,) on saved times t (T,) restricted to t <= t_end;
@@ -234,7 +239,7 @@ def _absolute(inside: np.ndarray, index: int) -> int:
     return int(inside[index]) if index >= 0 else -1
 
 
-def _number(x: Any) -> float:
+def _number(x: SupportsFloat | None) -> float:
     """A number of a JSON record as a float (null: NaN)."""
     return math.nan if x is None else float(x)
 
@@ -263,7 +268,7 @@ def _take_located(
     return replace(q, **values, bias=bias)
 
 
-def richardson(Ns: Any, values: Any) -> tuple[float, float, float | None]:
+def richardson(Ns: ArrayLike, values: ArrayLike) -> tuple[float, float, float | None]:
     """N -> infinity estimate of values (L,) at doubling Ns (L,): (estimate, error, order r). Ns
     double to within DOUBLING_RTOL (a graded quadrature's rounded node counts).
 
@@ -308,7 +313,7 @@ class LadderDecision:
     quantities: dict[str, dict[str, Any]] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -229,8 +229,9 @@ def band(t: np.ndarray, w: np.ndarray, minimum: Minimum, tol: float) -> Band:
 
 
 #: advance(state, t, times) -> the states at `times` (increasing, all > t) of the solution through
-#: `state` at time t: the integrator run again from a saved state
-Advance = Callable[[Any, float, np.ndarray], Sequence[Any]]
+#: `state` at time t: the integrator run again from a saved state (S: whatever a solver's state is)
+S = TypeVar("S")
+Advance = Callable[[S, float, np.ndarray], Sequence[S]]
 
 #: the zoom's points per bracket, and the narrowest bracket it stops at, relative to the saved step
 ZOOM_POINTS = 16
@@ -269,8 +270,8 @@ def zoom_points(t0: float, t1: float, n: int) -> np.ndarray:
 
 
 def _zoom(
-    advance: Advance, state0: Any, t0: float, t1: float, n: int
-) -> tuple[np.ndarray, Sequence[Any]] | None:
+    advance: Advance[S], state0: S, t0: float, t1: float, n: int
+) -> tuple[np.ndarray, Sequence[S]] | None:
     """One zoom of the bracket [t0, t1]: its n points after t0 and the states there, integrated again
     from state0; None where `advance` cannot reach them (LookupError: a dense save without them)."""
     ts = zoom_points(t0, t1, n)
@@ -281,10 +282,10 @@ def _zoom(
 
 
 def zoom_crossing(
-    advance: Advance,
-    g: Callable[[Any, float], float],
+    advance: Advance[S],
+    g: Callable[[S, float], float],
     t0: float,
-    state0: Any,
+    state0: S,
     t1: float,
     index: int,
     tol: float,
@@ -310,10 +311,10 @@ def zoom_crossing(
 
 
 def zoom_minimum(
-    advance: Advance,
-    f: Callable[[Any, float], float],
+    advance: Advance[S],
+    f: Callable[[S, float], float],
     t0: float,
-    state0: Any,
+    state0: S,
     t1: float,
     index: int,
     tol: float,

@@ -15,13 +15,13 @@ domain (a log-sum-exp over the pairs) at any beta.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_stack, check_weights
 from ..attention import Attention
-from ..flow import check_model
+from ..flow import Dynamics, check_model
 
 __all__ = ["ENERGY_LONG_NAME", "interaction_energy", "log_energy_curve"]
 
@@ -34,7 +34,7 @@ ENERGY_LONG_NAME = (
 PAIR_ELEMENTS = 2**22  # pair scores held at once (32 MiB)
 
 
-def _head(model: Any) -> Attention:
+def _head(model: object) -> Attention:
     """The one head of a model (an Attention, or a Dynamics with one head), finite beta."""
     model = check_model(model, "model")
     head = model if isinstance(model, Attention) else model.head
@@ -65,7 +65,9 @@ def _log_pair_sums(P: np.ndarray, logw: np.ndarray, S: np.ndarray) -> np.ndarray
     return top + np.log(np.exp(stacked - top[:, None]).sum(axis=1))
 
 
-def _log_weights(weights: Any, log_weights: Any, lead: tuple[int, ...], N: int) -> np.ndarray:
+def _log_weights(
+    weights: ArrayLike | None, log_weights: ArrayLike | None, lead: tuple[int, ...], N: int
+) -> np.ndarray:
     """log w (C, N) of the flattened clouds: from weights, from log_weights (normalised here: a
     mean-field measure's tail masses pass float64's range), or uniform."""
     from scipy.special import logsumexp
@@ -85,7 +87,12 @@ def _log_weights(weights: Any, log_weights: Any, lead: tuple[int, ...], N: int) 
 
 
 def interaction_energy(
-    X: Any, model: Any, weights: Any = None, log: bool = False, *, log_weights: Any = None
+    X: ArrayLike,
+    model: Attention | Dynamics,
+    weights: ArrayLike | None = None,
+    log: bool = False,
+    *,
+    log_weights: ArrayLike | None = None,
 ) -> np.ndarray | float:
     """E_beta(rho) (or log E_beta with log=True) of each cloud of X, unit rows.
 
@@ -126,7 +133,13 @@ def interaction_energy(
     return float(out) if out.ndim == 0 else out
 
 
-def log_energy_curve(X: Any, model: Any, weights: Any = None, *, log_weights: Any = None) -> np.ndarray:
+def log_energy_curve(
+    X: ArrayLike,
+    model: Attention | Dynamics,
+    weights: ArrayLike | None = None,
+    *,
+    log_weights: ArrayLike | None = None,
+) -> np.ndarray:
     """log E_beta of each cloud of X (..., N, d) taken on the directions x / |x| (the experiments'
     `log_energy`), NaN where E_beta is not defined for the model (several heads, beta = inf)."""
     P = np.asarray(X, dtype=np.float64)

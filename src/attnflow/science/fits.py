@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_betas, check_times, to_numpy
 from ._results import Result
 from .bound import temperature_scale
 
 
-def _check_values(y: Any, name: str, n: int | None = None, positive: bool = False) -> np.ndarray:
+def _check_values(y: ArrayLike, name: str, n: int | None = None, positive: bool = False) -> np.ndarray:
     try:
         v = to_numpy(y).astype(np.float64)
     except (TypeError, ValueError):
@@ -66,7 +67,7 @@ class TStar(Result):
     notes: str = ""
 
 
-def t_star(t: Any, w2: Any, rel_tol: float = 0.05) -> TStar:
+def t_star(t: ArrayLike, w2: ArrayLike, rel_tol: float = 0.05) -> TStar:
     """t* = argmin_t W2(t) on saved times t (T,), with the plateau where W2 <= min (1 + rel_tol).
 
     Parameters
@@ -157,7 +158,7 @@ def _linfit(x: np.ndarray, y: np.ndarray, sigma: np.ndarray | None) -> _Line:
     }
 
 
-def _check_sigma(sigma: Any, n: int) -> np.ndarray | None:
+def _check_sigma(sigma: ArrayLike | None, n: int) -> np.ndarray | None:
     if sigma is None:
         return None
     return _check_values(sigma, "sigma", n=n, positive=True)
@@ -177,7 +178,7 @@ class LinearFit(Result):
     label: str = "fitted"
 
 
-def fit_t_star(betas: Any, t_stars: Any, sigma: Any = None) -> LinearFit:
+def fit_t_star(betas: ArrayLike, t_stars: ArrayLike, sigma: ArrayLike | None = None) -> LinearFit:
     """Fit t* = a + b log(beta) by least squares.
 
     Parameters
@@ -214,7 +215,7 @@ class PowerFit(Result):
     label: str = "fitted"
 
 
-def fit_min_w2(betas: Any, min_w2: Any, sigma: Any = None) -> PowerFit:
+def fit_min_w2(betas: ArrayLike, min_w2: ArrayLike, sigma: ArrayLike | None = None) -> PowerFit:
     """Fit min_t W2 = C a(beta)^p: log min_w2 = log C + p log a(beta).
 
     Parameters
@@ -253,7 +254,7 @@ class RateFit(Result):
     label: str = "fitted"
 
 
-def fit_decay_rate(t: Any, w2: Any, tail: float | tuple[float, float] = 0.5) -> RateFit:
+def fit_decay_rate(t: ArrayLike, w2: ArrayLike, tail: float | tuple[float, float] = 0.5) -> RateFit:
     """Exponential decay rate from a linear least-squares fit of log W2 against t on a window.
 
     Parameters
@@ -312,7 +313,7 @@ class TerminalTime(Result):
     reason: str = ""
 
 
-def terminal_time(t: Any, mass: Any, threshold: float = 0.5) -> TerminalTime:
+def terminal_time(t: ArrayLike, mass: ArrayLike, threshold: float = 0.5) -> TerminalTime:
     """First crossing of `threshold` by mass on saved times, linearly interpolated between the saved
     times around it.
 
@@ -377,7 +378,7 @@ class LineFit(Result):
     label: str = "fitted"
 
 
-def fit_line(x: Any, y: Any, sigma: Any = None, x_name: str = "x") -> LineFit:
+def fit_line(x: ArrayLike, y: ArrayLike, sigma: ArrayLike | None = None, x_name: str = "x") -> LineFit:
     """Fit y = intercept + slope x: x, y (n,) finite with at least 2 distinct x; sigma (n,) > 0
     the errors of y (None: equal weights, the errors from the scatter alone)."""
     xv = np.asarray(to_numpy(x), dtype=np.float64).ravel()

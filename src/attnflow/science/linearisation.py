@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import check_cloud, check_positive, check_weights
 from ..attention import Attention
@@ -73,7 +73,7 @@ def _scalar_multiple(M: np.ndarray, name: str) -> float:
     return c
 
 
-def _isotropic(model: Any) -> tuple[Attention, str, str]:
+def _isotropic(model: object) -> tuple[Attention, str, str]:
     """The one head of a model the linearisation speaks about, its normalization and usa_time."""
     model = check_model(model, "model")
     if isinstance(model, Attention):
@@ -100,7 +100,7 @@ def _isotropic(model: Any) -> tuple[Attention, str, str]:
     return model.heads[0], model.normalization, model.usa_time
 
 
-def growth_rates(model: Attention | Dynamics, modes: Any) -> np.ndarray:
+def growth_rates(model: Attention | Dynamics, modes: ArrayLike) -> np.ndarray:
     """The growth rates lambda_l (per unit time) of the degrees `modes` (ints >= 1) of the
     linearisation about the uniform measure (module docstring). The model: one head with B = b I,
     V = v I (b, v > 0), softmax or usa, finite beta."""
@@ -152,7 +152,10 @@ def _sphere_positions(X: np.ndarray, w: np.ndarray, degree: int) -> np.ndarray:
 
 
 def predict_clusters(
-    model: Attention | Dynamics, X0: Any = None, weights: Any = None, modes: Any = None
+    model: Attention | Dynamics,
+    X0: ArrayLike | None = None,
+    weights: ArrayLike | None = None,
+    modes: int | None = None,
 ) -> ClusterPrediction:
     """The number and positions of the clusters predicted by the linearised dynamics.
 
@@ -188,7 +191,9 @@ def predict_clusters(
     return ClusterPrediction(ls, rates, degree, len(P), P)
 
 
-def predicted_counts(model: Attention | Dynamics, X0: Any, weights: Any = None) -> np.ndarray:
+def predicted_counts(
+    model: Attention | Dynamics, X0: ArrayLike, weights: ArrayLike | None = None
+) -> np.ndarray:
     """The predicted number of clusters of each cloud X0 (M, N, d) (weights (N,) or None), NaN where
     the linearisation does not speak: a model other than one head with B = b I, V = v I (softmax or
     usa, post-LN, no mask, no noise), or d >= 4 (the count of the degree's maxima is not computed)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import NoReturn
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from .curves import (
     ZOOM_RTOL,
     Advance,
     Located,
+    S,
     crossing,
     departure,
     zoom_crossing,
@@ -65,7 +66,7 @@ def brackets(
     t = np.asarray(times, dtype=np.float64)
     points: list[np.ndarray] = []
 
-    def record(_state: Any, t0: float, ts: np.ndarray) -> list[float]:
+    def record(_state: object, t0: float, ts: np.ndarray) -> NoReturn:
         i0, i1 = (int(np.searchsorted(t, x)) for x in (t0, float(ts[-1])))
         for shift in (-1, 0, 1):
             if 0 <= i0 + shift and i1 + shift < t.size:
@@ -94,8 +95,8 @@ def brackets(
 
 
 def _deviation(
-    w2_of: Callable[[Any], float], ref: Callable[[float], float], delta: float
-) -> Callable[[Any, float], float]:
+    w2_of: Callable[[S], float], ref: Callable[[float], float], delta: float
+) -> Callable[[S, float], float]:
     """g(state, t) = W2(state) - (1 + delta) W2_ref(t): t_dev(delta) is where it turns positive."""
     return lambda state, t: w2_of(state) - (1.0 + delta) * ref(t)
 
@@ -104,10 +105,10 @@ def locate_times(
     times: np.ndarray,
     w2: np.ndarray,
     mass: np.ndarray,
-    states: Sequence[Any],
-    advance: Advance,
-    w2_of: Callable[[Any], float],
-    mass_of: Callable[[Any], float],
+    states: Sequence[S],
+    advance: Advance[S],
+    w2_of: Callable[[S], float],
+    mass_of: Callable[[S], float],
     *,
     band: float,
     deviations: dict[str, float],
@@ -130,7 +131,7 @@ def locate_times(
     tol = float(ZOOM_RTOL * np.min(np.diff(t))) if tol is None else float(tol)
     out: dict[str, Located] = {}
 
-    def within(j: int, g: Callable[[Any, float], float]) -> Located:
+    def within(j: int, g: Callable[[S, float], float]) -> Located:
         return zoom_crossing(advance, g, float(t[j - 1]), states[j - 1], float(t[j]), j, tol, n)
 
     finite = np.flatnonzero(np.isfinite(w))

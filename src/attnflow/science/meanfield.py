@@ -19,17 +19,30 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..attention import Attention
 from ..dynamics.meanfield import MeanFieldSettings, MeanFieldTrajectory, simulate_mean_field_circle
-from ..transport.circle import w2_circle_two_atoms
+from ..measures.densities import DensityFn
+from ..transport.circle import CircleW2, w2_circle_two_atoms
 from .curves import Located, departure
 from .located import brackets, locate_times
 from .metrics import angle_to_subspace
+
+
+class _Where(TypedDict):
+    """Where `brackets` and `locate_times` look: the options of the mean-field run."""
+
+    band: float
+    deviations: dict[str, float]
+    reference: np.ndarray | None
+    n: int
+
 
 __all__ = ["DENSE", "MeanFieldCurves", "mean_field_circle", "plus_mass"]
 
@@ -63,7 +76,7 @@ class MeanFieldCurves:
     located: dict[str, Located] = field(default_factory=dict)
 
 
-def plus_mass(att: Attention, density: Any = None, n: int = 1 << 14) -> float:
+def plus_mass(att: Attention, density: DensityFn | None = None, n: int = 1 << 14) -> float:
     """m_+ = rho_0({x : P_1 x along +u_1}), by the periodic trapezoidal rule in the angle from the
     boundary direction (the kernel of P_1), where the indicator's jumps sit on cell edges."""
     sp = att.spectrum()
@@ -85,16 +98,16 @@ def _mass_near(theta: np.ndarray, w: np.ndarray, basis: np.ndarray, eps: float) 
 
 def mean_field_circle(
     att: Attention,
-    times: Any,
+    times: ArrayLike,
     *,
     level: int = 0,
-    density: Any = None,
+    density: DensityFn | None = None,
     settings: MeanFieldSettings | None = None,
     eps: float = 0.1,
     keep_states: bool = False,
-    progress: Any = None,
+    progress: Callable[[float, float], object] | None = None,
     band: float = 0.05,
-    reference: Any = None,
+    reference: np.ndarray | None = None,
 ) -> MeanFieldCurves:
     """The concentration curves of rho_0 (density: None for uniform, or a callable X -> f, e.g.
     `sphere.vmf_density`) under att (d = 2, finite beta, one-dimensional top eigenspace of A) at
@@ -111,14 +124,14 @@ def mean_field_circle(
     u1, v1 = sp.top.basis, sp.v_top_real.basis
     atom, m_plus = math.atan2(u1[1, 0], u1[0, 0]), plus_mass(att, density)
 
-    def w2_of(state: tuple[np.ndarray, np.ndarray]) -> Any:
+    def w2_of(state: tuple[np.ndarray, np.ndarray]) -> CircleW2:
         return w2_circle_two_atoms(state[0], state[1], atom, m_plus)
 
     def mass_of(state: tuple[np.ndarray, np.ndarray], basis: np.ndarray = u1) -> float:
         theta, logw = state
         return _mass_near(theta, np.exp(logw - np.logaddexp.reduce(logw)), basis, eps)
 
-    where = dict(band=band, deviations=DEVIATIONS, reference=reference, n=DENSE)
+    where: _Where = {"band": band, "deviations": DEVIATIONS, "reference": reference, "n": DENSE}
 
     def dense(t: np.ndarray, states: list) -> np.ndarray:
         w2 = np.array([w2_of(s).value for s in states])
@@ -159,7 +172,7 @@ def _located(traj: MeanFieldTrajectory, w2: np.ndarray, mass: np.ndarray, w2_of,
     table = {float(t): s for t, s in zip(traj.t, traj.states, strict=True)}
     table.update({float(t): s for t, s in zip(traj.dense_t, traj.dense_states, strict=True)})
 
-    def lookup(_state: Any, _t0: float, ts: np.ndarray) -> list:
+    def lookup(_state: object, _t0: float, ts: np.ndarray) -> list:
         try:
             return [table[float(t)] for t in ts]
         except KeyError:

@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .fits import fit_line
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "SIGMA_FLOOR",
@@ -50,11 +54,11 @@ __all__ = [
 SIGMA_FLOOR = 0.01
 
 
-def _plain(record: Any) -> dict[str, Any]:
+def _plain(record: DataclassInstance) -> dict[str, object]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(record).items()}
 
 
-def _sigmas(errors: Any, n: int) -> np.ndarray:
+def _sigmas(errors: ArrayLike | None, n: int) -> np.ndarray:
     """Errors of n values, NaN or missing ones and those below SIGMA_FLOOR raised to it."""
     s = np.full(n, SIGMA_FLOOR) if errors is None else np.asarray(errors, dtype=np.float64).ravel()
     if s.shape != (n,):
@@ -89,15 +93,15 @@ class LogNFit:
     model: str = "t_depart = a log N + b"
     label: str = "fitted"
 
-    def at(self, N: Any) -> Any:
+    def at(self, N: ArrayLike) -> np.ndarray:
         """a log N + b at N (a number or an array)."""
         return self.a * np.log(np.asarray(N, dtype=np.float64)) + self.b
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return _plain(self)
 
 
-def fit_log_n(Ns: Any, t: Any, errors: Any = None) -> LogNFit:
+def fit_log_n(Ns: ArrayLike, t: ArrayLike, errors: ArrayLike | None = None) -> LogNFit:
     """Fit t = a log N + b to departures t (n,) at token counts Ns (n,), n >= 2 with two distinct N;
     errors (n,): each departure's error, floored at SIGMA_FLOOR (None: SIGMA_FLOOR each)."""
     N = np.asarray(Ns, dtype=np.float64).ravel()
@@ -126,7 +130,7 @@ def fit_log_n(Ns: Any, t: Any, errors: Any = None) -> LogNFit:
     )
 
 
-def on_finite_n_branch(t: Any, t_mf: float, gap: float) -> np.ndarray:
+def on_finite_n_branch(t: ArrayLike, t_mf: float, gap: float) -> np.ndarray:
     """Which departures t (n,) lie on the finite-N branch: finite and below the mean-field departure
     t_mf by more than `gap` (every finite one when t_mf is NaN or inf)."""
     y = np.asarray(t, dtype=np.float64)
@@ -135,7 +139,9 @@ def on_finite_n_branch(t: Any, t_mf: float, gap: float) -> np.ndarray:
     return np.isfinite(y) & (y < t_mf - gap)
 
 
-def mean_field_departure(Ns: Any, t: Any, errors: Any, dt: float, tol: float) -> tuple[float, float] | None:
+def mean_field_departure(
+    Ns: ArrayLike, t: ArrayLike, errors: ArrayLike, dt: float, tol: float
+) -> tuple[float, float] | None:
     """The mean-field departure at one beta, (value, error), where it is measured: the departures of
     the two largest N (of those with a finite departure) differ by at most max(tol t, dt); the value
     is the largest N's, its error the last difference and that departure's own error, in quadrature.
@@ -186,11 +192,11 @@ class MeanFieldBranch:
         value = self.slope * beta + self.intercept
         return value, math.hypot(self.centre_err, (beta - self.centre) * self.slope_err)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return _plain(self)
 
 
-def heuristic_branch(slope: float, betas: Any, values: Any, errors: Any) -> MeanFieldBranch:
+def heuristic_branch(slope: float, betas: ArrayLike, values: ArrayLike, errors: ArrayLike) -> MeanFieldBranch:
     """t_mf = slope beta + c with the heuristic slope (delta / lambda) and c fitted to the measured
     mean-field departures `values` (n,) at `betas` (n,) with their `errors` (n,) (weights 1/error^2,
     the error scaled by the scatter as `fits.fit_line` does); with none measured, c = 0 with a NaN
@@ -217,7 +223,9 @@ def heuristic_branch(slope: float, betas: Any, values: Any, errors: Any) -> Mean
     )  # fmt: skip
 
 
-def measured_branch(betas: Any, values: Any, errors: Any, slope: float, source: str) -> MeanFieldBranch:
+def measured_branch(
+    betas: ArrayLike, values: ArrayLike, errors: ArrayLike, slope: float, source: str
+) -> MeanFieldBranch:
     """t_mf = s beta + c fitted (both free) to mean-field departures measured at two betas or more
     (`source` says where they come from); at one beta, the heuristic `slope` through it."""
     b = np.asarray(betas, dtype=np.float64)
@@ -250,7 +258,7 @@ class Crossover:
     log_N_star_err: float
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return _plain(self)
 
 

@@ -10,9 +10,9 @@ time scales and fits in `attnflow.science.fits`.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import (
     check_beta,
@@ -45,7 +45,7 @@ __all__ = [
 RESOLUTION_OK = 0.5
 
 
-def _token_mean(values: np.ndarray, weights: Any) -> np.ndarray:
+def _token_mean(values: np.ndarray, weights: ArrayLike | None) -> np.ndarray:
     """Integral of values (..., N) over the measure: sum_i w_i v_i, or the plain mean without weights."""
     if weights is None:
         return values.mean(axis=-1)
@@ -57,7 +57,9 @@ def _scalar_or_array(out: np.ndarray) -> np.ndarray | float:
     return float(out) if out.ndim == 0 else out
 
 
-def coupling_bound(X_t: Any, PiX0: Any, cost: str = "chordal", weights: Any = None) -> np.ndarray | float:
+def coupling_bound(
+    X_t: ArrayLike, PiX0: ArrayLike, cost: str = "chordal", weights: ArrayLike | None = None
+) -> np.ndarray | float:
     """UPPER BOUND on W2(rho_t, Pi_# rho_0) from the synchronous coupling x_i(t) <-> Pi(x_i(0)):
 
         sqrt( sum_i w_i c(x_i(t), Pi(x_i(0))) )   (w_i = 1/N without weights),   O(N d).
@@ -97,7 +99,7 @@ def coupling_bound(X_t: Any, PiX0: Any, cost: str = "chordal", weights: Any = No
     return _scalar_or_array(np.sqrt(_token_mean(pointwise_cost(Xs, P, cost), weights)))
 
 
-def _check_basis(basis: Any, d: int) -> np.ndarray:
+def _check_basis(basis: ArrayLike, d: int) -> np.ndarray:
     try:
         U = to_numpy(basis).astype(np.float64)
     except (TypeError, ValueError):
@@ -114,7 +116,7 @@ def _check_basis(basis: Any, d: int) -> np.ndarray:
     return U
 
 
-def angle_to_subspace(X: Any, basis: Any) -> np.ndarray:
+def angle_to_subspace(X: ArrayLike, basis: ArrayLike) -> np.ndarray:
     """Angle (radians, in [0, pi/2]) from each token (..., N, d) to span(basis), basis (d, m)."""
     Xs = check_stack(X, "X")
     U = _check_basis(basis, Xs.shape[-1])
@@ -123,7 +125,9 @@ def angle_to_subspace(X: Any, basis: Any) -> np.ndarray:
     return np.arctan2(np.linalg.norm(perp, axis=-1), np.linalg.norm(par, axis=-1))
 
 
-def subspace_mass(X: Any, basis: Any, eps: Any, weights: Any = None) -> np.ndarray | float:
+def subspace_mass(
+    X: ArrayLike, basis: ArrayLike, eps: float, weights: ArrayLike | None = None
+) -> np.ndarray | float:
     """Mass within angle eps (radians, 0 < eps <= pi/2) of span(basis): sum_i w_i [angle_i <= eps].
 
     Parameters
@@ -152,7 +156,7 @@ def subspace_mass(X: Any, basis: Any, eps: Any, weights: Any = None) -> np.ndarr
     return np.moveaxis(_token_mean(inside, weights), 0, -1)
 
 
-def lyapunov(X: Any, P1: Any, weights: Any = None) -> np.ndarray | float:
+def lyapunov(X: ArrayLike, P1: ArrayLike, weights: ArrayLike | None = None) -> np.ndarray | float:
     """Lyapunov functional integral |P_1^perp x|^2 drho = sum_i w_i |x_i - P_1 x_i|^2.
 
     Parameters
@@ -183,7 +187,7 @@ def lyapunov(X: Any, P1: Any, weights: Any = None) -> np.ndarray | float:
     return _scalar_or_array(_token_mean(np.sum(R * R, axis=-1), weights))
 
 
-def resolution_ratio(N: int, d: int, beta: float, B: Any, X: Any = None) -> float:
+def resolution_ratio(N: int, d: int, beta: float, B: ArrayLike, X: ArrayLike | None = None) -> float:
     """Token spacing over the softmax's angular width: spacing(N, d) * sqrt(beta * s).
 
     The softmax at x has angular width 1 / sqrt(beta |B^T x|) (MATH.md, "Kernel width"); s is its

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, SupportsFloat
 
 import numpy as np
 
@@ -33,7 +33,9 @@ __all__ = ["ERROR_PARTS", "Measured", "flatness", "measured", "time_step_change"
 ERROR_PARTS = ("N", "time_step", "grid", "flatness", "seeds")
 
 
-def _finite(x: Any) -> float:
+def _finite(x: SupportsFloat | str | None) -> float:
+    if x is None:
+        return math.nan
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -59,7 +61,7 @@ class Measured:
         """Converged with a finite value and error: a number about the theorem."""
         return self.converged and math.isfinite(self.value) and math.isfinite(self.error)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """{value, error, converged, reason, tol, error_parts} with None for undefined numbers."""
 
         def plain(x: float) -> float | None:

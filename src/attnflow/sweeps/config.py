@@ -7,13 +7,15 @@ Experiments are reached only through `attnflow.experiments`' public API (`load_c
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
     from pydantic import BaseModel
+
+    from .grid import Grid, Scalar
 
     #: what `sweep` takes as its config: a pydantic config (an experiment's, or any model a run_fn
     #: takes), an experiment name or TOML path, or a dict with "experiment"
@@ -61,7 +63,7 @@ def field_for(Config: type[BaseModel], key: str) -> tuple[str, bool]:
     )
 
 
-def point_config(config: BaseModel, point: dict[str, Any]) -> BaseModel:
+def point_config(config: BaseModel, point: Mapping[str, Scalar]) -> BaseModel:
     """The config of one grid point, validated again (bad value -> ValueError naming the key)."""
     from pydantic import ValidationError
 
@@ -85,7 +87,7 @@ def point_warnings(configs: Iterable[BaseModel]) -> list[str]:
     return list(dict.fromkeys(w for c in configs for w in config_warnings(c)))
 
 
-def base_config(config: BaseModel, grid: dict[str, list]) -> dict[str, Any]:
+def base_config(config: BaseModel, grid: Grid) -> dict[str, Any]:
     """The config's fields that the grid does not set: what every point shares."""
     Config = type(config)
     skip = {field_for(Config, k)[0] for k in grid}

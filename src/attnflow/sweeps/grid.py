@@ -15,8 +15,8 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TypeAlias
 
 from .._text import parse_literal
 
@@ -24,6 +24,9 @@ __all__ = [
     "CONFIRM_POINTS",
     "MAX_POINTS",
     "POINT_BYTES_FLOOR",
+    "Grid",
+    "Point",
+    "Scalar",
     "SweepError",
     "check_grid",
     "check_grid_size",
@@ -35,6 +38,13 @@ __all__ = [
     "point_key",
     "point_keys",
 ]
+
+#: a value of a grid axis (None: the config field's default)
+Scalar: TypeAlias = bool | int | float | str | None
+#: a grid as its functions read it: {config key: the axis' values} (a list, or a range of integers)
+Grid: TypeAlias = Mapping[str, Sequence[Scalar]]
+#: one point of a grid: {config key: value}
+Point: TypeAlias = dict[str, Scalar]
 
 #: grids with more points need yes=True (`attnflow sweep --yes`)
 CONFIRM_POINTS = 10_000
@@ -50,7 +60,7 @@ class SweepError(ValueError):
     (what was given) and `problem` (what is wrong and the fix). A front end that sets the argument
     by another name (a command-line option) can say it in its own words."""
 
-    def __init__(self, argument: str, value: Any, problem: str) -> None:
+    def __init__(self, argument: str, value: object, problem: str) -> None:
         super().__init__(f"{argument} {value!r}: {problem}")
         self.argument, self.value, self.problem = argument, value, problem
 
@@ -93,7 +103,7 @@ def parse_grid(items: Iterable[str]) -> dict[str, list | range]:
     return grid
 
 
-def _scalar(v: Any, key: str) -> Any:
+def _scalar(v: object, key: str) -> Scalar:
     """Grid value -> plain Python scalar (NumPy scalars unwrapped); JSON-able or an error."""
     if hasattr(v, "item") and not isinstance(v, (list, tuple, dict)):
         v = v.item()
@@ -102,12 +112,12 @@ def _scalar(v: Any, key: str) -> Any:
     raise TypeError(f"grid[{key!r}] values must be numbers, booleans or strings, got {type(v).__name__}")
 
 
-def _identity(v: Any) -> str:
+def _identity(v: object) -> str:
     """What makes two grid values the same value: 1, 1.0 and True are three values."""
     return json.dumps(v)
 
 
-def check_grid(grid: Any) -> dict[str, list | range]:
+def check_grid(grid: object) -> dict[str, list | range]:
     """A non-empty dict {config key: non-empty list of distinct scalar values}, normalised (a range of
     integers is kept as it is: its values are distinct integers)."""
     if not isinstance(grid, dict) or not grid:
@@ -133,7 +143,7 @@ def check_grid(grid: Any) -> dict[str, list | range]:
     return out
 
 
-def _length(values: Any) -> int:
+def _length(values: Sequence[Scalar]) -> int:
     """How many values an axis holds; a range of any size (len() of a range past 2^63 overflows)."""
     if isinstance(values, range):
         span = values.stop - values.start if values.step > 0 else values.start - values.stop
@@ -141,7 +151,7 @@ def _length(values: Any) -> int:
     return len(values)
 
 
-def grid_size(grid: dict[str, Any]) -> int:
+def grid_size(grid: Grid) -> int:
     """The number of points of the grid (the product of its axes' lengths), without making them."""
     return math.prod(_length(v) for v in grid.values())
 
@@ -154,7 +164,7 @@ def _bytes(n: float) -> str:
     return f"{n:.3g} PB"  # pragma: no cover
 
 
-def check_grid_size(grid: dict[str, Any], yes: bool = False, point_bytes: float | None = None) -> int:
+def check_grid_size(grid: Grid, yes: bool = False, point_bytes: float | None = None) -> int:
     """The grid's number of points; SweepError about `grid` (its count, axes and the estimated store
     size) when it exceeds MAX_POINTS, or CONFIRM_POINTS without `yes`. point_bytes: the size of a
     finished point (default: POINT_BYTES_FLOOR, and the estimate says "at least")."""
@@ -174,7 +184,7 @@ def check_grid_size(grid: dict[str, Any], yes: bool = False, point_bytes: float 
     raise SweepError("grid", " ".join(_axis_text(k, v) for k, v in grid.items()), problem)
 
 
-def _axis_text(key: str, values: Any) -> str:
+def _axis_text(key: str, values: Sequence[Scalar]) -> str:
     """An axis as the command line gives it: seed=0:1000000000, beta=10,100 (long lists cut)."""
     if isinstance(values, range):
         step = f":{values.step}" if values.step != 1 else ""
@@ -183,7 +193,7 @@ def _axis_text(key: str, values: Any) -> str:
     return f"{key}={shown}" + (",..." if len(values) > 5 else "")
 
 
-def merge_grids(old: dict[str, list], new: dict[str, list]) -> dict[str, list]:
+def merge_grids(old: dict[str, list], new: Grid) -> dict[str, list]:
     """`old` extended by the values of `new` it lacks; both over the same keys in the same order."""
     merged = {}
     for k in old:
@@ -192,7 +202,7 @@ def merge_grids(old: dict[str, list], new: dict[str, list]) -> dict[str, list]:
     return merged
 
 
-def iter_grid(grid: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def iter_grid(grid: Grid) -> Iterator[Point]:
     """The points of the grid one at a time, the Cartesian product in key order (the last key varies
     fastest)."""
     keys = list(grid)
@@ -200,12 +210,12 @@ def iter_grid(grid: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield dict(zip(keys, combo, strict=True))
 
 
-def expand_grid(grid: dict[str, Any]) -> list[dict[str, Any]]:
+def expand_grid(grid: Grid) -> list[Point]:
     """All points of the grid as a list (`iter_grid`, materialised: check its size first)."""
     return list(iter_grid(grid))
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: Scalar) -> str:
     """A grid value in a point key: exact (the shortest text that reads back as the same float)."""
     if isinstance(v, float):
         if math.isinf(v):
@@ -215,7 +225,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def point_key(point: dict[str, Any]) -> str:
+def point_key(point: Mapping[str, Scalar]) -> str:
     """Readable, file-safe name of a grid point: {"beta": 10.0, "seed": 3} -> "beta=10_seed=3".
 
     Characters other than letters, digits and `.+-=` become `-`; a name over 120 characters is
@@ -230,7 +240,7 @@ def point_key(point: dict[str, Any]) -> str:
     return safe
 
 
-def point_keys(points: Iterable[dict[str, Any]]) -> list[str]:
+def point_keys(points: Iterable[Mapping[str, Scalar]]) -> list[str]:
     """The keys of the points, distinct (two points with one name would share their files)."""
     keys = [point_key(p) for p in points]
     if len(set(keys)) != len(keys):

@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +34,11 @@ from .store import (
 )
 
 if TYPE_CHECKING:
+    import xarray as xr
     from pydantic import BaseModel
 
     from ..experiments import Experiment
+    from .grid import Scalar
 
 __all__ = ["RunFn", "cpus", "run_point", "set_threads", "threads_on_host", "worker_device"]
 
@@ -111,7 +113,7 @@ def _experiment(config: BaseModel) -> Experiment | None:
     return REGISTRY.get(experiment_name(config))
 
 
-def _default_run(config: BaseModel, workdir: Path | None) -> Any:
+def _default_run(config: BaseModel, workdir: Path | None) -> object:
     """The registered experiment's run; its finished parts are kept in `workdir` for a retry.
 
     Not `run_experiment`: it would also write the result, its summary and config into `workdir`
@@ -123,7 +125,7 @@ def _default_run(config: BaseModel, workdir: Path | None) -> Any:
     return exp.run(config, workdir, None)
 
 
-def _scalars(ds: Any) -> dict[str, Any]:
+def _scalars(ds: xr.Dataset) -> dict[str, object]:
     """The point's one-element variables (t_star, min_w2, status, ... of one beta) as numbers and
     strings."""
     out = {}
@@ -133,7 +135,7 @@ def _scalars(ds: Any) -> dict[str, Any]:
     return out
 
 
-def _summarize(config: BaseModel, ds: Any) -> dict[str, Any] | None:
+def _summarize(config: BaseModel, ds: xr.Dataset) -> dict[str, Any] | None:
     """The experiment's own `summarize` (JSON-able), None for an unregistered experiment."""
     exp = _experiment(config)
     if exp is None or not hasattr(exp, "summarize"):
@@ -144,7 +146,7 @@ def _summarize(config: BaseModel, ds: Any) -> dict[str, Any] | None:
         return {"summary_error": f"{type(err).__name__}: {err}"}
 
 
-def _write_local(st: Store, ds: Any, key: str) -> bool:
+def _write_local(st: Store, ds: xr.Dataset, key: str) -> bool:
     """Write points/<key>.zarr atomically; False when another attempt got there first."""
     from ..io import write_dataset
 
@@ -163,7 +165,7 @@ def _write_local(st: Store, ds: Any, key: str) -> bool:
         raise
 
 
-def _write_url(st: Store, ds: Any, key: str) -> bool:
+def _write_url(st: Store, ds: xr.Dataset, key: str) -> bool:
     """Object stores: write under a temporary prefix (with its checksums), move, and let the .done
     marker commit it."""
     from ..io import write_checksums
@@ -173,7 +175,10 @@ def _write_url(st: Store, ds: Any, key: str) -> bool:
     tmp = f"{POINTS_DIR}/.{key}.zarr.{uuid.uuid4().hex[:8]}"
     local = st.protocol in ("file", "local")
     opts = {"auto_mkdir": True} if local else None
-    ds.to_zarr(st.target(tmp), mode="w", consolidated=True, zarr_format=2, storage_options=opts)
+    # xarray types storage_options as dict[str, str]; fsspec takes any value (auto_mkdir=True)
+    ds.to_zarr(  # type: ignore[call-overload]
+        st.target(tmp), mode="w", consolidated=True, zarr_format=2, storage_options=opts
+    )
     write_checksums(st.target(tmp))
     if st.exists(zarr_rel(key)):
         st.remove(zarr_rel(key))
@@ -191,7 +196,7 @@ def _reused(st: Store, key: str, workdir: Path | None) -> dict[str, Any]:
 # -------------------------------------------------------------------------------------- the task
 
 
-def _compute(config: BaseModel, key: str, run_fn: RunFn | None, workdir: Path | None) -> Any:
+def _compute(config: BaseModel, key: str, run_fn: RunFn | None, workdir: Path | None) -> xr.Dataset:
     """The point's Dataset, run by `run_fn` or the registered experiment."""
     import xarray as xr
 
@@ -201,7 +206,7 @@ def _compute(config: BaseModel, key: str, run_fn: RunFn | None, workdir: Path | 
     return ds
 
 
-def _label(ds: Any, config: BaseModel, key: str, point: dict[str, Any]) -> Any:
+def _label(ds: xr.Dataset, config: BaseModel, key: str, point: Mapping[str, Scalar]) -> xr.Dataset:
     """The Dataset with the point it belongs to in its attrs."""
     from ..io import to_json
 
@@ -214,7 +219,7 @@ def _label(ds: Any, config: BaseModel, key: str, point: dict[str, Any]) -> Any:
 
 def run_point(
     config: BaseModel,
-    point: dict[str, Any],
+    point: Mapping[str, Scalar],
     key: str,
     store: str,
     run_fn: RunFn | None = None,

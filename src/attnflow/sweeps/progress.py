@@ -4,7 +4,10 @@ or nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..progress import Bar
 
 __all__ = ["ProgressBar"]
 
@@ -20,7 +23,7 @@ class ProgressBar:
     def __init__(self, progress: bool | Callable[[int, int], None] | None, total: int, name: str) -> None:
         self.total, self.done = total, 0
         self.callback: Callable[[int, int], None] | None = progress if callable(progress) else None
-        self.bar: Any = None
+        self.bar: Bar | None = None
         self.name = name
         if progress and self.callback is None:
             from ..progress import open_bar

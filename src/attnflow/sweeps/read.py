@@ -7,10 +7,10 @@ inside the functions.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._text import format_value
-from .grid import expand_grid, point_keys
+from .grid import Scalar, expand_grid, point_keys
 from .store import (
     STATUSES,
     SWEEP_FILE,
@@ -21,6 +21,13 @@ from .store import (
     read_meta,
     zarr_rel,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import xarray as xr
+
+    from ..experiments.tables import Block, Document
 
 __all__ = ["open_sweep", "show_sweep", "summary_table", "sweep_document", "sweep_info", "verify_sweep"]
 
@@ -40,7 +47,7 @@ def sweep_info(store: str | os.PathLike) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ Dataset
 
 
-def _prepare_point(ds: Any, point: dict[str, Any]) -> Any:
+def _prepare_point(ds: xr.Dataset, point: dict[str, Scalar]) -> xr.Dataset:
     """A point's Dataset with every grid key as a new leading dimension of length one."""
     for key in point:
         if key in ds.dims:
@@ -56,7 +63,7 @@ def _prepare_point(ds: Any, point: dict[str, Any]) -> Any:
     return ds.transpose(*point, ...)
 
 
-def _differing_dims(opened: dict[str, Any], grid: dict[str, list]) -> set[str]:
+def _differing_dims(opened: dict[str, xr.Dataset], grid: dict[str, list]) -> set[str]:
     """Non-grid dims whose index differs between points but whose length does not."""
     first = next(iter(opened.values()))
     differ = {
@@ -68,7 +75,7 @@ def _differing_dims(opened: dict[str, Any], grid: dict[str, list]) -> set[str]:
     return {d for d in differ if len({ds.sizes.get(d) for ds in opened.values()}) == 1}
 
 
-def _align_indexes(opened: dict[str, Any], grid: dict[str, list]) -> dict[str, Any]:
+def _align_indexes(opened: dict[str, xr.Dataset], grid: dict[str, list]) -> dict[str, xr.Dataset]:
     """Points whose index along a non-grid dim differs (e.g. the seeded token subset) but has the same
     length: the index becomes positions 0..n-1 and its values a variable `<dim>_id` over the grid."""
     import numpy as np
@@ -84,7 +91,7 @@ def _align_indexes(opened: dict[str, Any], grid: dict[str, list]) -> dict[str, A
     return out
 
 
-def _hole(template: Any, point: dict[str, Any]) -> Any:
+def _hole(template: xr.Dataset, point: Mapping[str, Scalar]) -> xr.Dataset:
     """A missing point: the template's variables as NaN (promoted to float) at the point's coords."""
     import numpy as np
     import xarray as xr
@@ -95,7 +102,7 @@ def _hole(template: Any, point: dict[str, Any]) -> Any:
     return hole.assign_coords({k: [v] for k, v in point.items()})
 
 
-def _combine(pieces: list[Any], grid: dict[str, list]) -> Any:
+def _combine(pieces: list[xr.Dataset], grid: dict[str, list]) -> xr.Dataset:
     """One Dataset from the points' Datasets in grid order (the last key varies fastest)."""
     import xarray as xr
 
@@ -113,7 +120,7 @@ def _combine(pieces: list[Any], grid: dict[str, list]) -> Any:
     )
 
 
-def open_sweep(store: str | os.PathLike) -> Any:
+def open_sweep(store: str | os.PathLike) -> xr.Dataset:
     """The sweep's results as one lazy xarray Dataset with the grid keys as leading dimensions.
 
     Each complete point is opened lazily (dask arrays), after its files passed their checksums;
@@ -222,7 +229,7 @@ def _table(info: dict[str, Any], max_columns: int) -> tuple[list[str], list[list
     return header, rows
 
 
-def sweep_document(store: str | os.PathLike) -> Any:
+def sweep_document(store: str | os.PathLike) -> Document:
     """A sweep store as a document of the table model (`attnflow.experiments.tables`): its counts,
     the table over the grid (`summary_table`), its failed and damaged points; drawn by `show_sweep`
     and `attnflow show` like a run's summary."""
@@ -239,7 +246,7 @@ def sweep_document(store: str | os.PathLike) -> Any:
         f"done {counts['done']}, failed {counts['failed']}, pending {counts['pending'] + counts['running']}; "
         f"compute {total_s:.1f} s"
     )
-    blocks: list[Any] = [Prose((head,)), Table(tuple(header), tuple(tuple(r) for r in rows))]
+    blocks: list[Block] = [Prose((head,)), Table(tuple(header), tuple(tuple(r) for r in rows))]
     problems = [_problem(key, e) for key, e in info["entries"].items()]
     if any(problems):
         blocks.append(Prose(tuple(p for p in problems if p)))

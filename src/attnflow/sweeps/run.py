@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .config import base_config, experiment_name, field_for, point_config, point_warnings, resolve_config
 from .grid import SweepError, check_grid, check_grid_size, iter_grid, point_keys
@@ -50,9 +50,14 @@ from .store import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import xarray as xr
+    from distributed import Client, Future, LocalCluster
     from pydantic import BaseModel
 
     from .config import ConfigLike
+    from .grid import Scalar
 
 __all__ = ["SweepResult", "sweep"]
 
@@ -77,7 +82,7 @@ class SweepResult:
     def ok(self) -> bool:
         return not self.failed and len(self.ran) + len(self.skipped) == len(self.keys)
 
-    def open(self) -> Any:
+    def open(self) -> xr.Dataset:
         return open_sweep(self.store)
 
     def __str__(self) -> str:
@@ -112,13 +117,13 @@ class _Tasks:
     """The client's view of the running tasks."""
 
     plan: _Plan
-    client: Any
+    client: Client
     run_fn: RunFn | None
     threads: int | None
     retries: int
     result: SweepResult
     bar: ProgressBar
-    futures: dict[Any, str] = field(default_factory=dict)
+    futures: dict[Future, str] = field(default_factory=dict)
     last_write: float = 0.0
 
 
@@ -126,8 +131,8 @@ class _Tasks:
 
 
 def _validate(
-    config: ConfigLike, grid: Any, retries: int, yes: bool
-) -> tuple[BaseModel, dict[str, Any], int]:
+    config: ConfigLike, grid: object, retries: int, yes: bool
+) -> tuple[BaseModel, dict[str, list | range], int]:
     """(config object, normalised grid, retries), or an error naming the bad argument; a grid above
     the size a sweep takes (without `yes`, above CONFIRM_POINTS) is refused before any point is made,
     then the config of every point is checked, one point at a time."""
@@ -186,7 +191,7 @@ def _locked(st: Store, warnings: list[str]) -> Iterator[None]:
         yield
 
 
-def _plan(st: Store, config: BaseModel, grid: dict[str, Any], yes: bool) -> _Plan:
+def _plan(st: Store, config: BaseModel, grid: dict[str, list | range], yes: bool) -> _Plan:
     """Check the store against the sweep, extend its grid, and mark each point done or pending.
 
     The extended grid is sized (`check_grid_size`) and every point's config validated before
@@ -221,7 +226,7 @@ def _plan(st: Store, config: BaseModel, grid: dict[str, Any], yes: bool) -> _Pla
     return plan
 
 
-def _stale_inputs(st: Store, key: str, config: BaseModel, point: dict[str, Any]) -> str | None:
+def _stale_inputs(st: Store, key: str, config: BaseModel, point: Mapping[str, Scalar]) -> str | None:
     """Why a complete point is not what the sweep computes now (its input files changed), or None."""
     from ..experiments.parts import input_digests
 
@@ -233,7 +238,9 @@ def _stale_inputs(st: Store, key: str, config: BaseModel, point: dict[str, Any])
     return f"the content of its input ({', '.join(changed)}) has changed since it was computed"
 
 
-def _client_for(client: Any, workers: int) -> tuple[Any, Any, int | None, bool]:
+def _client_for(
+    client: Client | str | None, workers: int
+) -> tuple[Client, LocalCluster | None, int | None, bool]:
     """(client, cluster we own or None, torch threads per task on a local cluster, client is ours)."""
     from distributed import Client, LocalCluster
 
@@ -252,7 +259,7 @@ def _client_for(client: Any, workers: int) -> tuple[Any, Any, int | None, bool]:
     return client, None, None, False
 
 
-def _close_cluster(cluster: Any, graceful: bool = True) -> None:
+def _close_cluster(cluster: LocalCluster, graceful: bool = True) -> None:
     """Close a LocalCluster we started. graceful: first its workers, each given WORKER_EXIT_S to
     exit; Dask's own close gives them 4 s, then kills them with a "Worker process still alive"
     warning, and a worker process that has loaded torch takes seconds to exit on a busy machine.
@@ -272,7 +279,7 @@ def _close_cluster(cluster: Any, graceful: bool = True) -> None:
 # ---------------------------------------------------------------------------------- on Dask
 
 
-def _submit(tasks: _Tasks, key: str) -> Any:
+def _submit(tasks: _Tasks, key: str) -> Future:
     """One more attempt at a point, as a Dask task."""
     st, entry = tasks.plan.store, tasks.plan.manifest[key]
     entry["attempts"] += 1
@@ -292,17 +299,17 @@ def _submit(tasks: _Tasks, key: str) -> Any:
     return fut
 
 
-def _error_text(fut: Any) -> str:
+def _error_text(fut: Future) -> str:
     """The traceback of a failed task (or why there is none)."""
     try:
         exc = fut.exception()
         tb = fut.traceback()
-        return "".join(traceback.format_exception(type(exc), exc, tb)) if exc else fut.status
+        return "".join(traceback.format_exception(type(exc), exc, tb)) if exc else str(fut.status)
     except Exception as err:  # e.g. a cancelled future
         return f"{type(err).__name__}: {err}"
 
 
-def _failed(tasks: _Tasks, key: str, fut: Any) -> bool:
+def _failed(tasks: _Tasks, key: str, fut: Future) -> bool:
     """Record a failed attempt; True when the point gets another one."""
     entry, text = tasks.plan.manifest[key], _error_text(fut)
     entry["error"] = text[-4000:]
@@ -362,8 +369,8 @@ def _stopped(tasks: _Tasks) -> None:
 
 def sweep(
     config: ConfigLike,
-    grid: dict[str, Any],
-    client: Any = None,
+    grid: Mapping[str, object],
+    client: Client | str | None = None,
     store: str | os.PathLike = "runs/sweep",
     workers: int = 2,
     retries: int = 2,
@@ -414,7 +421,7 @@ def sweep(
 
 def _sweep(
     plan: _Plan,
-    client: Any,
+    client: Client | str | None,
     workers: int,
     retries: int,
     progress: bool | Callable[[int, int], None] | None,

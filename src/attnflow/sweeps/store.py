@@ -29,10 +29,11 @@ import json
 import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .grid import SweepError, merge_grids
+from .grid import Grid, Scalar, SweepError, merge_grids
 
 FORMAT = "attnflow-sweep"
 VERSION = 1
@@ -140,14 +141,14 @@ def read_json(st: Store, rel: str) -> Any:
     return json.loads(st.read_text(rel))
 
 
-def write_json(st: Store, rel: str, obj: Any) -> None:
+def write_json(st: Store, rel: str, obj: object) -> None:
     """A JSON file of the store, atomically, by `attnflow.io.to_json` (NaN and inf as null)."""
     from ..io import to_json
 
     st.write_text(rel, to_json(obj, indent=1))
 
 
-def as_read_back(obj: Any) -> Any:
+def as_read_back(obj: object) -> Any:
     """`obj` as the store's JSON gives it back: NaN and inf as None, tuples as lists."""
     from ..io import to_json
 
@@ -166,11 +167,11 @@ def _nan_scalars(entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def _tag(v: Any) -> Any:
+def _tag(v: Scalar) -> Scalar | dict[str, str]:
     return {"float": repr(v)} if isinstance(v, float) and not math.isfinite(v) else v
 
 
-def _untag(v: Any) -> Any:
+def _untag(v: Scalar | dict[str, str]) -> Scalar:
     return float(v["float"]) if isinstance(v, dict) else v
 
 
@@ -224,7 +225,7 @@ def read_meta(st: Store) -> dict[str, Any]:
 
 
 def extend_meta(
-    st: Store, experiment: str, config: dict[str, Any], grid: dict[str, list]
+    st: Store, experiment: str, config: dict[str, Any], grid: Grid
 ) -> tuple[dict[str, Any], bool]:
     """(sweep.json with its grid extended by `grid`, whether that changed it); nothing is written.
 
@@ -299,7 +300,7 @@ def write_manifest(st: Store, entries: dict[str, dict]) -> None:
     write_json(st, MANIFEST_FILE, {"updated": now(), "counts": counts, "points": entries})
 
 
-def record_digest(rec: dict[str, Any]) -> str:
+def record_digest(rec: Mapping[str, object]) -> str:
     """SHA-256 of a .done record as the store's JSON gives it back (key order and spacing aside)."""
     import hashlib
 

@@ -10,7 +10,7 @@ Nothing here imports POT at module level (`import ot` is slow): `emd` imports it
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Literal, TypedDict, overload
 
 import numpy as np
 
@@ -50,7 +50,13 @@ def pointwise_cost(X: np.ndarray, Y: np.ndarray, cost: str) -> np.ndarray:
 # ------------------------------------------------------------------------------ network simplex
 
 
-def emd(a: np.ndarray, b: np.ndarray, M: np.ndarray, plan: bool = False) -> Any:
+@overload
+def emd(a: np.ndarray, b: np.ndarray, M: np.ndarray, plan: Literal[False] = ...) -> float: ...
+@overload
+def emd(a: np.ndarray, b: np.ndarray, M: np.ndarray, plan: Literal[True]) -> tuple[float, np.ndarray]: ...
+
+
+def emd(a: np.ndarray, b: np.ndarray, M: np.ndarray, plan: bool = False) -> float | tuple[float, np.ndarray]:
     """Exact OT cost by POT's network simplex; raises unless POT reports an optimal solution.
 
     With plan=True returns (cost, G), G (N, K) the optimal plan.
@@ -156,7 +162,18 @@ def round_plan(P: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return P
 
 
-def sinkhorn_divergence(X, Y, a, b, cost, reg, max_iter=5000, tol=1e-9) -> dict[str, Any]:
+class Sinkhorn(TypedDict):
+    """What `sinkhorn_divergence` returns (its docstring says each entry)."""
+
+    value: float
+    bounds: tuple[float, float]
+    error: float
+    reg: float
+    n_iter: int
+    converged: bool
+
+
+def sinkhorn_divergence(X, Y, a, b, cost, reg, max_iter=5000, tol=1e-9) -> Sinkhorn:
     """Debiased Sinkhorn divergence S = OT_r(a, b) - (OT_r(a, a) + OT_r(b, b)) / 2, and a rigorous
     bracket [L, U] of the exact W2^2 from the (a, b) potentials: L the dual value of their
     c-transforms, U the cost of the rounded plan.

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, TypedDict, Unpack, overload
+from typing import Literal, TypedDict, Unpack, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import (
     SeedLike,
@@ -78,7 +79,7 @@ class W2Info:
     converged: bool | None = None
     notes: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -90,7 +91,7 @@ class W2Series:
     infos: tuple[W2Info, ...]
     exact: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "values": self.values.tolist(),
             "exact": self.exact,
@@ -101,14 +102,16 @@ class W2Series:
 # ----------------------------------------------------------------------------------------- checks
 
 
-def _measure_weights(w: Any, n: int, name: str) -> np.ndarray:
+def _measure_weights(w: ArrayLike | None, n: int, name: str) -> np.ndarray:
     """Weights (n,) of one cloud, as `check_weights` (positive, summing to 1); None -> uniform 1/n."""
     if w is None:
         return np.full(n, 1.0 / n)
     return check_weights(w, (n,), name)
 
 
-def _check_cloud_pair(X: Any, Y: Any, nx: str = "X", ny: str = "Y") -> tuple[np.ndarray, np.ndarray]:
+def _check_cloud_pair(
+    X: ArrayLike, Y: ArrayLike, nx: str = "X", ny: str = "Y"
+) -> tuple[np.ndarray, np.ndarray]:
     X = check_cloud(X, nx)
     Y = check_cloud(Y, ny)
     if X.shape[1] != Y.shape[1]:
@@ -250,8 +253,17 @@ class _W2Settings(TypedDict, total=False):
 
     cost: str
     method: str
-    a: Any
-    b: Any
+    a: ArrayLike | None
+    b: ArrayLike | None
+    reg: float | None
+    n_sub: int | None
+    seed: SeedLike
+    repeats: int
+
+
+class _Fallback(TypedDict, total=False):
+    """The options of `w2_to_target` that go to `w2` with its fallback method."""
+
     reg: float | None
     n_sub: int | None
     seed: SeedLike
@@ -259,22 +271,26 @@ class _W2Settings(TypedDict, total=False):
 
 
 @overload
-def w2(X: Any, Y: Any, *, log: Literal[False] = ..., **settings: Unpack[_W2Settings]) -> float: ...
-@overload
-def w2(X: Any, Y: Any, *, log: Literal[True], **settings: Unpack[_W2Settings]) -> tuple[float, W2Info]: ...
+def w2(
+    X: ArrayLike, Y: ArrayLike, *, log: Literal[False] = ..., **settings: Unpack[_W2Settings]
+) -> float: ...
 @overload
 def w2(
-    X: Any, Y: Any, *, log: bool = ..., **settings: Unpack[_W2Settings]
+    X: ArrayLike, Y: ArrayLike, *, log: Literal[True], **settings: Unpack[_W2Settings]
+) -> tuple[float, W2Info]: ...
+@overload
+def w2(
+    X: ArrayLike, Y: ArrayLike, *, log: bool = ..., **settings: Unpack[_W2Settings]
 ) -> float | tuple[float, W2Info]: ...
 
 
 def w2(
-    X: Any,
-    Y: Any,
+    X: ArrayLike,
+    Y: ArrayLike,
     cost: str = "chordal",
     method: str = "exact",
-    a: Any = None,
-    b: Any = None,
+    a: ArrayLike | None = None,
+    b: ArrayLike | None = None,
     reg: float | None = None,
     n_sub: int | None = None,
     seed: SeedLike = 0,
@@ -331,10 +347,10 @@ class _Target:
     T: np.ndarray
     b: np.ndarray
     uniform: bool
-    atoms: Any
+    atoms: tuple[np.ndarray, np.ndarray, float] | None
 
 
-def _target_b(A: np.ndarray | None, b: Any, N: int, K: int) -> Any:
+def _target_b(A: np.ndarray | None, b: ArrayLike | None, N: int, K: int) -> ArrayLike | None:
     """The target's weights as given, or by default those of the tokens, A (N,), when the target has
     N rows (row i is the image of token i); weights A without b otherwise are a ValueError."""
     if A is None or b is not None:
@@ -353,7 +369,7 @@ def _to_target(
     tgt: _Target,
     cost: str,
     fallback: str | None,
-    options: dict[str, Any],
+    options: _Fallback,
 ) -> tuple[float, W2Info]:
     """(W2, W2Info) of one cloud X (N, d) with weights a (N,) (None: uniform) to the target: exact,
     or by the `fallback` method of `w2` when given."""
@@ -366,13 +382,13 @@ def _to_target(
 
 
 def w2_to_target(
-    X_t: Any,
-    target: Any,
+    X_t: ArrayLike,
+    target: ArrayLike,
     cost: str = "chordal",
-    b: Any = None,
+    b: ArrayLike | None = None,
     fallback: str | None = None,
-    weights: Any = None,
-    **options: Any,
+    weights: ArrayLike | None = None,
+    **options: Unpack[_Fallback],
 ) -> W2Series:
     """Exact W2 between each saved state X_t[k] (..., N, d) and one target cloud (K, d).
 

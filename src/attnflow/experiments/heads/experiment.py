@@ -112,8 +112,13 @@ PRESETS = {
 def layer_dynamics(layer: Layer, beta_scale: float) -> Dynamics:
     """The layer's heads as one Dynamics: head h is Q_h, K_h, W_V^h (d_h x d, padded by zero rows)
     at its beta times beta_scale, its output block W_O^h (d x d_h); the layer's causal mask."""
-    heads = [padded_head(h.Q, h.K, h.W_V, h.beta * beta_scale) for h in layer.heads]
-    return Dynamics(heads, W_O=[h.W_O for h in layer.heads], mask="causal" if layer.causal else "none")
+    heads, W_O = [], []
+    for h in layer.heads:
+        if h.W_V is None or h.W_O is None:
+            raise ValueError(f"layer {h.layer}, head {h.head}: the layer's flow needs its W_V and W_O")
+        heads.append(padded_head(h.Q, h.K, h.W_V, h.beta * beta_scale))
+        W_O.append(h.W_O)
+    return Dynamics(heads, W_O=W_O, mask="causal" if layer.causal else "none")
 
 
 def resolve_checkpoint(name: str) -> str:

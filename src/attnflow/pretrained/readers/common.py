@@ -13,7 +13,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+    from tokenizers import Tokenizer
 
 __all__ = [
     "EXTRA_HINT",
@@ -21,6 +27,7 @@ __all__ = [
     "Found",
     "LazyTensors",
     "MissingExtra",
+    "Tensor",
     "read_config",
     "read_json",
     "require",
@@ -28,6 +35,9 @@ __all__ = [
 ]
 
 EXTRA_HINT = 'pip install "attnflow[pretrained]"'
+
+#: a tensor as a reader gives it: NumPy, or torch where NumPy has no dtype (bfloat16) or the file is torch's
+Tensor: TypeAlias = "np.ndarray | torch.Tensor"
 
 
 class CheckpointError(ValueError):
@@ -59,15 +69,15 @@ class Found:
     vocabulary as strings when the file has one (to show ids as tokens), else None.
     """
 
-    tensors: Mapping[str, Any]
+    tensors: Mapping[str, Tensor]
     config: dict[str, Any]
-    tokenizer: Any
+    tokenizer: Tokenizer | Path | None
     fmt: str
     notes: tuple[str, ...] = ()
     token_names: list[str] | None = field(default=None, repr=False)
 
 
-class LazyTensors(Mapping[str, Any]):
+class LazyTensors(Mapping[str, Tensor]):
     """A read-only mapping of tensor names to arrays made on access by `load(name)`; `rows(name,
     index)` makes only those rows of a matrix when the reader can (`load_rows`), the whole tensor
     indexed otherwise (an embedding's rows for a few tokens, not all of it)."""
@@ -75,8 +85,8 @@ class LazyTensors(Mapping[str, Any]):
     def __init__(
         self,
         names: list[str],
-        load: Callable[[str], Any],
-        load_rows: Callable[[str, Any], Any] | None = None,
+        load: Callable[[str], Tensor],
+        load_rows: Callable[[str, np.ndarray], Tensor] | None = None,
         shapes: Mapping[str, tuple[int, ...]] | None = None,
     ) -> None:
         self._names = list(names)
@@ -91,12 +101,12 @@ class LazyTensors(Mapping[str, Any]):
             return self._shapes[name]
         return tuple(self[name].shape)
 
-    def rows(self, name: str, index: Any) -> Any:
+    def rows(self, name: str, index: np.ndarray) -> Tensor:
         if name not in self._set:
             raise KeyError(name)
         return self._load(name)[index] if self._load_rows is None else self._load_rows(name, index)
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> Tensor:
         if name not in self._set:
             raise KeyError(name)
         return self._load(name)

@@ -4,9 +4,8 @@ reads it.  A shard index may only name files inside its own folder."""
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any
 
-from .common import CheckpointError, Found, read_config, read_json, tokenizer_next_to
+from .common import CheckpointError, Found, Tensor, read_config, read_json, tokenizer_next_to
 from .registry import READERS, WEIGHT_FILES, reader_for
 
 __all__ = ["EXPECTED", "WEIGHT_FILES", "checkpoint_files", "read_path", "shard_path", "weights_in"]
@@ -19,7 +18,7 @@ EXPECTED = (
 )
 
 
-def shard_path(index: Path, shard: Any) -> Path:
+def shard_path(index: Path, shard: object) -> Path:
     """The file a shard-index entry names: a relative path inside the index's folder, else refused.
 
     The check is on the name (no absolute path, no ".."), not on where symbolic links point: the
@@ -43,7 +42,7 @@ def _read_sharded(index: Path) -> Found:
     if not isinstance(weight_map, dict):
         raise CheckpointError(f'shard index {index} has no "weight_map" object of tensor -> file')
     shards = {shard: shard_path(index, shard) for shard in set(weight_map.values())}
-    tensors: dict[str, Any] = {}
+    tensors: dict[str, Tensor] = {}
     fmt = "?"
     for shard in sorted(shards):
         found = _read_file(shards[shard])

@@ -20,11 +20,16 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .common import CheckpointError, Found, LazyTensors, require, tokenizer_next_to
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader, ReaderTensor
+    from tokenizers import Tokenizer
 
 __all__ = ["GGUF_ARCHITECTURES", "PRE_TOKENIZERS", "GgufArchitecture", "check_data", "read", "unpermute_rows"]
 
@@ -106,7 +111,7 @@ def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, dh // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _field(reader: Any, key: str, default: Any = None) -> Any:
+def _field(reader: GGUFReader, key: str, default: object = None) -> Any:
     f = reader.fields.get(key)
     if f is None:
         return default
@@ -123,7 +128,7 @@ def _hf_name(name: str, spec: GgufArchitecture) -> str:
     return name
 
 
-def _config(reader: Any, arch: str, spec: GgufArchitecture, names: set[str]) -> dict[str, Any]:
+def _config(reader: GGUFReader, arch: str, spec: GgufArchitecture, names: set[str]) -> dict[str, Any]:
     config: dict[str, Any] = {"model_type": spec.model_type, "hidden_act": spec.hidden_act}
     for key, meta in CONFIG_KEYS.items():
         value = _field(reader, f"{arch}.{meta}")
@@ -133,7 +138,7 @@ def _config(reader: Any, arch: str, spec: GgufArchitecture, names: set[str]) -> 
     return config
 
 
-def _notes(reader: Any, permuted: bool) -> tuple[str, ...]:
+def _notes(reader: GGUFReader, permuted: bool) -> tuple[str, ...]:
     kinds = Counter(t.tensor_type.name for t in reader.tensors)
     quant = {k: n for k, n in kinds.items() if k not in ("F32", "F16", "BF16", "F64")}
     notes = []
@@ -148,7 +153,7 @@ def _notes(reader: Any, permuted: bool) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _tokenizer(reader: Any) -> Any:
+def _tokenizer(reader: GGUFReader) -> Tokenizer | None:
     """A byte-level BPE `tokenizers.Tokenizer` from the file's vocabulary and merges, or None."""
     pre = _field(reader, "tokenizer.ggml.pre")
     if _field(reader, "tokenizer.ggml.model") != "gpt2" or pre not in PRE_TOKENIZERS:
@@ -176,14 +181,14 @@ def _tokenizer(reader: Any) -> Any:
 
 
 def _tensors(
-    gguf: Any, path: Path, spec: GgufArchitecture, by_name: dict[str, Any], config: dict
+    gguf: ModuleType, path: Path, spec: GgufArchitecture, by_name: dict[str, ReaderTensor], config: dict
 ) -> LazyTensors:
     """The file's tensors by Hugging Face name, dequantised on access (rows alone where asked),
     their shapes from the header."""
     n_heads = config.get("num_attention_heads")
     heads = {"q_proj": n_heads, "k_proj": config.get("num_key_value_heads", n_heads)}
 
-    def dequantise(t: Any, data: Any, shape: tuple[int, ...]) -> np.ndarray:
+    def dequantise(t: ReaderTensor, data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         try:
             return gguf.quants.dequantize(data, t.tensor_type).astype(np.float32).reshape(shape)
         except Exception as e:
@@ -199,7 +204,7 @@ def _tensors(
             return w.astype(np.float64) - spec.norm_offset
         return w
 
-    def load_rows(name: str, index: Any) -> np.ndarray:
+    def load_rows(name: str, index: np.ndarray) -> np.ndarray:
         """Rows `index` of a matrix, dequantised alone (an embedding's rows for a text's tokens)."""
         t = by_name[name]
         return dequantise(t, t.data[index], (-1, int(t.shape[0])))
@@ -208,7 +213,7 @@ def _tensors(
     return LazyTensors(list(by_name), load, load_rows, shapes)
 
 
-def check_data(reader: Any, path: Path) -> None:
+def check_data(reader: GGUFReader, path: Path) -> None:
     """CheckpointError naming the first tensor whose data leave the file or overlap another's (a GGUF
     file holds each tensor's bytes once: two names read from one range are not two tensors)."""
     size = path.stat().st_size

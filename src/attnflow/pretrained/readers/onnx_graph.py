@@ -16,11 +16,15 @@ from __future__ import annotations
 import math
 from collections import deque
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .common import CheckpointError, Found, require, tokenizer_next_to
+
+if TYPE_CHECKING:
+    from onnx import GraphProto, NodeProto
 
 __all__ = ["read"]
 
@@ -31,11 +35,11 @@ ACTIVATIONS = {"Erf": "gelu", "Tanh": "gelu_new", "Relu": "relu"}
 class _Graph:
     """Producers, consumers and constant values (initializers and Constant nodes) of a graph."""
 
-    def __init__(self, graph: Any, numpy_helper: Any) -> None:
+    def __init__(self, graph: GraphProto, numpy_helper: ModuleType) -> None:
         self.inputs = {i.name for i in graph.input}
         self.const: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-        self.producer: dict[str, Any] = {}
-        self.consumers: dict[str, list[Any]] = {}
+        self.producer: dict[str, NodeProto] = {}
+        self.consumers: dict[str, list[NodeProto]] = {}
         self.nodes = list(graph.node)
         for node in self.nodes:
             if node.op_type == "Constant":
@@ -47,7 +51,7 @@ class _Graph:
             for name in node.input:
                 self.consumers.setdefault(name, []).append(node)
 
-    def attr(self, node: Any, name: str, default: Any = None) -> Any:
+    def attr(self, node: NodeProto, name: str, default: Any = None) -> Any:
         for a in node.attribute:
             if a.name == name:
                 from onnx import helper
@@ -55,12 +59,12 @@ class _Graph:
                 return helper.get_attribute_value(a)
         return default
 
-    def split(self, node: Any) -> tuple[list[np.ndarray], list[str]]:
+    def split(self, node: NodeProto) -> tuple[list[np.ndarray], list[str]]:
         """A node's constant inputs and its other inputs."""
         consts = [self.const[n] for n in node.input if n in self.const]
         return consts, [n for n in node.input if n and n not in self.const]
 
-    def only_consumer(self, name: str, skip: set[str]) -> Any:
+    def only_consumer(self, name: str, skip: set[str]) -> NodeProto | None:
         """Follow `name` forward through ops in `skip` to the first other consumer (the Shape ops
         of dynamic reshapes aside)."""
         while True:
@@ -121,7 +125,7 @@ def _source(g: _Graph, name: str) -> str:
     return name
 
 
-def _scores(g: _Graph, name: str, depth: int = 0) -> tuple[Any, float] | None:
+def _scores(g: _Graph, name: str, depth: int = 0) -> tuple[NodeProto, float] | None:
     """The MatMul of two activations (q k^T) feeding `name`, and the constant scale on the way."""
     node = g.producer.get(name)
     if node is None or depth > 12:
@@ -170,7 +174,7 @@ def _scaled(proj: dict[str, Any], factor: float = 1.0) -> tuple[np.ndarray, np.n
     return c * proj["W"], None if proj["b"] is None else c * proj["b"]
 
 
-def _output(g: _Graph, apply: Any, softmax: Any, path: Path) -> tuple[dict[str, Any], str]:
+def _output(g: _Graph, apply: NodeProto, softmax: NodeProto, path: Path) -> tuple[dict[str, Any], str]:
     """The output projection after the attention's value MatMul, and the tensor it ends in."""
     out = g.only_consumer(apply.output[0], PASS_THROUGH)
     if out is None or out.op_type not in ("MatMul", "Gemm") or out.input[1] not in g.const:
@@ -182,7 +186,7 @@ def _output(g: _Graph, apply: Any, softmax: Any, path: Path) -> tuple[dict[str, 
     return _projection(g, after, path), after
 
 
-def _attention(g: _Graph, softmax: Any, path: Path) -> dict[str, Any]:
+def _attention(g: _Graph, softmax: NodeProto, path: Path) -> dict[str, Any]:
     """W_Q, b_Q, ..., W_O, b_O (torch layout), the heads and the input x of one attention."""
     found = _scores(g, softmax.input[0])
     if found is None:
@@ -206,7 +210,7 @@ def _attention(g: _Graph, softmax: Any, path: Path) -> dict[str, Any]:
     return {"w": w, "heads": heads, "x": _source(g, q["x"]), "after": after, "folded": ratio != 1.0}
 
 
-def _layer_norm(g: _Graph, node: Any, path: Path) -> tuple[np.ndarray, np.ndarray | None, float]:
+def _layer_norm(g: _Graph, node: NodeProto | None, path: Path) -> tuple[np.ndarray, np.ndarray | None, float]:
     if node is None or node.op_type != "LayerNormalization" or node.input[1] not in g.const:
         raise _error(path, "only post-layer-norm (BERT-style) graphs with LayerNormalization ops are read")
     b = g.const.get(node.input[2]) if len(node.input) > 2 else None
@@ -214,7 +218,7 @@ def _layer_norm(g: _Graph, node: Any, path: Path) -> tuple[np.ndarray, np.ndarra
     return g.const[node.input[1]].astype(np.float64), None if b is None else b.astype(np.float64), eps
 
 
-def _first_after(g: _Graph, name: str, op: str) -> Any:
+def _first_after(g: _Graph, name: str, op: str) -> NodeProto | None:
     """The first node of type `op` downstream of `name` (breadth first)."""
     queue, seen = deque([name]), {name}
     while queue:
@@ -228,7 +232,7 @@ def _first_after(g: _Graph, name: str, op: str) -> Any:
     return None
 
 
-def _ffn(g: _Graph, ln1_out: str, ln2: Any, path: Path) -> dict[str, Any]:
+def _ffn(g: _Graph, ln1_out: str, ln2: NodeProto, path: Path) -> dict[str, Any]:
     """W_1, b_1, W_2, b_2 and the activation between a layer's two layer norms."""
     add = g.producer.get(ln2.input[0])
     branch = [n for n in (add.input if add is not None else []) if n != ln1_out]
@@ -255,7 +259,7 @@ def _ffn(g: _Graph, ln1_out: str, ln2: Any, path: Path) -> dict[str, Any]:
             "W_2": second["W"], "b_2": second["b"], "act": act}  # fmt: skip
 
 
-def _embeddings(g: _Graph, ln: Any, path: Path) -> dict[str, np.ndarray]:
+def _embeddings(g: _Graph, ln: NodeProto, path: Path) -> dict[str, np.ndarray]:
     """The word, position and token-type tables: Gathers of constants summed before the layer norm."""
     gathers, queue = [], deque([ln.input[0]])
     while queue:
@@ -305,7 +309,7 @@ def _bert(g: _Graph, path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any],
                 tensors[f"{p}{stem}.bias"] = att["w"]["b" + key[1:]]
         ln1 = _first_after(g, att["after"], "LayerNormalization")
         ln2 = _first_after(g, ln1.output[0], "LayerNormalization") if ln1 is not None else None
-        if ln2 is None:
+        if ln1 is None or ln2 is None:  # (no ln1: no ln2)
             raise _error(
                 path, f"layer {i} has no two layer norms after its attention (post-LN BERT expected)"
             )
@@ -325,7 +329,7 @@ def _bert(g: _Graph, path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any],
     return tensors, config, folded
 
 
-def check_initializers(graph: Any, path: Path) -> None:
+def check_initializers(graph: GraphProto, path: Path) -> None:
     """CheckpointError naming the first initializer whose declared shape is not the number of values
     it holds (in its raw bytes, external data included once loaded, or its typed field)."""
     from onnx import helper

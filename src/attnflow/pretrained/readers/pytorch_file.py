@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from .common import CheckpointError, Found, read_config, tokenizer_next_to
+import numpy as np
+
+from .common import CheckpointError, Found, Tensor, read_config, tokenizer_next_to
 
 __all__ = ["MAX_EXPANSION", "load", "read", "unwrap_state_dict"]
 
@@ -45,11 +46,11 @@ def _check_zip(path: Path) -> None:
         )
 
 
-def _check_storages(tensors: Mapping[str, Any], source: str) -> None:
+def _check_storages(tensors: Mapping[str, Tensor], source: str) -> None:
     """CheckpointError naming the first tensor whose declared shape needs more bytes than its storage
     holds (a stride-0 or overlapping view: converting it would allocate the declared size)."""
     for name, t in tensors.items():
-        if not hasattr(t, "untyped_storage"):
+        if isinstance(t, np.ndarray) or not hasattr(t, "untyped_storage"):  # NumPy: no storage
             continue
         declared, held = t.numel() * t.element_size(), t.untyped_storage().nbytes()
         if declared > held:
@@ -60,7 +61,7 @@ def _check_storages(tensors: Mapping[str, Any], source: str) -> None:
             )
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> dict[str, Tensor]:
     """All tensors of one PyTorch file (torch tensors), their sizes checked against the file."""
     import torch
 
@@ -78,7 +79,7 @@ def load(path: Path) -> dict[str, Any]:
     return tensors
 
 
-def unwrap_state_dict(obj: Any, source: str) -> dict[str, Any]:
+def unwrap_state_dict(obj: object, source: str) -> dict[str, Tensor]:
     """A flat {name: tensor} dict, unwrapping {"state_dict": ...} / {"model": ...} containers."""
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"checkpoint {source} holds a {type(obj).__name__}, not a state dict")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from .common import CheckpointError, Found, read_config, require, tokenizer_next_to
+from .common import CheckpointError, Found, Tensor, read_config, require, tokenizer_next_to
 
 __all__ = ["load", "read"]
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> dict[str, Tensor]:
     """All tensors of one safetensors file."""
     require("safetensors", f"reading {path.name}")
     from safetensors.numpy import load_file as load_numpy

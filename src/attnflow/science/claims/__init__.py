@@ -172,7 +172,7 @@ def verdict_counts(rows: Sequence[ClaimRow | Mapping[str, Any]]) -> dict[str, in
     return out
 
 
-def not_applicable(rows: Sequence[Mapping[str, Any]], reason: str) -> list[dict[str, Any]]:
+def not_applicable(rows: Sequence[Mapping[str, object]], reason: str) -> list[dict[str, object]]:
     """The rows (as `ClaimRow.to_dict` gives them) when the weights miss an assumption of the
     theorem: each "theorem" row's verdict is NOT_APPLICABLE with `reason` as its note (the theorem
     says nothing about these weights; its measured numbers stay, as laws of the data); the other

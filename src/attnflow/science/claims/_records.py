@@ -7,16 +7,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, SupportsFloat, TypedDict, Unpack
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..curves import FORMED
 from ..fits import LineFit, fit_line
 from ..uncertainty import Measured
 
 if TYPE_CHECKING:
-    from ...attention import Attention
+    from ...attention import Attention, Spectrum
 
 
 MIN_BETAS = 4  # a law is judged over at least this many betas ...
@@ -145,7 +146,7 @@ def weights_data(att: Attention) -> WeightsData:
     )
 
 
-def source_drain_rate(sp: Any, B: np.ndarray) -> float:
+def source_drain_rate(sp: Spectrum, B: np.ndarray) -> float:
     """lambda: the rate at which the zero-temperature flow drains a neighbourhood of its source, the
     bottom eigenvector u_d of A (MATH.md, "The tail in d = 3"): the sum of the expansion rates
     mu_k - mu_d of its linearisation on the sphere in the clock ds/dt = 1 / |B^T x|,
@@ -214,7 +215,7 @@ class Finding:
     left_out: Mapping[str, str] = field(default_factory=dict)
     threshold: float | None = None
     note: str = ""
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ class ClaimRow:
     kind: Kind
     finding: Finding
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The row as plain JSON: key, claim, kind, measured, error, betas, left_out, verdict,
         meaning, then threshold, note and the details (non-finite numbers as None)."""
         f = self.finding
@@ -271,7 +272,9 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def _num(x: Any) -> float:
+def _num(x: SupportsFloat | str | None) -> float:
+    if x is None:
+        return math.nan
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -364,13 +367,13 @@ def _decided_by(labels: Sequence[str], verdicts: Sequence[str]) -> str:
     return f"{head}; {'; '.join(rest)}"
 
 
-def _fit(x: Any, y: Any, sigma: Any, name: str) -> LineFit:
+def _fit(x: ArrayLike, y: ArrayLike, sigma: ArrayLike, name: str) -> LineFit:
     """A weighted line through (x, y) with errors sigma (floored at 1e-300: an exact point weighs most)."""
     s = np.maximum(np.asarray(sigma, dtype=float), 1e-300)
     return fit_line(np.asarray(x, dtype=float), np.asarray(y, dtype=float), s, name)
 
 
-def _line(fit: LineFit, law: str) -> dict[str, Any]:
+def _line(fit: LineFit, law: str) -> dict[str, object]:
     """A fit as the row shows it: the law in words, a (intercept), b (slope), their errors, the rms."""
     return {
         "law": law,
@@ -393,5 +396,16 @@ def _regimes(data: ClaimData) -> dict[str, str]:
     }
 
 
-def _not_resolved(why: str, what: str, **kw: Any) -> Finding:
+class _Extras(TypedDict, total=False):
+    """The fields of a Finding besides its verdict, meaning and note (`_not_resolved`)."""
+
+    measured: float | None
+    error: float | None
+    betas: tuple[float, ...]
+    left_out: Mapping[str, str]
+    threshold: float | None
+    details: Mapping[str, object]
+
+
+def _not_resolved(why: str, what: str, **kw: Unpack[_Extras]) -> Finding:
     return Finding("not resolved", f"the data do not decide {what}: {why}", note=why, **kw)
