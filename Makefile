@@ -43,10 +43,13 @@ $(VENV)/.checkpoints: $(VENV)/.installed-test
 	done
 	touch $@
 
+# the layer contracts (import-linter), then the house rules (sizes, private names) and every
+# registry's recipe checked for its parts
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks examples docs
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_house.py tests/test_recipes.py
 
 test: $(VENV)/.installed-test $(VENV)/.checkpoints lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
