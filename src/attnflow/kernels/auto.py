@@ -296,12 +296,15 @@ def decide(
 
 
 def forget() -> None:
-    """Drop every kept decision (and the plans kept for the kernels, reuse.py)."""
+    """Drop every kept decision, the plans kept for the kernels (reuse.py) and the truncated
+    kernel's geometry kept across moves: the next call decides and evaluates as in a new process."""
     from . import reuse
+    from .truncated import forget_geometry
 
     with _lock:
         _decisions.clear()
     reuse.clear()
+    forget_geometry()
 
 
 def dense_pick(X: torch.Tensor) -> str:

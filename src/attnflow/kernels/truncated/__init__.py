@@ -18,6 +18,7 @@ from ._geometry import (
 )
 from ._kernel import velocity_truncated
 from ._moves import MARGIN
+from ._moves import clear as forget_geometry
 
 __all__ = [
     "DEFAULT_CUTOFF",
@@ -26,6 +27,7 @@ __all__ = [
     "candidate_counts",
     "candidate_pairs",
     "cloud_geometry",
+    "forget_geometry",
     "kept_radius",
     "sample_size",
     "sampled_counts",

@@ -59,6 +59,6 @@ def put(key: Hashable, value: object) -> None:
 
 
 def clear() -> None:
-    """Forget every kept geometry."""
+    """Forget every kept geometry (`forget_geometry`): the next evaluation makes its own."""
     with _lock:
         _kept.clear()
