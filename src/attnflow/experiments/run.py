@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..progress import Reporter
 from . import layout
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["plot_run", "plot_sweep", "run_experiment", "summary_markdown", "write_report"]
 
 
-def summary_markdown(summary: Mapping[str, Any], title: str = "") -> str:
+def summary_markdown(summary: Mapping[str, object], title: str = "") -> str:
     """The headline numbers as Markdown (summary.md): the table model of `tables.summary_document`
     (a table of the scalars, one table per nested section, the warnings as a list) rendered by
     `render.to_markdown`, as `attnflow show` and the report show them."""
@@ -195,7 +195,7 @@ def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None, pdf: 
         return list(draw(ds, Path(outdir), dpi=dpi or plot.DPI))
 
 
-def write_report(ds: xr.Dataset, summary: Mapping[str, Any], figures: list[Path], outdir: str | Path) -> Path:
+def write_report(ds: xr.Dataset, summary: Mapping[str, object], figures: list[Path], outdir: str | Path) -> Path:
     """`attnflow.experiments.report.write_report` with the titles and captions of ds's experiment;
     report.md and report.html get their checksums in outdir's record (`attnflow.io.files`)."""
     from ..io import record_files

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,7 +23,12 @@ from ...io import to_json
 from ...progress import Reporter
 from ...science.claims import WeightsData
 from ..common import restartable, torch_threads, unit_float64
-from ..inputs import InitialMeasure, Integration, ModelInputs
+from ..inputs import InitialMeasure, Integration, ModelInputs, SimulateKeywords
+
+if TYPE_CHECKING:
+    from ...attention import Attention
+    from ...flow import Dynamics
+    from ...science.curves import Located
 
 #: a cluster has departed when the mass near its atom falls below this fraction of the atom's mass
 #: after it had formed (reached `science.curves.FORMED`): the `concentration` experiment's departure,
@@ -123,8 +128,8 @@ class _Followed:
     fractions: list[np.ndarray]
     mass_V: list[np.ndarray]
     X: np.ndarray
-    infos: list[dict[str, Any]] = field(default_factory=list)
-    located: dict[tuple[int, int], Any] = field(default_factory=dict)
+    infos: list[dict[str, object]] = field(default_factory=list)
+    located: dict[tuple[int, int], Located] = field(default_factory=dict)
 
     def located_array(self, M: int) -> np.ndarray:
         """(M, 2, 2): per cloud and atom the located departure and its error (NaN where none)."""
@@ -152,7 +157,7 @@ def cloud_done(times: np.ndarray, fractions: np.ndarray, mass_V: np.ndarray) -> 
     return never and bool(mass_V[-1] >= LEVEL)
 
 
-def simulate_kwargs(solver: Integration) -> dict[str, Any]:
+def simulate_kwargs(solver: Integration) -> SimulateKeywords:
     """The keywords of `simulate` for a point: the run's integrator, the adaptive one holding every
     token to its tolerance (norm "max": with the RMS over tokens one token may err sqrt(N) times
     more, and the last few tokens near a separatrix decide when a cluster leaves)."""
@@ -165,7 +170,7 @@ def simulate_kwargs(solver: Integration) -> dict[str, Any]:
 def _chunk(
     inputs: MetastabilityInputs,
     solver: Integration,
-    att: Any,
+    att: Attention | Dynamics,
     clouds: PointClouds,
     run: _Followed,
     k: tuple[int, int],
@@ -202,7 +207,7 @@ def _chunk(
 def _locate_departures(
     inputs: MetastabilityInputs,
     solver: Integration,
-    att: Any,
+    att: Attention | Dynamics,
     clouds: PointClouds,
     run: _Followed,
     states: list[np.ndarray],
