@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, SupportsFloat
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._threads import torch_threads
 from ..progress import Reporter
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from .inputs import SimulateKeywords
 
 __all__ = [
+    "DataVariables",
     "base_attrs",
     "finite_or_none",
     "fit_or_reason",
@@ -34,6 +36,10 @@ __all__ = [
     "unit_float64",
     "warn_assumptions",
 ]
+
+
+#: the data variables of a Dataset being built, name -> (dims, values), for `xarray.Dataset(...)`
+DataVariables = dict[str, tuple[tuple[str, ...], ArrayLike]]
 
 
 def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from ...science.convergence import (
 )
 from ...science.energy import ENERGY_LONG_NAME
 from ...science.uncertainty import Measured
-from ..common import finite_or_none, fit_or_reason
+from ..common import DataVariables, finite_or_none, fit_or_reason
 from .evidence import NO_DEPARTURE, TimeStepProbe
 from .levels import (
     CURVES,
@@ -27,8 +27,11 @@ from .levels import (
     Ladder,
 )
 
+if TYPE_CHECKING:
+    import xarray as xr
 
-def _separatrix_record(search: Any) -> dict[str, Any]:
+
+def _separatrix_record(search: xr.Dataset) -> dict[str, object]:
     """What summary.json says of one beta's separatrix search (init = graded)."""
     return {
         "angles": [float(a) for a in search.angles.values],
@@ -53,7 +56,7 @@ def tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np.
 LADDER_COLUMNS = ("N", "window", *(q for q, spec in QUANTITIES.items() if spec.windowed), "ratio")
 
 
-def _ladder_table(ladders: list[Ladder]) -> dict[str, Any]:
+def _ladder_table(ladders: list[Ladder]) -> DataVariables:
     """ladder_<column> (beta, level) for LADDER_COLUMNS, NaN where a beta ran fewer levels."""
     L = max(len(lad.parts) for lad in ladders)
     table = {k: np.full((len(ladders), L), np.nan) for k in LADDER_COLUMNS}
@@ -62,7 +65,7 @@ def _ladder_table(ladders: list[Ladder]) -> dict[str, Any]:
             row = {"N": p.attrs["N"], "window": q.t_end, "ratio": p.attrs["resolution_ratio"]}
             for k in LADDER_COLUMNS:
                 table[k][i, j] = row[k] if k in row else getattr(q, k)
-    out = {f"ladder_{k}": (("beta", "level"), v) for k, v in table.items()}
+    out: DataVariables = {f"ladder_{k}": (("beta", "level"), v) for k, v in table.items()}
     cost = {k: np.full((len(ladders), L), np.nan) for k in COST_COLUMNS}
     for i, lad in enumerate(ladders):
         for j, p in enumerate(lad.parts):
@@ -100,10 +103,10 @@ def _cost_of(part) -> dict[str, float]:
     }
 
 
-def _per_beta_variables(evidence: list[BetaData]) -> dict[str, Any]:
+def _per_beta_variables(evidence: list[BetaData]) -> DataVariables:
     """The per-beta variables of the Dataset: each quantity's value, N -> infinity estimate is not
     here (see assemble), total error and convergence flag; the near-minimal band; the curve's error."""
-    data: dict[str, Any] = {}
+    data: DataVariables = {}
     for key in QUANTITIES:
         q = [e.quantities[key] for e in evidence]
         data[f"{key}_error"] = (("beta",), [m.error for m in q])
@@ -119,7 +122,9 @@ def _curve(part, name: str) -> np.ndarray:
     return part[name].values if name in part.variables else np.full(part.w2.shape, np.nan)
 
 
-def assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any, evidence: list[BetaData]):
+def assemble(
+    inputs: ConcentrationInputs, ladders: list[Ladder], zero: xr.Dataset, evidence: list[BetaData]
+) -> xr.Dataset:
     """One Dataset: the final level's curves per beta, the ladder per beta and level."""
     import xarray as xr
 
@@ -127,7 +132,7 @@ def assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any, evid
     decisions = [lad.decision for lad in ladders]
     n_tok = min(p.sizes["token"] for p in finals)
     # the headline scalars first (sweeps list the first few of a point's scalars)
-    data: dict[str, Any] = {k: (("beta",), [d.quantities[k]["value"] for d in decisions]) for k in QUANTITIES}
+    data: DataVariables = {k: (("beta",), [d.quantities[k]["value"] for d in decisions]) for k in QUANTITIES}
     data["N_used"] = (("beta",), [d.N for d in decisions])
     data["resolution_ratio"] = (("beta",), [float(p.attrs["resolution_ratio"]) for p in finals])
     data["status"] = (("beta",), np.array([d.status for d in decisions], dtype=str))
@@ -153,7 +158,7 @@ def assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any, evid
     return ds.assign_coords(dim=np.arange(basis.shape[0]))
 
 
-def _convergence(ladders: list[Ladder], claims: ClaimData) -> dict[str, Any]:
+def _convergence(ladders: list[Ladder], claims: ClaimData) -> dict[str, dict[str, object]]:
     """beta -> its convergence record for attrs["convergence"]: status, N, levels, ratio, and per
     quantity its value, estimate, error (the total), converged, reason, tol and error parts."""
     out = {}
@@ -169,7 +174,7 @@ def _convergence(ladders: list[Ladder], claims: ClaimData) -> dict[str, Any]:
     return out
 
 
-def _quantity_record(q: Measured, ladder: Mapping[str, Any]) -> dict[str, Any]:
+def _quantity_record(q: Measured, ladder: Mapping[str, float]) -> dict[str, object]:
     """A quantity in attrs["convergence"]: its Measured record and the ladder's N -> infinity estimate."""
     return {**q.to_dict(), "estimate": finite_or_none(ladder["estimate"])}
 
@@ -197,7 +202,7 @@ def run_attrs(
     claims: ClaimData,
     probe: TimeStepProbe,
     zero_info: dict,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
     per beta, the time-step probe, the solver infos, the model, the separatrix searches; every
     theorem row "not applicable" when the model is not the theorem's (several heads, a mask, usa,
@@ -215,7 +220,7 @@ def run_attrs(
         rows = not_applicable(
             rows, f"assumption 1 of the theorem fails: {first.reason} It says nothing here."
         )
-    fits: dict[str, Any] = {"claims_betas": {r["key"]: r["betas"] for r in rows}}
+    fits: dict[str, object] = {"claims_betas": {r["key"]: r["betas"] for r in rows}}
     fits["theorem_bound"] = (
         _theorem_bound(inputs, ds, claims) if applies else {"error": f"not applicable: {why}"}
     )
@@ -260,14 +265,14 @@ def long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> No
             ds[k].attrs["long_name"] = v
 
 
-def _headline(ds, key: str, beta: float, absent: Mapping[str, str]) -> Any:
+def _headline(ds: xr.Dataset, key: str, beta: float, absent: Mapping[str, str]) -> float | None | dict[str, object]:
     """One per-beta quantity of the summary: {value, error, converged} (its total error and its own
     convergence), with the reason it does not exist where `absent` ({beta: reason}) says so; the
     bare value for a Dataset written before they were stored."""
     value = finite_or_none(ds[key].sel(beta=beta))
     if f"{key}_converged" not in ds.variables:
         return value
-    record: dict[str, Any] = {
+    record: dict[str, object] = {
         "value": value,
         "error": finite_or_none(ds[f"{key}_error"].sel(beta=beta)),
         "converged": bool(ds[f"{key}_converged"].sel(beta=beta)),
@@ -288,7 +293,7 @@ def _no_departure(ds) -> dict[str, str]:
     return out
 
 
-def _probe(ds) -> dict[str, Any]:
+def _probe(ds: xr.Dataset) -> dict[str, object]:
     """The time-step probe, its integrator named as the probe's beside the run's own."""
     probe = json_attr(ds, "time_step", {})
     if not isinstance(probe, Mapping) or "integration" not in probe:
@@ -297,7 +302,7 @@ def _probe(ds) -> dict[str, Any]:
     return {**named, "run's integration": ds.attrs.get("integrator")}
 
 
-def summarize(ds) -> dict[str, Any]:
+def summarize(ds: xr.Dataset) -> dict[str, object]:
     """Headline numbers: per beta the status, N, t*, min W2 (each with its error and its own
     convergence); the claims table; the time-step probe; timing."""
     cfg = json_attr(ds, "config", {})
