@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     import xarray as xr
     from pydantic import BaseModel
 
-    from ..progress import Reporter
-
 __all__ = [
     "BUILTIN",
     "DEFAULT_EXPERIMENT",

@@ -195,7 +195,9 @@ def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None, pdf: 
         return list(draw(ds, Path(outdir), dpi=dpi or plot.DPI))
 
 
-def write_report(ds: xr.Dataset, summary: Mapping[str, object], figures: list[Path], outdir: str | Path) -> Path:
+def write_report(
+    ds: xr.Dataset, summary: Mapping[str, object], figures: list[Path], outdir: str | Path
+) -> Path:
     """`attnflow.experiments.report.write_report` with the titles and captions of ds's experiment;
     report.md and report.html get their checksums in outdir's record (`attnflow.io.files`)."""
     from ..io import record_files

@@ -265,7 +265,9 @@ def long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> No
             ds[k].attrs["long_name"] = v
 
 
-def _headline(ds: xr.Dataset, key: str, beta: float, absent: Mapping[str, str]) -> float | None | dict[str, object]:
+def _headline(
+    ds: xr.Dataset, key: str, beta: float, absent: Mapping[str, str]
+) -> float | dict[str, object] | None:
     """One per-beta quantity of the summary: {value, error, converged} (its total error and its own
     convergence), with the reason it does not exist where `absent` ({beta: reason}) says so; the
     bare value for a Dataset written before they were stored."""
