@@ -30,6 +30,8 @@ from .levels import (
 if TYPE_CHECKING:
     import xarray as xr
 
+    from .zero import ZeroInfo
+
 
 def _separatrix_record(search: xr.Dataset) -> dict[str, object]:
     """What summary.json says of one beta's separatrix search (init = graded)."""
@@ -201,7 +203,7 @@ def run_attrs(
     ladders: list[Ladder],
     claims: ClaimData,
     probe: TimeStepProbe,
-    zero_info: dict,
+    zero_info: ZeroInfo,
 ) -> dict[str, object]:
     """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
     per beta, the time-step probe, the solver infos, the model, the separatrix searches; every
@@ -248,7 +250,7 @@ def run_attrs(
     }
 
 
-def long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> None:
+def long_names(ds: xr.Dataset, eps: float, zero_info: ZeroInfo, theorem: tuple[bool, str]) -> None:
     beyond = "" if theorem[0] else " of head 0's A, a reference only (the theorem does not apply)"
     long = {
         "w2": f"exact W2(rho^beta_t, Pi_# rho_0), chordal cost{beyond}",

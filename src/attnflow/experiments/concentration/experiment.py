@@ -58,7 +58,7 @@ from .levels import (
 )
 from .presets import PRESETS
 from .strategies import LadderRun, Levels, levels_for
-from .zero import zero_temperature
+from .zero import ZeroInfo, zero_temperature
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -205,7 +205,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     )
     zero_unit = Unit("zero", partial(_zero_part, inputs, clouds), costs[0], "zero_temperature_s")
     zero = units.run(zero_unit)
-    zero_info = json_attr(zero, "zero", {})
+    zero_info: ZeroInfo = json_attr(zero, "zero", {})
     w2_zero = zero.w2_zero.values if zero_info.get("kind", "").startswith("N = infinity") else None
     simulations = Simulations(inputs, reporter, batched=_batched(inputs, units))
     shared = LadderRun(inputs, units, clouds, simulations, w2_zero, costs)
