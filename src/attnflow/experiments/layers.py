@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
@@ -166,7 +166,7 @@ def _depth_part(inputs: LayersInputs, L: int, X_T: np.ndarray, reporter: Reporte
     return xr.Dataset({"error": ((), float(np.max(np.linalg.norm(XL - X_T, axis=-1))))}, attrs={"L": L})
 
 
-def fit_order(h: np.ndarray, errors: np.ndarray, use: np.ndarray) -> dict[str, Any]:
+def fit_order(h: np.ndarray, errors: np.ndarray, use: np.ndarray) -> dict[str, float | str]:
     """The slope of log error against log h over the steps `use` (bool (L,)): order, its standard
     error, prefactor, r2; {"error": why} when an error is exactly 0."""
     from scipy.stats import linregress
@@ -216,7 +216,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
     return ds
 
 
-def summarize(ds) -> dict[str, Any]:
+def summarize(ds: xr.Dataset) -> dict[str, object]:
     """Fitted order and the error at each depth."""
     fits = json_attr(ds, "fits", {})
     return {

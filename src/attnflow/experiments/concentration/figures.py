@@ -9,8 +9,9 @@ Drawn from a run's Dataset (schema: `attnflow.experiments.concentration`) with t
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -85,9 +86,25 @@ CAPTIONS: dict[str, tuple[str, str]] = {
 }
 
 
+class PointStyle(TypedDict):
+    """Keywords of `Axes.errorbar` for the points of one status."""
+
+    marker: str
+    mfc: str
+    color: str
+    label: str
+
+
+class LineStyle(TypedDict):
+    """Keywords of `Axes.plot` for one fitted line."""
+
+    color: str
+    ls: str
+
+
 # how each convergence is drawn: a quantity converged in N, a resolved beta whose quantity did not
 # converge, an under-resolved beta (attnflow.science.convergence.STATUSES)
-STATUS_STYLE: dict[str, dict[str, Any]] = {
+STATUS_STYLE: dict[str, PointStyle] = {
     "converged": {"marker": "o", "mfc": "black", "color": "black", "label": "converged in N"},
     "resolved": {"marker": "o", "mfc": "white", "color": "0.35", "label": "not converged in N"},
     "under-resolved": {
@@ -97,7 +114,7 @@ STATUS_STYLE: dict[str, dict[str, Any]] = {
         "label": "under-resolved (N too small)",
     },
 }
-FIT_STYLES: tuple[dict[str, Any], ...] = (
+FIT_STYLES: tuple[LineStyle, ...] = (
     {"color": "0.25", "ls": "--"},
     {"color": "0.45", "ls": "-."},
     {"color": "0.6", "ls": ":"},
@@ -162,7 +179,11 @@ def _param(fit: dict, key: str, sign: float = 1.0) -> str:
     return f"{v} ± {e}"
 
 
-def _fit_lines(ax: Axes, row: dict, fits: dict[str, tuple[Any, Any]]) -> None:
+#: how `_fit_lines` draws one fit of a claims row: its label (or label(fit)) and curve(beta, fit)
+FitLine = tuple[str | Callable[[dict], str], Callable[[np.ndarray, dict], np.ndarray]]
+
+
+def _fit_lines(ax: Axes, row: dict, fits: Mapping[str, FitLine]) -> None:
     """The row's fits over the betas it used (never beyond): name -> (label or label(fit),
     curve(beta, fit)), each called a fit, with its rms."""
     used = np.asarray(row.get("betas") or [], dtype=float)

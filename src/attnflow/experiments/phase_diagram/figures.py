@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from ...plot import DPI, new_figure, run_title, save
 
 if TYPE_CHECKING:
     import xarray as xr
+    from matplotlib.colors import Normalize
 
 CAPTIONS = {
     "clusters": (
@@ -51,7 +52,18 @@ CAPTIONS = {
 }
 
 
-Rows = list[tuple[str, np.ndarray, dict[str, Any]]]
+class Mesh(TypedDict, total=False):
+    """pcolormesh keywords of a row of heatmaps; log: a log colour scale (floored, not a keyword)."""
+
+    norm: Normalize
+    cmap: str
+    vmin: float
+    vmax: float
+    log: bool
+
+
+#: the rows of `_heatmaps`: (label, values (variant, beta, time), pcolormesh keywords)
+Rows = list[tuple[str, np.ndarray, Mesh]]
 
 
 def _heatmaps(ds, rows: Rows, title: str, outdir, stem: str, dpi: int) -> list[Path]:
@@ -64,7 +76,7 @@ def _heatmaps(ds, rows: Rows, title: str, outdir, stem: str, dpi: int) -> list[P
     variants = [str(v) for v in ds.variant.values]
     fig, axes = new_figure(len(rows), len(variants), (3.6 * len(variants) + 1.2, 3.0 * len(rows) + 0.8))
     for r, (label, values, kw) in enumerate(rows):
-        kw = dict(kw)
+        kw = kw.copy()
         if "norm" not in kw and "vmin" not in kw:
             kw["norm"] = _norms(values, log=False)
         floor = getattr(kw.get("norm"), "vmin", None) if kw.get("log") else None
@@ -104,7 +116,7 @@ def _spans_decades(values: np.ndarray) -> bool:
     return bool(v.size) and float(v.max()) > 20 * float(v.min())
 
 
-def _scale(values: np.ndarray, cmap: str) -> dict[str, Any]:
+def _scale(values: np.ndarray, cmap: str) -> Mesh:
     """pcolormesh keywords: a log colour scale where the values span decades, else linear."""
     log = _spans_decades(values)
     return {"norm": _norms(values, log), "cmap": cmap, "log": log}
@@ -146,7 +158,7 @@ def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bo
         "pairs",
         dpi,
     )
-    rows = []
+    rows: Rows = []
     for k in ds.k.values.tolist():
         m, _ = _stats(ds.w2_atoms.sel(k=k))
         rows.append(
