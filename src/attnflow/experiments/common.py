@@ -70,8 +70,9 @@ def restartable(model: Attention | Dynamics) -> bool:
 
 def unit_float64(x: np.ndarray) -> np.ndarray:
     """States of a trajectory as float64 unit rows (a float32 run's rows are unit to 6e-8 only)."""
-    x = np.asarray(x, dtype=np.float64)
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+    y = np.asarray(x, dtype=np.float64)
+    unit: np.ndarray = y / np.linalg.norm(y, axis=-1, keepdims=True)
+    return unit
 
 
 def integrator_label(config: SimulationConfig) -> str:

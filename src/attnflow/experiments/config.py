@@ -8,7 +8,7 @@ import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 import numpy as np
 from pydantic import (
@@ -131,12 +131,12 @@ class ExperimentConfig(BaseModel):
         return 1, SAVED_D
 
     @model_validator(mode="after")
-    def _saved_memory(self):
+    def _saved_memory(self) -> Self:
         check_saved_arrays(self)
         return self
 
     @model_validator(mode="after")
-    def _time_grid(self):
+    def _time_grid(self) -> Self:
         check_time_grid(self)
         return self
 
@@ -170,12 +170,12 @@ class SimulationConfig(DeviceConfig):
     threads: Threads = Field(DEFAULT_THREADS, description=THREADS_HELP)
 
     @model_validator(mode="after")
-    def _float32_tolerance(self):
+    def _float32_tolerance(self) -> Self:
         check_rtol_for_dtype(self.rtol, self.dtype, self.integrator)  # the library's own rule
         return self
 
     @model_validator(mode="after")
-    def _fixed_steps(self):
+    def _fixed_steps(self) -> Self:
         t_max = getattr(self, "t_max", None)
         if (
             self.integrator != "adaptive"
@@ -377,7 +377,8 @@ def read_toml(path: Path) -> dict[str, object]:
             f"config file {path}: a value nests lists or tables too deeply to be read"
         ) from None
     try:
-        return check_depth(values, "a value")
+        checked: dict[str, object] = check_depth(values, "a value")
+        return checked
     except ValueError as err:
         raise ConfigError(f"config file {path}: {err}") from None
 

@@ -72,7 +72,7 @@ class RunFolderError(ValueError):
     """The output folder `path` cannot take this run: `problem` says what is there. `overwrite_helps`:
     it holds another run, which overwrite=True (the command line's --overwrite) replaces."""
 
-    def __init__(self, path: str | os.PathLike, problem: str, overwrite_helps: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], problem: str, overwrite_helps: bool = False) -> None:
         self.path, self.problem, self.overwrite_helps = os.fspath(path), problem, overwrite_helps
         super().__init__(self.message("out", "overwrite=True"))
 

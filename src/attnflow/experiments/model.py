@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Self
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create_model, model_validator
 
@@ -187,7 +187,7 @@ class ModelConfig(_DensityKeys):
         return 1, model_dimension(self)
 
     @model_validator(mode="after")
-    def _model_keys(self):
+    def _model_keys(self) -> Self:
         check_init(self, model_dimension(self))  # loads an .npz once, with its errors
         if self.ensemble != "conditioned" and self.weights != "random":
             raise ValueError(
@@ -260,7 +260,7 @@ class FlowConfig(ModelConfig):
     one_head: ClassVar[bool] = False
 
     @model_validator(mode="after")
-    def _flow_keys(self):
+    def _flow_keys(self) -> Self:
         check_flow(self)
         return self
 

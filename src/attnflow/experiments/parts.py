@@ -216,7 +216,7 @@ def _read_part(out: Path | None, name: str, fp: str, reporter: Reporter | None =
     if not path.exists():
         return None
     try:
-        ds = read_dataset(path)
+        ds: xr.Dataset = read_dataset(path)
     except (StoreError, OSError) as err:
         if reporter is not None:
             reporter.warn(f"part {name} is damaged ({err}); recomputing it")

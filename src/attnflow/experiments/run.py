@@ -37,7 +37,7 @@ def run_experiment(
     progress: Reporter | bool | None = None,
     quiet: bool = False,
     overwrite: bool = False,
-):
+) -> xr.Dataset:
     """Run `config`'s experiment. With `out`: write out/config.toml first, resume from out/parts/,
     then write out/result.zarr (atomically), out/summary.json and out/summary.md. Returns the Dataset.
 
@@ -122,7 +122,7 @@ def _checked(exp: Experiment, config: BaseModel) -> BaseModel:
     return config
 
 
-def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str):
+def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str) -> xr.Dataset:
     """The run of `run_experiment`, its folder (if any) checked and locked."""
     from .._threads import torch_threads
     from ..io import clean_stale, json_attr, to_json

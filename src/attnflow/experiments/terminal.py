@@ -115,7 +115,7 @@ def terminal_inputs(config: TerminalConfig) -> TerminalInputs:
     )
 
 
-def _beta_part(inputs: TerminalInputs, beta: float, reporter: Reporter):
+def _beta_part(inputs: TerminalInputs, beta: float, reporter: Reporter) -> xr.Dataset:
     import xarray as xr
 
     from ..dynamics.integrate import simulate
@@ -151,7 +151,7 @@ _WHICH = {
 }
 
 
-def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
     """Simulate every beta for long times; mass fractions near A's and V's top eigenspaces."""
     import xarray as xr
 

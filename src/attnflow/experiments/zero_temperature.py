@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal, Required, TypedDict
+from typing import TYPE_CHECKING, ClassVar, Literal, Required, Self, TypedDict
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator, model_validator
@@ -99,7 +99,7 @@ class ZeroTemperatureConfig(ModelConfig):
         return v
 
     @model_validator(mode="after")
-    def _window_in_span(self):
+    def _window_in_span(self) -> Self:
         if self.fit_window[1] > self.t_max:
             raise ValueError(f"fit_window {self.fit_window} ends after t_max = {self.t_max}")
         k = self.rate_window / self.dt_save
@@ -261,7 +261,7 @@ def _fits(
     return fits
 
 
-def _dataset(inputs: ZeroTemperatureInputs, ref: Curves | None, cloud: Curves | None):
+def _dataset(inputs: ZeroTemperatureInputs, ref: Curves | None, cloud: Curves | None) -> xr.Dataset:
     """The curves: w2 (the reference's, else the cloud's), w2_err, w2_cloud, lyapunov, x."""
     import xarray as xr
 
@@ -283,7 +283,9 @@ def _dataset(inputs: ZeroTemperatureInputs, ref: Curves | None, cloud: Curves | 
     return ds
 
 
-def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(
+    config: ZeroTemperatureConfig, out: Path | None = None, progress: Reporter | None = None
+) -> xr.Dataset:
     """Exact zero-temperature flow: the N = infinity reference and/or a token cloud; W2 to Pi_# rho_0,
     local rates per window next to the guaranteed rate and c*. With `out`, the reference and the
     cloud are parts of the run folder (a rerun resumes from them)."""

@@ -43,7 +43,7 @@ def _separatrix_record(search: xr.Dataset) -> dict[str, object]:
     }
 
 
-def tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np.ndarray:
+def tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds: xr.Dataset) -> np.ndarray:
     """The stored tokens of the first beta's last level (its cloud c) under the exact zero-temperature
     flow (it is local: the kept tokens alone give their own paths)."""
     from ...dynamics.zero_temperature import simulate_zero_temperature
@@ -51,7 +51,8 @@ def tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np.
     X = c.X0[0][c.keep][: ds.sizes["token"]]
     if not len(X):  # n_keep = 0: no token is stored
         return np.zeros((len(inputs.times), 0, inputs.model.d), dtype=np.float32)
-    return simulate_zero_temperature(X, inputs.model.head_at(math.inf), inputs.times).x.astype(np.float32)
+    x: np.ndarray = simulate_zero_temperature(X, inputs.model.head_at(math.inf), inputs.times).x
+    return x.astype(np.float32)
 
 
 #: the columns of the ladder table (beta, level): N, the window's end, the windowed quantities, ratio
@@ -83,7 +84,7 @@ def _ladder_table(ladders: list[Ladder]) -> DataVariables:
 COST_COLUMNS = ("nodes", "steps", "rejected", "evals")
 
 
-def _cost_of(part) -> dict[str, float]:
+def _cost_of(part: xr.Dataset) -> dict[str, float]:
     """A level's cost columns (NaN where its record, e.g. of an older version, lacks one): the
     mean-field flow's passes summed, or the particle integrator's counts."""
     s = json_attr(part, "solver", {}) or {}
@@ -119,7 +120,7 @@ def _per_beta_variables(evidence: list[BetaData]) -> DataVariables:
     return data
 
 
-def _curve(part, name: str) -> np.ndarray:
+def _curve(part: xr.Dataset, name: str) -> np.ndarray:
     """A part's per-seed curve (seed, time); NaN for one its version did not measure (log_energy)."""
     return part[name].values if name in part.variables else np.full(part.w2.shape, np.nan)
 
@@ -181,7 +182,7 @@ def _quantity_record(q: Measured, ladder: Mapping[str, float]) -> dict[str, obje
     return {**q.to_dict(), "estimate": finite_or_none(ladder["estimate"])}
 
 
-def _theorem_bound(inputs: ConcentrationInputs, ds, claims: ClaimData) -> dict:
+def _theorem_bound(inputs: ConcentrationInputs, ds: xr.Dataset, claims: ClaimData) -> dict[str, object]:
     """The fit of Theorem 1's bound over the converged betas, before the terminal phase (or why not)."""
     from ...science.bound import fit_theorem_bound
 
@@ -199,7 +200,7 @@ def _theorem_bound(inputs: ConcentrationInputs, ds, claims: ClaimData) -> dict:
 
 def run_attrs(
     inputs: ConcentrationInputs,
-    ds,
+    ds: xr.Dataset,
     ladders: list[Ladder],
     claims: ClaimData,
     probe: TimeStepProbe,
@@ -286,7 +287,7 @@ def _headline(
     return record
 
 
-def _no_departure(ds) -> dict[str, str]:
+def _no_departure(ds: xr.Dataset) -> dict[str, str]:
     """{beta: "no departure: <why>"} for the betas whose t_depart does not exist (no metastable phase,
     or none by t_max): the reason their convergence record carries (`evidence.no_departure`)."""
     out = {}

@@ -118,7 +118,8 @@ def _seed_error(part: xr.Dataset) -> np.ndarray:
     w = part.w2.values
     if w.shape[0] < 2:
         return np.zeros(w.shape[1])
-    return w.std(axis=0, ddof=1) / math.sqrt(w.shape[0])
+    error: np.ndarray = w.std(axis=0, ddof=1) / math.sqrt(w.shape[0])
+    return error
 
 
 def beta_evidence(inputs: ConcentrationInputs, lad: Ladder, probe: TimeStepProbe | None) -> BetaData:

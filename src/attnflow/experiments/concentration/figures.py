@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.axes import Axes
 
+    from .bound_figures import ClaimRow
+
 CAPTIONS: dict[str, tuple[str, str]] = {
     "w2": (
         "Distance to the zero-temperature limit",
@@ -143,7 +145,7 @@ def _beta_axis(ax: Axes, betas: np.ndarray) -> None:
     ax.set_xlabel("inverse temperature β (log scale)")
 
 
-def _regimes(ax: Axes, ds: xr.Dataset, row: dict, y: np.ndarray) -> None:
+def _regimes(ax: Axes, ds: xr.Dataset, row: ClaimRow, y: np.ndarray) -> None:
     """Mark the betas left out of the row's fits for their regime alone (a law never mixes the betas
     with and without a metastable phase); a beta left out as not converged is its marker's."""
     regimes, left = row.get("regimes") or {}, row.get("left_out") or {}
@@ -168,7 +170,7 @@ def _regimes(ax: Axes, ds: xr.Dataset, row: dict, y: np.ndarray) -> None:
         )
 
 
-def _param(fit: dict, key: str, sign: float = 1.0) -> str:
+def _param(fit: Mapping[str, object], key: str, sign: float = 1.0) -> str:
     """A fitted parameter with its error, to the digits the error supports."""
     value, error = fit.get(key), fit.get(f"{key}_err")
     if not isinstance(value, int | float):
@@ -180,10 +182,13 @@ def _param(fit: dict, key: str, sign: float = 1.0) -> str:
 
 
 #: how `_fit_lines` draws one fit of a claims row: its label (or label(fit)) and curve(beta, fit)
-FitLine = tuple[str | Callable[[dict], str], Callable[[np.ndarray, dict], np.ndarray]]
+FitLine = tuple[
+    str | Callable[[Mapping[str, float | None]], str],
+    Callable[[np.ndarray, Mapping[str, float | None]], np.ndarray],
+]
 
 
-def _fit_lines(ax: Axes, row: dict, fits: Mapping[str, FitLine]) -> None:
+def _fit_lines(ax: Axes, row: ClaimRow, fits: Mapping[str, FitLine]) -> None:
     """The row's fits over the betas it used (never beyond): name -> (label or label(fit),
     curve(beta, fit)), each called a fit, with its rms."""
     used = np.asarray(row.get("betas") or [], dtype=float)

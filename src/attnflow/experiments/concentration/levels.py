@@ -149,7 +149,7 @@ class CloudCache(dict[int, Cloud]):
         return cloud
 
 
-def separatrix_part(inputs: ConcentrationInputs, beta: float, reporter: Reporter):
+def separatrix_part(inputs: ConcentrationInputs, beta: float, reporter: Reporter) -> xr.Dataset:
     """init = graded: the separatrices of the flow at beta (separatrix.mean_field_quadrature's search
     from its default brackets, rho_0's density, up to t_max) as a Dataset: angles (separatrix,),
     brackets (separatrix, end) in radians; attrs width (the widest bracket), passes (JSON), wall_s."""
@@ -281,7 +281,7 @@ class Simulations:
 
 def reduce_level(
     inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: LevelRun, reference: np.ndarray | None = None
-):
+) -> xr.Dataset:
     """The per-level Dataset: W2 and diagnostics against t per seed, kept tokens of the first seed;
     attrs["located"]: its times located on the continuous solution (`located_times`; reference: the
     zero-temperature curve of t_dev, or None)."""

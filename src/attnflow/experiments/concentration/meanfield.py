@@ -16,6 +16,8 @@ from ..inputs import Integration
 from .levels import ConcentrationInputs
 
 if TYPE_CHECKING:
+    import xarray as xr
+
     from ...attention import Attention
 
 #: the saved measures of a mean-field run: (angles (N_t,), log-weights (N_t,)) per time
@@ -29,7 +31,7 @@ def meanfield_level(
     solver: Integration,
     reporter: Reporter,
     reference: np.ndarray | None = None,
-):
+) -> xr.Dataset:
     """init = meanfield: level `level` at beta as the per-level Dataset of `reduce_level` (one
     "seed", no stored tokens): W2 to Pi_# rho_0, the masses and the Lyapunov function of the
     mean-field measure (science.meanfield.mean_field_circle, tolerances the solver's); the coupling

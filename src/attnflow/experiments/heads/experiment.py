@@ -318,7 +318,7 @@ def _long_names(ds: xr.Dataset, config: HeadsConfig) -> None:
             ds[var].attrs["long_name"] = name
 
 
-def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
     """Simulate the sentence's tokens under each selected head and the whole layer."""
     import xarray as xr
 

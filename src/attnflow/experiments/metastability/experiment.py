@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Literal, Self, TypeVar
 
 import numpy as np
 from pydantic import (
@@ -137,7 +137,7 @@ class MetastabilityConfig(SimulationConfig, ModelConfig):
         return v
 
     @model_validator(mode="after")
-    def _map(self):
+    def _map(self) -> Self:
         d = model_dimension(self)
         for name in self.inits:
             try:
@@ -241,7 +241,7 @@ def _rules(config: MetastabilityConfig) -> BranchRules:
     return BranchRules(config.dt_save, config.tol, config.branch_gap, kinds)
 
 
-def run(config: MetastabilityConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(config: MetastabilityConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
     """Every point of the map (a part of the run folder each), then the branches' fits."""
     reporter = progress or Reporter()
     units = Units(config, EXPERIMENT.part_keys, out, reporter)
@@ -348,7 +348,9 @@ def summarize(ds: xr.Dataset) -> dict[str, object]:
     return summary(ds)
 
 
-def figures(ds, outdir: str | Path, *, dpi: int | None = None, animation: bool = False) -> list[Path]:
+def figures(
+    ds: xr.Dataset, outdir: str | Path, *, dpi: int | None = None, animation: bool = False
+) -> list[Path]:
     """The heatmap of departures, the branches against log N, the crossover N*(beta)."""
     from ...plot import DPI
     from .figures import draw

@@ -26,6 +26,8 @@ from ..common import restartable, torch_threads, unit_float64
 from ..inputs import InitialMeasure, Integration, ModelInputs, SimulateKeywords
 
 if TYPE_CHECKING:
+    import xarray as xr
+
     from ...attention import Attention
     from ...flow import Dynamics
     from ...science.curves import Located
@@ -68,7 +70,8 @@ class MetastabilityInputs:
     @property
     def side(self) -> np.ndarray:
         """P_1^T u_1 (d,): the sign of <side, x> = <u_1, P_1 x> says which atom Pi sends x to."""
-        return np.asarray(self.model.spectrum.top_projector).T @ self.u1
+        side: np.ndarray = np.asarray(self.model.spectrum.top_projector).T @ self.u1
+        return side
 
     def predictions(self, beta: float, N: int) -> dict[str, float]:
         """The two branches' departure times at (beta, N): log N / lambda and (delta / lambda) beta."""
@@ -237,7 +240,7 @@ def _locate_departures(
             ):
                 continue
 
-            def fraction_gap(X: np.ndarray, _t: float, m=m, a=a) -> float:
+            def fraction_gap(X: np.ndarray, _t: float, m: int = m, a: int = a) -> float:
                 near = (sign[a] * (X @ inputs.u1) > cos) @ share
                 return LEVEL - float(near) / float(clouds.atom_mass[m, a])
 
@@ -294,7 +297,7 @@ def point_part(
     N: int,
     reporter: Reporter,
     solver: Integration | None = None,
-):
+) -> xr.Dataset:
     """The Dataset of one point: per cloud (seed) and atom the mass fraction against t, the mass near
     V's top eigenspace; attrs: the point's coordinates, horizon, the predictions, the resolution
     ratio and the solver's infos. solver: the run's, unless another is given (the time-step probe's

@@ -15,7 +15,7 @@ below the level by chance; each cluster's own mass falls from about 1 to 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -183,7 +183,9 @@ def _astuple(stats: PointStats) -> tuple[float, float, float, float]:
     return stats.t, stats.error, stats.spread, stats.departed
 
 
-def _grid(kinds, betas, Ns):
+def _grid(
+    kinds: Mapping[str, bool], betas: tuple[float, ...], Ns: tuple[int, ...]
+) -> Iterator[tuple[tuple[int, str], tuple[int, float], tuple[int, int]]]:
     for i, kind in enumerate(kinds):
         for j, beta in enumerate(betas):
             for k, N in enumerate(Ns):

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Self
 
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
@@ -87,7 +87,7 @@ class PhaseDiagramConfig(SimulationConfig, FlowConfig):
         return sorted(v)
 
     @model_validator(mode="after")
-    def _panels(self):
+    def _panels(self) -> Self:
         if (self.vary != "none") != bool(self.values):
             raise ValueError(
                 f"vary = {self.vary!r} and values = {self.values}: give both (a key, its values) or neither"
@@ -208,7 +208,7 @@ def measure(
     }
 
 
-def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter):
+def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter) -> xr.Dataset:
     """One point: every cloud at beta under the panel's model, measured."""
     import xarray as xr
 
@@ -231,7 +231,7 @@ def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter):
     )
 
 
-def _with_energy(part):
+def _with_energy(part: xr.Dataset) -> xr.Dataset:
     """A part written before log_energy was measured gets it as NaN (not computed then)."""
     if "log_energy" in part.variables:
         return part
@@ -243,7 +243,7 @@ def _name(inputs: PhaseInputs, panel: Panel, beta: float) -> str:
     return part_name(**varied, beta=beta)
 
 
-def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
     """Every (panel, beta) point: clouds integrated together and measured; one Dataset."""
     import xarray as xr
 
@@ -278,7 +278,7 @@ def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter 
     return ds
 
 
-def _predictions(ds, inputs: PhaseInputs, N: int) -> None:
+def _predictions(ds: xr.Dataset, inputs: PhaseInputs, N: int) -> None:
     """predicted_clusters (the linearisation's count from each cloud's rho_0) and
     metastable_clusters (the first plateau of the measured count), (variant, beta, cloud)."""
     from ...science.clusters import metastable_count
@@ -295,7 +295,7 @@ def _predictions(ds, inputs: PhaseInputs, N: int) -> None:
     ds["metastable_clusters"] = (dims, metastable)
 
 
-def _long_names(ds, eps: float) -> None:
+def _long_names(ds: xr.Dataset, eps: float) -> None:
     long = {
         "clusters": f"number of clusters (tokens within {eps:.3g} rad joined), per cloud",
         "clustered_pairs": f"mass of the pairs i != j within {eps:.3g} rad (GLPR's clustered pairs)",

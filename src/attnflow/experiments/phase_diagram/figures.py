@@ -66,7 +66,7 @@ class Mesh(TypedDict, total=False):
 Rows = list[tuple[str, np.ndarray, Mesh]]
 
 
-def _heatmaps(ds, rows: Rows, title: str, outdir, stem: str, dpi: int) -> list[Path]:
+def _heatmaps(ds: xr.Dataset, rows: Rows, title: str, outdir: str | Path, stem: str, dpi: int) -> list[Path]:
     """One row of heatmaps over (t, beta) per (row label, values (variant, beta, time), pcolormesh
     keywords), one column per variant, each row on one colour scale with its colour bar. The betas
     are rows of equal height, labelled with their values (a grid of betas need not be even)."""
@@ -96,7 +96,7 @@ def _heatmaps(ds, rows: Rows, title: str, outdir, stem: str, dpi: int) -> list[P
     return save(fig, outdir, stem, dpi)
 
 
-def _norms(values: np.ndarray, log: bool):
+def _norms(values: np.ndarray, log: bool) -> Normalize:
     from matplotlib.colors import LogNorm, Normalize
 
     finite = values[np.isfinite(values) & (values > 0 if log else True)]
@@ -122,7 +122,7 @@ def _scale(values: np.ndarray, cmap: str) -> Mesh:
     return {"norm": _norms(values, log), "cmap": cmap, "log": log}
 
 
-def _stats(da) -> tuple[np.ndarray, np.ndarray]:
+def _stats(da: xr.DataArray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard deviation over the clouds, (variant, beta, time)."""
     v = da.transpose("variant", "beta", "time", "cloud").values
     return v.mean(axis=-1), (v.std(axis=-1, ddof=1) if v.shape[-1] > 1 else np.zeros(v.shape[:-1]))
@@ -174,7 +174,7 @@ def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bo
     return paths
 
 
-def _predicted(ds, outdir, dpi: int) -> list[Path]:
+def _predicted(ds: xr.Dataset, outdir: str | Path, dpi: int) -> list[Path]:
     """Predicted and measured metastable cluster counts against beta, one panel per variant."""
     betas = np.asarray(ds.beta.values, dtype=float)
     variants = [str(v) for v in ds.variant.values]
@@ -197,7 +197,7 @@ def _predicted(ds, outdir, dpi: int) -> list[Path]:
     return save(fig, outdir, "predicted", dpi)
 
 
-def _energy(ds, outdir, dpi: int) -> list[Path]:
+def _energy(ds: xr.Dataset, outdir: str | Path, dpi: int) -> list[Path]:
     """log E_beta(t) - log E_beta(0) of cloud 0, one line per beta, one panel per variant."""
     t = np.asarray(ds.time.values, dtype=float)
     variants = [str(v) for v in ds.variant.values]
