@@ -66,7 +66,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     REGISTRY: dict[str, Experiment]  # name -> Experiment
-    PRESETS: dict[str, tuple[str, dict[str, Any]]]  # preset name -> (experiment name, overrides)
+    PRESETS: dict[str, tuple[str, dict[str, object]]]  # preset name -> (experiment name, overrides)
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,6 @@ under-resolved; a quantity is converged (✓), not converged, or does not exist 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from .._text import format_value, format_with_error
 from .tables import Prose, Table, cell_text, is_measured
@@ -42,14 +41,14 @@ MAX_SCALARS = 8
 MAX_SENTENCES = 3
 
 
-def _has_theorem_rows(summary: Mapping[str, Any]) -> bool:
+def _has_theorem_rows(summary: Mapping[str, object]) -> bool:
     claims = summary.get("claims")
     return isinstance(claims, list) and any(
         isinstance(r, Mapping) and r.get("kind") == "theorem" for r in claims
     )
 
 
-def _ran(summary: Mapping[str, Any], heading: str) -> str:
+def _ran(summary: Mapping[str, object], heading: str) -> str:
     """One sentence: what was run (experiment, model, betas and N, the heading's other facts)."""
     bits = [str(summary.get("experiment") or "run")]
     if summary.get("model"):
@@ -59,7 +58,7 @@ def _ran(summary: Mapping[str, Any], heading: str) -> str:
     return "What was run: " + "; ".join(bits) + "."
 
 
-def intro(summary: Mapping[str, Any], heading: str = "") -> Prose:
+def intro(summary: Mapping[str, object], heading: str = "") -> Prose:
     """The report's opening: the theorem in two sentences (where the run has theorem rows), whether
     it applies here, and what was run."""
     paragraphs: list[str] = []
@@ -72,7 +71,7 @@ def intro(summary: Mapping[str, Any], heading: str = "") -> Prose:
     return Prose(tuple(paragraphs))
 
 
-def _measured(row: Mapping[str, Any]) -> str:
+def _measured(row: Mapping[str, object]) -> str:
     m, e = row.get("measured"), row.get("error")
     if m is None:
         return "—"
@@ -82,7 +81,7 @@ def _measured(row: Mapping[str, Any]) -> str:
     return cell_text(m)
 
 
-def verdict_table(claims: Sequence[Mapping[str, Any]]) -> Table:
+def verdict_table(claims: Sequence[Mapping[str, object]]) -> Table:
     """One line per claims row: its key, kind, verdict, measured value (± error) and what it means."""
     rows = tuple(
         (
@@ -98,11 +97,11 @@ def verdict_table(claims: Sequence[Mapping[str, Any]]) -> Table:
     return Table(("row", "kind", "verdict", "measured", "what it means"), rows)
 
 
-def _quantity(name: str, v: Any) -> str:
+def _quantity(name: str, v: object) -> str:
     return f"{name} = {cell_text(v)}"
 
 
-def status_lines(per_beta: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def status_lines(per_beta: Mapping[str, Mapping[str, object]]) -> list[str]:
     """One line per beta (its status, N and first two measured quantities), or, for many betas,
     one line per status listing its betas."""
     if len(per_beta) > MAX_BETA_LINES:
@@ -125,15 +124,15 @@ def status_lines(per_beta: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def _scalar(v: Any) -> bool:
+def _scalar(v: object) -> bool:
     return v is None or isinstance(v, int | float | str)
 
 
-def _measured_note(row: Mapping[str, Any]) -> str:
+def _measured_note(row: Mapping[str, object]) -> str:
     return "" if row.get("measured") is None else f" (measured {_measured(row)})"
 
 
-def _claim_lines(claims: Sequence[Mapping[str, Any]]) -> list[str]:
+def _claim_lines(claims: Sequence[Mapping[str, object]]) -> list[str]:
     """The theorem rows one per line; the others (heuristic, conjecture, observed) on one line."""
     rows = [r for r in claims if isinstance(r, Mapping)]
     theorem = [r for r in rows if r.get("kind") == "theorem"]
@@ -145,7 +144,7 @@ def _claim_lines(claims: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def _other_lines(summary: Mapping[str, Any]) -> list[str]:
+def _other_lines(summary: Mapping[str, object]) -> list[str]:
     """The top-level numbers (at most MAX_SCALARS) and sentences (a law, ...) of a summary without
     betas or claims; the warnings, statuses' glossary and wall time left out."""
     skip = ("experiment", "model", "warnings", "statuses", "wall_time_s")
@@ -157,7 +156,7 @@ def _other_lines(summary: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def brief_lines(summary: Mapping[str, Any], title: str, report: str = "", show: str = "") -> list[str]:
+def brief_lines(summary: Mapping[str, object], title: str, report: str = "", show: str = "") -> list[str]:
     """What `attnflow run` prints at its end (under 30 lines): the statuses of the betas, the
     verdicts, the warnings' count, and where the report and the full tables are."""
     lines = [title + (f" — {summary['model']}" if summary.get("model") else "")]

@@ -6,18 +6,24 @@ and `integrator_label` here are its short forms for the experiments that take th
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol, SupportsFloat
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._threads import torch_threads
 from ..progress import Reporter
 from .config import n_saved_times, time_grid
 
 if TYPE_CHECKING:
+    from ..attention import Attention
+    from ..flow import Dynamics
     from .config import ExperimentConfig, SimulationConfig
+    from .inputs import SimulateKeywords
 
 __all__ = [
+    "DataVariables",
     "base_attrs",
     "finite_or_none",
     "fit_or_reason",
@@ -32,6 +38,10 @@ __all__ = [
 ]
 
 
+#: the data variables of a Dataset being built, name -> (dims, values), for `xarray.Dataset(...)`
+DataVariables = dict[str, tuple[tuple[str, ...], ArrayLike]]
+
+
 def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:
     """Sorted indices of a seeded subset of min(n_keep, N) tokens, kept for snapshots."""
     n = min(n_keep, N)
@@ -39,14 +49,14 @@ def token_subset(N: int, n_keep: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(N, size=n, replace=False))
 
 
-def simulate_kwargs(config: SimulationConfig) -> dict[str, Any]:
+def simulate_kwargs(config: SimulationConfig) -> SimulateKeywords:
     """`integration(config).kwargs()`: the keywords of `simulate` (attnflow.experiments.inputs)."""
     from .inputs import integration
 
     return integration(config).kwargs()
 
 
-def restartable(model: Any) -> bool:
+def restartable(model: Attention | Dynamics) -> bool:
     """Whether a run of `model` (an Attention or a Dynamics) can be integrated again from a saved
     state, to locate a time on its solution: an autonomous, noiseless flow (no Brownian path to
     replay, no weights redrawn in time) on the sphere (the experiments keep the directions of the
@@ -60,8 +70,9 @@ def restartable(model: Any) -> bool:
 
 def unit_float64(x: np.ndarray) -> np.ndarray:
     """States of a trajectory as float64 unit rows (a float32 run's rows are unit to 6e-8 only)."""
-    x = np.asarray(x, dtype=np.float64)
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+    y = np.asarray(x, dtype=np.float64)
+    unit: np.ndarray = y / np.linalg.norm(y, axis=-1, keepdims=True)
+    return unit
 
 
 def integrator_label(config: SimulationConfig) -> str:
@@ -71,12 +82,14 @@ def integrator_label(config: SimulationConfig) -> str:
     return integration(config).label
 
 
-def base_attrs(config: ExperimentConfig, reporter: Reporter, timings: dict[str, float], **extra: Any) -> dict:
+def base_attrs(
+    config: ExperimentConfig, reporter: Reporter, timings: dict[str, float], **extra: object
+) -> dict[str, object]:
     """attrs every result carries: experiment, full config, provenance, seed, timings, warnings."""
     from ..io import provenance, to_json
 
     dump = config.model_dump()
-    attrs = {
+    attrs: dict[str, object] = {
         "experiment": dump["experiment"],
         "config": to_json(dump),
         "provenance": to_json(provenance(threads_in_effect(config), _devices(extra.get("solver")))),
@@ -102,14 +115,20 @@ def threads_in_effect(config: ExperimentConfig) -> int | None:
     return torch.get_num_threads() if n == 0 and torch is not None else None
 
 
-def _devices(solver: Any) -> str:
+def _devices(solver: object) -> str:
     """Where the run computed: the devices its solver infos name ("cpu" when none does)."""
     infos = solver if isinstance(solver, list) else [solver] if isinstance(solver, dict) else []
     names = sorted({str(s["device"]) for s in infos if isinstance(s, dict) and s.get("device")})
     return ", ".join(names) or "cpu"
 
 
-def fit_or_reason(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
+class Fitted(Protocol):
+    """A fit that gives its numbers as a mapping (attnflow.science's results)."""
+
+    def to_dict(self) -> Mapping[str, object]: ...
+
+
+def fit_or_reason(fn: Callable[..., Fitted], *args: object, **kwargs: object) -> Mapping[str, object]:
     """fn(*args).to_dict(), or {"error": why} when the fit cannot be made (too few points...)."""
     try:
         return fn(*args, **kwargs).to_dict()
@@ -117,12 +136,12 @@ def fit_or_reason(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {"error": str(err)}
 
 
-def finite_or_none(x: Any) -> float | None:
+def finite_or_none(x: SupportsFloat) -> float | None:
     x = float(x)
     return x if math.isfinite(x) else None
 
 
-def warn_assumptions(att: Any, reporter: Reporter) -> None:
+def warn_assumptions(att: Attention, reporter: Reporter) -> None:
     """A warning of the run when the weights fail the theorem's first assumption (B invertible, A
     symmetric, a spectral gap; docs/math.md "Assumptions of the theorem"), with its numbers: the run
     goes on, and its result says that the theorem does not apply to it."""

@@ -6,8 +6,9 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 import numpy as np
 from pydantic import (
@@ -35,6 +36,8 @@ from .registry import ConfigError
 KERNEL_CHOICES: tuple[str, ...] = ("auto", *(s.name for s in _kernels.SPECS if s.finite_only))
 INTEGRATOR_CHOICES: tuple[str, ...] = ("adaptive", *(m for m in METHODS if m != "adaptive"))
 if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
     Kernel = str
     Integrator = str
 else:
@@ -128,12 +131,12 @@ class ExperimentConfig(BaseModel):
         return 1, SAVED_D
 
     @model_validator(mode="after")
-    def _saved_memory(self):
+    def _saved_memory(self) -> Self:
         check_saved_arrays(self)
         return self
 
     @model_validator(mode="after")
-    def _time_grid(self):
+    def _time_grid(self) -> Self:
         check_time_grid(self)
         return self
 
@@ -167,12 +170,12 @@ class SimulationConfig(DeviceConfig):
     threads: Threads = Field(DEFAULT_THREADS, description=THREADS_HELP)
 
     @model_validator(mode="after")
-    def _float32_tolerance(self):
+    def _float32_tolerance(self) -> Self:
         check_rtol_for_dtype(self.rtol, self.dtype, self.integrator)  # the library's own rule
         return self
 
     @model_validator(mode="after")
-    def _fixed_steps(self):
+    def _fixed_steps(self) -> Self:
         t_max = getattr(self, "t_max", None)
         if (
             self.integrator != "adaptive"
@@ -257,14 +260,14 @@ Betas = Annotated[list[PositiveFloat], AfterValidator(check_betas)]
 # ----------------------------------------------------------------------------------------- errors
 
 
-def _key(loc: tuple) -> str:
+def _key(loc: tuple[int | str, ...]) -> str:
     """The key of an error's location: the field, then its indices (`betas[2]`); the names pydantic
     gives the branches of a union (`constrained-int`, `literal['auto']`) are left out."""
     key = str(loc[0]) if loc else ""
     return key + "".join(f"[{part}]" for part in loc[1:] if isinstance(part, int))
 
 
-def _message(e: Any) -> str:
+def _message(e: ErrorDetails) -> str:
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
         return "unknown key (see `attnflow list` for the keys this experiment takes)"
@@ -273,7 +276,7 @@ def _message(e: Any) -> str:
     return msg
 
 
-def _problem(errors: list[Any], key: str) -> str:
+def _problem(errors: list[ErrorDetails], key: str) -> str:
     """The message of the errors at one key (the branches of a union in one message), with the
     value given."""
     msgs = list(dict.fromkeys(_message(e) for e in errors))
@@ -294,7 +297,7 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
     -1.0)`; the branches of a union in one message (`N: Input should be a valid integer or 'auto'
     (got inf)`), the items of one list with the same problem together (`Ls[0], Ls[1]: ...`); a
     whole-config check's message names its keys itself."""
-    by_key: dict[str, list[Any]] = {}
+    by_key: dict[str, list[ErrorDetails]] = {}
     for e in err.errors():
         by_key.setdefault(_key(e["loc"]), []).append(e)
     by_field: dict[str, dict[str, list[str]]] = {}  # field -> problem -> its keys
@@ -308,7 +311,7 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
     return "\n".join(lines)
 
 
-def build_config(Config: type[BaseModel], values: dict[str, Any], source: str = "config") -> BaseModel:
+def build_config(Config: type[BaseModel], values: Mapping[str, object], source: str = "config") -> BaseModel:
     """Config(**values), with pydantic's errors turned into a ConfigError that names the key; once it
     is valid, each of its `config_warnings` as a ConfigWarning."""
     try:
@@ -325,7 +328,7 @@ def build_config(Config: type[BaseModel], values: dict[str, Any], source: str = 
 # ------------------------------------------------------------------------------------------- TOML
 
 
-def _toml_value(v: Any) -> str:
+def _toml_value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -359,7 +362,7 @@ def to_toml(config: BaseModel, comments: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, object]:
     """The values of a TOML config file (ConfigError naming the file when it cannot be read)."""
     import tomllib
 
@@ -374,12 +377,13 @@ def read_toml(path: Path) -> dict[str, Any]:
             f"config file {path}: a value nests lists or tables too deeply to be read"
         ) from None
     try:
-        return check_depth(values, "a value")
+        checked: dict[str, object] = check_depth(values, "a value")
+        return checked
     except ValueError as err:
         raise ConfigError(f"config file {path}: {err}") from None
 
 
-def parse_override(item: str) -> tuple[str, Any]:
+def parse_override(item: str) -> tuple[str, object]:
     """`key=value` -> (key, value): the value read as a TOML literal, else kept as a bare string."""
     from .._text import parse_literal
 

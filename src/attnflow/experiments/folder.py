@@ -22,7 +22,7 @@ import os
 import shutil
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..io.lock import lock_file_problem
 from ..io.paths import link_out
@@ -30,6 +30,7 @@ from ..io.stores import is_leftover
 from . import layout
 
 if TYPE_CHECKING:
+    import xarray as xr
     from pydantic import BaseModel
 
     from .registry import Experiment
@@ -71,7 +72,7 @@ class RunFolderError(ValueError):
     """The output folder `path` cannot take this run: `problem` says what is there. `overwrite_helps`:
     it holds another run, which overwrite=True (the command line's --overwrite) replaces."""
 
-    def __init__(self, path: str | os.PathLike, problem: str, overwrite_helps: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], problem: str, overwrite_helps: bool = False) -> None:
         self.path, self.problem, self.overwrite_helps = os.fspath(path), problem, overwrite_helps
         super().__init__(self.message("out", "overwrite=True"))
 
@@ -93,14 +94,14 @@ def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
 
-def _toml_values(config: BaseModel) -> dict[str, Any]:
+def _toml_values(config: BaseModel) -> dict[str, object]:
     """The config as its config.toml reads back (the form the folder's file is compared in)."""
     from .config import to_toml
 
     return tomllib.loads(to_toml(config, comments=False))
 
 
-def _show(v: Any) -> str:
+def _show(v: object) -> str:
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -173,7 +174,7 @@ def plan_folder(out: Path, config: BaseModel, exp: Experiment, overwrite: bool =
     return _compare(out, config, exp, there, overwrite)
 
 
-def _compare(out: Path, config: BaseModel, exp: Experiment, there: dict[str, Any], overwrite: bool) -> str:
+def _compare(out: Path, config: BaseModel, exp: Experiment, there: dict[str, object], overwrite: bool) -> str:
     """`plan_folder` of a folder holding a run of `exp` whose config.toml reads `there`."""
     here = _toml_values(config)
     fixed = sorted(
@@ -199,14 +200,19 @@ def _compare(out: Path, config: BaseModel, exp: Experiment, there: dict[str, Any
     return "extend"
 
 
-def _not_extending(here: dict[str, Any], there: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+def _not_extending(here: dict[str, object], there: dict[str, object], keys: tuple[str, ...]) -> list[str]:
     """The keys (as "k = old there, new here") whose change does more than add values to a list."""
     return [
         f"{k} = {_show(there.get(k))} there, {_show(here.get(k))} here"
         for k in keys
-        if here.get(k) != there.get(k)
-        and not (isinstance(here.get(k), list) and all(v in here[k] for v in there.get(k) or []))
+        if here.get(k) != there.get(k) and not _adds_values(here.get(k), there.get(k))
     ]
+
+
+def _adds_values(new: object, old: object) -> bool:
+    """Whether `new` is a list holding every value of `old` (a list, one value, or none)."""
+    olds = old if isinstance(old, list) else [old] if old else []
+    return isinstance(new, list) and all(v in new for v in olds)
 
 
 def remove(out: Path, names: tuple[str, ...] = RUN_FILES) -> None:
@@ -248,7 +254,7 @@ def write_config(out: Path, config: BaseModel) -> None:
     atomic_write_text(inside(out, layout.CONFIG_FILE), to_toml(config))
 
 
-def write_result(out: Path, ds: Any, summary: dict[str, Any], title: str) -> None:
+def write_result(out: Path, ds: xr.Dataset, summary: dict[str, object], title: str) -> None:
     """out/result.zarr (atomically, with its checksums), then summary.json and summary.md (titled
     `title`) with theirs (`attnflow.io.write_checked_text`: what `show` and `verify` check them
     against). The summaries and the file record carry the run fingerprint of the store

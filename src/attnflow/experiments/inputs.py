@@ -16,7 +16,7 @@ summaries never see the config.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..dynamics.separatrix import SeparatrixSearch
     from .config import SimulationConfig
 
-__all__ = ["InitialMeasure", "Integration", "ModelInputs", "integration", "model_inputs"]
+__all__ = ["InitialMeasure", "Integration", "ModelInputs", "SimulateKeywords", "integration", "model_inputs"]
 
 
 @dataclass(frozen=True)
@@ -177,6 +177,19 @@ def describe(weights: str, d: int, rho0: InitialMeasure) -> str:
 # ------------------------------------------------------------------------------------ integrator
 
 
+class SimulateKeywords(TypedDict):
+    """The keywords of `simulate` an `Integration` sets (`Integration.kwargs`)."""
+
+    method: str
+    dt: float
+    kernel: str
+    dtype: str
+    device: str
+    options: dict[str, float | str] | None
+    threads: int
+    seed: int
+
+
 @dataclass(frozen=True)
 class Integration:
     """How a run integrates the finite-temperature flow (a SimulationConfig's keys): for `simulate`."""
@@ -191,7 +204,7 @@ class Integration:
     threads: int
     seed: int = 0  # the seed of the noise (a Dynamics with noise > 0)
 
-    def kwargs(self) -> dict[str, Any]:
+    def kwargs(self) -> SimulateKeywords:
         """Keywords of `attnflow.dynamics.integrate.simulate` (the tolerances go in `options`, for the
         adaptive method only)."""
         adaptive = self.method == "adaptive"

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, Self
 
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
@@ -77,7 +77,7 @@ class LayersConfig(ModelConfig, DeviceConfig):
         return sorted(v)
 
     @model_validator(mode="after")
-    def _fit_points(self):
+    def _fit_points(self) -> Self:
         if sum(L >= self.fit_min_L for L in self.Ls) < 2:
             raise ValueError(f"fit_min_L = {self.fit_min_L} leaves fewer than 2 of Ls = {self.Ls} to fit")
         return self
@@ -89,7 +89,13 @@ PRESETS = {
 
 
 def transformer(
-    X0: np.ndarray, att, L: int, T: float, kernel: str = "auto", weights=None, device=None
+    X0: np.ndarray,
+    att: Attention,
+    L: int,
+    T: float,
+    kernel: str = "auto",
+    weights: np.ndarray | None = None,
+    device: str | None = None,
 ) -> np.ndarray:
     """L layers x <- (x + h v(x)) / |x + h v(x)|, h = T/L: the tokens after the last layer (N, d).
     weights: those of a weighted measure (the softmax weighs token j by w_j), or None."""
@@ -166,7 +172,7 @@ def _depth_part(inputs: LayersInputs, L: int, X_T: np.ndarray, reporter: Reporte
     return xr.Dataset({"error": ((), float(np.max(np.linalg.norm(XL - X_T, axis=-1))))}, attrs={"L": L})
 
 
-def fit_order(h: np.ndarray, errors: np.ndarray, use: np.ndarray) -> dict[str, Any]:
+def fit_order(h: np.ndarray, errors: np.ndarray, use: np.ndarray) -> dict[str, float | str]:
     """The slope of log error against log h over the steps `use` (bool (L,)): order, its standard
     error, prefactor, r2; {"error": why} when an error is exactly 0."""
     from scipy.stats import linregress
@@ -182,7 +188,7 @@ def fit_order(h: np.ndarray, errors: np.ndarray, use: np.ndarray) -> dict[str, A
     }
 
 
-def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
     """Error of the L-layer transformer at depth T against the ODE, for every L; fitted order. With
     `out`, the reference and each L are parts of the run folder (a rerun resumes from them)."""
     import xarray as xr
@@ -216,7 +222,7 @@ def run(config: LayersConfig, out: Path | None = None, progress: Reporter | None
     return ds
 
 
-def summarize(ds) -> dict[str, Any]:
+def summarize(ds: xr.Dataset) -> dict[str, object]:
     """Fitted order and the error at each depth."""
     fits = json_attr(ds, "fits", {})
     return {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .registry import DEFAULT_EXPERIMENT, ConfigError, all_experiments, all_presets, lookup
 
@@ -30,7 +30,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     from .config import build_config, parse_override, read_toml
 
     target = str(name_or_path)
-    values: dict[str, Any]
+    values: dict[str, object]
     exp = lookup(target)
     if exp is not None:
         values, source = {}, f"experiment {target!r}"

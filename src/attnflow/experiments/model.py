@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Self
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create_model, model_validator
 
@@ -104,8 +104,8 @@ class FlowField:
     """One row of FLOW_FIELDS: a flow key's name, type, default, description and FlowKey."""
 
     name: str
-    type: Any
-    default: Any
+    type: object  # the annotation (with its bounds), as pydantic reads it
+    default: object
     description: str
     key: FlowKey
 
@@ -157,10 +157,10 @@ class _Keys(ExperimentConfig):
     density: DensityName = Field("uniform", description=DENSITY_HELP)
 
 
-def density_keys() -> dict[str, Any]:
+def density_keys() -> dict[str, tuple[type[float], object]]:
     """The parameters of the densities of MEASURES (their `keys`) as config fields, name -> (type,
     Field), each name once (declared alike by every family that takes it)."""
-    fields: dict[str, Any] = {}
+    fields: dict[str, tuple[type[float], object]] = {}
     for p in {p.name: p for f in MEASURES.values() for p in f.keys}.values():
         families = or_list(n for n, f in MEASURES.items() if p in f.keys)
         description = f"{p.description} of density = {families}"
@@ -187,7 +187,7 @@ class ModelConfig(_DensityKeys):
         return 1, model_dimension(self)
 
     @model_validator(mode="after")
-    def _model_keys(self):
+    def _model_keys(self) -> Self:
         check_init(self, model_dimension(self))  # loads an .npz once, with its errors
         if self.ensemble != "conditioned" and self.weights != "random":
             raise ValueError(
@@ -260,7 +260,7 @@ class FlowConfig(ModelConfig):
     one_head: ClassVar[bool] = False
 
     @model_validator(mode="after")
-    def _flow_keys(self):
+    def _flow_keys(self) -> Self:
         check_flow(self)
         return self
 
@@ -374,7 +374,7 @@ def weights_attention(config: ModelConfig) -> Attention:
 
 
 @lru_cache(maxsize=8)
-def drawn_attention(name: str, d: int, keys: tuple[tuple[str, Any], ...]) -> Attention:
+def drawn_attention(name: str, d: int, keys: tuple[tuple[str, object], ...]) -> Attention:
     """The Attention of the WEIGHTS family `name` in d with its keys, made once."""
     return WEIGHTS[name].build(d, **dict(keys))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..attention import COND_B_MAX, WEIGHTS
 from ..dynamics.reference import reference_problem
@@ -54,7 +54,7 @@ class Need:
     what: str
     why: str
     problem: Callable[[Attention], str | None]
-    when: Callable[[Any], bool] | None = None
+    when: Callable[[WeightsKeys], bool] | None = None
 
     def applies(self, config: WeightsKeys) -> bool:
         return self.when is None or bool(self.when(config))

@@ -20,12 +20,16 @@ from collections.abc import Callable, Iterator, Mapping, Set
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, SupportsFloat
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from ..progress import Reporter
 from .layout import PARTS_DIR
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = [
     "INPUT_KEYS",
@@ -55,7 +59,7 @@ class Fingerprint(str):
         return fp
 
 
-def _input_files(key: str, value: Any) -> list[Path]:
+def _input_files(key: str, value: object) -> list[Path]:
     """The files whose content the config value `key = value` makes an input ([] when it names none:
     a built-in weights name, an unknown value that the experiment refuses itself)."""
     if not isinstance(value, str) or not value:
@@ -115,14 +119,19 @@ def fingerprint(
     return Fingerprint(hashlib.sha256(text.encode()).hexdigest()[:16], digests)
 
 
-def _new_key_at_default(field: Any, value: Any) -> bool:
+def _new_key_at_default(field: FieldInfo | None, value: object) -> bool:
     """A key added after 0.1 (json_schema_extra {"fingerprint": "when-set"}) at its default: left out
     of the fingerprint, so that parts computed before the key existed are still this run's."""
     extra = getattr(field, "json_schema_extra", None)
-    return isinstance(extra, dict) and extra.get("fingerprint") == "when-set" and value == field.default
+    return (
+        field is not None
+        and isinstance(extra, dict)
+        and extra.get("fingerprint") == "when-set"
+        and value == field.default
+    )
 
 
-def _value(v: Any) -> str:
+def _value(v: float | str) -> str:
     """A coordinate in a part's name: exact (the shortest text that reads back as the same float)."""
     if isinstance(v, float):
         if not math.isfinite(v):
@@ -143,7 +152,7 @@ def _name_coords(name: str) -> dict[str, str]:
     return dict(token.split("=", 1) for token in name.split("_") if "=" in token)
 
 
-def _recorded(ds: Any, key: str) -> Any:
+def _recorded(ds: xr.Dataset, key: str) -> object:
     """The value of coordinate `key` that the part's data records (attrs, or a one-value coordinate),
     else None."""
     if key in ds.attrs:
@@ -153,14 +162,16 @@ def _recorded(ds: Any, key: str) -> Any:
     return None
 
 
-def _same(text: str, value: Any) -> bool:
+def _same(text: str, value: object) -> bool:
     try:
-        return float(text) == float(value)
+        if isinstance(value, SupportsFloat | str):  # (else float(value) fails)
+            return float(text) == float(value)
     except (TypeError, ValueError):
-        return text == str(value)
+        pass
+    return text == str(value)
 
 
-def _mismatch(ds: Any, name: str, fp: str) -> str | None:
+def _mismatch(ds: xr.Dataset, name: str, fp: str) -> str | None:
     """Why the stored part `ds` is not the part `name` with fingerprint fp, or None when it is."""
     stored = ds.attrs.get("part")
     if stored != name:
@@ -176,7 +187,7 @@ def _mismatch(ds: Any, name: str, fp: str) -> str | None:
     return None
 
 
-def _changed_inputs(ds: Any, fp: str) -> str:
+def _changed_inputs(ds: xr.Dataset, fp: str) -> str:
     """Why two fingerprints differ, as far as the stored part tells: which input file changed."""
     try:
         before = json.loads(ds.attrs.get("inputs", "{}"))
@@ -190,7 +201,7 @@ def _changed_inputs(ds: Any, fp: str) -> str:
     return "it was computed from other inputs (its fingerprint differs from this run's)"
 
 
-def _read_part(out: Path | None, name: str, fp: str, reporter: Reporter | None = None):
+def _read_part(out: Path | None, name: str, fp: str, reporter: Reporter | None = None) -> xr.Dataset | None:
     """The finished part `name` with fingerprint fp from out/parts, or None.
 
     A part that fails its checksums, cannot be read, or is not what the request computes
@@ -205,7 +216,7 @@ def _read_part(out: Path | None, name: str, fp: str, reporter: Reporter | None =
     if not path.exists():
         return None
     try:
-        ds = read_dataset(path)
+        ds: xr.Dataset = read_dataset(path)
     except (StoreError, OSError) as err:
         if reporter is not None:
             reporter.warn(f"part {name} is damaged ({err}); recomputing it")
@@ -243,9 +254,9 @@ def cached_part(
     out: Path | None,
     name: str,
     fp: str,
-    compute: Callable[[], Any],
+    compute: Callable[[], xr.Dataset],
     reporter: Reporter,
-):
+) -> xr.Dataset:
     """The Dataset of one finished unit of work (one beta, one grid point).
 
     With `out`, it is read back from `out/parts/<name>.zarr` (PARTS_DIR) when that store is what this

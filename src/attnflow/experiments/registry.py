@@ -16,12 +16,11 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import xarray as xr
     from pydantic import BaseModel
-
-    from ..progress import Reporter
 
 __all__ = [
     "BUILTIN",
@@ -86,11 +85,11 @@ class Experiment:
     name: str
     description: str
     Config: type[BaseModel]
-    run: Callable[[Any, Path | None, Reporter | None], Any]
-    summarize: Callable[[Any], dict[str, Any]]
+    run: Callable[..., xr.Dataset]  # run(config: its own Config, out, progress): see above
+    summarize: Callable[[xr.Dataset], dict[str, object]]
     figures: Callable[..., list[Path]]
     captions: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    presets: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     sweep_figures: Callable[..., list[Path]] | None = None
     part_keys: tuple[str, ...] = ()
     sweep_columns: tuple[str, ...] = ()
@@ -143,7 +142,7 @@ DEFAULT_EXPERIMENT = "concentration"
 
 _by_module: dict[str, Experiment] = {}  # built-in module -> its EXPERIMENT, as modules are imported
 _registry: dict[str, Experiment] = {}  # REGISTRY: every experiment by name, once complete
-_presets: dict[str, tuple[str, dict[str, Any]]] = {}  # PRESETS
+_presets: dict[str, tuple[str, dict[str, object]]] = {}  # PRESETS
 _registered: set[str] = set()  # names added by register()
 _complete = False  # whether every built-in is in _registry
 
@@ -179,7 +178,7 @@ def all_experiments() -> dict[str, Experiment]:
     return _registry
 
 
-def all_presets() -> dict[str, tuple[str, dict[str, Any]]]:
+def all_presets() -> dict[str, tuple[str, dict[str, object]]]:
     """PRESETS, complete (every built-in imported)."""
     all_experiments()
     return _presets

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -65,7 +65,7 @@ QUANTITY_STATUS = (
 )
 
 
-def _warnings(summary: Mapping[str, Any]) -> list[str]:
+def _warnings(summary: Mapping[str, object]) -> list[str]:
     """summary["warnings"] (a string or a list of strings) as a list, shown first."""
     w = summary.get("warnings")
     if isinstance(w, str):
@@ -165,7 +165,7 @@ def _glossary(blocks: list[Block]) -> list[Block]:
     return [Prose(used, "What the fields mean", bullets=True)] if used else []
 
 
-def _top(summary: Mapping[str, Any]) -> list[Block]:
+def _top(summary: Mapping[str, object]) -> list[Block]:
     """The verdict table (one line per claims row) and the status of each beta, where the summary
     has them."""
     blocks: list[Block] = []
@@ -186,7 +186,7 @@ def _top(summary: Mapping[str, Any]) -> list[Block]:
 
 def report_document(
     ds: xr.Dataset,
-    summary: Mapping[str, Any],
+    summary: Mapping[str, object],
     figures: list[tuple[Path, str]],
     captions: Mapping[str, tuple[str, str]],
 ) -> Document:
@@ -220,7 +220,7 @@ def report_document(
 
 def write_report(
     ds: xr.Dataset,
-    summary: Mapping[str, Any],
+    summary: Mapping[str, object],
     figures: Iterable[str | Path],
     outdir: str | Path,
     captions: Mapping[str, tuple[str, str]] | None = None,

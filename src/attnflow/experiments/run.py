@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..progress import Reporter
 from . import layout
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["plot_run", "plot_sweep", "run_experiment", "summary_markdown", "write_report"]
 
 
-def summary_markdown(summary: Mapping[str, Any], title: str = "") -> str:
+def summary_markdown(summary: Mapping[str, object], title: str = "") -> str:
     """The headline numbers as Markdown (summary.md): the table model of `tables.summary_document`
     (a table of the scalars, one table per nested section, the warnings as a list) rendered by
     `render.to_markdown`, as `attnflow show` and the report show them."""
@@ -37,7 +37,7 @@ def run_experiment(
     progress: Reporter | bool | None = None,
     quiet: bool = False,
     overwrite: bool = False,
-):
+) -> xr.Dataset:
     """Run `config`'s experiment. With `out`: write out/config.toml first, resume from out/parts/,
     then write out/result.zarr (atomically), out/summary.json and out/summary.md. Returns the Dataset.
 
@@ -122,7 +122,7 @@ def _checked(exp: Experiment, config: BaseModel) -> BaseModel:
     return config
 
 
-def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str):
+def _run(exp: Experiment, config: BaseModel, out: Path | None, reporter: Reporter, state: str) -> xr.Dataset:
     """The run of `run_experiment`, its folder (if any) checked and locked."""
     from .._threads import torch_threads
     from ..io import clean_stale, json_attr, to_json
@@ -195,7 +195,9 @@ def plot_sweep(ds: xr.Dataset, outdir: str | Path, dpi: int | None = None, pdf: 
         return list(draw(ds, Path(outdir), dpi=dpi or plot.DPI))
 
 
-def write_report(ds: xr.Dataset, summary: Mapping[str, Any], figures: list[Path], outdir: str | Path) -> Path:
+def write_report(
+    ds: xr.Dataset, summary: Mapping[str, object], figures: list[Path], outdir: str | Path
+) -> Path:
     """`attnflow.experiments.report.write_report` with the titles and captions of ds's experiment;
     report.md and report.html get their checksums in outdir's record (`attnflow.io.files`)."""
     from ..io import record_files

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import SupportsFloat, TypeGuard
 
 from .._text import format_value, format_with_error
 
@@ -126,12 +126,12 @@ class Document:
 # ------------------------------------------------------------------------------------ cells
 
 
-def is_measured(v: Any) -> bool:
+def is_measured(v: object) -> TypeGuard[Mapping[str, object]]:
     """A measured quantity of the convergence ladder: a mapping with `value` and only its fields."""
     return isinstance(v, Mapping) and "value" in v and set(v) <= MEASURED_FIELDS
 
 
-def cell_text(v: Any) -> str:
+def cell_text(v: object) -> str:
     """One value as the text of a cell: numbers to 4 digits, None as —, a measured quantity as
     "v ± e ✓" (✓: converged) or "v ± e (not converged)", one that does not exist as "— (its
     reason)", a mapping as "k: v; k: v", lists joined, an empty one as "none"; one line."""
@@ -141,7 +141,7 @@ def cell_text(v: Any) -> str:
         text = f"— ({v['reason']})" if v.get("reason") else "— (not determined)"
     elif is_measured(v):
         if v.get("error") is not None:
-            value, error = format_with_error(v.get("value"), v["error"])
+            value, error = format_with_error(_float(v.get("value")), _float(v["error"]))
             text = f"{value} ± {error}"
         else:
             text = format_value(v.get("value"))
@@ -156,12 +156,12 @@ def cell_text(v: Any) -> str:
     return " ".join(text.split())
 
 
-def _nested_cell(v: Any) -> str:
+def _nested_cell(v: object) -> str:
     text = cell_text(v)
     return f"({text})" if isinstance(v, Mapping) and not is_measured(v) and len(v) > 1 else text
 
 
-def _is_cell(v: Any) -> bool:
+def _is_cell(v: object) -> bool:
     """Whether v is shown as one cell of a `quantity | value` table."""
     if is_measured(v):
         return True
@@ -172,7 +172,7 @@ def _is_cell(v: Any) -> bool:
     return True
 
 
-def _is_prose(v: Any) -> bool:
+def _is_prose(v: object) -> TypeGuard[Sequence[str]]:
     return (
         isinstance(v, list | tuple)
         and bool(v)
@@ -181,7 +181,7 @@ def _is_prose(v: Any) -> bool:
     )
 
 
-def _is_records(v: Any) -> bool:
+def _is_records(v: object) -> TypeGuard[Mapping[str, Mapping[str, object]]]:
     """A non-empty mapping whose values are all mappings (not measured quantities)."""
     return (
         isinstance(v, Mapping)
@@ -193,14 +193,14 @@ def _is_records(v: Any) -> bool:
 # ----------------------------------------------------------------------------------- tables
 
 
-def _columns(records: Iterable[Mapping[str, Any]], first: Sequence[str] = ()) -> list[str]:
+def _columns(records: Iterable[Mapping[str, object]], first: Sequence[str] = ()) -> list[str]:
     """The fields of records: those of `first` that occur, in that order, then the others as met."""
     seen = list(dict.fromkeys(k for r in records for k in r))
     return [c for c in first if c in seen] + [c for c in seen if c not in first]
 
 
 def records_table(
-    records: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
+    records: Sequence[Mapping[str, object]] | Mapping[str, Mapping[str, object]],
     title: str = "",
     label: str = "",
     first: Sequence[str] = (),
@@ -221,7 +221,7 @@ def records_table(
     return Table(tuple(cols), tuple(cells), title)
 
 
-def _cells(record: Mapping[str, Any], columns: Sequence[str]) -> list[str]:
+def _cells(record: Mapping[str, object], columns: Sequence[str]) -> list[str]:
     """The cells of one record; a number `measured` with a number `error` (a claims row) is written
     to the digits its error supports, and the error to one or two significant digits."""
     cells = [cell_text(record[c]) if c in record else "" for c in columns]
@@ -233,11 +233,16 @@ def _cells(record: Mapping[str, Any], columns: Sequence[str]) -> list[str]:
     return cells
 
 
-def _number(v: Any) -> bool:
+def _number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _quantities(items: Iterable[tuple[str, Any]], title: str) -> Table:
+def _float(v: object) -> SupportsFloat | None:
+    """v where it is a number (NumPy's included), else None (a measured value or error is one)."""
+    return v if isinstance(v, SupportsFloat) else None
+
+
+def _quantities(items: Iterable[tuple[str, object]], title: str) -> Table:
     return Table(("quantity", "value"), tuple((str(k), cell_text(v)) for k, v in items), title)
 
 
@@ -250,7 +255,7 @@ def _row_label(key: str) -> str:
     return key[4:] if key.startswith("per_") else ""
 
 
-def summary_blocks(summary: Mapping[str, Any], title: str = "") -> list[Block]:
+def summary_blocks(summary: Mapping[str, object], title: str = "") -> list[Block]:
     """The blocks of a nested summary (see the module's docstring): first a `quantity | value`
     table of its scalars titled `title`, then one block (or more) per nested value, in order.
     Empty lists and mappings are left out."""
@@ -269,12 +274,12 @@ def summary_blocks(summary: Mapping[str, Any], title: str = "") -> list[Block]:
             blocks.append(records_table(value, name, label=_row_label(key)))
         elif isinstance(value, list | tuple):
             blocks += _list_blocks(value, name)
-        else:
+        elif isinstance(value, Mapping):  # every value that is no mapping is a cell or a list
             blocks += summary_blocks(value, name)
     return blocks
 
 
-def _list_blocks(items: Sequence[Any], title: str) -> list[Block]:
+def _list_blocks(items: Sequence[object], title: str) -> list[Block]:
     """A list holding records (and maybe other values): one row per item (a non-record: a row with
     its text in a column `value`). Records with a `key` (claims rows) show CLAIM_COLUMNS and
     CLAIM_EXTRA in the table, and each row's further fields (fits, per-time results, ...) below it,
@@ -294,7 +299,7 @@ def _list_blocks(items: Sequence[Any], title: str) -> list[Block]:
     return blocks
 
 
-def summary_document(summary: Mapping[str, Any], title: str = "") -> Document:
+def summary_document(summary: Mapping[str, object], title: str = "") -> Document:
     """A summary as a document titled `title` (default: its `experiment`)."""
     if not isinstance(summary, Mapping):
         raise TypeError(f"summary must be a dict of headline numbers, got {type(summary).__name__}")

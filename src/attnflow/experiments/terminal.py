@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
@@ -26,6 +26,7 @@ from ..plot import (
 from ..plot.mass import MASS_CAPTION, plot_mass
 from ..progress import Reporter
 from .common import (
+    DataVariables,
     finite_or_none,
     time_grid,
     token_subset,
@@ -114,7 +115,7 @@ def terminal_inputs(config: TerminalConfig) -> TerminalInputs:
     )
 
 
-def _beta_part(inputs: TerminalInputs, beta: float, reporter: Reporter):
+def _beta_part(inputs: TerminalInputs, beta: float, reporter: Reporter) -> xr.Dataset:
     import xarray as xr
 
     from ..dynamics.integrate import simulate
@@ -131,7 +132,7 @@ def _beta_part(inputs: TerminalInputs, beta: float, reporter: Reporter):
         for name, basis in inputs.spaces.items()
     }
     tt = terminal_time(times, masses["mass_V"], inputs.threshold)
-    data: dict[str, Any] = {k: (("beta", "time"), v[None]) for k, v in masses.items()}
+    data: DataVariables = {k: (("beta", "time"), v[None]) for k, v in masses.items()}
     data["terminal_time"] = (("beta",), [tt.t])
     data["x"] = (("beta", "time", "token", "dim"), Xt[:, inputs.keep].astype(np.float32)[None])
     info = {k: v for k, v in traj.info.items() if isinstance(v, (int, float, str, dict))}
@@ -150,7 +151,7 @@ _WHICH = {
 }
 
 
-def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
     """Simulate every beta for long times; mass fractions near A's and V's top eigenspaces."""
     import xarray as xr
 
@@ -187,7 +188,7 @@ def run(config: TerminalConfig, out: Path | None = None, progress: Reporter | No
     return ds
 
 
-def summarize(ds) -> dict[str, Any]:
+def summarize(ds: xr.Dataset) -> dict[str, object]:
     """Terminal time and final masses per beta."""
     cfg = json_attr(ds, "config", {})
     per_beta = {

@@ -9,10 +9,11 @@ rho_0: Monte Carlo clouds miss the rare slow tokens near P_1 x = 0 and overestim
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, Required, Self, TypedDict
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator, model_validator
@@ -34,7 +35,7 @@ from ..plot import (
     token_figures,
 )
 from ..progress import Reporter
-from .common import fit_or_reason, time_grid, token_subset, warn_assumptions
+from .common import DataVariables, fit_or_reason, time_grid, token_subset, warn_assumptions
 from .inputs import ModelInputs, model_inputs
 from .model import ModelConfig, init_choice
 from .needs import INVERTIBLE_B, LIMIT, REFERENCE, Need
@@ -45,8 +46,18 @@ if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.axes import Axes
 
-#: the curves of the reference or of the cloud: w2 (T,), and w2_err, lyapunov, x, local_rates
-Curves = dict[str, Any]
+    from ..dynamics.reference import LocalRate
+
+
+class Curves(TypedDict, total=False):
+    """The curves of the reference or of the cloud: w2 (T,), and w2_err, lyapunov, x, local_rates."""
+
+    w2: Required[np.ndarray]
+    w2_err: np.ndarray
+    lyapunov: np.ndarray
+    x: np.ndarray
+    local_rates: Required[list[LocalRate]]
+
 
 ZERO_TEMPERATURE_LABEL = "β = ∞ (zero temperature)"
 
@@ -88,7 +99,7 @@ class ZeroTemperatureConfig(ModelConfig):
         return v
 
     @model_validator(mode="after")
-    def _window_in_span(self):
+    def _window_in_span(self) -> Self:
         if self.fit_window[1] > self.t_max:
             raise ValueError(f"fit_window {self.fit_window} ends after t_max = {self.t_max}")
         k = self.rate_window / self.dt_save
@@ -225,7 +236,9 @@ def _cloud(inputs: ZeroTemperatureInputs, part: xr.Dataset) -> Curves:
     }
 
 
-def _fits(inputs: ZeroTemperatureInputs, main: Curves, cloud: Curves | None, reporter: Reporter) -> dict:
+def _fits(
+    inputs: ZeroTemperatureInputs, main: Curves, cloud: Curves | None, reporter: Reporter
+) -> dict[str, object]:
     """The rate fitted on the main curve next to the guaranteed rate and c*, and the local rates."""
     from ..science.assumptions import reference_rates
     from ..science.fits import fit_decay_rate
@@ -234,7 +247,7 @@ def _fits(inputs: ZeroTemperatureInputs, main: Curves, cloud: Curves | None, rep
         k: v for k, v in reference_rates(inputs.model.head_at(math.inf)).items() if isinstance(v, int | float)
     }
     fit = fit_or_reason(fit_decay_rate, inputs.times, main["w2"], tail=inputs.fit_window)
-    fits: dict[str, Any] = {"fit": fit, **rates, "local_rates": main["local_rates"]}
+    fits: dict[str, object] = {"fit": fit, **rates, "local_rates": main["local_rates"]}
     if "rate" in fit:
         fits.update(fitted=fit["rate"], fitted_err=fit["rate_err"])
     if cloud is not None and cloud is not main:
@@ -248,13 +261,13 @@ def _fits(inputs: ZeroTemperatureInputs, main: Curves, cloud: Curves | None, rep
     return fits
 
 
-def _dataset(inputs: ZeroTemperatureInputs, ref: Curves | None, cloud: Curves | None):
+def _dataset(inputs: ZeroTemperatureInputs, ref: Curves | None, cloud: Curves | None) -> xr.Dataset:
     """The curves: w2 (the reference's, else the cloud's), w2_err, w2_cloud, lyapunov, x."""
     import xarray as xr
 
     main = ref if ref is not None else cloud
     assert main is not None
-    data: dict[str, Any] = {
+    data: DataVariables = {
         "w2": (("time",), main["w2"]),
         "basis_A": (("dim", "k"), inputs.model.spectrum.top.basis),
     }
@@ -270,7 +283,9 @@ def _dataset(inputs: ZeroTemperatureInputs, ref: Curves | None, cloud: Curves | 
     return ds
 
 
-def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(
+    config: ZeroTemperatureConfig, out: Path | None = None, progress: Reporter | None = None
+) -> xr.Dataset:
     """Exact zero-temperature flow: the N = infinity reference and/or a token cloud; W2 to Pi_# rho_0,
     local rates per window next to the guaranteed rate and c*. With `out`, the reference and the
     cloud are parts of the run folder (a rerun resumes from them)."""
@@ -308,11 +323,11 @@ def run(config: ZeroTemperatureConfig, out: Path | None = None, progress: Report
     return ds
 
 
-def summarize(ds) -> dict[str, Any]:
+def summarize(ds: xr.Dataset) -> dict[str, object]:
     """Local rates per window next to the guaranteed rate and c*; the fitted rate; final W2; timing."""
     fits = json_attr(ds, "fits", {})
     cfg = json_attr(ds, "config", {})
-    out = {
+    out: dict[str, object] = {
         "experiment": cfg.get("experiment"),
         "model": ds.attrs.get("model"),
         "main": ds.attrs.get("main"),
@@ -338,7 +353,7 @@ RATE_LINES = (
 )
 
 
-def _rate_lines(ax: Axes, t: np.ndarray, w: np.ndarray, fits: dict[str, Any]) -> None:
+def _rate_lines(ax: Axes, t: np.ndarray, w: np.ndarray, fits: Mapping[str, object]) -> None:
     """Lines of slope -rate (log y) for each rate of RATE_LINES in fits, through the data point at
     mid-time; the y range kept to the data's."""
     fin = np.flatnonzero(np.isfinite(w))
@@ -349,8 +364,9 @@ def _rate_lines(ax: Axes, t: np.ndarray, w: np.ndarray, fits: dict[str, Any]) ->
         rate = fits.get(key)
         if not (isinstance(rate, int | float) and math.isfinite(rate)):
             continue
-        if key == "fitted" and isinstance(fits.get("fitted_err"), int | float):
-            value, error = format_with_error(float(rate), float(fits["fitted_err"]))
+        err = fits.get("fitted_err")
+        if key == "fitted" and isinstance(err, int | float):
+            value, error = format_with_error(float(rate), float(err))
             shown = f"{value} ± {error}"  # the digits its error supports
         else:
             shown = format_value(float(rate))

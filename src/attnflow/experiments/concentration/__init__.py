@@ -7,6 +7,7 @@ table (each beta's quantities with their errors, the time-step probe); `figures`
 captions; `presets` its named presets.
 """
 
-from .experiment import EXPERIMENT, LADDER_KEYS, ConcentrationConfig, concentration_inputs, run, summarize
+from .dataset import summarize
+from .experiment import EXPERIMENT, LADDER_KEYS, ConcentrationConfig, concentration_inputs, run
 
 __all__ = ["EXPERIMENT", "LADDER_KEYS", "ConcentrationConfig", "concentration_inputs", "run", "summarize"]

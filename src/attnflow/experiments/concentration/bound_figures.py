@@ -4,8 +4,9 @@ under-resolved beta's curve is faded and named (UNDER_RESOLVED)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
 
@@ -39,16 +40,39 @@ from ...science.fits import temperature_scale
 if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.axes import Axes
+    from matplotlib.lines import Line2D
 
-BOUND_STYLE: dict[str, Any] = {"lw": 1.0, "ls": (0, (4, 2)), "alpha": 0.9}
+
+class BoundStyle(TypedDict):
+    """Keywords of `Axes.plot` for the bound's lines (their colour is the beta's)."""
+
+    lw: float
+    ls: tuple[int, tuple[int, int]]
+    alpha: float
+
+
+BOUND_STYLE: BoundStyle = {"lw": 1.0, "ls": (0, (4, 2)), "alpha": 0.9}
 BOUND_LABEL = r"bound $K_1 a(\beta) e^{C_1 t} + K_2 e^{-c t}$ (row bound_envelope)"
 
 
-def claim_row(ds: xr.Dataset, key: str) -> dict:
+class ClaimRow(TypedDict, total=False):
+    """A row of attrs["claims"] as read back (`science.claims`), the fields the figures read: the
+    betas its fits used, its fits by name, the betas left out and why, the regime of each beta, the
+    constants of a bound."""
+
+    key: str
+    betas: list[float]
+    fits: dict[str, dict[str, float | None]]
+    left_out: dict[str, str]
+    regimes: dict[str, str]
+    constants: dict[str, float | None]
+
+
+def claim_row(ds: xr.Dataset, key: str) -> ClaimRow:
     """The claims-table row with this key ({} when absent): rows are found by their stable key."""
     for row in json_attr(ds, "claims", []) or []:
         if isinstance(row, dict) and row.get("key") == key:
-            return row
+            return cast("ClaimRow", row)
     return {}
 
 
@@ -58,11 +82,10 @@ def envelope(ds: xr.Dataset) -> tuple[dict[str, float], list[float]] | None:
     decided on; None when the row has no constants."""
     row = claim_row(ds, "bound_envelope")
     k = row.get("constants") or {}
-    if any(pick(k, (name,)) is None for name in ("K1", "C1", "K2", "c")):
+    constants = {name: v for name in ("K1", "C1", "K2", "c") if (v := pick(k, (name,))) is not None}
+    if len(constants) < 4:
         return None
-    return {name: float(k[name]) for name in ("K1", "C1", "K2", "c")}, [
-        float(b) for b in row.get("betas") or []
-    ]
+    return constants, [float(b) for b in row.get("betas") or []]
 
 
 def drawn_as(ds: xr.Dataset, key: str, n: int) -> np.ndarray:
@@ -83,19 +106,21 @@ def bound_curve(k: dict[str, float], beta: float, t: np.ndarray) -> np.ndarray:
     return k["K1"] * temperature_scale(beta) * np.exp(k["C1"] * t) + k["K2"] * np.exp(-k["c"] * t)
 
 
-def _bound_lines(ax: Axes, ds: xr.Dataset, t: np.ndarray, betas: np.ndarray, styles: list) -> list:
+def _bound_lines(
+    ax: Axes, ds: xr.Dataset, t: np.ndarray, betas: np.ndarray, styles: Sequence[dict[str, object]]
+) -> list[Line2D]:
     """The envelope's bound over t for each beta it was decided on, thin dashed in the beta's
     colour: the one curve called a bound (never a fit). Returns the lines drawn."""
     found = envelope(ds)
     if found is None:
         return []
     k, used = found
-    lines: list = []
+    lines: list[Line2D] = []
     for i, b in enumerate(betas):
         if float(b) in used:
             label = BOUND_LABEL if not lines else None
-            style = {**BOUND_STYLE, "color": styles[i]["color"], "gid": f"bound beta={b:g}"}
-            lines += ax.plot(t, bound_curve(k, float(b), t), label=label, **style)
+            color, gid = styles[i]["color"], f"bound beta={b:g}"
+            lines += ax.plot(t, bound_curve(k, float(b), t), label=label, color=color, gid=gid, **BOUND_STYLE)
     return lines
 
 
@@ -108,7 +133,7 @@ def _data_range(ax: Axes, *curves: np.ndarray) -> None:
         ax.set_ylim(lo / (hi / lo) ** 0.06, hi * (hi / lo) ** 0.12)
 
 
-def _w2_panel(ax: Axes, ds: xr.Dataset, var: str, styles: list) -> None:
+def _w2_panel(ax: Axes, ds: xr.Dataset, var: str, styles: Sequence[dict[str, object]]) -> None:
     """One panel of plot_w2: a line per beta (an under-resolved one faded, so named), and on the
     exact W2 the zero-temperature curve, the envelope's bound and t*(beta)."""
     t = np.asarray(ds["time"].values, dtype=float)

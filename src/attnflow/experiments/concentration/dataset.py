@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from ...science.convergence import (
 )
 from ...science.energy import ENERGY_LONG_NAME
 from ...science.uncertainty import Measured
-from ..common import finite_or_none, fit_or_reason
+from ..common import DataVariables, finite_or_none, fit_or_reason
 from .evidence import NO_DEPARTURE, TimeStepProbe
 from .levels import (
     CURVES,
@@ -27,8 +27,13 @@ from .levels import (
     Ladder,
 )
 
+if TYPE_CHECKING:
+    import xarray as xr
 
-def _separatrix_record(search: Any) -> dict[str, Any]:
+    from .zero import ZeroInfo
+
+
+def _separatrix_record(search: xr.Dataset) -> dict[str, object]:
     """What summary.json says of one beta's separatrix search (init = graded)."""
     return {
         "angles": [float(a) for a in search.angles.values],
@@ -38,7 +43,7 @@ def _separatrix_record(search: Any) -> dict[str, Any]:
     }
 
 
-def tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np.ndarray:
+def tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds: xr.Dataset) -> np.ndarray:
     """The stored tokens of the first beta's last level (its cloud c) under the exact zero-temperature
     flow (it is local: the kept tokens alone give their own paths)."""
     from ...dynamics.zero_temperature import simulate_zero_temperature
@@ -46,14 +51,15 @@ def tokens_at_zero_temperature(inputs: ConcentrationInputs, c: Cloud, ds) -> np.
     X = c.X0[0][c.keep][: ds.sizes["token"]]
     if not len(X):  # n_keep = 0: no token is stored
         return np.zeros((len(inputs.times), 0, inputs.model.d), dtype=np.float32)
-    return simulate_zero_temperature(X, inputs.model.head_at(math.inf), inputs.times).x.astype(np.float32)
+    x: np.ndarray = simulate_zero_temperature(X, inputs.model.head_at(math.inf), inputs.times).x
+    return x.astype(np.float32)
 
 
 #: the columns of the ladder table (beta, level): N, the window's end, the windowed quantities, ratio
 LADDER_COLUMNS = ("N", "window", *(q for q, spec in QUANTITIES.items() if spec.windowed), "ratio")
 
 
-def _ladder_table(ladders: list[Ladder]) -> dict[str, Any]:
+def _ladder_table(ladders: list[Ladder]) -> DataVariables:
     """ladder_<column> (beta, level) for LADDER_COLUMNS, NaN where a beta ran fewer levels."""
     L = max(len(lad.parts) for lad in ladders)
     table = {k: np.full((len(ladders), L), np.nan) for k in LADDER_COLUMNS}
@@ -62,7 +68,7 @@ def _ladder_table(ladders: list[Ladder]) -> dict[str, Any]:
             row = {"N": p.attrs["N"], "window": q.t_end, "ratio": p.attrs["resolution_ratio"]}
             for k in LADDER_COLUMNS:
                 table[k][i, j] = row[k] if k in row else getattr(q, k)
-    out = {f"ladder_{k}": (("beta", "level"), v) for k, v in table.items()}
+    out: DataVariables = {f"ladder_{k}": (("beta", "level"), v) for k, v in table.items()}
     cost = {k: np.full((len(ladders), L), np.nan) for k in COST_COLUMNS}
     for i, lad in enumerate(ladders):
         for j, p in enumerate(lad.parts):
@@ -78,7 +84,7 @@ def _ladder_table(ladders: list[Ladder]) -> dict[str, Any]:
 COST_COLUMNS = ("nodes", "steps", "rejected", "evals")
 
 
-def _cost_of(part) -> dict[str, float]:
+def _cost_of(part: xr.Dataset) -> dict[str, float]:
     """A level's cost columns (NaN where its record, e.g. of an older version, lacks one): the
     mean-field flow's passes summed, or the particle integrator's counts."""
     s = json_attr(part, "solver", {}) or {}
@@ -100,10 +106,10 @@ def _cost_of(part) -> dict[str, float]:
     }
 
 
-def _per_beta_variables(evidence: list[BetaData]) -> dict[str, Any]:
+def _per_beta_variables(evidence: list[BetaData]) -> DataVariables:
     """The per-beta variables of the Dataset: each quantity's value, N -> infinity estimate is not
     here (see assemble), total error and convergence flag; the near-minimal band; the curve's error."""
-    data: dict[str, Any] = {}
+    data: DataVariables = {}
     for key in QUANTITIES:
         q = [e.quantities[key] for e in evidence]
         data[f"{key}_error"] = (("beta",), [m.error for m in q])
@@ -114,12 +120,14 @@ def _per_beta_variables(evidence: list[BetaData]) -> dict[str, Any]:
     return data
 
 
-def _curve(part, name: str) -> np.ndarray:
+def _curve(part: xr.Dataset, name: str) -> np.ndarray:
     """A part's per-seed curve (seed, time); NaN for one its version did not measure (log_energy)."""
     return part[name].values if name in part.variables else np.full(part.w2.shape, np.nan)
 
 
-def assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any, evidence: list[BetaData]):
+def assemble(
+    inputs: ConcentrationInputs, ladders: list[Ladder], zero: xr.Dataset, evidence: list[BetaData]
+) -> xr.Dataset:
     """One Dataset: the final level's curves per beta, the ladder per beta and level."""
     import xarray as xr
 
@@ -127,7 +135,7 @@ def assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any, evid
     decisions = [lad.decision for lad in ladders]
     n_tok = min(p.sizes["token"] for p in finals)
     # the headline scalars first (sweeps list the first few of a point's scalars)
-    data: dict[str, Any] = {k: (("beta",), [d.quantities[k]["value"] for d in decisions]) for k in QUANTITIES}
+    data: DataVariables = {k: (("beta",), [d.quantities[k]["value"] for d in decisions]) for k in QUANTITIES}
     data["N_used"] = (("beta",), [d.N for d in decisions])
     data["resolution_ratio"] = (("beta",), [float(p.attrs["resolution_ratio"]) for p in finals])
     data["status"] = (("beta",), np.array([d.status for d in decisions], dtype=str))
@@ -153,7 +161,7 @@ def assemble(inputs: ConcentrationInputs, ladders: list[Ladder], zero: Any, evid
     return ds.assign_coords(dim=np.arange(basis.shape[0]))
 
 
-def _convergence(ladders: list[Ladder], claims: ClaimData) -> dict[str, Any]:
+def _convergence(ladders: list[Ladder], claims: ClaimData) -> dict[str, dict[str, object]]:
     """beta -> its convergence record for attrs["convergence"]: status, N, levels, ratio, and per
     quantity its value, estimate, error (the total), converged, reason, tol and error parts."""
     out = {}
@@ -169,12 +177,12 @@ def _convergence(ladders: list[Ladder], claims: ClaimData) -> dict[str, Any]:
     return out
 
 
-def _quantity_record(q: Measured, ladder: Mapping[str, Any]) -> dict[str, Any]:
+def _quantity_record(q: Measured, ladder: Mapping[str, float]) -> dict[str, object]:
     """A quantity in attrs["convergence"]: its Measured record and the ladder's N -> infinity estimate."""
     return {**q.to_dict(), "estimate": finite_or_none(ladder["estimate"])}
 
 
-def _theorem_bound(inputs: ConcentrationInputs, ds, claims: ClaimData) -> dict:
+def _theorem_bound(inputs: ConcentrationInputs, ds: xr.Dataset, claims: ClaimData) -> dict[str, object]:
     """The fit of Theorem 1's bound over the converged betas, before the terminal phase (or why not)."""
     from ...science.bound import fit_theorem_bound
 
@@ -192,12 +200,12 @@ def _theorem_bound(inputs: ConcentrationInputs, ds, claims: ClaimData) -> dict:
 
 def run_attrs(
     inputs: ConcentrationInputs,
-    ds,
+    ds: xr.Dataset,
     ladders: list[Ladder],
     claims: ClaimData,
     probe: TimeStepProbe,
-    zero_info: dict,
-) -> dict[str, Any]:
+    zero_info: ZeroInfo,
+) -> dict[str, object]:
     """The run's attrs beyond base_attrs: fits and the claims table over converged betas, convergence
     per beta, the time-step probe, the solver infos, the model, the separatrix searches; every
     theorem row "not applicable" when the model is not the theorem's (several heads, a mask, usa,
@@ -215,7 +223,7 @@ def run_attrs(
         rows = not_applicable(
             rows, f"assumption 1 of the theorem fails: {first.reason} It says nothing here."
         )
-    fits: dict[str, Any] = {"claims_betas": {r["key"]: r["betas"] for r in rows}}
+    fits: dict[str, object] = {"claims_betas": {r["key"]: r["betas"] for r in rows}}
     fits["theorem_bound"] = (
         _theorem_bound(inputs, ds, claims) if applies else {"error": f"not applicable: {why}"}
     )
@@ -243,7 +251,7 @@ def run_attrs(
     }
 
 
-def long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> None:
+def long_names(ds: xr.Dataset, eps: float, zero_info: ZeroInfo, theorem: tuple[bool, str]) -> None:
     beyond = "" if theorem[0] else " of head 0's A, a reference only (the theorem does not apply)"
     long = {
         "w2": f"exact W2(rho^beta_t, Pi_# rho_0), chordal cost{beyond}",
@@ -260,14 +268,16 @@ def long_names(ds, eps: float, zero_info: dict, theorem: tuple[bool, str]) -> No
             ds[k].attrs["long_name"] = v
 
 
-def _headline(ds, key: str, beta: float, absent: Mapping[str, str]) -> Any:
+def _headline(
+    ds: xr.Dataset, key: str, beta: float, absent: Mapping[str, str]
+) -> float | dict[str, object] | None:
     """One per-beta quantity of the summary: {value, error, converged} (its total error and its own
     convergence), with the reason it does not exist where `absent` ({beta: reason}) says so; the
     bare value for a Dataset written before they were stored."""
     value = finite_or_none(ds[key].sel(beta=beta))
     if f"{key}_converged" not in ds.variables:
         return value
-    record: dict[str, Any] = {
+    record: dict[str, object] = {
         "value": value,
         "error": finite_or_none(ds[f"{key}_error"].sel(beta=beta)),
         "converged": bool(ds[f"{key}_converged"].sel(beta=beta)),
@@ -277,7 +287,7 @@ def _headline(ds, key: str, beta: float, absent: Mapping[str, str]) -> Any:
     return record
 
 
-def _no_departure(ds) -> dict[str, str]:
+def _no_departure(ds: xr.Dataset) -> dict[str, str]:
     """{beta: "no departure: <why>"} for the betas whose t_depart does not exist (no metastable phase,
     or none by t_max): the reason their convergence record carries (`evidence.no_departure`)."""
     out = {}
@@ -288,7 +298,7 @@ def _no_departure(ds) -> dict[str, str]:
     return out
 
 
-def _probe(ds) -> dict[str, Any]:
+def _probe(ds: xr.Dataset) -> dict[str, object]:
     """The time-step probe, its integrator named as the probe's beside the run's own."""
     probe = json_attr(ds, "time_step", {})
     if not isinstance(probe, Mapping) or "integration" not in probe:
@@ -297,7 +307,7 @@ def _probe(ds) -> dict[str, Any]:
     return {**named, "run's integration": ds.attrs.get("integrator")}
 
 
-def summarize(ds) -> dict[str, Any]:
+def summarize(ds: xr.Dataset) -> dict[str, object]:
     """Headline numbers: per beta the status, N, t*, min W2 (each with its error and its own
     convergence); the claims table; the time-step probe; timing."""
     cfg = json_attr(ds, "config", {})

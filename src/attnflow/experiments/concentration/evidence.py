@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +24,11 @@ from ...science.convergence import QUANTITIES, curve_quantities
 from ...science.curves import FORMED, locate_minimum
 from ...science.uncertainty import Measured, flatness, measured, time_step_change
 from .levels import ConcentrationInputs, Ladder, departure_time, located_of
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from .zero import ZeroInfo
 
 __all__ = [
     "NO_DEPARTURE",
@@ -63,7 +68,7 @@ class TimeStepProbe:
         ]
         return max((e for e in same if math.isfinite(e)), default=0.0)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """What summary.json says of the probe: where, how, and the change of each quantity."""
         changes = {
             k: abs(self.tight[k] - v)
@@ -80,7 +85,9 @@ class TimeStepProbe:
         }
 
 
-def level_values(inputs: ConcentrationInputs, part: Any, w2_zero: np.ndarray | None) -> dict[str, float]:
+def level_values(
+    inputs: ConcentrationInputs, part: xr.Dataset, w2_zero: np.ndarray | None
+) -> dict[str, float]:
     """The quantities of one level's part over its whole saved span: name -> value (QUANTITIES)."""
     w2, located = part.w2.values.mean(axis=0), located_of(part)
     q = curve_quantities(inputs.times, w2, band=inputs.band, reference=w2_zero, located=located)
@@ -90,7 +97,7 @@ def level_values(inputs: ConcentrationInputs, part: Any, w2_zero: np.ndarray | N
 
 
 def time_step_probe(
-    inputs: ConcentrationInputs, base: Any, tight: Any, w2_zero: np.ndarray | None, label: str
+    inputs: ConcentrationInputs, base: xr.Dataset, tight: xr.Dataset, w2_zero: np.ndarray | None, label: str
 ) -> TimeStepProbe:
     """The probe from a level's part with the run's integration (base) and a tighter one (tight)."""
     w_base, w_tight = base.w2.values.mean(axis=0), tight.w2.values.mean(axis=0)
@@ -106,12 +113,13 @@ def time_step_probe(
     )
 
 
-def _seed_error(part: Any) -> np.ndarray:
+def _seed_error(part: xr.Dataset) -> np.ndarray:
     """The standard error of the mean W2 curve over the seeds (T,) (zeros for one cloud)."""
     w = part.w2.values
     if w.shape[0] < 2:
         return np.zeros(w.shape[1])
-    return w.std(axis=0, ddof=1) / math.sqrt(w.shape[0])
+    error: np.ndarray = w.std(axis=0, ddof=1) / math.sqrt(w.shape[0])
+    return error
 
 
 def beta_evidence(inputs: ConcentrationInputs, lad: Ladder, probe: TimeStepProbe | None) -> BetaData:
@@ -174,7 +182,7 @@ def no_departure(peak: float, t_max: float) -> str:
     return f"{NO_DEPARTURE} by t_max = {t_max:g}"
 
 
-def cluster_counts(part: Any) -> ClusterCounts | None:
+def cluster_counts(part: xr.Dataset) -> ClusterCounts | None:
     """The last level's clusters against the linearisation: the predicted count of each seed (the
     part's attrs) and the measured metastable count (the first plateau of its `clusters` curve);
     None where nothing is predicted (or the part predates the prediction)."""
@@ -189,7 +197,7 @@ def cluster_counts(part: Any) -> ClusterCounts | None:
 
 
 def claim_data(
-    inputs: ConcentrationInputs, betas: Sequence[BetaData], zero: Any, zero_info: Mapping[str, Any]
+    inputs: ConcentrationInputs, betas: Sequence[BetaData], zero: xr.Dataset, zero_info: ZeroInfo
 ) -> ClaimData:
     """The ClaimData of a run: its saved times, betas, weights and zero-temperature curve (zero: the
     zero part, zero_info its attrs["zero"]; a part without w2_zero_error has no error bound, a model

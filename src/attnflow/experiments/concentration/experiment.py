@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, Self
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
@@ -58,7 +58,7 @@ from .levels import (
 )
 from .presets import PRESETS
 from .strategies import LadderRun, Levels, levels_for
-from .zero import zero_temperature
+from .zero import ZeroInfo, zero_temperature
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -109,7 +109,7 @@ class ConcentrationConfig(SimulationConfig, FlowConfig):
         return max(1, len(self.seeds)), super().saved_cloud()[1]
 
     @model_validator(mode="after")
-    def _ladder(self):
+    def _ladder(self) -> Self:
         if self.N_min > self.N_max:
             raise ValueError(f"N_min = {self.N_min} must not exceed N_max = {self.N_max}")
         if self.seeds and self.init != "uniform":
@@ -189,7 +189,7 @@ def _batched(inputs: ConcentrationInputs, units: Units) -> bool:
     return not all(units.done(part_name(beta=b, N=inputs.Ns[0])) for b in inputs.betas)
 
 
-def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
     """Run the experiment; with `out`, every finished (beta, N) level is kept in out/parts, and with
     init = graded every beta's separatrix search."""
     reporter = progress or Reporter()
@@ -205,7 +205,7 @@ def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter
     )
     zero_unit = Unit("zero", partial(_zero_part, inputs, clouds), costs[0], "zero_temperature_s")
     zero = units.run(zero_unit)
-    zero_info = json_attr(zero, "zero", {})
+    zero_info: ZeroInfo = json_attr(zero, "zero", {})
     w2_zero = zero.w2_zero.values if zero_info.get("kind", "").startswith("N = infinity") else None
     simulations = Simulations(inputs, reporter, batched=_batched(inputs, units))
     shared = LadderRun(inputs, units, clouds, simulations, w2_zero, costs)

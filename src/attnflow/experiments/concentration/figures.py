@@ -9,8 +9,9 @@ Drawn from a run's Dataset (schema: `attnflow.experiments.concentration`) with t
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -41,6 +42,8 @@ from .bound_figures import bound_curve, claim_row, drawn_as, envelope, plot_enve
 if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.axes import Axes
+
+    from .bound_figures import ClaimRow
 
 CAPTIONS: dict[str, tuple[str, str]] = {
     "w2": (
@@ -85,9 +88,25 @@ CAPTIONS: dict[str, tuple[str, str]] = {
 }
 
 
+class PointStyle(TypedDict):
+    """Keywords of `Axes.errorbar` for the points of one status."""
+
+    marker: str
+    mfc: str
+    color: str
+    label: str
+
+
+class LineStyle(TypedDict):
+    """Keywords of `Axes.plot` for one fitted line."""
+
+    color: str
+    ls: str
+
+
 # how each convergence is drawn: a quantity converged in N, a resolved beta whose quantity did not
 # converge, an under-resolved beta (attnflow.science.convergence.STATUSES)
-STATUS_STYLE: dict[str, dict[str, Any]] = {
+STATUS_STYLE: dict[str, PointStyle] = {
     "converged": {"marker": "o", "mfc": "black", "color": "black", "label": "converged in N"},
     "resolved": {"marker": "o", "mfc": "white", "color": "0.35", "label": "not converged in N"},
     "under-resolved": {
@@ -97,7 +116,7 @@ STATUS_STYLE: dict[str, dict[str, Any]] = {
         "label": "under-resolved (N too small)",
     },
 }
-FIT_STYLES: tuple[dict[str, Any], ...] = (
+FIT_STYLES: tuple[LineStyle, ...] = (
     {"color": "0.25", "ls": "--"},
     {"color": "0.45", "ls": "-."},
     {"color": "0.6", "ls": ":"},
@@ -126,7 +145,7 @@ def _beta_axis(ax: Axes, betas: np.ndarray) -> None:
     ax.set_xlabel("inverse temperature β (log scale)")
 
 
-def _regimes(ax: Axes, ds: xr.Dataset, row: dict, y: np.ndarray) -> None:
+def _regimes(ax: Axes, ds: xr.Dataset, row: ClaimRow, y: np.ndarray) -> None:
     """Mark the betas left out of the row's fits for their regime alone (a law never mixes the betas
     with and without a metastable phase); a beta left out as not converged is its marker's."""
     regimes, left = row.get("regimes") or {}, row.get("left_out") or {}
@@ -151,7 +170,7 @@ def _regimes(ax: Axes, ds: xr.Dataset, row: dict, y: np.ndarray) -> None:
         )
 
 
-def _param(fit: dict, key: str, sign: float = 1.0) -> str:
+def _param(fit: Mapping[str, object], key: str, sign: float = 1.0) -> str:
     """A fitted parameter with its error, to the digits the error supports."""
     value, error = fit.get(key), fit.get(f"{key}_err")
     if not isinstance(value, int | float):
@@ -162,7 +181,14 @@ def _param(fit: dict, key: str, sign: float = 1.0) -> str:
     return f"{v} ± {e}"
 
 
-def _fit_lines(ax: Axes, row: dict, fits: dict[str, tuple[Any, Any]]) -> None:
+#: how `_fit_lines` draws one fit of a claims row: its label (or label(fit)) and curve(beta, fit)
+FitLine = tuple[
+    str | Callable[[Mapping[str, float | None]], str],
+    Callable[[np.ndarray, Mapping[str, float | None]], np.ndarray],
+]
+
+
+def _fit_lines(ax: Axes, row: ClaimRow, fits: Mapping[str, FitLine]) -> None:
     """The row's fits over the betas it used (never beyond): name -> (label or label(fit),
     curve(beta, fit)), each called a fit, with its rms."""
     used = np.asarray(row.get("betas") or [], dtype=float)

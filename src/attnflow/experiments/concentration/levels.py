@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,8 +24,15 @@ from ...measures import Nodes
 from ...progress import Reporter
 from ...science.convergence import CurveQuantities, LadderDecision, LadderRules
 from ...science.curves import Crossing
-from ..common import restartable, token_subset, torch_threads, unit_float64
+from ..common import DataVariables, restartable, token_subset, torch_threads, unit_float64
 from ..inputs import InitialMeasure, Integration, ModelInputs
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ...attention import Attention
+    from ...flow import Dynamics
+    from ...science.curves import Located
 
 # Up to this N a fixed-step run integrates all betas in one kernel call per stage: 1.9x faster at
 # N = 64, 1.4x at 128, no gain from N = 600 on (benchmarks/betas.py).  Adaptive runs never do: the
@@ -102,11 +109,11 @@ class Ladder:
     the verdict, the clouds by N (init = graded: its own), and its separatrix search (or None)."""
 
     beta: float
-    parts: tuple[Any, ...]
+    parts: tuple[xr.Dataset, ...]
     quantities: tuple[CurveQuantities, ...]
     decision: LadderDecision
     clouds: Mapping[int, Cloud]
-    search: Any = None
+    search: xr.Dataset | None = None  # separatrix_part's
 
     @property
     def cloud(self) -> Cloud:
@@ -142,7 +149,7 @@ class CloudCache(dict[int, Cloud]):
         return cloud
 
 
-def separatrix_part(inputs: ConcentrationInputs, beta: float, reporter: Reporter):
+def separatrix_part(inputs: ConcentrationInputs, beta: float, reporter: Reporter) -> xr.Dataset:
     """init = graded: the separatrices of the flow at beta (separatrix.mean_field_quadrature's search
     from its default brackets, rho_0's density, up to t_max) as a Dataset: angles (separatrix,),
     brackets (separatrix, end) in radians; attrs width (the widest bracket), passes (JSON), wall_s."""
@@ -162,7 +169,7 @@ def separatrix_part(inputs: ConcentrationInputs, beta: float, reporter: Reporter
     )
 
 
-def graded_clouds(inputs: ConcentrationInputs, beta: float, search: Any) -> Iterator[Cloud]:
+def graded_clouds(inputs: ConcentrationInputs, beta: float, search: xr.Dataset) -> Iterator[Cloud]:
     """init = graded: the clouds of levels 0, 1, 2, ... at beta, graded toward the separatrices of
     `search` (a separatrix_part); level 0 always, then each level whose node count is <= N_max."""
     from ...dynamics.separatrix import SeparatrixSearch
@@ -182,7 +189,7 @@ class LevelRun:
     integration that made it (None: the run's)."""
 
     x: np.ndarray
-    info: dict[str, Any]
+    info: dict[str, object]
     solver: Integration | None = None
 
 
@@ -274,7 +281,7 @@ class Simulations:
 
 def reduce_level(
     inputs: ConcentrationInputs, beta: float, cloud: Cloud, run: LevelRun, reference: np.ndarray | None = None
-):
+) -> xr.Dataset:
     """The per-level Dataset: W2 and diagnostics against t per seed, kept tokens of the first seed;
     attrs["located"]: its times located on the continuous solution (`located_times`; reference: the
     zero-temperature curve of t_dev, or None)."""
@@ -304,7 +311,7 @@ def reduce_level(
             if np.isfinite(predicted).any()
             else np.full(xm.shape[0], np.nan)  # nothing to compare with: not counted (O(N^2) pairs)
         )
-    data: dict[str, Any] = {k: (("seed", "time"), np.stack(v)) for k, v in per_seed.items()}
+    data: DataVariables = {k: (("seed", "time"), np.stack(v)) for k, v in per_seed.items()}
     data["x"] = (("time", "token", "dim"), x[:, 0, cloud.keep].astype(np.float32))
     ratio = resolution_ratio_of(inputs, beta, cloud)
     solver = {k: v for k, v in run.info.items() if isinstance(v, int | float | str | dict)}
@@ -332,7 +339,7 @@ def located_times(
     w2: np.ndarray,
     mass_A: np.ndarray,
     reference: np.ndarray | None,
-) -> dict[str, Any]:
+) -> dict[str, Located]:
     """t*, the band entry, t_dev(delta) and t_depart of a level located on its continuous solution
     (`attnflow.science.located`): integrated again from the saved state before each (the level's own
     integrator), the curves the seeds' means. A model that cannot be restarted (noise, redrawn
@@ -395,7 +402,7 @@ def resolution_ratio_of(inputs: ConcentrationInputs, beta: float, cloud: Cloud) 
 ENERGY_PAIRS = 2**27
 
 
-def _energy(x: np.ndarray, model: Any, weights: np.ndarray | None) -> np.ndarray:
+def _energy(x: np.ndarray, model: Attention | Dynamics, weights: np.ndarray | None) -> np.ndarray:
     """log E_beta of the saved states x (T, N, d) (`science.energy`), at every k-th saved time where
     the O(N^2) sums of every one would pass ENERGY_PAIRS, NaN at the others."""
     from ...science.energy import log_energy_curve
@@ -407,7 +414,7 @@ def _energy(x: np.ndarray, model: Any, weights: np.ndarray | None) -> np.ndarray
     return out
 
 
-def located_of(part: Any) -> dict[str, dict[str, float]]:
+def located_of(part: xr.Dataset) -> dict[str, dict[str, float]]:
     """The times a level's part located on its continuous solution (attrs["located"]; none in a part
     written before they were)."""
     from ...io import json_attr

@@ -4,15 +4,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...io import to_json
 from ...progress import Reporter
-from ..common import torch_threads
+from ..common import DataVariables, torch_threads
 from ..inputs import Integration
 from .levels import ConcentrationInputs
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ...attention import Attention
+
+#: the saved measures of a mean-field run: (angles (N_t,), log-weights (N_t,)) per time
+States = Sequence[tuple[np.ndarray, np.ndarray]]
 
 
 def meanfield_level(
@@ -22,7 +31,7 @@ def meanfield_level(
     solver: Integration,
     reporter: Reporter,
     reference: np.ndarray | None = None,
-):
+) -> xr.Dataset:
     """init = meanfield: level `level` at beta as the per-level Dataset of `reduce_level` (one
     "seed", no stored tokens): W2 to Pi_# rho_0, the masses and the Lyapunov function of the
     mean-field measure (science.meanfield.mean_field_circle, tolerances the solver's); the coupling
@@ -60,9 +69,7 @@ def meanfield_level(
         "mass_A": c.mass_A,
         "mass_V": c.mass_V,
     }
-    data: dict[str, Any] = {
-        k: (("seed", "time"), np.asarray(v, dtype=float)[None]) for k, v in curves.items()
-    }
+    data: DataVariables = {k: (("seed", "time"), np.asarray(v, dtype=float)[None]) for k, v in curves.items()}
     data["x"] = (("time", "token", "dim"), np.zeros((c.t.size, 0, 2), dtype=np.float32))
     ratio = _node_ratio(c.trajectory.states[0][0], beta, att.B)
     passes = [{k: v for k, v in p.items() if isinstance(v, int | float | str)} for p in c.info["passes"]]
@@ -88,7 +95,7 @@ def meanfield_level(
     )
 
 
-def _measure_lyapunov(states: Any, P: np.ndarray) -> np.ndarray:
+def _measure_lyapunov(states: States, P: np.ndarray) -> np.ndarray:
     """The Lyapunov function of each weighted state (angles, log-weights) on S^1 (T,)."""
     from ...science import metrics
 
@@ -99,7 +106,7 @@ def _measure_lyapunov(states: Any, P: np.ndarray) -> np.ndarray:
     return np.asarray(out)
 
 
-def _measure_energy(states: Any, att: Any) -> np.ndarray:
+def _measure_energy(states: States, att: Attention) -> np.ndarray:
     """log E_beta of each weighted state (angles, log-weights) on S^1 (T,)."""
     from ...science.energy import log_energy_curve
 

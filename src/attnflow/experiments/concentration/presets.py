@@ -4,9 +4,7 @@ them with what they measured."""
 
 from __future__ import annotations
 
-from typing import Any
-
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, object]] = {
     # what `attnflow run` and `make demo` run: every beta converged in N in a minute or two on 2 cores
     # (d = 2 quadrature; one whole-window agreement per beta), five betas spanning a factor 4 so that
     # the theorem rows error_vanishes, guaranteed_duration and best_concentration are decided; N_min =

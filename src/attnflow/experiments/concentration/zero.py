@@ -4,12 +4,34 @@ with, the exact N = infinity reference where one exists, else the exact flow of 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from ...io import to_json
 from .levels import Cloud, ConcentrationInputs
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ...dynamics.reference import LocalRate
+
+
+class ZeroInfo(TypedDict, total=False):
+    """attrs["zero"] of the zero part as read back: kind, the finite reference rates
+    (`science.assumptions.reference_rates`: gamma, norm_B, guaranteed, c_star, the angles), the
+    local rates of the reference or the reason there is none."""
+
+    kind: str
+    reason: str
+    local_rates: list[LocalRate]
+    gamma: float
+    norm_B: float
+    guaranteed: float
+    c_star: float
+    angle_A_V_real: float
+    angle_A_V_magnitude: float
+
 
 #: about the width of the windows of the zero-temperature reference's local rates (zero-temperature's)
 RATE_WINDOW = 4.0
@@ -21,7 +43,7 @@ def rate_window(dt_save: float) -> float:
     return dt_save * max(1, round(RATE_WINDOW / dt_save))
 
 
-def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud):
+def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud) -> xr.Dataset:
     """The zero-temperature W2 curve: the exact N = infinity reference where it exists (d = 2, 3;
     symmetric A with a one-dimensional top eigenspace; rho_0 uniform or von Mises-Fisher) and was
     asked for (zero_reference), else the exact flow of the cloud (labelled so). A Dataset with w2_zero
@@ -42,7 +64,7 @@ def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud):
             coords={"time": inputs.times}, attrs={"zero": to_json({"kind": "not applicable", "reason": why})}
         )
     att, times, density = inputs.model.head_at(math.inf), inputs.times, inputs.model.rho0.density
-    info: dict[str, Any] = {
+    info: dict[str, object] = {
         k: float(v) for k, v in reference_rates(att).items() if isinstance(v, int | float)
     }
     why = "it was not asked for (zero_reference = false)"

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
@@ -323,7 +323,7 @@ def _long_names(ds: xr.Dataset, config: HeadsConfig) -> None:
             ds[var].attrs["long_name"] = name
 
 
-def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
     """Simulate the sentence's tokens under each selected head and the whole layer."""
     import xarray as xr
 
@@ -336,7 +336,7 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
     methods = {str(int(p["head"].values[0])): p.attrs.get("w2_pi_S_method", "?") for p in parts}
     ds = xr.concat([p.drop_attrs() for p in parts], dim="head")
     ds = ds.assign_coords(token=np.arange(len(inp.tokens)), token_text=("token", inp.tokens))
-    extra: dict[str, Any] = {
+    extra: dict[str, object] = {
         "checkpoint": inp.source,
         "norm_source": inp.layer.norm_source,
         "w2_pi_S_note": _pi_note(ds, n, reporter),
@@ -349,7 +349,7 @@ def run(config: HeadsConfig, out: Path | None = None, progress: Reporter | None 
     return ds
 
 
-def summarize(ds) -> dict[str, Any]:
+def summarize(ds: xr.Dataset) -> dict[str, object]:
     """Per head: beta_eff, diameter and masses at the last time, W2 to Pi_S and to the model."""
     cfg = json_attr(ds, "config", {})
     per_head = {}

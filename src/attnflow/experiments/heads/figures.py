@@ -5,8 +5,9 @@ heads.png / .pdf), and `figures`, the experiment's figures hook."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
 
@@ -27,11 +28,32 @@ from ...plot.style import STAR_STYLE
 
 if TYPE_CHECKING:
     import xarray as xr
+    from matplotlib.axes import Axes
+
+
+class HeadStyle(TypedDict, total=False):
+    """Keywords of `Axes.plot` for one head's curve (`plot.series_styles` gives color, linestyle and
+    marker; the heads' curves add lw and ms)."""
+
+    color: str | tuple[float, ...]
+    linestyle: str
+    marker: str
+    lw: float
+    ms: float
+    zorder: float
+
 
 WHOLE_LAYER = -1  # value of the `head` coordinate for the whole layer
 HEADS_DIMS = ("head", "time")
 # the whole layer: thick black, drawn under the heads so that equal curves stay visible
-WHOLE_LAYER_STYLE = {"color": "black", "linestyle": "-", "marker": "o", "lw": 3.2, "ms": 7, "zorder": 1.5}
+WHOLE_LAYER_STYLE: HeadStyle = {
+    "color": "black",
+    "linestyle": "-",
+    "marker": "o",
+    "lw": 3.2,
+    "ms": 7,
+    "zorder": 1.5,
+}
 
 
 def _heads_title(ds: xr.Dataset, what: str) -> str:
@@ -56,7 +78,7 @@ def _heads_title(ds: xr.Dataset, what: str) -> str:
     return f"{what}\n" + ", ".join(parts)
 
 
-def _head_labels(ds: xr.Dataset):
+def _head_labels(ds: xr.Dataset) -> Callable[[int], str]:
     """A head's legend label: its name, and its beta when the heads' betas differ."""
     beta = ds["beta_eff"] if "beta_eff" in ds.variables else None
     if beta is not None and np.unique(np.asarray(beta.values, dtype=float)).size == 1:
@@ -84,7 +106,7 @@ def _heads_panels(ds: xr.Dataset) -> list[tuple[str, str, str]]:
     return panels
 
 
-def _model_marks(ax, ds: xr.Dataset) -> None:
+def _model_marks(ax: Axes, ds: xr.Dataset) -> None:
     """The reference W2(rho_0, model) and each head's smallest W2 to the model, with their legend."""
     n_lines = len(ax.get_lines())
     if "w2_model_ref" in ds.variables:
@@ -96,16 +118,22 @@ def _model_marks(ax, ds: xr.Dataset) -> None:
         ax.plot(t_min, w2_min, ms=12, mew=1.2, label="smallest over t", **STAR_STYLE)
     extra = ax.get_lines()[n_lines:]
     if extra:
-        ax.legend(extra, [ln.get_label() for ln in extra], fontsize="x-small", loc="best")
+        ax.legend(extra, [str(ln.get_label()) for ln in extra], fontsize="x-small", loc="best")
 
 
-def _heads_panel(ax, ds: xr.Dataset, panel: tuple[str, str, str], styles: dict[int, dict], label) -> None:
+def _heads_panel(
+    ax: Axes,
+    ds: xr.Dataset,
+    panel: tuple[str, str, str],
+    styles: dict[int, HeadStyle],
+    label: Callable[[int], str],
+) -> None:
     var, subtitle, ylab = panel
     t = np.asarray(ds["time"].values, dtype=float)
     vals = ds[var].transpose(*HEADS_DIMS)
     for h in (int(h) for h in ds["head"].values):
         y = np.asarray(vals.sel(head=h).values, dtype=float)
-        st = WHOLE_LAYER_STYLE if h == WHOLE_LAYER else {**styles[h], "lw": 1.4, "ms": 4}
+        st: HeadStyle = WHOLE_LAYER_STYLE if h == WHOLE_LAYER else {**styles[h], "lw": 1.4, "ms": 4}
         ax.plot(t, positive(y) if var == "w2_pi_S" else y, label=label(h), markevery=markevery(len(t)), **st)
     if var == "w2_model":
         _model_marks(ax, ds)
@@ -133,7 +161,8 @@ def plot_heads(ds: xr.Dataset, outdir: str | Path, dpi: int = DPI) -> list[Path]
     dims.update({v: ("head",) for v in ("t_model", "w2_model_min", "beta_eff")})
     require(ds, need, "plot_heads", dims)
     others = [int(h) for h in ds["head"].values if int(h) != WHOLE_LAYER]
-    styles = dict(zip(others, series_styles(len(others), SERIES_CMAP), strict=True))
+    drawn = cast("list[HeadStyle]", series_styles(len(others), SERIES_CMAP))
+    styles = dict(zip(others, drawn, strict=True))
     label = _head_labels(ds)
     panels = _heads_panels(ds)
     ncols = 3 if len(panels) > 4 else 2

@@ -12,7 +12,8 @@
    fit over every beta's finite-N points (the pooled branch: a and b shared), for the practitioner's
    law min(a log N + b, t_mf(beta)).
 
-`branch_fits` returns all of it as JSON-able records (the run's attrs["fits"]).
+`branch_fits` returns all of it as JSON-able records (the run's attrs["fits"]; `BranchFits`: as read
+back, NaN as None).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -34,6 +35,82 @@ from ...science.metastability import (
     measured_branch,
     on_finite_n_branch,
 )
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+
+class LogNFitRecord(TypedDict, total=False):
+    """A fit of a log N + b as read back (`LogNFit.to_dict`), or why there is none (`error`)."""
+
+    a: float
+    a_err: float | None
+    b: float
+    b_err: float | None
+    rms: float
+    n: int
+    Ns: list[int]
+    error: str
+
+
+class CrossoverRecord(TypedDict, total=False):
+    """A crossover N* as read back (`Crossover.to_dict`) and where it lies."""
+
+    N_star: float | None
+    log_N_star: float | None
+    log_N_star_err: float | None
+    reason: str
+    where: str
+
+
+class BetaFitRecord(TypedDict, total=False):
+    """The finite-N fit of one kind and beta as read back (`_beta_fit`)."""
+
+    N_fitted: list[int]
+    t_mf: float | None
+    t_mf_error: float | None
+    t_mf_measured: bool
+    error: str
+    fit: LogNFitRecord
+    a_lambda: float | None
+    crossover: CrossoverRecord
+
+
+class KindFits(TypedDict, total=False):
+    """One cloud kind's fits: per beta and pooled over the betas."""
+
+    per_beta: dict[str, BetaFitRecord]
+    pooled: LogNFitRecord
+
+
+class MeanFieldRecord(TypedDict, total=False):
+    """The mean-field branch as read back (`MeanFieldBranch.to_dict`)."""
+
+    slope: float | None
+    slope_err: float | None
+    intercept: float | None
+    intercept_err: float | None
+    rms: float | None
+    betas: list[float]
+    source: str
+
+
+#: the weights' numbers of the fits (a TypedDict by call: `lambda` is a keyword)
+WeightsRecord = TypedDict(
+    "WeightsRecord",
+    {"delta": float, "lambda": float, "one_over_lambda": float | None, "heuristic_slope": float},
+    total=False,
+)
+
+
+class BranchFits(TypedDict, total=False):
+    """A run's attrs["fits"] as read back (`branch_fits`)."""
+
+    weights: WeightsRecord
+    rules: dict[str, float]
+    mean_field: MeanFieldRecord
+    measured_mean_field: dict[str, dict[str, float]]
+    kinds: dict[str, KindFits]
 
 
 @dataclass(frozen=True)
@@ -105,7 +182,7 @@ def read_mean_field(path: str) -> MeanFieldRun:
     )
 
 
-def _measured(ds: Any, rules: BranchRules) -> dict[float, tuple[float, float]]:
+def _measured(ds: xr.Dataset, rules: BranchRules) -> dict[float, tuple[float, float]]:
     """beta -> the mean-field departure (value, error) where the map of a deterministic kind
     measures it (the smallest error where several do)."""
     Ns = np.asarray(ds["N"].values)
@@ -122,7 +199,7 @@ def _measured(ds: Any, rules: BranchRules) -> dict[float, tuple[float, float]]:
 
 
 def mean_field_branch(
-    ds: Any, rules: BranchRules, weights: WeightsData, run: MeanFieldRun | None
+    ds: xr.Dataset, rules: BranchRules, weights: WeightsData, run: MeanFieldRun | None
 ) -> tuple[MeanFieldBranch, dict[float, tuple[float, float]]]:
     """The mean-field branch (from `run` when given, else the heuristic slope with its intercept
     fitted to the map's own measurements) and those measurements."""
@@ -137,26 +214,27 @@ def mean_field_branch(
 
 
 def _beta_fit(
-    ds: Any, kind: str, beta: float, t_mf: tuple[float, float], rules: BranchRules, lam: float
-) -> dict[str, Any]:
-    """The finite-N fit of one kind and beta, its crossover, and which N it used."""
+    ds: xr.Dataset, kind: str, beta: float, t_mf: tuple[float, float], rules: BranchRules, lam: float
+) -> tuple[dict[str, object], list[int]]:
+    """The finite-N fit of one kind and beta, its crossover, and which N it used (also returned)."""
     p = ds.sel(init=kind, beta=beta)
     Ns = np.asarray(ds["N"].values)
     full = np.asarray(p["departed"].values) == 1
     t = np.where(full, p["t_depart"].values, np.nan)
     use = on_finite_n_branch(t, t_mf[0], rules.gap)
-    out: dict[str, Any] = {"N_fitted": Ns[use].tolist(), "t_mf": t_mf[0], "t_mf_error": t_mf[1]}
+    used: list[int] = Ns[use].tolist()
+    out: dict[str, object] = {"N_fitted": used, "t_mf": t_mf[0], "t_mf_error": t_mf[1]}
     if np.unique(Ns[use]).size < 2:
         out["error"] = f"{int(use.sum())} point(s) on the finite-N branch (needs 2): " + (
             "no cluster departed" if not np.isfinite(t).any() else "the mean-field departure comes first"
         )
-        return out
+        return out, used
     fit = fit_log_n(Ns[use], t[use], p["t_depart_error"].values[use])
     out["fit"] = fit.to_dict()
     out["a_lambda"] = fit.a * lam if math.isfinite(lam) else math.nan
     cross = crossover(fit, t_mf[0], t_mf[1])
     out["crossover"] = {**cross.to_dict(), "where": _where(cross.N_star, Ns)}
-    return out
+    return out, used
 
 
 def _where(N_star: float, Ns: np.ndarray) -> str:
@@ -167,11 +245,14 @@ def _where(N_star: float, Ns: np.ndarray) -> str:
     return "inside the map" if N_star <= Ns.max() else "beyond the map"
 
 
-def _pooled(ds: Any, kind: str, per_beta: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """One fit of a log N + b over every beta's finite-N points of a kind."""
-    Ns, t, e = [], [], []
+def _pooled(ds: xr.Dataset, kind: str, fitted: dict[str, list[int]]) -> dict[str, object]:
+    """One fit of a log N + b over every beta's finite-N points of a kind (`fitted`: beta -> the N
+    its own fit used)."""
+    Ns: list[int] = []
+    t: list[float] = []
+    e: list[float] = []
     for beta in ds["beta"].values.tolist():
-        used = per_beta[f"{beta:g}"]["N_fitted"]
+        used = fitted[f"{beta:g}"]
         p = ds.sel(init=kind, beta=beta, N=used)
         Ns += used
         t += p["t_depart"].values.tolist()
@@ -182,19 +263,21 @@ def _pooled(ds: Any, kind: str, per_beta: dict[str, dict[str, Any]]) -> dict[str
 
 
 def branch_fits(
-    ds: Any, rules: BranchRules, weights: WeightsData, run: MeanFieldRun | None
-) -> dict[str, Any]:
+    ds: xr.Dataset, rules: BranchRules, weights: WeightsData, run: MeanFieldRun | None
+) -> dict[str, object]:
     """Everything the summary and the figures read of the branches (module docstring), JSON-able."""
     branch, measured = mean_field_branch(ds, rules, weights, run)
-    kinds: dict[str, Any] = {}
+    kinds: dict[str, object] = {}
     for kind in ds["init"].values.tolist():
-        per_beta = {}
+        per_beta: dict[str, dict[str, object]] = {}
+        fitted: dict[str, list[int]] = {}
         for beta in ds["beta"].values.tolist():
             t_mf = measured.get(float(beta)) or branch.at(float(beta))
-            fit = _beta_fit(ds, kind, float(beta), t_mf, rules, weights.lam)
+            fit, Ns_fitted = _beta_fit(ds, kind, float(beta), t_mf, rules, weights.lam)
             fit["t_mf_measured"] = float(beta) in measured
             per_beta[f"{beta:g}"] = fit
-        kinds[kind] = {"per_beta": per_beta, "pooled": _pooled(ds, kind, per_beta)}
+            fitted[f"{beta:g}"] = Ns_fitted
+        kinds[kind] = {"per_beta": per_beta, "pooled": _pooled(ds, kind, fitted)}
     return {
         "weights": {
             "delta": weights.delta,

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, Self, TypeVar
 
 import numpy as np
 from pydantic import (
@@ -58,6 +58,9 @@ if TYPE_CHECKING:
     import xarray as xr
 
     from ...attention import Attention
+
+#: an item of a list key (Ns, seeds: int; inits: str)
+_Item = TypeVar("_Item", int, str)
 
 #: the default betas: log-spaced from 10 to 1000, denser where the branches cross (beta ~ 20 to 40
 #: in the d = 2 worked example)
@@ -121,7 +124,7 @@ class MetastabilityConfig(SimulationConfig, ModelConfig):
 
     @field_validator("Ns", "seeds", "inits")
     @classmethod
-    def _distinct(cls, v: list[Any]) -> list[Any]:
+    def _distinct(cls, v: list[_Item]) -> list[_Item]:
         if not v or len(set(v)) != len(v):
             raise ValueError(f"must be a non-empty list of distinct values, got {v}")
         return sorted(v) if isinstance(v[0], int) else v
@@ -134,7 +137,7 @@ class MetastabilityConfig(SimulationConfig, ModelConfig):
         return v
 
     @model_validator(mode="after")
-    def _map(self):
+    def _map(self) -> Self:
         d = model_dimension(self)
         for name in self.inits:
             try:
@@ -238,7 +241,7 @@ def _rules(config: MetastabilityConfig) -> BranchRules:
     return BranchRules(config.dt_save, config.tol, config.branch_gap, kinds)
 
 
-def run(config: MetastabilityConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(config: MetastabilityConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
     """Every point of the map (a part of the run folder each), then the branches' fits."""
     reporter = progress or Reporter()
     units = Units(config, EXPERIMENT.part_keys, out, reporter)
@@ -287,7 +290,7 @@ class TimeStepProbe:
     solver: str
     errors: dict[float, float]
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, object]:
         return {
             "init": self.kind,
             "N": self.N,
@@ -337,7 +340,7 @@ def _long_names(ds: xr.Dataset, eps: float) -> None:
 # -------------------------------------------------------------------------------------- summary
 
 
-def summarize(ds) -> dict[str, Any]:
+def summarize(ds: xr.Dataset) -> dict[str, object]:
     """The practitioner's law, the mean-field branch, per cloud kind the finite-N fits per beta and
     the map of departures."""
     from .summary import summary
@@ -345,7 +348,9 @@ def summarize(ds) -> dict[str, Any]:
     return summary(ds)
 
 
-def figures(ds, outdir: str | Path, *, dpi: int | None = None, animation: bool = False) -> list[Path]:
+def figures(
+    ds: xr.Dataset, outdir: str | Path, *, dpi: int | None = None, animation: bool = False
+) -> list[Path]:
     """The heatmap of departures, the branches against log N, the crossover N*(beta)."""
     from ...plot import DPI
     from .figures import draw

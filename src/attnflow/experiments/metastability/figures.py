@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from ..._text import format_value, format_with_error
 from ...plot import DPI, beta_label, fits_of, new_figure, require, run_title, save, series_styles, ticks_at
+
+if TYPE_CHECKING:
+    import xarray as xr
+    from matplotlib.axes import Axes
+
+    from .branches import BranchFits, KindFits
 
 CAPTIONS = {
     "map": (
@@ -35,11 +41,11 @@ CAPTIONS = {
 }
 
 
-def _kinds(ds: Any) -> list[str]:
+def _kinds(ds: xr.Dataset) -> list[str]:
     return [str(k) for k in ds["init"].values]
 
 
-def kind_title(ds: Any, kind: str) -> str:
+def kind_title(ds: xr.Dataset, kind: str) -> str:
     """A panel's title: the cloud kind and whether its points are means over random clouds."""
     seeded = "seeded" in ds.variables and bool(ds["seeded"].sel(init=kind))
     return f"init = {kind}: " + (
@@ -61,7 +67,7 @@ def _cell(v: float, e: float) -> str:
     return f"{value}\n± {error}"
 
 
-def plot_map(ds: Any, outdir: Path, dpi: int = DPI) -> list[Path]:
+def plot_map(ds: xr.Dataset, outdir: Path, dpi: int = DPI) -> list[Path]:
     """Heatmap of t_depart (beta, N) per cloud kind, each cell labelled with its value."""
     require(ds, ["t_depart"], "plot_map", {"t_depart": ("init", "beta", "N")})
     kinds, betas, Ns = _kinds(ds), ds["beta"].values, ds["N"].values
@@ -93,11 +99,17 @@ def plot_map(ds: Any, outdir: Path, dpi: int = DPI) -> list[Path]:
     return save(fig, outdir, "map", dpi)
 
 
-def _branch_panel(ax: Any, ds: Any, kind: str, fits: dict[str, Any]) -> None:
+def _kind_fits(fits: BranchFits, kind: str) -> KindFits:
+    """The fits of one cloud kind (none: {})."""
+    none: KindFits = {}
+    return fits.get("kinds", {}).get(kind, none)
+
+
+def _branch_panel(ax: Axes, ds: xr.Dataset, kind: str, fits: BranchFits) -> None:
     """One kind's departures against N, its fitted lines and mean-field levels, one colour per beta."""
     betas, Ns = ds["beta"].values, np.asarray(ds["N"].values, dtype=float)
     styles = series_styles(len(betas))
-    per_beta = fits.get("kinds", {}).get(kind, {}).get("per_beta", {})
+    per_beta = _kind_fits(fits, kind).get("per_beta", {})
     p = ds.sel(init=kind)
     top = np.nanmax(p["t_depart"].values) if np.isfinite(p["t_depart"].values).any() else 1.0
     for i, b in enumerate(betas):
@@ -122,10 +134,10 @@ def _branch_panel(ax: Any, ds: Any, kind: str, fits: dict[str, Any]) -> None:
     ax.grid(True, alpha=0.3)
 
 
-def plot_branches(ds: Any, outdir: Path, dpi: int = DPI) -> list[Path]:
+def plot_branches(ds: xr.Dataset, outdir: Path, dpi: int = DPI) -> list[Path]:
     """t_depart against N per beta with the finite-N fits and the mean-field levels, per kind."""
     require(ds, ["t_depart", "t_depart_error"], "plot_branches")
-    kinds, fits = _kinds(ds), fits_of(ds)
+    kinds, fits = _kinds(ds), cast("BranchFits", fits_of(ds))
     fig, axes = new_figure(1, len(kinds), (4.6 * len(kinds) + 1.4, 4.4))
     for ax, kind in zip(axes[0], kinds, strict=True):
         _branch_panel(ax, ds, kind, fits)
@@ -145,16 +157,14 @@ def plot_branches(ds: Any, outdir: Path, dpi: int = DPI) -> list[Path]:
     return save(fig, outdir, "branches", dpi)
 
 
-def _number(v: Any) -> float:
+def _number(v: object) -> float:
     """A fit's number as a float; NaN where it is missing or None (a fit that had too few points)."""
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
 
 
-def _crossover_line(
-    fits: dict[str, Any], kind: str, betas: np.ndarray
-) -> tuple[np.ndarray, np.ndarray] | None:
+def _crossover_line(fits: BranchFits, kind: str, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(beta grid, N*) of the pooled fit of `kind` with the mean-field branch, or None."""
-    pooled = fits.get("kinds", {}).get(kind, {}).get("pooled", {})
+    pooled = _kind_fits(fits, kind).get("pooled", {})
     mf = fits.get("mean_field", {})
     a, b = _number(pooled.get("a")), _number(pooled.get("b"))
     slope, intercept = _number(mf.get("slope")), _number(mf.get("intercept"))
@@ -166,16 +176,16 @@ def _crossover_line(
         return grid, np.where(log_n < 700, np.exp(np.minimum(log_n, 700)), np.nan)
 
 
-def plot_crossover(ds: Any, outdir: Path, dpi: int = DPI) -> list[Path]:
+def plot_crossover(ds: xr.Dataset, outdir: Path, dpi: int = DPI) -> list[Path]:
     """N*(beta) per kind (points with errors) and the line exp((t_mf(beta) - b) / a)."""
     require(ds, ["t_depart"], "plot_crossover")
-    fits, betas = fits_of(ds), np.asarray(ds["beta"].values, dtype=float)
+    fits, betas = cast("BranchFits", fits_of(ds)), np.asarray(ds["beta"].values, dtype=float)
     Ns = np.asarray(ds["N"].values, dtype=float)
     fig, axes = new_figure(1, 1, (6.2, 4.4))
     ax = axes[0][0]
     ax.axhspan(Ns.min(), Ns.max(), color="0.9", label="the map's N")
     for i, (kind, st) in enumerate(zip(_kinds(ds), series_styles(len(_kinds(ds)), "cividis"), strict=True)):
-        per_beta = fits.get("kinds", {}).get(kind, {}).get("per_beta", {})
+        per_beta = _kind_fits(fits, kind).get("per_beta", {})
         b, y, lo, hi = [], [], [], []
         for beta in betas:
             cross = per_beta.get(f"{beta:g}", {}).get("crossover", {})
@@ -206,6 +216,6 @@ def plot_crossover(ds: Any, outdir: Path, dpi: int = DPI) -> list[Path]:
     return save(fig, outdir, "crossover", dpi)
 
 
-def draw(ds: Any, outdir: Path, dpi: int = DPI) -> list[Path]:
+def draw(ds: xr.Dataset, outdir: Path, dpi: int = DPI) -> list[Path]:
     """Every figure of the run (CAPTIONS' order)."""
     return [*plot_map(ds, outdir, dpi), *plot_branches(ds, outdir, dpi), *plot_crossover(ds, outdir, dpi)]

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,7 +23,14 @@ from ...io import to_json
 from ...progress import Reporter
 from ...science.claims import WeightsData
 from ..common import restartable, torch_threads, unit_float64
-from ..inputs import InitialMeasure, Integration, ModelInputs
+from ..inputs import InitialMeasure, Integration, ModelInputs, SimulateKeywords
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ...attention import Attention
+    from ...flow import Dynamics
+    from ...science.curves import Located
 
 #: a cluster has departed when the mass near its atom falls below this fraction of the atom's mass
 #: after it had formed (reached `science.curves.FORMED`): the `concentration` experiment's departure,
@@ -63,7 +70,8 @@ class MetastabilityInputs:
     @property
     def side(self) -> np.ndarray:
         """P_1^T u_1 (d,): the sign of <side, x> = <u_1, P_1 x> says which atom Pi sends x to."""
-        return np.asarray(self.model.spectrum.top_projector).T @ self.u1
+        side: np.ndarray = np.asarray(self.model.spectrum.top_projector).T @ self.u1
+        return side
 
     def predictions(self, beta: float, N: int) -> dict[str, float]:
         """The two branches' departure times at (beta, N): log N / lambda and (delta / lambda) beta."""
@@ -123,8 +131,8 @@ class _Followed:
     fractions: list[np.ndarray]
     mass_V: list[np.ndarray]
     X: np.ndarray
-    infos: list[dict[str, Any]] = field(default_factory=list)
-    located: dict[tuple[int, int], Any] = field(default_factory=dict)
+    infos: list[dict[str, object]] = field(default_factory=list)
+    located: dict[tuple[int, int], Located] = field(default_factory=dict)
 
     def located_array(self, M: int) -> np.ndarray:
         """(M, 2, 2): per cloud and atom the located departure and its error (NaN where none)."""
@@ -152,7 +160,7 @@ def cloud_done(times: np.ndarray, fractions: np.ndarray, mass_V: np.ndarray) -> 
     return never and bool(mass_V[-1] >= LEVEL)
 
 
-def simulate_kwargs(solver: Integration) -> dict[str, Any]:
+def simulate_kwargs(solver: Integration) -> SimulateKeywords:
     """The keywords of `simulate` for a point: the run's integrator, the adaptive one holding every
     token to its tolerance (norm "max": with the RMS over tokens one token may err sqrt(N) times
     more, and the last few tokens near a separatrix decide when a cluster leaves)."""
@@ -165,7 +173,7 @@ def simulate_kwargs(solver: Integration) -> dict[str, Any]:
 def _chunk(
     inputs: MetastabilityInputs,
     solver: Integration,
-    att: Any,
+    att: Attention | Dynamics,
     clouds: PointClouds,
     run: _Followed,
     k: tuple[int, int],
@@ -202,7 +210,7 @@ def _chunk(
 def _locate_departures(
     inputs: MetastabilityInputs,
     solver: Integration,
-    att: Any,
+    att: Attention | Dynamics,
     clouds: PointClouds,
     run: _Followed,
     states: list[np.ndarray],
@@ -232,7 +240,7 @@ def _locate_departures(
             ):
                 continue
 
-            def fraction_gap(X: np.ndarray, _t: float, m=m, a=a) -> float:
+            def fraction_gap(X: np.ndarray, _t: float, m: int = m, a: int = a) -> float:
                 near = (sign[a] * (X @ inputs.u1) > cos) @ share
                 return LEVEL - float(near) / float(clouds.atom_mass[m, a])
 
@@ -289,7 +297,7 @@ def point_part(
     N: int,
     reporter: Reporter,
     solver: Integration | None = None,
-):
+) -> xr.Dataset:
     """The Dataset of one point: per cloud (seed) and atom the mass fraction against t, the mass near
     V's top eigenspace; attrs: the point's coordinates, horizon, the predictions, the resolution
     ratio and the solver's infos. solver: the run's, unless another is given (the time-step probe's

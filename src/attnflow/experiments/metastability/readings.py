@@ -15,14 +15,18 @@ below the level by chance; each cluster's own mass falls from about 1 to 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...science.curves import FORMED
+from ..common import DataVariables
 from .points import ATOMS, LEVEL
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 #: what happened to one cloud of a point
 STATUSES = {
@@ -97,9 +101,9 @@ def assemble(
     betas: tuple[float, ...],
     Ns: tuple[int, ...],
     seeds: tuple[int, ...],
-    parts: Mapping[tuple[str, float, int], Any],
+    parts: Mapping[tuple[str, float, int], xr.Dataset],
     timestep: Mapping[float, float],
-):
+) -> xr.Dataset:
     """The run's Dataset from its parts {(kind, beta, N): part}, kinds {name: seeded}: coords init,
     beta, N, seed, atom; seeded (init): whether the kind's clouds are random (one per seed);
     per point t_depart, t_depart_error, t_depart_spread, departed, t_end, horizon, resolution_ratio;
@@ -138,7 +142,7 @@ def assemble(
             status[i, j, k, s] = r.status
             peak[i, j, k, s] = r.peak
     dims, cdims = ("init", "beta", "N"), ("init", "beta", "N", "seed")
-    data: dict[str, Any] = {name: (dims, v) for name, v in point.items()}
+    data: DataVariables = {name: (dims, v) for name, v in point.items()}
     data.update({name: (cdims, v) for name, v in cloud.items()})
     data["status"] = (cdims, status.astype(str))
     data["peak"] = ((*cdims, "atom"), peak)
@@ -154,7 +158,7 @@ def assemble(
     return xr.Dataset(data, coords=coords)
 
 
-def timestep_error(base: Any, tight: Any) -> float:
+def timestep_error(base: xr.Dataset, tight: xr.Dataset) -> float:
     """The time-step error of a point's departure: the largest change over its clouds between the
     run's integrator (part `base`) and a tighter one (part `tight`); 0 where neither departed, NaN
     where one did and the other did not."""
@@ -179,13 +183,15 @@ def _astuple(stats: PointStats) -> tuple[float, float, float, float]:
     return stats.t, stats.error, stats.spread, stats.departed
 
 
-def _grid(kinds, betas, Ns):
+def _grid(
+    kinds: Mapping[str, bool], betas: tuple[float, ...], Ns: tuple[int, ...]
+) -> Iterator[tuple[tuple[int, str], tuple[int, float], tuple[int, int]]]:
     for i, kind in enumerate(kinds):
         for j, beta in enumerate(betas):
             for k, N in enumerate(Ns):
                 yield (i, kind), (j, beta), (k, N)
 
 
-def _located(part: Any, m: int) -> np.ndarray | None:
+def _located(part: xr.Dataset, m: int) -> np.ndarray | None:
     """A point part's located departures of cloud m (2, 2), or None (a part written before them)."""
     return part.located.values[m] if "located" in part.variables else None

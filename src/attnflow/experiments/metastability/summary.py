@@ -6,15 +6,20 @@ attrs["fits"] (`branches.branch_fits`); shaped for the table model (`experiments
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, SupportsFloat, cast
 
 import numpy as np
 
 from ...io import json_attr
 from .readings import STATUSES
 
+if TYPE_CHECKING:
+    import xarray as xr
 
-def _measured(value: Any, error: Any) -> dict[str, Any] | None:
+    from .branches import BetaFitRecord, BranchFits, LogNFitRecord
+
+
+def _measured(value: SupportsFloat | None, error: SupportsFloat | None) -> dict[str, float] | None:
     v = float(value) if value is not None else math.nan
     if not math.isfinite(v):
         return None
@@ -22,7 +27,9 @@ def _measured(value: Any, error: Any) -> dict[str, Any] | None:
     return {"value": v, "error": e} if math.isfinite(e) else {"value": v}
 
 
-def _num(x: Any) -> float | None:
+def _num(x: SupportsFloat | str | None) -> float | None:
+    if x is None:  # (float(None) fails)
+        return None
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -30,9 +37,9 @@ def _num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _beta_row(entry: dict[str, Any]) -> dict[str, Any]:
+def _beta_row(entry: BetaFitRecord) -> dict[str, object]:
     """One row of a kind's per-beta table."""
-    row: dict[str, Any] = {"t_mf": _measured(entry.get("t_mf"), entry.get("t_mf_error"))}
+    row: dict[str, object] = {"t_mf": _measured(entry.get("t_mf"), entry.get("t_mf_error"))}
     row["t_mf from"] = "measured" if entry.get("t_mf_measured") else "branch"
     fit = entry.get("fit")
     if fit is None:
@@ -53,7 +60,7 @@ def _beta_row(entry: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _pooled_row(fit: dict[str, Any], lam: float) -> dict[str, Any]:
+def _pooled_row(fit: LogNFitRecord, lam: float) -> dict[str, object]:
     if "error" in fit:
         return {"note": fit["error"]}
     return {
@@ -65,12 +72,12 @@ def _pooled_row(fit: dict[str, Any], lam: float) -> dict[str, Any]:
     }
 
 
-def _map(ds: Any, kind: str) -> dict[str, dict[str, Any]]:
+def _map(ds: xr.Dataset, kind: str) -> dict[str, dict[str, object]]:
     """beta -> {N = n: departure (± error)} for one kind; a point without departure: its statuses."""
     p = ds.sel(init=kind)
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, dict[str, object]] = {}
     for beta in ds["beta"].values.tolist():
-        row: dict[str, Any] = {}
+        row: dict[str, object] = {}
         for N in ds["N"].values.tolist():
             q = p.sel(beta=beta, N=N)
             value = _measured(q["t_depart"].values, q["t_depart_error"].values)
@@ -86,15 +93,15 @@ def _map(ds: Any, kind: str) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def _number(v: Any) -> float:
+def _number(v: SupportsFloat | None) -> float:
     """A fit's value as a float: NaN where JSON left None."""
     return math.nan if v is None else float(v)
 
 
-def _law(fits: dict[str, Any]) -> list[str]:
+def _law(fits: BranchFits) -> list[str]:
     """The practitioner's law in words, per cloud kind with a pooled fit."""
     mf = fits.get("mean_field", {})
-    slope, c, c_err = (_number(mf.get(k)) for k in ("slope", "intercept", "intercept_err"))
+    slope, c, c_err = _number(mf.get("slope")), _number(mf.get("intercept")), _number(mf.get("intercept_err"))
     c_text = f"{c:+.2f}" if math.isfinite(c) and math.isfinite(c_err) else "+ c (c not measured)"
     lines = []
     for kind, entry in fits.get("kinds", {}).items():
@@ -111,12 +118,12 @@ def _law(fits: dict[str, Any]) -> list[str]:
     return lines
 
 
-def summary(ds: Any) -> dict[str, Any]:
-    fits = json_attr(ds, "fits", {})
+def summary(ds: xr.Dataset) -> dict[str, object]:
+    fits = cast("BranchFits", json_attr(ds, "fits", {}))
     w = fits.get("weights", {})
     lam = float(w.get("lambda", math.nan))
     mf = fits.get("mean_field", {})
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "experiment": "metastability",
         "betas": [float(b) for b in ds["beta"].values],
         "Ns": [int(n) for n in ds["N"].values],

@@ -1,10 +1,10 @@
 """`phase-diagram`: clusters over (t, beta), many clouds per point (`experiment`: config, presets,
 inputs, run, summary, EXPERIMENT; `figures`: the heatmaps)."""
 
+from ...science.clusters import GLPR_EPS
 from .experiment import (
     CURVES,
     EXPERIMENT,
-    GLPR_EPS,
     PRESETS,
     VARY_KEYS,
     PhaseDiagramConfig,

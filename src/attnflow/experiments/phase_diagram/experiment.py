@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, Self
 
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
@@ -43,7 +43,10 @@ from ..units import Unit, Units
 from .figures import CAPTIONS, figures
 
 if TYPE_CHECKING:
-    pass
+    import xarray as xr
+
+    from ...attention import Attention
+    from ...flow import Dynamics
 
 #: the model keys a phase diagram may put side by side (`vary`): the flow keys marked so (FLOW_FIELDS)
 #: and the draw of weights = random
@@ -84,7 +87,7 @@ class PhaseDiagramConfig(SimulationConfig, FlowConfig):
         return sorted(v)
 
     @model_validator(mode="after")
-    def _panels(self):
+    def _panels(self) -> Self:
         if (self.vary != "none") != bool(self.values):
             raise ValueError(
                 f"vary = {self.vary!r} and values = {self.values}: give both (a key, its values) or neither"
@@ -111,7 +114,7 @@ def panels(config: PhaseDiagramConfig) -> list[tuple[str, PhaseDiagramConfig]]:
     return out
 
 
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, object]] = {
     # seconds: the tests and `attnflow run phase-diagram-tiny`
     "phase-diagram-tiny": {
         "weights": "identity",
@@ -147,7 +150,7 @@ class Panel:
     """One panel of a phase diagram: its label, its value of `vary` and its model."""
 
     label: str
-    value: Any
+    value: str | float | None  # None: nothing varied
     model: ModelInputs
 
 
@@ -185,7 +188,9 @@ def phase_inputs(config: PhaseDiagramConfig) -> PhaseInputs:
     )
 
 
-def measure(x: np.ndarray, eps: float, atoms: tuple[int, ...], model: Any = None) -> dict[str, np.ndarray]:
+def measure(
+    x: np.ndarray, eps: float, atoms: tuple[int, ...], model: Attention | Dynamics | None = None
+) -> dict[str, np.ndarray]:
     """The per-cloud curves of states x (T, M, N, d) (rows in R^d allowed): clusters, clustered_pairs,
     radius, log_energy (T, M; log E_beta of the model, NaN without one head or model) and w2_atoms
     (T, M, k), measured on the directions x / |x|."""
@@ -203,7 +208,7 @@ def measure(x: np.ndarray, eps: float, atoms: tuple[int, ...], model: Any = None
     }
 
 
-def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter):
+def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter) -> xr.Dataset:
     """One point: every cloud at beta under the panel's model, measured."""
     import xarray as xr
 
@@ -226,7 +231,7 @@ def _point(inputs: PhaseInputs, panel: Panel, beta: float, reporter: Reporter):
     )
 
 
-def _with_energy(part):
+def _with_energy(part: xr.Dataset) -> xr.Dataset:
     """A part written before log_energy was measured gets it as NaN (not computed then)."""
     if "log_energy" in part.variables:
         return part
@@ -234,10 +239,11 @@ def _with_energy(part):
 
 
 def _name(inputs: PhaseInputs, panel: Panel, beta: float) -> str:
-    return part_name(**({inputs.vary: panel.value} if inputs.vary else {}), beta=beta)
+    varied = {inputs.vary: panel.value} if inputs.vary and panel.value is not None else {}
+    return part_name(**varied, beta=beta)
 
 
-def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter | None = None):
+def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
     """Every (panel, beta) point: clouds integrated together and measured; one Dataset."""
     import xarray as xr
 
@@ -272,7 +278,7 @@ def run(config: PhaseDiagramConfig, out: Path | None = None, progress: Reporter 
     return ds
 
 
-def _predictions(ds, inputs: PhaseInputs, N: int) -> None:
+def _predictions(ds: xr.Dataset, inputs: PhaseInputs, N: int) -> None:
     """predicted_clusters (the linearisation's count from each cloud's rho_0) and
     metastable_clusters (the first plateau of the measured count), (variant, beta, cloud)."""
     from ...science.clusters import metastable_count
@@ -289,7 +295,7 @@ def _predictions(ds, inputs: PhaseInputs, N: int) -> None:
     ds["metastable_clusters"] = (dims, metastable)
 
 
-def _long_names(ds, eps: float) -> None:
+def _long_names(ds: xr.Dataset, eps: float) -> None:
     long = {
         "clusters": f"number of clusters (tokens within {eps:.3g} rad joined), per cloud",
         "clustered_pairs": f"mass of the pairs i != j within {eps:.3g} rad (GLPR's clustered pairs)",
@@ -311,7 +317,7 @@ def first_time(times: np.ndarray, curve: np.ndarray, level: float) -> float:
     return float(times[hit[0]]) if hit.size else math.nan
 
 
-def _prediction_row(p) -> dict[str, Any]:
+def _prediction_row(p: xr.Dataset) -> dict[str, float | None]:
     """The linearisation's count against the metastable one at a point: means over the clouds and
     the fraction of the clouds where they agree (None where nothing was predicted)."""
     if "predicted_clusters" not in p.variables or not np.isfinite(p.predicted_clusters.values).any():
@@ -324,12 +330,12 @@ def _prediction_row(p) -> dict[str, Any]:
     }
 
 
-def summarize(ds) -> dict[str, Any]:
+def summarize(ds: xr.Dataset) -> dict[str, object]:
     """Per panel and beta, at t_max: the clusters (mean and spread over the clouds), the clustered
     pairs and W2 to the nearest atom(s) (means); and the time the mean clustered pairs reach 1/2."""
     cfg = json_attr(ds, "config", {})
     times = ds.time.values
-    per: dict[str, Any] = {}
+    per: dict[str, object] = {}
     for variant in ds.variant.values.tolist():
         for beta in ds.beta.values.tolist():
             p = ds.sel(variant=variant, beta=beta)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from ...plot import DPI, new_figure, run_title, save
 
 if TYPE_CHECKING:
     import xarray as xr
+    from matplotlib.colors import Normalize
 
 CAPTIONS = {
     "clusters": (
@@ -51,10 +52,21 @@ CAPTIONS = {
 }
 
 
-Rows = list[tuple[str, np.ndarray, dict[str, Any]]]
+class Mesh(TypedDict, total=False):
+    """pcolormesh keywords of a row of heatmaps; log: a log colour scale (floored, not a keyword)."""
+
+    norm: Normalize
+    cmap: str
+    vmin: float
+    vmax: float
+    log: bool
 
 
-def _heatmaps(ds, rows: Rows, title: str, outdir, stem: str, dpi: int) -> list[Path]:
+#: the rows of `_heatmaps`: (label, values (variant, beta, time), pcolormesh keywords)
+Rows = list[tuple[str, np.ndarray, Mesh]]
+
+
+def _heatmaps(ds: xr.Dataset, rows: Rows, title: str, outdir: str | Path, stem: str, dpi: int) -> list[Path]:
     """One row of heatmaps over (t, beta) per (row label, values (variant, beta, time), pcolormesh
     keywords), one column per variant, each row on one colour scale with its colour bar. The betas
     are rows of equal height, labelled with their values (a grid of betas need not be even)."""
@@ -64,7 +76,7 @@ def _heatmaps(ds, rows: Rows, title: str, outdir, stem: str, dpi: int) -> list[P
     variants = [str(v) for v in ds.variant.values]
     fig, axes = new_figure(len(rows), len(variants), (3.6 * len(variants) + 1.2, 3.0 * len(rows) + 0.8))
     for r, (label, values, kw) in enumerate(rows):
-        kw = dict(kw)
+        kw = kw.copy()
         if "norm" not in kw and "vmin" not in kw:
             kw["norm"] = _norms(values, log=False)
         floor = getattr(kw.get("norm"), "vmin", None) if kw.get("log") else None
@@ -84,7 +96,7 @@ def _heatmaps(ds, rows: Rows, title: str, outdir, stem: str, dpi: int) -> list[P
     return save(fig, outdir, stem, dpi)
 
 
-def _norms(values: np.ndarray, log: bool):
+def _norms(values: np.ndarray, log: bool) -> Normalize:
     from matplotlib.colors import LogNorm, Normalize
 
     finite = values[np.isfinite(values) & (values > 0 if log else True)]
@@ -104,13 +116,13 @@ def _spans_decades(values: np.ndarray) -> bool:
     return bool(v.size) and float(v.max()) > 20 * float(v.min())
 
 
-def _scale(values: np.ndarray, cmap: str) -> dict[str, Any]:
+def _scale(values: np.ndarray, cmap: str) -> Mesh:
     """pcolormesh keywords: a log colour scale where the values span decades, else linear."""
     log = _spans_decades(values)
     return {"norm": _norms(values, log), "cmap": cmap, "log": log}
 
 
-def _stats(da) -> tuple[np.ndarray, np.ndarray]:
+def _stats(da: xr.DataArray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard deviation over the clouds, (variant, beta, time)."""
     v = da.transpose("variant", "beta", "time", "cloud").values
     return v.mean(axis=-1), (v.std(axis=-1, ddof=1) if v.shape[-1] > 1 else np.zeros(v.shape[:-1]))
@@ -146,7 +158,7 @@ def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bo
         "pairs",
         dpi,
     )
-    rows = []
+    rows: Rows = []
     for k in ds.k.values.tolist():
         m, _ = _stats(ds.w2_atoms.sel(k=k))
         rows.append(
@@ -162,7 +174,7 @@ def figures(ds: xr.Dataset, outdir: str | Path, *, dpi: int = DPI, animation: bo
     return paths
 
 
-def _predicted(ds, outdir, dpi: int) -> list[Path]:
+def _predicted(ds: xr.Dataset, outdir: str | Path, dpi: int) -> list[Path]:
     """Predicted and measured metastable cluster counts against beta, one panel per variant."""
     betas = np.asarray(ds.beta.values, dtype=float)
     variants = [str(v) for v in ds.variant.values]
@@ -185,7 +197,7 @@ def _predicted(ds, outdir, dpi: int) -> list[Path]:
     return save(fig, outdir, "predicted", dpi)
 
 
-def _energy(ds, outdir, dpi: int) -> list[Path]:
+def _energy(ds: xr.Dataset, outdir: str | Path, dpi: int) -> list[Path]:
     """log E_beta(t) - log E_beta(0) of cloud 0, one line per beta, one panel per variant."""
     t = np.asarray(ds.time.values, dtype=float)
     variants = [str(v) for v in ds.variant.values]
