@@ -320,3 +320,21 @@ def test_the_calibration_command_writes_what_auto_reads(cache, capsys):
     assert kcosts.active()["fused"][variant] != kcosts.DEFAULTS["fused"][variant]  # measured here
     calibrate.main(["--N", "1024", "--repeats", "1", "--dry-run"])
     assert "written to" not in capsys.readouterr().out
+
+
+def test_calibration_times_every_call_cold():
+    """The truncated kernel keeps its geometry across moves; a calibration call must not take it
+    (its constants price a state the kernel has not seen), and auto.forget() drops it too."""
+    X = torch.as_tensor(af.sample_uniform(512, 3, seed=2))
+    att = af.worked_example(1000.0)
+    run = next(r for r in calibrate.runs(3) if r.kernel == "truncated")
+    stats = [calibrate._run(run, X, att)[1] for _ in range(2)]
+    assert [s["geometry_built"] for s in stats] == [1, 1] and all(s["geometry_kept"] == 0 for s in stats)
+    kept: dict = {}
+    velocity_truncated(X, att)
+    velocity_truncated(X.clone(), att, stats=kept)  # another tensor, the same state: kept across moves
+    assert kept["geometry_kept"] == 1  # what calibration must not see
+    auto.forget()
+    cold: dict = {}
+    velocity_truncated(X.clone(), att, stats=cold)
+    assert cold["geometry_built"] == 1 and cold["geometry_kept"] == 0

@@ -36,6 +36,7 @@ from . import costs as _costs
 from .common import Stats
 from .fused import variant
 from .pricing import Work, nnls
+from .truncated import forget_geometry
 
 if TYPE_CHECKING:
     from ..attention import Attention
@@ -129,12 +130,14 @@ def states(Ns: tuple[int, ...]) -> list[State]:
 
 
 def _run(run: Run, X: torch.Tensor, att: Attention) -> tuple[float, Stats]:
-    """CPU seconds and stats of one call (nothing reused from an earlier one)."""
+    """CPU seconds and stats of one call (nothing reused from an earlier one: no plan, no kept
+    geometry of the truncated kernel)."""
     spec = registry.get(run.kernel)
     fn = spec.load()
     Xk = X.to(getattr(torch, run.dtype))
     stats: Stats = {}
     reuse.clear()
+    forget_geometry()
     c0 = time.process_time()
     fn(Xk, att, stats=stats) if spec.cost is not None and spec.cost.stats else fn(Xk, att)
     return time.process_time() - c0, stats
