@@ -34,7 +34,8 @@ def _installed(dist: str, *modules: str) -> None:
 
 def _gguf_raw(path):
     """The file's attention tensors and norms, dequantised by our own code, in Hugging Face's row
-    order (llama.cpp's converter wrote file row h*dh + 2k + a for model row h*dh + a*dh/2 + k)."""
+    order (llama.cpp's converter wrote file row h*dh + 2k + a for model row h*dh + a*dh/2 + k); the
+    feed-forward weights (three quarters of a block) are left out."""
     import gguf
 
     reader = gguf.GGUFReader(str(path))
@@ -44,7 +45,7 @@ def _gguf_raw(path):
         shape = tuple(int(n) for n in reversed(t.shape))
         if kind == "F32":
             out[t.name] = np.asarray(t.data, dtype=np.float64).reshape(shape)
-        elif t.name.startswith("blk."):
+        elif t.name.startswith("blk.") and ".attn_" in t.name:
             out[t.name] = DEQUANTIZE[kind](np.asarray(t.data)).astype(np.float64).reshape(shape)
     for name, w in list(out.items()):
         if name.endswith(("attn_q.weight", "attn_k.weight")):
