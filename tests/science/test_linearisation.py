@@ -88,11 +88,11 @@ def matched(P: np.ndarray, C: np.ndarray) -> float:
 
 
 def test_n_tokens_on_the_circle_form_the_predicted_clusters():
-    """1000 tokens, every mode k = 1..12 seeded with the same amplitude 1e-6 and random phases: at
+    """400 tokens, every mode k = 1..12 seeded with the same amplitude 1e-6 and random phases: at
     beta = 2, 5, 8 the fastest mode (k* = 2, 3, 4) wins, and the metastable state at t = 30 has k*
     clusters at the maxima of its initial phase."""
     rng = np.random.default_rng(0)
-    X0 = lattice(1000, 1e-6, {k: (1.0, rng.uniform(0, 2 * np.pi)) for k in range(1, 13)})
+    X0 = lattice(400, 1e-6, {k: (1.0, rng.uniform(0, 2 * np.pi)) for k in range(1, 13)})
     betas = [2.0, 5.0, 8.0]
     tr = af.simulate(X0, [identity(2, b) for b in betas], [0.0, 30.0], method="adaptive",
                      options={"rtol": 1e-10, "atol": 1e-12})  # fmt: skip
