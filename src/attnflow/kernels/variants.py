@@ -30,6 +30,7 @@ the kernel signature `(X, dyn, *, betas, weights) -> (M, N, d)`:
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING
 
 import torch
@@ -324,14 +325,28 @@ def _merge(
     return mean, top + torch.log(Z)
 
 
+# the heads' B_h and value maps stacked, per Dynamics (which does not change once made), dtype and device
+_Stacks = dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]]
+_stacks: weakref.WeakKeyDictionary[Dynamics, _Stacks] = weakref.WeakKeyDictionary()
+
+
+def _head_stacks(dyn: Dynamics, dt: torch.dtype, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B_h, W_O^h V_h or V_h / H) of every head, (H, d, d) each: made once, not at every evaluation
+    (twelve 384 x 384 heads of a real layer cost more to stack than a small cloud's attention)."""
+    per = _stacks.setdefault(dyn, {})
+    if (dt, dev) not in per:
+        Bs = torch.stack([torch.tensor(a.B, dtype=dt, device=dev) for a in dyn.heads])
+        Vs = torch.stack([torch.tensor(V, dtype=dt, device=dev) for V in dyn.values])
+        per[(dt, dev)] = (Bs, Vs)
+    return per[(dt, dev)]
+
+
 def _sdpa_heads(
     theta: torch.Tensor, dyn: Dynamics, beta: torch.Tensor, logw: torch.Tensor | None, causal: bool
 ) -> torch.Tensor:
     """sum_h W_O^h m_i^h (softmax) by one call of torch's SDPA with the heads as its head axis."""
     M, N, d = theta.shape
-    dt, dev = theta.dtype, theta.device
-    Bs = torch.stack([torch.tensor(a.B, dtype=dt, device=dev) for a in dyn.heads])  # (H, d, d)
-    Vs = torch.stack([torch.tensor(V, dtype=dt, device=dev) for V in dyn.values])
+    Bs, Vs = _head_stacks(dyn, theta.dtype, theta.device)
     q = torch.einsum("mnd,hde->mhne", theta, Bs) * beta.view(M, 1, 1, 1)
     v = torch.einsum("mnd,hed->mhne", theta, Vs)  # rows V_h theta_j
     k = theta.unsqueeze(1)
