@@ -120,6 +120,7 @@ def moments(states):
     )
 
 
+@pytest.mark.slow  # 16 s: three full mean-field runs (the only test of the fast set over 5 s)
 def test_a_scouted_run_is_the_run_of_full_passes():
     """The scouting pass (rtol 1e-5) only centres the final pass's patches: the final states are
     those of passes at full tolerance until they agree, to well within the discretisation's own
