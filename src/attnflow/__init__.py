@@ -39,7 +39,7 @@ _API = {
     "project": "dynamics.zero_temperature",
     "reference_w2": "dynamics.reference",
     "ReferenceW2": "dynamics.reference",
-    "local_rates": "dynamics.reference",
+    "local_rates": "dynamics.rates",
     "check_assumptions": "science.assumptions",
     "AssumptionReport": "science.assumptions",
     "reference_rates": "science.assumptions",

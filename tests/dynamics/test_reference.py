@@ -14,7 +14,8 @@ import pytest
 from scipy.integrate import odeint, quad_vec
 
 from attnflow.attention import Attention, attention_from_A, worked_example
-from attnflow.dynamics.reference import local_rates, reference_w2
+from attnflow.dynamics.rates import local_rates
+from attnflow.dynamics.reference import reference_w2
 from attnflow.dynamics.zero_temperature import ExactFlow, project, simulate_zero_temperature
 from attnflow.measures.sampling import sample_uniform, sample_vmf
 from attnflow.science.assumptions import reference_rates

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import attnflow as af
-from attnflow.dynamics.reference import local_rates
+from attnflow.dynamics.rates import local_rates
 from attnflow.experiments.tables import CLAIM_COLUMNS
 from attnflow.science.claims import (
     CLAIMS,

@@ -43,6 +43,7 @@ from ..attention import Attention
 from ..flow import Dynamics
 from ..kernels import batch_size, check_dtype, check_kernel_name, per_cloud, rows, unless_uniform
 from ..progress import time_bar
+from ._segments import LastSave, segments
 from .arguments import (
     OPTIONS,
     Temperatures,
@@ -315,43 +316,6 @@ def _run(numerics: _Numerics, f: Field, X: torch.Tensor, out: Output, noise: Noi
     return run_fixed(numerics.method, f, X, out, numerics.dt, opts["max_steps"], noise)
 
 
-@dataclass(frozen=True)
-class _Segment:
-    """A stretch of constant weights: [start, end], the indices of the output times it saves."""
-
-    k: int
-    start: float
-    end: float
-    saves: np.ndarray
-
-
-def _segments(t_out: np.ndarray, period: float) -> list[_Segment]:
-    """The segments of weights redrawn every `period` up to t_out[-1] (inf: one segment). An output
-    time on a boundary belongs to the later segment (the state there is the same)."""
-    t_final = float(t_out[-1])
-    n = 1 if not math.isfinite(period) else max(1, math.ceil(t_final / period - 1e-12))
-    out: list[_Segment] = []
-    for k in range(n):
-        a, b, last = k * period if k else 0.0, t_final if k == n - 1 else (k + 1) * period, k == n - 1
-        saves = np.flatnonzero((t_out >= a) & ((t_out < b) | last)) if n > 1 else np.arange(len(t_out))
-        out.append(_Segment(k, a, b, saves))
-    return out
-
-
-class _Last:
-    """A segment's save: the saved array for its own output times, and the state at its end kept."""
-
-    def __init__(self, saved: Callable[[torch.Tensor], None], n_saves: int) -> None:
-        self.saved, self.n_saves, self.k = saved, n_saves, 0
-        self.X: torch.Tensor | None = None
-
-    def __call__(self, X: torch.Tensor) -> None:
-        if self.k < self.n_saves:
-            self.saved(X)
-        self.k += 1
-        self.X = X
-
-
 @dataclass
 class _Tally:
     """What the fields and run loops of every segment did, added up."""
@@ -380,11 +344,11 @@ def _run_segments(
     model = clouds.temps.att
     redraw = model.redraw if isinstance(model, Dynamics) else None
     tally = _Tally()
-    for seg in _segments(t_out, redraw.period if redraw is not None else math.inf):
+    for seg in segments(t_out, redraw.period if redraw is not None else math.inf):
         times = t_out[seg.saves]
         if seg.end > float(times[-1]) if len(times) else True:
             times = np.append(times, seg.end)  # the segment's end: its state starts the next
-        save = _Last(out.save, len(seg.saves))
+        save = LastSave(out.save, len(seg.saves))
         f = _field(clouds, numerics.kernel, X, seg.k)
         steps = _run(numerics, f, X, Output(times, save, out.progress, seg.start), noise)
         tally.add(f, steps)

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.axes import Axes
 
-    from ..dynamics.reference import LocalRate
+    from ..dynamics.rates import LocalRate
 
 
 class Curves(TypedDict, total=False):
@@ -188,7 +188,7 @@ def _reference_part(inputs: ZeroTemperatureInputs, reporter: Reporter) -> xr.Dat
 def _reference(inputs: ZeroTemperatureInputs, part: xr.Dataset, reporter: Reporter) -> Curves | None:
     """The reference's curves (w2, w2_err, local_rates) from its part, or None with a warning where
     there is none."""
-    from ..dynamics.reference import local_rates
+    from ..dynamics.rates import local_rates
 
     if "missing" in part.attrs:
         reporter.warn(f"no N = infinity reference ({part.attrs['missing']}): the token cloud alone is shown")
@@ -225,7 +225,7 @@ def _cloud_part(inputs: ZeroTemperatureInputs, reporter: Reporter) -> xr.Dataset
 
 def _cloud(inputs: ZeroTemperatureInputs, part: xr.Dataset) -> Curves:
     """The cloud's curves (w2, lyapunov, x, local_rates) from its part."""
-    from ..dynamics.reference import local_rates
+    from ..dynamics.rates import local_rates
 
     w2 = part["w2"].values
     return {

@@ -14,7 +14,7 @@ from .levels import Cloud, ConcentrationInputs
 if TYPE_CHECKING:
     import xarray as xr
 
-    from ...dynamics.reference import LocalRate
+    from ...dynamics.rates import LocalRate
 
 
 class ZeroInfo(TypedDict, total=False):
@@ -53,7 +53,8 @@ def zero_temperature(inputs: ConcentrationInputs, cloud: Cloud) -> xr.Dataset:
     no w2_zero, kind "not applicable" and the reason."""
     import xarray as xr
 
-    from ...dynamics.reference import local_rates, reference_w2
+    from ...dynamics.rates import local_rates
+    from ...dynamics.reference import reference_w2
     from ...dynamics.zero_temperature import simulate_zero_temperature
     from ...science.assumptions import reference_rates
     from ...transport.wasserstein import w2_to_target
