@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._cluster import client_for, close_cluster
 from .config import base_config, experiment_name, field_for, point_config, point_warnings, resolve_config
 from .grid import SweepError, check_grid, check_grid_size, iter_grid, point_keys
-from .point import RunFn, cpus, run_point
+from .point import RunFn, run_point
 from .progress import ProgressBar
 from .read import open_sweep
 from .store import (
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     import xarray as xr
-    from distributed import Client, Future, LocalCluster
+    from distributed import Client, Future
     from pydantic import BaseModel
 
     from .config import ConfigLike
@@ -63,7 +64,6 @@ __all__ = ["SweepResult", "sweep"]
 
 MANIFEST_EVERY_S = 0.5  # the manifest is rewritten at most this often while tasks finish
 SUBMIT_WINDOW = 1000  # tasks in flight at most: more are submitted as these finish
-WORKER_EXIT_S = 60.0  # time a worker of our LocalCluster gets to exit at the end of a sweep
 
 
 @dataclass
@@ -238,44 +238,6 @@ def _stale_inputs(st: Store, key: str, config: BaseModel, point: Mapping[str, Sc
     return f"the content of its input ({', '.join(changed)}) has changed since it was computed"
 
 
-def _client_for(
-    client: Client | str | None, workers: int
-) -> tuple[Client, LocalCluster | None, int | None, bool]:
-    """(client, cluster we own or None, torch threads per task on a local cluster, client is ours)."""
-    from distributed import Client, LocalCluster
-
-    if client is None:
-        workers = int(workers)
-        if workers < 1:
-            raise ValueError(f"workers must be a positive integer, got {workers}")
-        cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
-        )
-        return Client(cluster), cluster, max(1, cpus() // workers), True
-    if isinstance(client, str):
-        return Client(client), None, None, True
-    if not isinstance(client, Client):
-        raise TypeError(f"client must be a distributed.Client, a scheduler address or None, got {client!r}")
-    return client, None, None, False
-
-
-def _close_cluster(cluster: LocalCluster, graceful: bool = True) -> None:
-    """Close a LocalCluster we started. graceful: first its workers, each given WORKER_EXIT_S to
-    exit; Dask's own close gives them 4 s, then kills them with a "Worker process still alive"
-    warning, and a worker process that has loaded torch takes seconds to exit on a busy machine.
-    After an interruption the cluster is closed at once (a running task is not waited for)."""
-    import asyncio
-
-    async def close_workers() -> None:
-        await asyncio.gather(*(w.close(timeout=WORKER_EXIT_S) for w in list(cluster.workers.values())))
-
-    try:
-        if graceful:
-            cluster.sync(close_workers)
-    finally:
-        cluster.close()
-
-
 # ---------------------------------------------------------------------------------- on Dask
 
 
@@ -435,7 +397,7 @@ def _sweep(
     if not plan.todo:
         return result
     t0 = time.perf_counter()
-    dask_client, cluster, local_threads, own_client = _client_for(client, workers)
+    dask_client, cluster, local_threads, own_client = client_for(client, workers)
     bar = ProgressBar(progress, len(plan.todo), plan.store.name)
     # torch_threads None on another cluster: each task shares its host's cores
     tasks = _Tasks(plan, dask_client, run_fn, torch_threads or local_threads, retries, result, bar)
@@ -451,7 +413,7 @@ def _sweep(
         if own_client:
             dask_client.close()
         if cluster is not None:
-            _close_cluster(cluster, graceful=finished)
+            close_cluster(cluster, graceful=finished)
     write_manifest(plan.store, plan.manifest)
     result.seconds = time.perf_counter() - t0
     return result
