@@ -27,13 +27,14 @@ import numpy as np
 
 from .curves import Minimum, band
 
-__all__ = ["ERROR_PARTS", "Measured", "flatness", "measured", "time_step_change"]
+__all__ = ["ERROR_PARTS", "Measured", "finite", "flatness", "measured", "time_step_change"]
 
 #: the parts of an error, in the order they are listed
 ERROR_PARTS = ("N", "time_step", "grid", "flatness", "seeds")
 
 
-def _finite(x: SupportsFloat | str | None) -> float:
+def finite(x: SupportsFloat | str | None) -> float:
+    """x as a finite float, NaN where it is None, not a number or not finite."""
     if x is None:
         return math.nan
     try:
@@ -83,20 +84,20 @@ def measured(
     """A quantity of judge_ladder (record: {value, error, converged, reason, tol, grid}) with its
     time-step error, flatness and seed spread added."""
     parts = {
-        "N": _finite(record.get("error")),
-        "time_step": _finite(time_step),
-        "grid": _finite(record.get("grid", 0.0)),
-        "flatness": _finite(flat),
-        "seeds": _finite(seeds),
+        "N": finite(record.get("error")),
+        "time_step": finite(time_step),
+        "grid": finite(record.get("grid", 0.0)),
+        "flatness": finite(flat),
+        "seeds": finite(seeds),
     }
     known = [v for k, v in parts.items() if k != "N" and math.isfinite(v)]
     total = parts["N"] + sum(known)
     return Measured(
-        value=_finite(record.get("value")),
+        value=finite(record.get("value")),
         error=total,
         converged=bool(record.get("converged")),
         reason=str(record.get("reason") or ""),
-        tol=_finite(record.get("tol")),
+        tol=finite(record.get("tol")),
         parts=parts,
     )
 
@@ -105,7 +106,7 @@ def time_step_change(kind: str, base: float, tight: float, value: float) -> floa
     """The time-step error of a quantity of this kind at `value`, from a probe that measured it as
     `base` with the run's integration and `tight` with tighter tolerances: |tight - base| for a time;
     for a distance the same relative change, times |value| (NaN where the probe has no value)."""
-    base, tight, value = _finite(base), _finite(tight), _finite(value)
+    base, tight, value = finite(base), finite(tight), finite(value)
     change = abs(tight - base)
     if kind == "time":
         return change

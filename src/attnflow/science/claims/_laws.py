@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..fits import temperature_scale
+from ..uncertainty import finite
 from ._records import (
     MIN_FIT,
     MOST,
@@ -22,7 +23,6 @@ from ._records import (
     Finding,
     _fit,
     _line,
-    _num,
     _regimes,
     _usable,
 )
@@ -37,10 +37,10 @@ def _zero_rate_heuristic(data: ClaimData) -> Finding:
         return Finding("not resolved", f"c* is not tested: {why}", note=why)
     rates = list(zero.local_rates)
     last = rates[-1]
-    err = _num(last.get("err")) if last.get("err") is not None else 0.0
+    err = finite(last.get("err")) if last.get("err") is not None else 0.0
     gaps = [abs(r["rate"] - c_star) for r in rates]
     near = gaps[-1] <= RATE_REL_TOL * c_star + SIGMAS * err
-    errs = [_num(r.get("err")) if r.get("err") is not None else 0.0 for r in rates]
+    errs = [finite(r.get("err")) if r.get("err") is not None else 0.0 for r in rates]
     slack = [SIGMAS * e + 1e-9 * c_star for e in errs]  # a gap may stay put within its error
     closing = all(b <= a + s for (a, b), s in zip(itertools.pairwise(gaps), slack[1:], strict=True))
     window = "[{:g}, {:g}]".format(*last["window"])

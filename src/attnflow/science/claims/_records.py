@@ -7,14 +7,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, SupportsFloat, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..curves import FORMED
 from ..fits import LineFit, fit_line
-from ..uncertainty import Measured
+from ..uncertainty import Measured, finite
 
 if TYPE_CHECKING:
     from ...attention import Attention, Spectrum
@@ -137,8 +137,8 @@ def weights_data(att: Attention) -> WeightsData:
     return WeightsData(
         gamma=float(sp.gap),
         norm_B=float(att.norm_B),
-        guaranteed=_num(rates.get("guaranteed")),
-        c_star=_num(rates.get("c_star")),
+        guaranteed=finite(rates.get("guaranteed")),
+        c_star=finite(rates.get("c_star")),
         delta=delta,
         lam=lam,
         c1_max=C1_MAX_FACTOR * speed if math.isfinite(speed) else math.nan,
@@ -270,16 +270,6 @@ def _plain(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
-
-
-def _num(x: SupportsFloat | str | None) -> float:
-    if x is None:
-        return math.nan
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan
 
 
 # --------------------------------------------------------------------------------- helpers

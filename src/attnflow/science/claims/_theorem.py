@@ -14,6 +14,7 @@ import numpy as np
 
 from ..convergence import DEVIATIONS
 from ..fits import temperature_scale
+from ..uncertainty import finite
 from ._records import (
     C1_STEPS,
     SIGMAS,
@@ -27,7 +28,6 @@ from ._records import (
     _decided_by,
     _fit,
     _not_resolved,
-    _num,
     _sign,
     _span_reason,
     _usable,
@@ -376,8 +376,8 @@ def _zero_rate_guaranteed(data: ClaimData) -> Finding:
         return _not_resolved("the guaranteed rate gamma/(2 ||B||) is undefined", what)
     late = _late_windows(zero, data.times)
     worst = min(late, key=lambda r: r["rate"])
-    err = _num(worst.get("err")) if worst.get("err") is not None else 0.0
-    ok = all(r["rate"] + SIGMAS * (_num(r.get("err")) or 0.0) >= c for r in late)
+    err = finite(worst.get("err")) if worst.get("err") is not None else 0.0
+    ok = all(r["rate"] + SIGMAS * (finite(r.get("err")) or 0.0) >= c for r in late)
     window = "[{:g}, {:g}]".format(*worst["window"])
     details = {"late_windows": [dict(r) for r in late], "beta": "inf"}
     if ok:
