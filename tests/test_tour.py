@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,14 @@ def test_tour_is_stored_without_outputs():
 
 
 @pytest.mark.slow
-def test_tour_runs(tmp_path):
+def test_tour_runs(tmp_path, demo_run):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
     nb = nbformat.read(TOUR, as_version=4)
+    # the session's demo run (the demo's own test checks it) where the tour keeps its converged run:
+    # the tour takes it as a finished run of the same config instead of running it again (30 s)
+    shutil.copytree(demo_run, tmp_path / "attnflow-tour" / "converged-2d")
     # TMPDIR: the tour's own temporary folder lies under tmp_path, which pytest cleans up
     env = {
         "HF_HUB_OFFLINE": "1",

@@ -93,7 +93,8 @@ def test_bad_input_is_refused(kwargs, match):
 @pytest.mark.slow
 def test_separatrices_agree_with_the_fates_of_equispaced_tokens():
     """A grading-free fate test: 4096 equispaced tokens at beta = 10 (kernel width 0.18 rad, 120
-    spacings) integrated to t = 20; the initial angles where the final side of u_1 switches bracket
+    spacings) integrated to t = 20 (rtol 1e-6: the same brackets as 1e-8, at 0.4 of its
+    time); the initial angles where the final side of u_1 switches bracket
     the mean-field separatrices within one spacing (measured: 2.20740 and 5.34899 against 2.20759 and
     5.34918), and so does the graded search of dynamics.separatrix (2.2075889; with its old
     exit_angle = 0.4 it said 2.20947, 2.7 spacings off: the repelling point drifts that far)."""
@@ -101,7 +102,7 @@ def test_separatrices_agree_with_the_fates_of_equispaced_tokens():
     N = 4096
     th = 2 * math.pi * (np.arange(N) + 0.5) / N
     X0 = np.stack([np.cos(th), np.sin(th)], -1)
-    options = {"rtol": 1e-8, "atol": 1e-10}
+    options = {"rtol": 1e-6, "atol": 1e-8}
     final = af.simulate(X0, att, np.array([0.0, 20.0]), method="adaptive", options=options).x[-1]
     side = np.sign(final @ att.spectrum().top.basis[:, 0])
     switches = np.flatnonzero(np.diff(side) != 0)
