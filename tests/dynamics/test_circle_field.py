@@ -3,6 +3,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import attnflow as af
 from attnflow.dynamics.meanfield import circle_field
@@ -118,3 +120,62 @@ def test_sparse_importance_equals_dense(monkeypatch):
     sparse = importance(f, th, lw)
     # shares below e^-CUTOFF are dropped by the sparse path: equal to rounding, down to e^-40
     np.testing.assert_allclose(sparse.numpy(), dense.numpy(), rtol=1e-12, atol=math.exp(-40.0))
+
+
+needs_core = pytest.mark.skipif(compiled.core() is None, reason="no compiled core (no C compiler)")
+
+
+@needs_core
+@pytest.mark.parametrize("beta", [20.0, 1e4])
+def test_the_compiled_sparse_path_is_the_dense_field(beta):
+    """From COMPILED_SPARSE_MIN_PAIRS pairs on, the compiled field takes each block of queries
+    against its kept keys only: the dense field to rounding, on clusters and streams to -400."""
+    f = CircleField(af.worked_example(beta, d=2), "compiled")
+    th, lw = stream_state(3000)
+    phi = torch.cat([th, torch.linspace(-3, 9, 257, dtype=F64)])
+    assert len(phi) * len(th) >= circle_field.COMPILED_SPARSE_MIN_PAIRS
+    cells = circle_field._cell_plan(f, phi, th, lw)
+    assert cells.kept <= circle_field.SPARSE_MAX_KEPT  # the sparse path is the one taken
+    got = f(phi, th, lw)
+    assert float((got - f.dense(phi, th, lw)).abs().max()) < 1e-13
+
+
+@needs_core
+def test_the_compiled_importance_is_the_explicit_softmax_one(monkeypatch):
+    f = CircleField(af.worked_example(1e4, d=2), "compiled")
+    th, lw = stream_state(3000, seed=3)
+    n = len(th) - 40  # the last nodes are keys only (a patch's virtual nodes)
+    got = importance(f, th, lw, queries=n)
+    monkeypatch.setattr(circle_field, "COMPILED_SPARSE_MIN_PAIRS", 10**15)
+    monkeypatch.setattr(circle_field, "SPARSE_MIN_PAIRS", 10**15)  # the explicit softmax over blocks
+    want = importance(f, th, lw, queries=n)
+    # scores up to beta |B| = 3e4: exp of them carries 1e-12 relative; shares below e^-CUTOFF dropped
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=math.exp(-40.0))
+
+
+@needs_core
+def test_colmax_is_the_largest_shifted_score_of_each_key():
+    rng = np.random.default_rng(5)
+    nq, nk, d = 37, 29, 2
+    q, a = rng.normal(size=(nq, d)) * 30, rng.normal(size=nq)
+    rows = np.hstack([rng.normal(size=(nk, d)), rng.normal(size=(nk, 1)), rng.normal(size=(nk, d))])
+    cells = [(rng.choice(nq, 11, replace=False), rng.choice(nk, 7, replace=False)) for _ in range(5)]
+    qidx, kidx = np.concatenate([c[0] for c in cells]), np.concatenate([c[1] for c in cells])
+    qs = np.arange(0, 11 * 6, 11, dtype=np.int64)
+    ks = np.arange(0, 7 * 6, 7, dtype=np.int64)
+    out = np.full(nk, -np.inf)
+    compiled.core().colmax(q, a, qidx, qs, rows, kidx, ks, out)
+    want = np.full(nk, -np.inf)
+    for qi, ki in cells:
+        want[ki] = np.maximum(want[ki], (a[qi, None] + q[qi] @ rows[ki, :d].T).max(0))
+    np.testing.assert_allclose(out, want, rtol=1e-14, atol=1e-12)
+    with pytest.raises(ValueError, match="index out of range"):
+        compiled.core().colmax(q, a, qidx, qs, rows, kidx + nk, ks, out)
+
+
+@given(st.floats(-20.0, 20.0), st.floats(0.0, 7.0))
+def test_max_cos_is_the_largest_cosine_over_the_interval(low, width):
+    bound = float(circle_field._max_cos(np.array(low), np.array(low + width)))
+    inside = low + width * np.linspace(0.0, 1.0, 2001)
+    assert np.cos(inside).max() <= bound + 1e-12  # an upper bound ...
+    assert bound <= np.cos(inside).max() + 1e-5  # ... attained up to the grid's spacing

@@ -181,6 +181,49 @@ class Core:
         work = np.asarray(lens_q, dtype=float) * lens_k
         run_parallel(split(work, CHUNKS_PER_THREAD * threads), run, threads)
 
+    def colmax(
+        self,
+        q: Buffer,
+        a: Buffer,
+        qidx: np.ndarray,
+        qs: np.ndarray,
+        rows: Buffer,
+        kidx: np.ndarray,
+        ks: np.ndarray,
+        out: np.ndarray,
+    ) -> None:
+        """fused.c's `fused_colmax` on every cell (one thread): out[j] raised to the largest
+        a_i + q_i . k_j over the queries i of each cell that holds key j; q (nq, d), a (nq,), rows
+        (nk, 2 d + 1) float64 CPU arrays, out (nk,) float64; the indices as in `cells`."""
+        (nq, d), nk, n_cells = q.shape, rows.shape[0], len(qs) - 1
+        bad = (
+            d < 2
+            or d > 8
+            or n_cells < 0
+            or len(ks) != n_cells + 1
+            or qs[-1] > len(qidx)
+            or ks[-1] > len(kidx)
+        )
+        for idx, size in ((qidx, nq), (kidx, nk)):
+            bad = bad or (len(idx) > 0 and (int(idx.min()) < 0 or int(idx.max()) >= size))
+        if bad:
+            raise ValueError("colmax: an unsupported d or an index out of range")
+        err = self.lib.fused_colmax(
+            d,
+            0,
+            n_cells,
+            address(q, "q", (nq, d), "float64"),
+            address(a, "a", (nq,), "float64"),
+            address(qidx, "qidx", (len(qidx),), "int64"),
+            address(qs, "qs", (n_cells + 1,), "int64"),
+            address(rows, "rows", (nk, 2 * d + 1), "float64"),
+            address(kidx, "kidx", (len(kidx),), "int64"),
+            address(ks, "ks", (n_cells + 1,), "int64"),
+            address(out, "out", (nk,), "float64"),
+        )
+        if err != 0:
+            raise MemoryError("the compiled core ran out of memory in colmax")
+
 
 def compiler() -> str | None:
     """The C compiler: $CC, else the first of cc, gcc, clang on the PATH; None where there is none."""
@@ -238,6 +281,8 @@ def _load(path: Path) -> Core:
     lib.fused_cells.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, *[_VOIDP] * 7]
     lib.fused_cells32.restype = ctypes.c_int
     lib.fused_cells32.argtypes = lib.fused_cells.argtypes
+    lib.fused_colmax.restype = ctypes.c_int
+    lib.fused_colmax.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, *[_VOIDP] * 8]
     return Core(lib, path)
 
 

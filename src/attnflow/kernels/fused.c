@@ -170,6 +170,46 @@ int fused_cells(int d, int64_t c0, int64_t c1, const double *q, const int64_t *q
     return 0;
 }
 
+/* The largest shifted score each key gets from the queries of its cells: for every cell c in
+ * c0 .. c1 - 1 and key j of it (the rows kidx[ks[c] .. ks[c + 1]) of `rows`, as above),
+ * out[j] = max(out[j], max_i a_i + q_i . k_j) over its queries i (the rows qidx[qs[c] .. qs[c + 1])
+ * of q (nq, d)).  Keys shared by several cells: run the cells of one `out` on one thread.
+ * Returns 0, -1 for an unsupported d, -2 when scratch memory runs out. */
+int fused_colmax(int d, int64_t c0, int64_t c1, const double *q, const double *a, const int64_t *qidx,
+                 const int64_t *qs, const double *rows, const int64_t *kidx, const int64_t *ks, double *out)
+{
+    const int64_t R = 2 * d + 1;
+    int64_t lmax = 0;
+    if (d < 2 || d > MAX_D) return -1;
+    for (int64_t c = c0; c < c1; c++) lmax = qs[c + 1] - qs[c] > lmax ? qs[c + 1] - qs[c] : lmax;
+    lmax = (lmax + W - 1) / W * W;
+    double *qt = malloc(sizeof(double) * (size_t)((d + 1) * lmax + 1));
+    if (qt == NULL) return -2;
+    for (int64_t c = c0; c < c1; c++) {
+        const int64_t nq = qs[c + 1] - qs[c], n = (nq + W - 1) / W * W;
+        if (nq == 0) continue;
+        for (int64_t i = 0; i < n; i++) { /* padding: a = -1e300, never the maximum */
+            const int64_t row = qidx[qs[c] + (i < nq ? i : 0)];
+            qt[i] = i < nq ? a[row] : -1e300;
+            for (int l = 0; l < d; l++) qt[(l + 1) * n + i] = q[d * row + l];
+        }
+        for (int64_t jj = ks[c]; jj < ks[c + 1]; jj++) {
+            const double *k = rows + R * kidx[jj];
+            vd best = vset(-1e300);
+            for (int64_t i = 0; i < n; i += W) {
+                vd s = *(const vd *)(qt + i);
+                for (int l = 0; l < d; l++) s += *(const vd *)(qt + (l + 1) * n + i) * vset(k[l]);
+                best = vmax(best, s);
+            }
+            double m = out[kidx[jj]];
+            for (int l = 0; l < W; l++) m = best[l] > m ? best[l] : m;
+            out[kidx[jj]] = m;
+        }
+    }
+    free(qt);
+    return 0;
+}
+
 /* ---- The float32 twin: the same two passes in float32 arithmetic -------------------------------
  *
  * WF = 16 queries per vector (twice the float64 width), scores, maxima, the exponential and the sums

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -48,11 +49,16 @@ class CircleField:
 
     def __call__(self, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor) -> torch.Tensor:
         """Angular speed (M,) at the query angles phi (M,) of sum_j exp(logw_j) delta_{theta_j}:
-        densely by the compiled core where it exists (measured 2.8 to 3x faster than the sparse
-        path at beta = 1e3 and 1e4, docs/benchmarks.md); else by `sparse_field` from
-        SPARSE_MIN_PAIRS query-key pairs on, densely below."""
+        from the keys near each query's row maximum (`sparse_field`'s plan) where there are at least
+        the backend's SPARSE_MIN_PAIRS query-key pairs and the plan keeps at most SPARSE_MAX_KEPT of
+        the key blocks, densely otherwise; by the compiled core where it exists (its `cells`: each
+        block of queries against its kept keys), else in torch."""
         self.n_evals += 1
-        if self.backend == "torch" and len(phi) * len(theta) >= SPARSE_MIN_PAIRS:
+        if self.backend == "compiled" and len(phi) * len(theta) >= COMPILED_SPARSE_MIN_PAIRS:
+            cells = _cell_plan(self, phi, theta, logw)
+            if cells.kept <= SPARSE_MAX_KEPT:
+                return _sparse_compiled(self, phi, theta, logw, cells)
+        elif self.backend == "torch" and len(phi) * len(theta) >= SPARSE_MIN_PAIRS:
             plan = _plan(self, phi, theta, logw)
             if float(plan.keep.double().mean()) <= SPARSE_MAX_KEPT:
                 return _sparse(self, phi, plan)
@@ -97,6 +103,10 @@ def importance(
     """
     n = len(theta) if queries is None else queries
     base = torch.exp(logw - logw.max())
+    if field.backend == "compiled" and n * len(theta) >= COMPILED_SPARSE_MIN_PAIRS:
+        cells = _cell_plan(field, theta[:n], theta, logw)
+        if cells.kept <= SPARSE_MAX_KEPT:
+            return _importance_compiled(field, theta, logw, base, rounds, cells)
     imp = base.clone()
     plan = _plan(field, theta[:n], theta, logw) if n * len(theta) >= SPARSE_MIN_PAIRS else None
     if plan is not None and float(plan.keep.double().mean()) > SPARSE_MAX_KEPT:
@@ -118,6 +128,7 @@ KEY_BLOCK = 32  # keys per block of the sparse path (sorted by angle)
 QUERY_BLOCK = 64  # queries per block of the sparse path (sorted by the direction of B^T x)
 CUTOFF = 45.0  # a dropped key's score is below the row maximum by more than this
 SPARSE_MIN_PAIRS = 400_000  # below this many (query, key) pairs the dense fused kernel is faster
+COMPILED_SPARSE_MIN_PAIRS = 4_000_000  # ... and the compiled dense core than its sparse path
 SPARSE_MAX_ELEMENTS = 1 << 23  # gathered scores per chunk of query blocks (64 MiB in float64)
 SPARSE_MAX_KEPT = 0.25  # above this fraction of kept key blocks (a wide kernel: small beta) dense is faster
 
@@ -215,6 +226,113 @@ def _sparse(fld: CircleField, phi: torch.Tensor, plan: _Plan) -> torch.Tensor:
         ok = qi.reshape(-1) >= 0
         out[qi.reshape(-1)[ok]] = (p @ vk).reshape(-1, 2)[ok]
     return -torch.sin(phi) * out[:, 0] + torch.cos(phi) * out[:, 1]
+
+
+def _max_cos(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The largest cos(delta) over angle differences delta in [low, high] (elementwise)."""
+    half = 0.5 * (high - low)
+    gap = np.abs(np.remainder(0.5 * (high + low) + math.pi, 2.0 * math.pi) - math.pi) - half
+    return np.where((gap <= 0.0) | (half >= math.pi), 1.0, np.cos(np.clip(gap, 0.0, math.pi)))
+
+
+@dataclass(frozen=True)
+class _Cells:
+    """The compiled sparse field's plan: queries sorted by psi (`order`) in blocks qs, each with its
+    kept keys kidx[ks[c]:ks[c + 1]] (original indices); `kept`, the fraction of key blocks kept."""
+
+    order: np.ndarray
+    qs: np.ndarray
+    kidx: np.ndarray
+    ks: np.ndarray
+    kept: float
+
+
+def _cell_plan(fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor) -> _Cells:
+    """`_plan`'s bound per block of QUERY_BLOCK queries (sorted by psi) instead of per query: a key
+    block is kept for a query block where the largest score + log-weight it can give any of the
+    block's queries, r cos(theta - psi) + log w over their ranges of r, psi and its keys' angles,
+    reaches the least, over those queries, of the score of some block's heaviest key, minus CUTOFF.
+    Every dropped key weighs less than e^-CUTOFF times its query's row maximum, as in `_plan`."""
+    two_pi = 2.0 * math.pi
+    th = np.remainder(theta.numpy(), two_pi)
+    korder = np.argsort(th, kind="stable")
+    n, n_blocks = len(th), -(-len(th) // KEY_BLOCK)
+    starts = np.arange(n_blocks) * KEY_BLOCK
+    ths, lws = th[korder], logw.numpy()[korder]
+    lo, hi = ths[starts], ths[np.minimum(starts + KEY_BLOCK, n) - 1]
+    padded = np.full(n_blocks * KEY_BLOCK, -math.inf)
+    padded[:n] = lws
+    top_at = starts + padded.reshape(n_blocks, KEY_BLOCK).argmax(1)
+    top_lw, top_ang = lws[top_at], ths[top_at]
+    q = fld.scores_parts(phi, phi[:0])[0].numpy()
+    r, psi = np.hypot(q[:, 0], q[:, 1]), np.remainder(np.arctan2(q[:, 1], q[:, 0]), two_pi)
+    order = np.argsort(psi, kind="stable")
+    m = len(psi)
+    qs = np.minimum(np.arange(-(-m // QUERY_BLOCK) + 1) * QUERY_BLOCK, m).astype(np.int64)
+    ps, rs = psi[order], r[order]
+    a1, a2 = ps[qs[:-1]][:, None], ps[qs[1:] - 1][:, None]
+    r_lo, r_hi = np.minimum.reduceat(rs, qs[:-1])[:, None], np.maximum.reduceat(rs, qs[:-1])[:, None]
+    up = _max_cos(lo[None] - a2, hi[None] - a1)  # (query blocks, key blocks)
+    down = -_max_cos(top_ang[None] - a2 + math.pi, top_ang[None] - a1 + math.pi)  # least cosine
+    upper = np.where(up >= 0.0, r_hi, r_lo) * up + top_lw[None]
+    lower = (np.where(down >= 0.0, r_lo, r_hi) * down + top_lw[None]).max(1, keepdims=True)
+    kept = upper >= lower - CUTOFF
+    qb, kb = np.nonzero(kept)
+    keys = np.full(n_blocks * KEY_BLOCK, -1, dtype=np.int64)
+    keys[:n] = korder
+    index = keys.reshape(n_blocks, KEY_BLOCK)[kb]  # (kept pairs, KEY_BLOCK), -1 for padding
+    valid = index >= 0
+    per_block = np.bincount(qb, weights=valid.sum(1), minlength=len(qs) - 1)  # kept keys per query block
+    ks = np.concatenate([[0], np.cumsum(per_block)]).astype(np.int64)
+    return _Cells(order.astype(np.int64), qs, index[valid], ks, float(kept.mean()))
+
+
+def _sparse_compiled(
+    fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor, plan: _Cells
+) -> torch.Tensor:
+    """The field by the compiled core's cells: each block of queries against its kept keys."""
+    from ...kernels import compiled
+    from ...kernels.fused import LOG2E, PARALLEL_PAIRS
+
+    core = compiled.core()
+    assert core is not None, "the compiled backend without a compiled core"
+    q, xk, vk = fld.scores_parts(phi, theta)
+    rows = torch.cat([xk, (LOG2E * logw)[:, None], vk], dim=1).contiguous()
+    out = np.empty((len(phi), 4))
+    threads = torch.get_num_threads() if len(plan.kidx) * QUERY_BLOCK >= PARALLEL_PAIRS else 1
+    core.cells((LOG2E * q).contiguous(), plan.order, plan.qs, rows, plan.kidx, plan.ks, out, threads)
+    s = torch.from_numpy(out)
+    return (-torch.sin(phi) * s[:, 1] + torch.cos(phi) * s[:, 2]) / s[:, 0]
+
+
+def _importance_compiled(
+    fld: CircleField, theta: torch.Tensor, logw: torch.Tensor, base: torch.Tensor, rounds: int, cells: _Cells
+) -> torch.Tensor:
+    """`importance` by the compiled core on the cells of `_cell_plan` (queries the first n nodes):
+    each query's softmax normaliser from its kept keys (`Core.cells`), then every round
+    max_i imp_i p_ij = 2^(l_j + max_i (log2 imp_i - log2 Z_i - m_i + q_i . x_j)) (`Core.colmax`),
+    in the core's base-2 units."""
+    from ...kernels import compiled
+    from ...kernels.fused import LOG2E
+
+    core = compiled.core()
+    assert core is not None, "the compiled backend without a compiled core"
+    n = int(cells.qs[-1])
+    q, xk, vk = fld.scores_parts(theta[:n], theta)
+    q2 = (LOG2E * q).contiguous()
+    l2 = LOG2E * logw
+    rows = torch.cat([xk, l2[:, None], vk], dim=1).contiguous()
+    sums = np.empty((n, 4))
+    core.cells(q2, cells.order, cells.qs, rows, cells.kidx, cells.ks, sums)
+    shift = np.log2(sums[:, 0]) + sums[:, 3]  # log2 of each query's normaliser
+    imp = base.numpy().copy()
+    for _ in range(rounds):
+        with np.errstate(divide="ignore"):
+            a = np.log2(imp[:n]) - shift
+        top = np.full(len(theta), -np.inf)
+        core.colmax(q2, a, cells.order, cells.qs, rows, cells.kidx, cells.ks, top)
+        imp = np.maximum(base.numpy(), np.exp2(top + l2.numpy()))
+    return torch.from_numpy(imp)
 
 
 def _column_max(
