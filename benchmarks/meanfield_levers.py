@@ -4,11 +4,15 @@
   path from 400k pairs on, torch's fused attention below): both evaluated on every query of the same
   run, ms per evaluation and their largest difference;
 - step control: the PI controller (PI_BETA) against the plain I controller (PI_BETA = 0): accepted
-  and rejected steps, field evaluations and CPU seconds over the same span.
+  and rejected steps, field evaluations and CPU seconds over the same span;
+- sparse: the field and the importance weights on the compiled core, each block of queries against
+  its kept keys (from COMPILED_SPARSE_MIN_PAIRS pairs on), against the dense compiled core for every
+  pair: CPU seconds of the same run, and the largest change of the saved states' first moments.
 
 Each row runs level 0, one pass, t in [0, --span], saved every 0.05, on the d = 2 worked example.
 
     python benchmarks/meanfield_levers.py --betas 100 1000 --span 8
+    python benchmarks/meanfield_levers.py --betas 1000 10000 --span 4 --sparse-only
 """
 
 from __future__ import annotations
@@ -86,10 +90,40 @@ def control_row(beta: float, span: float) -> str:
     )
 
 
+def _moments(states) -> np.ndarray:
+    return np.array([[np.exp(lw) @ f(th) for f in (np.cos, np.sin)] for th, lw in states])
+
+
+def sparse_row(beta: float, span: float, level: int) -> str:
+    """The same run with the compiled field dense for every pair, then sparse (the default)."""
+    kept = circle_field.COMPILED_SPARSE_MIN_PAIRS
+    att = af.worked_example(beta, d=2)
+    times = np.linspace(0.0, span, round(span / 0.05) + 1)
+    out = []
+    for threshold in (10**18, kept):
+        circle_field.COMPILED_SPARSE_MIN_PAIRS = threshold
+        try:
+            start = time.process_time()
+            traj = simulate_mean_field_circle(
+                att, times, level=level, settings=MeanFieldSettings(max_passes=1)
+            )
+            out.append((traj, time.process_time() - start))
+        finally:
+            circle_field.COMPILED_SPARSE_MIN_PAIRS = kept
+    (dense, c0), (sparse, c1) = out
+    moved = np.abs(_moments(dense.states) - _moments(sparse.states)).max()
+    nodes = int(sparse.n_nodes.max())
+    return (
+        f"| sparse (level {level}) | {beta:g} | {nodes} nodes | {c0:.1f} s | {c1:.1f} s | {c0 / c1:.2f} | "
+        f"moments moved {moved:.1e} |"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--betas", type=float, nargs="+", default=[100.0, 1000.0])
     ap.add_argument("--span", type=float, default=8.0)
+    ap.add_argument("--sparse-only", action="store_true", help="only the sparse row (levels 0 and 1)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(
@@ -99,8 +133,13 @@ def main() -> None:
     print("| lever | beta | size | old | new | old / new | note |")
     print("|---|---|---|---|---|---|---|")
     for beta in args.betas:
+        if args.sparse_only:
+            for level in (0, 1):
+                print(sparse_row(beta, args.span, level), flush=True)
+            continue
         print(field_row(beta, args.span), flush=True)
         print(control_row(beta, args.span), flush=True)
+        print(sparse_row(beta, args.span, 0), flush=True)
 
 
 if __name__ == "__main__":

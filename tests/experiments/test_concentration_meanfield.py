@@ -43,3 +43,31 @@ def test_beta_10_converges_on_the_graded_ladders_value(tmp_path):
     assert nodes[1] > nodes[0] > 0 and steps[1] >= steps[0] > 0
     assert np.all(ds.cost_rejected.values[0] >= 0) and np.all(ds.cost_evals.values[0] >= 7 * steps)
     assert all(w > 0 for w in json.loads(ds.attrs["cost_wall_s"])["10"])
+
+
+@pytest.mark.slow  # two worker processes start (an interpreter and attnflow's imports each)
+def test_workers_compute_the_same_result_and_a_resume_needs_none(tmp_path, monkeypatch):
+    """workers = 2 computes levels 0 and 1 of every beta and the probe on two processes first: the
+    result is the one of a single process, its parts are this run's (none counted as reused), and a
+    run resumed from a folder with every level done starts no worker."""
+    over = [*BASE, "betas=[10.0, 14.0]", "t_max=3.0"]
+    one = run_experiment(load_config("concentration", over), tmp_path / "one")
+    two = run_experiment(load_config("concentration", [*over, "workers=2"]), tmp_path / "two")
+    for name in ("w2", "min_w2", "t_star", "cost_nodes", "cost_steps"):
+        np.testing.assert_array_equal(two[name].values, one[name].values)
+    wall = json.loads(two.attrs["provenance"])["wall_time_s"]
+    assert wall["n_reused_parts"] == 0 and wall["total"] == wall["this_run"]
+    parts = sorted(p.name for p in (tmp_path / "two" / "parts").iterdir())
+    assert "beta=14_level=0_timestep.zarr" in parts and "beta=10_level=1.zarr" in parts
+    from attnflow.experiments.concentration import ahead
+
+    monkeypatch.setattr(ahead, "ProcessPoolExecutor", lambda *a, **k: pytest.fail("a worker started"))
+    again = run_experiment(load_config("concentration", [*over, "workers=2"]), tmp_path / "two")
+    np.testing.assert_array_equal(again.w2.values, one.w2.values)  # resumed: the same folder, no recompute
+
+
+def test_workers_do_not_change_what_a_part_is():
+    from attnflow.experiments.parts import fingerprint
+
+    config = load_config("concentration", [*BASE, "betas=[10.0]"])
+    assert fingerprint(config) == fingerprint(config.model_copy(update={"workers": 3}))

@@ -99,12 +99,12 @@ def fingerprint(
     config: BaseModel, exclude: Set[str] = frozenset(), inputs: Mapping[str, str] | None = None
 ) -> Fingerprint:
     """Hash of what decides one part's result: the config's fields (the grid axes in `exclude` left
-    out, and where and on how many threads it runs), the attnflow version, and the content of its
-    input files: `input_digests(config)`, updated by `inputs` ({name: digest} of inputs the
-    experiment reads itself)."""
+    out, and where and on how many threads and processes it runs), the attnflow version, and the
+    content of its input files: `input_digests(config)`, updated by `inputs` ({name: digest} of
+    inputs the experiment reads itself)."""
     from .. import __version__
 
-    skip = {*exclude, "threads", "device"}  # where and on how many threads does not change results
+    skip = {*exclude, "threads", "device", "workers"}  # where and how parallel: not what it computes
     fields = type(config).model_fields
     data = {
         k: v

@@ -59,16 +59,19 @@ class Units:
         self.fp = fingerprint(config, exclude=set(part_keys), inputs=inputs)
         self.timings: dict[str, float] = {}
         self.start = time.perf_counter()
+        self.ahead: dict[str, xr.Dataset] = {}  # parts computed ahead by this run's workers, by name
 
     def plan(self, total: float, description: str) -> None:
         """Start the overall progress bar: `total`, the sum of the costs of the run's units."""
         self.reporter.overall(total, description)
 
     def run(self, unit: Unit) -> xr.Dataset:
-        """The Dataset of `unit`: read back from the run folder, else computed and written there; the
-        bar advances by its cost."""
+        """The Dataset of `unit`: computed ahead by this run (`ahead`), read back from the run folder,
+        else computed and written there; the bar advances by its cost."""
         t0 = time.perf_counter()
-        part = cached_part(self.out, unit.name, self.fp, unit.compute, self.reporter)
+        part = self.ahead.pop(unit.name, None)
+        if part is None:
+            part = cached_part(self.out, unit.name, self.fp, unit.compute, self.reporter)
         if unit.timing is not None:
             self.timings[unit.timing] = time.perf_counter() - t0
         self.reporter.advance(unit.cost)

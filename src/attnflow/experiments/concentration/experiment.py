@@ -104,6 +104,12 @@ class ConcentrationConfig(SimulationConfig, FlowConfig):
         description="zero-temperature curve at N = infinity (adaptive cubature: seconds to a minute) where "
         "it exists; false: the exact flow of the cloud",
     )
+    workers: PositiveInt = Field(
+        1,
+        le=64,
+        description="processes computing ahead the levels every ladder needs (init = meanfield: levels 0 "
+        "and 1 of every beta, and the time-step probe); 1: all in this process",
+    )
 
     def saved_cloud(self) -> tuple[int, int]:
         return max(1, len(self.seeds)), super().saved_cloud()[1]
@@ -189,26 +195,43 @@ def _batched(inputs: ConcentrationInputs, units: Units) -> bool:
     return not all(units.done(part_name(beta=b, N=inputs.Ns[0])) for b in inputs.betas)
 
 
-def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
-    """Run the experiment; with `out`, every finished (beta, N) level is kept in out/parts, and with
-    init = graded every beta's separatrix search."""
-    reporter = progress or Reporter()
+def prepare(
+    config: ConcentrationConfig, out: Path | None, reporter: Reporter, planned: bool = True
+) -> tuple[LadderRun, Levels, xr.Dataset]:
+    """What the ladders of a run share, its levels' strategy and its zero-temperature part (computed,
+    or read back from out/parts); planned: the overall progress bar started and the assumptions
+    warned about (a run, not a worker computing levels ahead, `ahead.py`)."""
     units = Units(config, EXPERIMENT.part_keys, out, reporter)
     inputs = concentration_inputs(config)
-    warn_assumptions(inputs.model.attention, reporter)
     levels = levels_for(inputs)
     clouds = CloudCache(inputs)
     costs = level_costs(inputs)  # the zero-temperature part and the time-step probe: a first level each
-    units.plan(
-        2 * costs[0] + len(inputs.betas) * sum(costs),
-        f"concentration: {len(inputs.betas)} betas, N = {config.N}",
-    )
+    if planned:
+        warn_assumptions(inputs.model.attention, reporter)
+        units.plan(
+            2 * costs[0] + len(inputs.betas) * sum(costs),
+            f"concentration: {len(inputs.betas)} betas, N = {config.N}",
+        )
     zero_unit = Unit("zero", partial(_zero_part, inputs, clouds), costs[0], "zero_temperature_s")
     zero = units.run(zero_unit)
     zero_info: ZeroInfo = json_attr(zero, "zero", {})
     w2_zero = zero.w2_zero.values if zero_info.get("kind", "").startswith("N = infinity") else None
     simulations = Simulations(inputs, reporter, batched=_batched(inputs, units))
-    shared = LadderRun(inputs, units, clouds, simulations, w2_zero, costs)
+    return LadderRun(inputs, units, clouds, simulations, w2_zero, costs), levels, zero
+
+
+def run(config: ConcentrationConfig, out: Path | None = None, progress: Reporter | None = None) -> xr.Dataset:
+    """Run the experiment; with `out`, every finished (beta, N) level is kept in out/parts, and with
+    init = graded every beta's separatrix search; with `workers` > 1 the levels every ladder needs
+    are computed first on that many processes (`ahead.py`)."""
+    from .ahead import compute_ahead
+
+    reporter = progress or Reporter()
+    shared, levels, zero = prepare(config, out, reporter)
+    inputs, units = shared.inputs, shared.units
+    zero_info: ZeroInfo = json_attr(zero, "zero", {})
+    if out is not None and config.workers > 1:
+        compute_ahead(config, config.workers, out, shared, levels, prepare)
     ladders = []
     for beta in inputs.betas:
         t0 = time.perf_counter()

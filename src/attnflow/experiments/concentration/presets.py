@@ -54,19 +54,18 @@ PRESETS: dict[str, dict[str, object]] = {
         "t_max": 70.0,
         "zero_reference": True,
     },
-    # the theorem's window over two decades: the mean-field flow with its tail kept (levels 0 and 1)
-    # for 12 log-spaced betas 10 ... 1000, each to t_max = 20: past t_dev(20 %) of the largest (16.1
-    # by the measured 2.7 log beta) by about 4, and past t* ~ 0.35 beta for beta <= 53.4, so that
-    # best_concentration has converged minima spanning a factor 5; what the theorem rows need, not
-    # the departure (docs/experiments.md, "concentration-2d-window"); beta = 1e4 (t_dev(20 %) about 22)
-    # is out of reach on 2 cores today (docs/benchmarks.md, "The mean-field flow's cost against beta")
+    # the theorem's window over three decades: the mean-field flow with its tail kept (levels 0 and 1)
+    # for 12 log-spaced betas 10 ... 1e4 (factors 10^(3/11)), each to t_max = 26: past t_dev(20 %) of
+    # the largest (about 22 by the measured 2.7 log beta) by about 4, and past t* ~ 0.35 beta for beta
+    # <= 35.1, so that best_concentration has converged minima; what the theorem rows need, not the
+    # departure (docs/experiments.md, "concentration-2d-window")
     "concentration-2d-window": {
         "weights": "worked-example-2d",
         "init": "meanfield",
         "N": "auto",
         "streak": 1,
-        "betas": [10.0, 15.2, 23.1, 35.1, 53.4, 81.1, 123.0, 187.0, 285.0, 433.0, 658.0, 1000.0],
-        "t_max": 20.0,
+        "betas": [10.0, 18.7, 35.1, 65.8, 123.0, 231.0, 433.0, 811.0, 1520.0, 2850.0, 5340.0, 10000.0],
+        "t_max": 26.0,
         "zero_reference": True,
     },
     # the departure over more than a decade: the mean-field flow (levels 0 and 1) for 9 betas 10 ...

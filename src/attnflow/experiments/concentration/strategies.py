@@ -105,6 +105,11 @@ class Levels(Protocol):
         integrator's label."""
         ...
 
+    def ahead(self, shared: LadderRun, beta: float, probe: bool) -> list[Unit]:
+        """The units of beta's ladder that run whatever the levels say (and, with `probe`, the
+        time-step probe's): those a run with several workers computes first (`ahead.py`)."""
+        ...
+
 
 def _level(shared: LadderRun, clouds: Mapping[int, Cloud], beta: float, N: int) -> xr.Dataset:
     """The part of level N at beta: its trajectory, reduced."""
@@ -136,6 +141,9 @@ class SampledLevels:
 
     def stop(self, decision: LadderDecision, reading: LevelReading, inputs: ConcentrationInputs) -> bool:
         return decision.done
+
+    def ahead(self, shared: LadderRun, beta: float, probe: bool) -> list[Unit]:
+        return []  # the levels' clouds are shared or searched first: none is computed ahead
 
     def probe(self, shared: LadderRun, lad: Ladder) -> tuple[Unit, str]:
         N = int(lad.parts[0].attrs["N"])
@@ -180,11 +188,20 @@ class MeanFieldLevels:
         return decision.status == "converged" or 2 * reading.N > inputs.rules.N_max
 
     def probe(self, shared: LadderRun, lad: Ladder) -> tuple[Unit, str]:
-        inputs = shared.inputs
-        tight = inputs.solver.tighter()
-        compute = partial(meanfield_level, inputs, lad.beta, 0, tight, shared.units.reporter, shared.w2_zero)
-        name = f"{part_name(beta=lad.beta, level=0)}_timestep"
-        return Unit(name, compute, shared.costs[0]), tight.label
+        return _meanfield_probe(shared, lad.beta)
+
+    def ahead(self, shared: LadderRun, beta: float, probe: bool) -> list[Unit]:
+        """Levels 0 and 1 (a ladder compares two levels at least) and the probe."""
+        units = self.plan(shared, beta).units
+        return [next(units), next(units)] + ([_meanfield_probe(shared, beta)[0]] if probe else [])
+
+
+def _meanfield_probe(shared: LadderRun, beta: float) -> tuple[Unit, str]:
+    """init = meanfield: level 0 of beta at the tighter tolerances, and their label."""
+    inputs = shared.inputs
+    tight = inputs.solver.tighter()
+    compute = partial(meanfield_level, inputs, beta, 0, tight, shared.units.reporter, shared.w2_zero)
+    return Unit(f"{part_name(beta=beta, level=0)}_timestep", compute, shared.costs[0]), tight.label
 
 
 def levels_for(inputs: ConcentrationInputs) -> Levels:
