@@ -58,7 +58,7 @@ PRESETS: dict[str, dict[str, object]] = {
     # for 12 log-spaced betas 10 ... 1e4 (factors 10^(3/11)), each to t_max = 26: past t_dev(20 %) of
     # the largest (about 22 by the measured 2.7 log beta) by about 4, and past t* ~ 0.35 beta for beta
     # <= 35.1, so that best_concentration has converged minima; what the theorem rows need, not the
-    # departure (docs/experiments.md, "concentration-2d-window")
+    # departure (docs/experiments.md, "concentration-2d-window"); two processes compute the levels
     "concentration-2d-window": {
         "weights": "worked-example-2d",
         "init": "meanfield",
@@ -67,19 +67,22 @@ PRESETS: dict[str, dict[str, object]] = {
         "betas": [10.0, 18.7, 35.1, 65.8, 123.0, 231.0, 433.0, 811.0, 1520.0, 2850.0, 5340.0, 10000.0],
         "t_max": 26.0,
         "zero_reference": True,
+        "workers": 2,
     },
-    # the departure over more than a decade: the mean-field flow (levels 0 and 1) for 9 betas 10 ...
-    # 160 (factors sqrt 2), t_max = 110 past the heuristic departure 0.666 beta - 8 = 99 of the
-    # largest; beta = 1000 (departure near t = 660) is out of reach on 2 cores today (docs/
-    # experiments.md, "concentration-2d-departure")
+    # the departure over two decades: the mean-field flow (levels 0 and 1) for beta = 10 (no
+    # metastable phase) and 8 betas 28.3 ... 1000 (factors 1.66) that depart, t_max = 680 past the
+    # heuristic departure 0.666 beta - 8 = 658 of the largest (docs/experiments.md,
+    # "concentration-2d-departure"); two processes compute the levels
     "concentration-2d-departure": {
         "weights": "worked-example-2d",
         "init": "meanfield",
         "N": "auto",
         "streak": 1,
-        "betas": [10.0, 14.1, 20.0, 28.3, 40.0, 56.6, 80.0, 113.0, 160.0],
-        "t_max": 110.0,
+        "betas": [10.0, 28.3, 47.1, 78.4, 130.0, 217.0, 361.0, 601.0, 1000.0],
+        "t_max": 680.0,
+        "dt_save": 0.2,
         "zero_reference": True,
+        "workers": 2,
     },
     # the ladder alone, d = 3 Fibonacci nodes (formerly the `resolution` experiment)
     "resolution": {
