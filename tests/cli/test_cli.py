@@ -71,6 +71,7 @@ def test_run_writes_everything(finished):
     assert set(summary["per_beta"]) == {"10", "20"}
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_run_ends_with_a_short_summary(tmp_path):
     """After the progress lines: under 30 lines with every beta's status, every claims row's
     verdict and where the report and the full tables are."""

@@ -139,6 +139,7 @@ def test_a_scouted_run_is_the_run_of_full_passes():
     assert moved < 0.1 * level, (moved, level)
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_dense_states_integrated_again_are_the_saved_ones():
     """A state the `dense` callback asks for is integrated again from the snapshot of the step
     before it: the same state as one saved at that time in the pass, to the pass's tolerance."""

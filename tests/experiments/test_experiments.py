@@ -249,6 +249,7 @@ def test_concentration_tiny_raises_no_warning_about_itself(tmp_path):
     assert np.all(ds.resolution_ratio.values < 0.5)
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_resume_after_a_failure_skips_finished_betas(tmp_path, monkeypatch):
     """Fault injection: the run dies after the first beta; the rerun computes only the rest."""
     monkeypatch.setattr(levels, "BATCH_BETAS_MAX_N", 0)  # one simulate call per beta
@@ -434,6 +435,7 @@ def test_resolution_preset_runs_the_ladder(tmp_path):
     assert (tmp_path / "parts" / "beta=10_N=16.zarr").exists()
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_weights_any_d_and_quadrature(tmp_path):
     """weights = an .npz in d = 4 and random in d = 5 run end to end; d = 2 quadrature carries its
     weights (a von Mises-Fisher rho_0) into W2 and the masses."""
@@ -755,6 +757,7 @@ def test_attnflow_plot_on_a_heads_run_exits_0(tiny_heads):
         assert (out / "figures" / f"heads.{ext}").stat().st_size > 1000
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_resolution_warning_only_when_under_resolved():
     """A warning names the under-resolved beta and the N it needs; a resolved beta gets none."""
     from attnflow.science.metrics import RESOLUTION_OK, tokens_for_ratio

@@ -471,6 +471,7 @@ def _weights(path: Path, scale: float = 1.0) -> Path:
     return path
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_an_edited_weights_file_recomputes_every_part(tmp_path):
     """The parts' fingerprint covers the arrays of the weights file, not only its name: a rerun
     after the file changed recomputes (with a warning naming the part) and equals a clean run."""

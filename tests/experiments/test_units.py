@@ -88,6 +88,7 @@ def test_layers_resume_after_the_reference(tmp_path, monkeypatch):
     assert resumed.attrs["fits"] == fresh.attrs["fits"]
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_zero_temperature_resume_after_the_reference(tmp_path, monkeypatch):
     """Interrupted after its first unit (the N = infinity reference): the rerun computes the cloud
     only, and its result is the uninterrupted run's."""

@@ -425,7 +425,7 @@ def test_other_experiment_figures(conc3, tmp_path, make, fn, stem):
     _check_files(FIG[fn](ds, tmp_path, dpi=DPI), [stem])
 
 
-@pytest.mark.parametrize("which", ["conc3", "conc5"])
+@pytest.mark.parametrize("which", ["conc3", pytest.param("conc5", marks=pytest.mark.slow)])
 def test_terminal_snapshots_mark_v(request, tmp_path, which):
     ds = make_terminal(request.getfixturevalue(which))
     assert tokens._v_direction(ds, ds.sizes["dim"]) is not None

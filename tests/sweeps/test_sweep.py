@@ -326,6 +326,7 @@ def test_sweep_bad_arguments(tmp_path):
 # ------------------------------------------------------------------------------------ on Dask
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_small_grid_on_two_workers(client, tmp_path):
     store = tmp_path / "store"
     res = sweep(ToyConfig(), GRID, client=client, store=store, run_fn=run_toy, progress=False)
@@ -385,6 +386,7 @@ def test_worker_killed_mid_sweep(client, tmp_path):
     check_values(open_sweep(store), GRID)
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_worker_process_sigkilled_from_outside(client, tmp_path):
     """SIGKILL to a worker process while it runs a point (as the OOM killer would): the point is
     killed as it runs (it says so with its pid, then waits), the sweep recomputes it."""
