@@ -179,3 +179,22 @@ def test_max_cos_is_the_largest_cosine_over_the_interval(low, width):
     inside = low + width * np.linspace(0.0, 1.0, 2001)
     assert np.cos(inside).max() <= bound + 1e-12  # an upper bound ...
     assert bound <= np.cos(inside).max() + 1e-5  # ... attained up to the grid's spacing
+
+
+@pytest.mark.parametrize("n", [300, 3000])  # dense in torch; the sparse compiled path (if a core)
+def test_log_row_sums_give_the_interaction_energy(n):
+    """The field's softmax normalisers, log sum_j e^(beta x_i^T B x_j) w_j: every pair's, to
+    rounding, and with them log E_beta of a weighted measure as science.energy computes it."""
+    from scipy.special import logsumexp
+
+    from attnflow.science.energy import log_energy_curve
+
+    att = af.worked_example(1e4, d=2)
+    th, lw = stream_state(n)
+    rows = circle_field.log_row_sums(CircleField(att), th, th, lw).numpy()
+    X = np.stack([np.cos(th.numpy()), np.sin(th.numpy())], -1)
+    want = logsumexp(att.beta * (X @ att.B) @ X.T + lw.numpy()[None], axis=1)
+    np.testing.assert_allclose(rows, want, rtol=1e-14, atol=1e-9)
+    w = lw.numpy() - logsumexp(lw.numpy())
+    energy = logsumexp(w + rows - logsumexp(lw.numpy())) - math.log(2 * att.beta)
+    assert energy == pytest.approx(float(log_energy_curve(X, att, log_weights=lw.numpy())), rel=1e-14)

@@ -24,7 +24,7 @@ import torch
 if TYPE_CHECKING:
     from ...attention import Attention
 
-__all__ = ["CircleField", "importance", "sparse_field"]
+__all__ = ["CircleField", "importance", "log_row_sums", "sparse_field"]
 
 
 class CircleField:
@@ -287,10 +287,11 @@ def _cell_plan(fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: t
     return _Cells(order.astype(np.int64), qs, index[valid], ks, float(kept.mean()))
 
 
-def _sparse_compiled(
+def _cells_sums(
     fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor, plan: _Cells
-) -> torch.Tensor:
-    """The field by the compiled core's cells: each block of queries against its kept keys."""
+) -> np.ndarray:
+    """(M, 4): Z_i, N_i (2) and the shift m_i of fused.c (base 2) of each query against its kept
+    keys, by the compiled core's cells."""
     from ...kernels import compiled
     from ...kernels.fused import LOG2E, PARALLEL_PAIRS
 
@@ -301,8 +302,34 @@ def _sparse_compiled(
     out = np.empty((len(phi), 4))
     threads = torch.get_num_threads() if len(plan.kidx) * QUERY_BLOCK >= PARALLEL_PAIRS else 1
     core.cells((LOG2E * q).contiguous(), plan.order, plan.qs, rows, plan.kidx, plan.ks, out, threads)
-    s = torch.from_numpy(out)
+    return out
+
+
+def _sparse_compiled(
+    fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor, plan: _Cells
+) -> torch.Tensor:
+    """The field by the compiled core's cells: each block of queries against its kept keys."""
+    s = torch.from_numpy(_cells_sums(fld, phi, theta, logw, plan))
     return (-torch.sin(phi) * s[:, 1] + torch.cos(phi) * s[:, 2]) / s[:, 0]
+
+
+def log_row_sums(
+    fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor
+) -> torch.Tensor:
+    """log sum_j exp(beta x(phi_i)^T B x(theta_j) + logw_j) for each query angle (M,): the log of the
+    field's softmax normalisers (the interaction energy's row sums), by the field's sparse compiled
+    path where it applies (every dropped key below e^-CUTOFF of its row's maximum), else densely
+    in blocks of queries."""
+    if fld.backend == "compiled" and len(phi) * len(theta) >= COMPILED_SPARSE_MIN_PAIRS:
+        cells = _cell_plan(fld, phi, theta, logw)
+        if cells.kept <= SPARSE_MAX_KEPT:
+            out = _cells_sums(fld, phi, theta, logw, cells)
+            return torch.from_numpy((out[:, 3] + np.log2(out[:, 0])) * math.log(2.0))
+    q, xk, _ = fld.scores_parts(phi, theta)
+    rows = max(1, SPARSE_MAX_ELEMENTS // len(theta))
+    return torch.cat(
+        [torch.logsumexp(q[i : i + rows] @ xk.T + logw, dim=1) for i in range(0, len(phi), rows)]
+    )
 
 
 def _importance_compiled(

@@ -107,13 +107,21 @@ def _measure_lyapunov(states: States, P: np.ndarray) -> np.ndarray:
 
 
 def _measure_energy(states: States, att: Attention) -> np.ndarray:
-    """log E_beta of each weighted state (angles, log-weights) on S^1 (T,)."""
-    from ...science.energy import log_energy_curve
+    """log E_beta of each weighted state (angles, log-weights) on S^1 (T,): science.energy's
+    (1 / 2 beta) sum_ij w_i w_j e^(beta x_i^T B x_j), its row sums those of the circle field's
+    softmax (`log_row_sums`: from each row's kept keys where there are many nodes, not every pair)."""
+    import torch
+    from scipy.special import logsumexp
 
+    from ...dynamics.meanfield.circle_field import CircleField, log_row_sums
+
+    fld = CircleField(att)
     out = []
     for theta, logw in states:
-        X = np.stack([np.cos(theta), np.sin(theta)], -1)
-        out.append(float(log_energy_curve(X, att, log_weights=logw)))
+        lw = np.asarray(logw, dtype=np.float64) - logsumexp(logw)
+        th = torch.from_numpy(np.asarray(theta, dtype=np.float64))
+        rows = log_row_sums(fld, th, th, torch.from_numpy(lw)).numpy()
+        out.append(float(logsumexp(lw + rows) - math.log(2.0 * att.beta)))
     return np.asarray(out)
 
 
