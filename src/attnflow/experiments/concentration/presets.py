@@ -55,10 +55,10 @@ PRESETS: dict[str, dict[str, object]] = {
         "zero_reference": True,
     },
     # the theorem's window over three decades: the mean-field flow with its tail kept (levels 0 and 1)
-    # for 12 log-spaced betas 10 ... 1e4 (factors 10^(3/11)), each to t_max = 26: past t_dev(20 %) of
-    # the largest (about 22 by the measured 2.7 log beta) by about 4, and past t* ~ 0.35 beta for beta
-    # <= 35.1, so that best_concentration has converged minima; what the theorem rows need, not the
-    # departure (docs/experiments.md, "concentration-2d-window"); two processes compute the levels
+    # for 12 log-spaced betas 10 ... 1e4 (factors 10^(3/11)), each to t_max = 26: past t_dev(10 %) of
+    # the largest (22.45) by 3.5, and past t* ~ 0.35 beta for beta <= 65.8, so that best_concentration
+    # has converged minima; what the theorem rows need, not the departure; two processes compute the
+    # levels: 15 min on 2 cores (docs/experiments.md, "concentration-2d-window")
     "concentration-2d-window": {
         "weights": "worked-example-2d",
         "init": "meanfield",
