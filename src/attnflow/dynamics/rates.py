@@ -34,8 +34,9 @@ def local_rates(
 
     times, w2 (T,) (and w2_err (T,), absolute, or None).  windows: [[t0, t1], ...] whose ends are
     among `times`; None: successive windows of `width` from times[0], the last ending at or before
-    times[-1].  Returns [{"window": [t0, t1], "rate": r, "err": e}], e = (w2_err/w2 at t0 + at t1)
-    / (t1 - t0), or None without w2_err.
+    the last time before W2 first reaches 0 (a curve that decays for long enough underflows: past it
+    there is no logarithm), or times[-1].  Returns [{"window": [t0, t1], "rate": r, "err": e}],
+    e = (w2_err/w2 at t0 + at t1) / (t1 - t0), or None without w2_err.
     """
     t = check_times(times)
     w = np.asarray(w2, dtype=np.float64).reshape(-1)
@@ -48,7 +49,9 @@ def local_rates(
             raise ValueError(f"w2_err must have one value per time ({t.size}), got shape {np.shape(w2_err)}")
     if windows is None:
         width = check_positive(width, "width")
-        k = math.floor((t[-1] - t[0]) / width + 1e-9)
+        zero = np.flatnonzero(~(w > 0))
+        last = t[zero[0] - 1] if zero.size and zero[0] > 0 else t[-1]
+        k = math.floor((last - t[0]) / width + 1e-9)
         windows = [[t[0] + j * width, t[0] + (j + 1) * width] for j in range(k)]
     scale = max(abs(float(t[-1])), 1.0)
     out: list[LocalRate] = []
