@@ -49,16 +49,16 @@ class CircleField:
 
     def __call__(self, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor) -> torch.Tensor:
         """Angular speed (M,) at the query angles phi (M,) of sum_j exp(logw_j) delta_{theta_j}:
-        from the keys near each query's row maximum (`sparse_field`'s plan) where there are at least
-        the backend's SPARSE_MIN_PAIRS query-key pairs and the plan keeps at most SPARSE_MAX_KEPT of
-        the key blocks, densely otherwise; by the compiled core where it exists (its `cells`: each
-        block of queries against its kept keys), else in torch."""
+        from the keys near each query's row maximum where there are many query-key pairs
+        (COMPILED_SPARSE_MIN_PAIRS on the compiled core, each block of queries against its kept keys;
+        SPARSE_MIN_PAIRS in torch, `sparse_field`) and the plan keeps at most SPARSE_MAX_KEPT of the
+        key blocks, densely otherwise."""
         self.n_evals += 1
-        if self.backend == "compiled" and len(phi) * len(theta) >= COMPILED_SPARSE_MIN_PAIRS:
-            cells = _cell_plan(self, phi, theta, logw)
-            if cells.kept <= SPARSE_MAX_KEPT:
-                return _sparse_compiled(self, phi, theta, logw, cells)
-        elif self.backend == "torch" and len(phi) * len(theta) >= SPARSE_MIN_PAIRS:
+        cells = _compiled_cells(self, phi, theta, logw)
+        if cells is not None:
+            s = torch.from_numpy(_cells_sums(self, theta, logw, cells))
+            return (-torch.sin(phi) * s[:, 1] + torch.cos(phi) * s[:, 2]) / s[:, 0]
+        if self.backend == "torch" and len(phi) * len(theta) >= SPARSE_MIN_PAIRS:
             plan = _plan(self, phi, theta, logw)
             if float(plan.keep.double().mean()) <= SPARSE_MAX_KEPT:
                 return _sparse(self, phi, plan)
@@ -103,10 +103,9 @@ def importance(
     """
     n = len(theta) if queries is None else queries
     base = torch.exp(logw - logw.max())
-    if field.backend == "compiled" and n * len(theta) >= COMPILED_SPARSE_MIN_PAIRS:
-        cells = _cell_plan(field, theta[:n], theta, logw)
-        if cells.kept <= SPARSE_MAX_KEPT:
-            return _importance_compiled(field, theta, logw, base, rounds, cells)
+    cells = _compiled_cells(field, theta[:n], theta, logw)
+    if cells is not None:
+        return _importance_compiled(field, theta, logw, base, rounds, cells)
     imp = base.clone()
     plan = _plan(field, theta[:n], theta, logw) if n * len(theta) >= SPARSE_MIN_PAIRS else None
     if plan is not None and float(plan.keep.double().mean()) > SPARSE_MAX_KEPT:
@@ -238,13 +237,15 @@ def _max_cos(low: np.ndarray, high: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class _Cells:
     """The compiled sparse field's plan: queries sorted by psi (`order`) in blocks qs, each with its
-    kept keys kidx[ks[c]:ks[c + 1]] (original indices); `kept`, the fraction of key blocks kept."""
+    kept keys kidx[ks[c]:ks[c + 1]] (original indices); `kept`, the fraction of key blocks kept;
+    `q`, the queries."""
 
     order: np.ndarray
     qs: np.ndarray
     kidx: np.ndarray
     ks: np.ndarray
     kept: float
+    q: torch.Tensor  # (M, 2) the queries beta B^T x(phi), which the sums take too
 
 
 def _cell_plan(fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor) -> _Cells:
@@ -264,7 +265,8 @@ def _cell_plan(fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: t
     padded[:n] = lws
     top_at = starts + padded.reshape(n_blocks, KEY_BLOCK).argmax(1)
     top_lw, top_ang = lws[top_at], ths[top_at]
-    q = fld.scores_parts(phi, phi[:0])[0].numpy()
+    queries = fld.scores_parts(phi, phi[:0])[0]
+    q = queries.numpy()
     r, psi = np.hypot(q[:, 0], q[:, 1]), np.remainder(np.arctan2(q[:, 1], q[:, 0]), two_pi)
     order = np.argsort(psi, kind="stable")
     m = len(psi)
@@ -284,33 +286,43 @@ def _cell_plan(fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: t
     valid = index >= 0
     per_block = np.bincount(qb, weights=valid.sum(1), minlength=len(qs) - 1)  # kept keys per query block
     ks = np.concatenate([[0], np.cumsum(per_block)]).astype(np.int64)
-    return _Cells(order.astype(np.int64), qs, index[valid], ks, float(kept.mean()))
+    return _Cells(order.astype(np.int64), qs, index[valid], ks, float(kept.mean()), queries)
+
+
+def _compiled_cells(
+    fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor
+) -> _Cells | None:
+    """The plan of the compiled sparse path where it applies: the compiled core, at least
+    COMPILED_SPARSE_MIN_PAIRS query-key pairs, at most SPARSE_MAX_KEPT of the key blocks kept."""
+    if fld.backend != "compiled" or len(phi) * len(theta) < COMPILED_SPARSE_MIN_PAIRS:
+        return None
+    cells = _cell_plan(fld, phi, theta, logw)
+    return cells if cells.kept <= SPARSE_MAX_KEPT else None
+
+
+def _key_rows(fld: CircleField, theta: torch.Tensor, logw: torch.Tensor) -> torch.Tensor:
+    """(N, 5) the compiled core's key rows: x_j, log2(e) log w_j, V x_j."""
+    from ...kernels.fused import LOG2E
+
+    _, xk, vk = fld.scores_parts(theta[:0], theta)
+    return torch.cat([xk, (LOG2E * logw)[:, None], vk], dim=1).contiguous()
 
 
 def _cells_sums(
-    fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor, plan: _Cells
+    fld: CircleField, theta: torch.Tensor, logw: torch.Tensor, plan: _Cells, rows: torch.Tensor | None = None
 ) -> np.ndarray:
-    """(M, 4): Z_i, N_i (2) and the shift m_i of fused.c (base 2) of each query against its kept
-    keys, by the compiled core's cells."""
+    """(M, 4): Z_i, N_i (2) and the shift m_i of fused.c (base 2) of each of the plan's queries
+    against its kept keys, by the compiled core's cells; rows: `_key_rows`, where already made."""
     from ...kernels import compiled
     from ...kernels.fused import LOG2E, PARALLEL_PAIRS
 
     core = compiled.core()
     assert core is not None, "the compiled backend without a compiled core"
-    q, xk, vk = fld.scores_parts(phi, theta)
-    rows = torch.cat([xk, (LOG2E * logw)[:, None], vk], dim=1).contiguous()
-    out = np.empty((len(phi), 4))
+    rows = _key_rows(fld, theta, logw) if rows is None else rows
+    out = np.empty((len(plan.q), 4))
     threads = torch.get_num_threads() if len(plan.kidx) * QUERY_BLOCK >= PARALLEL_PAIRS else 1
-    core.cells((LOG2E * q).contiguous(), plan.order, plan.qs, rows, plan.kidx, plan.ks, out, threads)
+    core.cells((LOG2E * plan.q).contiguous(), plan.order, plan.qs, rows, plan.kidx, plan.ks, out, threads)
     return out
-
-
-def _sparse_compiled(
-    fld: CircleField, phi: torch.Tensor, theta: torch.Tensor, logw: torch.Tensor, plan: _Cells
-) -> torch.Tensor:
-    """The field by the compiled core's cells: each block of queries against its kept keys."""
-    s = torch.from_numpy(_cells_sums(fld, phi, theta, logw, plan))
-    return (-torch.sin(phi) * s[:, 1] + torch.cos(phi) * s[:, 2]) / s[:, 0]
 
 
 def log_row_sums(
@@ -320,11 +332,10 @@ def log_row_sums(
     field's softmax normalisers (the interaction energy's row sums), by the field's sparse compiled
     path where it applies (every dropped key below e^-CUTOFF of its row's maximum), else densely
     in blocks of queries."""
-    if fld.backend == "compiled" and len(phi) * len(theta) >= COMPILED_SPARSE_MIN_PAIRS:
-        cells = _cell_plan(fld, phi, theta, logw)
-        if cells.kept <= SPARSE_MAX_KEPT:
-            out = _cells_sums(fld, phi, theta, logw, cells)
-            return torch.from_numpy((out[:, 3] + np.log2(out[:, 0])) * math.log(2.0))
+    cells = _compiled_cells(fld, phi, theta, logw)
+    if cells is not None:
+        out = _cells_sums(fld, theta, logw, cells)
+        return torch.from_numpy((out[:, 3] + np.log2(out[:, 0])) * math.log(2.0))
     q, xk, _ = fld.scores_parts(phi, theta)
     rows = max(1, SPARSE_MAX_ELEMENTS // len(theta))
     return torch.cat(
@@ -336,7 +347,7 @@ def _importance_compiled(
     fld: CircleField, theta: torch.Tensor, logw: torch.Tensor, base: torch.Tensor, rounds: int, cells: _Cells
 ) -> torch.Tensor:
     """`importance` by the compiled core on the cells of `_cell_plan` (queries the first n nodes):
-    each query's softmax normaliser from its kept keys (`Core.cells`), then every round
+    each query's softmax normaliser from its kept keys (`_cells_sums`), then every round
     max_i imp_i p_ij = 2^(l_j + max_i (log2 imp_i - log2 Z_i - m_i + q_i . x_j)) (`Core.colmax`),
     in the core's base-2 units."""
     from ...kernels import compiled
@@ -344,21 +355,18 @@ def _importance_compiled(
 
     core = compiled.core()
     assert core is not None, "the compiled backend without a compiled core"
-    n = int(cells.qs[-1])
-    q, xk, vk = fld.scores_parts(theta[:n], theta)
-    q2 = (LOG2E * q).contiguous()
-    l2 = LOG2E * logw
-    rows = torch.cat([xk, l2[:, None], vk], dim=1).contiguous()
-    sums = np.empty((n, 4))
-    core.cells(q2, cells.order, cells.qs, rows, cells.kidx, cells.ks, sums)
+    n = len(cells.q)
+    rows = _key_rows(fld, theta, logw)
+    sums = _cells_sums(fld, theta, logw, cells, rows)
     shift = np.log2(sums[:, 0]) + sums[:, 3]  # log2 of each query's normaliser
+    q2, l2 = (LOG2E * cells.q).contiguous(), rows[:, 2].numpy()
     imp = base.numpy().copy()
     for _ in range(rounds):
         with np.errstate(divide="ignore"):
             a = np.log2(imp[:n]) - shift
         top = np.full(len(theta), -np.inf)
         core.colmax(q2, a, cells.order, cells.qs, rows, cells.kidx, cells.ks, top)
-        imp = np.maximum(base.numpy(), np.exp2(top + l2.numpy()))
+        imp = np.maximum(base.numpy(), np.exp2(top + l2))
     return torch.from_numpy(imp)
 
 
