@@ -43,8 +43,7 @@ def _ahead_units(shared: LadderRun, levels: Levels) -> list[Unit]:
     top = max(shared.inputs.betas)
     units = []
     for beta in sorted(shared.inputs.betas, reverse=True):
-        found = levels.ahead(shared, beta, probe=beta == top)
-        units.extend(sorted(found, key=lambda u: ("_timestep" not in u.name, -found.index(u))))
+        units.extend(levels.ahead(shared, beta, probe=beta == top))  # the strategy's order: costliest first
     return units
 
 

@@ -107,7 +107,8 @@ class Levels(Protocol):
 
     def ahead(self, shared: LadderRun, beta: float, probe: bool) -> list[Unit]:
         """The units of beta's ladder that run whatever the levels say (and, with `probe`, the
-        time-step probe's): those a run with several workers computes first (`ahead.py`)."""
+        time-step probe's), the costliest first: those a run with several workers computes first
+        (`ahead.py`)."""
         ...
 
 
@@ -191,9 +192,11 @@ class MeanFieldLevels:
         return _meanfield_probe(shared, lad.beta)
 
     def ahead(self, shared: LadderRun, beta: float, probe: bool) -> list[Unit]:
-        """Levels 0 and 1 (a ladder compares two levels at least) and the probe."""
+        """The probe (level 0 at tighter tolerances), level 1, level 0: a ladder compares two
+        levels at least."""
         units = self.plan(shared, beta).units
-        return [next(units), next(units)] + ([_meanfield_probe(shared, beta)[0]] if probe else [])
+        first = [next(units), next(units)]
+        return ([_meanfield_probe(shared, beta)[0]] if probe else []) + first[::-1]
 
 
 def _meanfield_probe(shared: LadderRun, beta: float) -> tuple[Unit, str]:
