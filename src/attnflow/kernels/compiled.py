@@ -154,13 +154,8 @@ class Core:
         ("float32": the float32 twin, `fused_cells32`), out float64; qidx, qs, kidx, ks: int64 NumPy
         arrays; every index is checked."""
         (nq, d), nk, n_cells = q.shape, rows.shape[0], len(qs) - 1
-        lens_q, lens_k = np.diff(qs), np.diff(ks)
-        bad = self.group(d) == 0 or n_cells < 1 or len(ks) != n_cells + 1 or bool((lens_k < 1).any())
-        bad = bad or bool((lens_q < 0).any()) or qs[0] < 0 or ks[0] < 0
-        bad = bad or qs[-1] > len(qidx) or ks[-1] > len(kidx)
-        for idx, size in ((qidx, nq), (kidx, nk)):
-            bad = bad or (len(idx) > 0 and (int(idx.min()) < 0 or int(idx.max()) >= size))
-        if bad:
+        bad = self.group(d) == 0 or n_cells < 1 or bool((np.diff(ks) < 1).any())
+        if bad or not _cells_in_range(nq, nk, qidx, qs, kidx, ks):
             raise ValueError("cells: an unsupported d, a cell without keys or an index out of range")
         args = (
             address(q, "q", (nq, d), dtype),
@@ -178,7 +173,7 @@ class Core:
             if fn(d, c0, c1, *args) != 0:
                 raise MemoryError(f"the compiled core ran out of memory on cells {c0} .. {c1 - 1}")
 
-        work = np.asarray(lens_q, dtype=float) * lens_k
+        work = np.diff(qs).astype(float) * np.diff(ks)
         run_parallel(split(work, CHUNKS_PER_THREAD * threads), run, threads)
 
     def colmax(
@@ -196,17 +191,7 @@ class Core:
         a_i + q_i . k_j over the queries i of each cell that holds key j; q (nq, d), a (nq,), rows
         (nk, 2 d + 1) float64 CPU arrays, out (nk,) float64; the indices as in `cells`."""
         (nq, d), nk, n_cells = q.shape, rows.shape[0], len(qs) - 1
-        bad = (
-            d < 2
-            or d > 8
-            or n_cells < 0
-            or len(ks) != n_cells + 1
-            or qs[-1] > len(qidx)
-            or ks[-1] > len(kidx)
-        )
-        for idx, size in ((qidx, nq), (kidx, nk)):
-            bad = bad or (len(idx) > 0 and (int(idx.min()) < 0 or int(idx.max()) >= size))
-        if bad:
+        if self.group(d) == 0 or not _cells_in_range(nq, nk, qidx, qs, kidx, ks):
             raise ValueError("colmax: an unsupported d or an index out of range")
         err = self.lib.fused_colmax(
             d,
@@ -223,6 +208,20 @@ class Core:
         )
         if err != 0:
             raise MemoryError("the compiled core ran out of memory in colmax")
+
+
+def _cells_in_range(
+    nq: int, nk: int, qidx: np.ndarray, qs: np.ndarray, kidx: np.ndarray, ks: np.ndarray
+) -> bool:
+    """Whether the cells' offsets qs, ks (one more than the cells, non-decreasing from 0 or more,
+    ending within qidx and kidx) and the indices qidx (< nq) and kidx (< nk) are all in range: a
+    wrong one would read or write outside the arrays in C."""
+    ok = len(qs) == len(ks) >= 1 and qs[0] >= 0 and ks[0] >= 0
+    ok = ok and not bool((np.diff(qs) < 0).any() or (np.diff(ks) < 0).any())
+    ok = ok and qs[-1] <= len(qidx) and ks[-1] <= len(kidx)
+    for idx, size in ((qidx, nq), (kidx, nk)):
+        ok = ok and (len(idx) == 0 or (int(idx.min()) >= 0 and int(idx.max()) < size))
+    return bool(ok)
 
 
 def compiler() -> str | None:
