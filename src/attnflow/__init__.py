@@ -28,6 +28,7 @@ _API = {
     "quadrature": "measures.quadrature",
     "vmf_density": "measures.densities",
     "graded_circle_quadrature": "measures.quadrature",
+    "graded_sphere_quadrature": "measures.quadrature",
     "locate_separatrices": "dynamics.separatrix",
     "mean_field_quadrature": "dynamics.separatrix",
     "SeparatrixSearch": "dynamics.separatrix",

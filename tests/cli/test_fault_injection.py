@@ -302,6 +302,7 @@ def test_the_size_of_a_range_axis_is_its_length(a, b, step):
 # -------------------------------------------------------------- a finished result is never replaced
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_a_finished_result_is_not_replaced_by_another_run_without_overwrite(run):
     import json
 

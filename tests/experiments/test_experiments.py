@@ -745,6 +745,7 @@ def test_heads_undefined_pi_tokens_are_left_out_with_a_note(tiny_heads, monkeypa
     assert not ok[0] and ok[1:].all() and np.all(Pi[0] == 0)
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_attnflow_plot_on_a_heads_run_exits_0(tiny_heads):
     from typer.testing import CliRunner
 

@@ -248,6 +248,7 @@ def test_a_foreign_folder_is_refused_and_left_untouched(tmp_path):
     assert snapshot(folder) == before
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_hidden_files_do_not_make_a_folder_foreign_an_unreadable_config_is_named(finished, tmp_path):
     folder = tmp_path / "new"
     folder.mkdir()
@@ -558,6 +559,7 @@ def test_an_edited_summary_is_named_by_verify_and_refused_by_show(finished, tmp_
     assert invoke("verify", str(out)).exit_code == 0 and new not in path.read_text()
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_an_edited_report_is_named_and_an_unrecorded_summary_too(finished, tmp_path):
     out = copy_run(finished, tmp_path)
     assert invoke("plot", str(out), "-q").exit_code == 0

@@ -351,6 +351,7 @@ def test_small_grid_on_two_workers(client, tmp_path):
     assert again.ok and not again.ran and len(again.skipped) == 8
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_rerun_with_larger_grid_runs_only_new_points(client, tmp_path):
     store, mk = tmp_path / "store", tmp_path / "mk"
     mk.mkdir()
@@ -418,6 +419,7 @@ def test_worker_process_sigkilled_from_outside(client, tmp_path):
     check_values(open_sweep(store).expand_dims(N=[10]).transpose("beta", "N", ...), {**grid, "N": [10]})
 
 
+@pytest.mark.slow  # an end-to-end run of a few seconds: the full suite only
 def test_failed_points_are_retried_then_reported(client, tmp_path):
     store, mk = tmp_path / "store", tmp_path / "mk"
     mk.mkdir()

@@ -3,7 +3,8 @@
     geometry     normalize, tangent_project, distances, sphere_area, spacing
     sampling     sample_uniform, sample_vmf (seeded i.i.d. points)
     quadrature   fibonacci_sphere, circle_nodes, quadrature (nodes with weights for a density),
-                 graded_circle_quadrature (nodes on S^1 graded toward given angles)
+                 graded_circle_quadrature (nodes on S^1 graded toward given angles),
+                 graded_sphere_quadrature (on S^2 toward two poles and a curve through them)
     densities    densities w.r.t. the uniform law, up to a constant and normalised (uniform, vMF)
     registry     MEASURES (the densities by name) and DISCRETISATIONS (the `init` choices by name)
 

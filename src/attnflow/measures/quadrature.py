@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ __all__ = [
     "circle_nodes",
     "fibonacci_sphere",
     "graded_circle_quadrature",
+    "graded_sphere_quadrature",
     "qmc_sphere",
     "quadrature",
 ]
@@ -307,3 +309,129 @@ def graded_circle_quadrature(
         raise ValueError(f"density(X) must return ({N},) finite values > 0 at every node (weights are > 0)")
     w = f / g.n_of(x, own)
     return X, w / w.sum()
+
+
+# ------------------------------------------------------------------------------ graded nodes on S^2
+
+#: separatrix azimuths: the same on every ring (m,), per ring theta (K,) -> (K, m), or None
+Azimuths = ArrayLike | Callable[[np.ndarray], ArrayLike] | None
+
+
+def _polar_angles(h: float, du: float, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rings of `graded_sphere_quadrature` in the lower hemisphere theta <= pi / 2: offsets theta
+    (K,) from the centre, their mirror images being the rings of the upper one, and each ring's share
+    (K,) of the sphere's area over both halves, from n(theta) = 1/h + sum over the poles of
+    1 / (du sqrt(eps^2 + r^2)), r the distance to the pole: u(theta) = integral of n is closed-form,
+    the rings are equispaced in u (midpoints, an even count) and found by bisection in log theta."""
+
+    def u(t: np.ndarray) -> np.ndarray:
+        poles = np.arcsinh(t / eps) - np.arcsinh((math.pi - t) / eps) + math.asinh(math.pi / eps)
+        return t / h + poles / du
+
+    U = float(u(np.array(math.pi)))
+    K = 2 * math.ceil(U / 2.0)
+    target = U * (np.arange(K // 2) + 0.5) / K
+    lo, hi = np.full(K // 2, math.log(eps) - 60.0), np.full(K // 2, math.log(math.pi / 2.0))
+    for _ in range(120):  # u is increasing: bisection in log theta to rounding
+        mid = (lo + hi) / 2.0
+        below = u(np.exp(mid)) < target
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    theta = np.exp((lo + hi) / 2.0)
+    n = 1.0 / h + (1.0 / np.sqrt(eps**2 + theta**2) + 1.0 / np.sqrt(eps**2 + (math.pi - theta) ** 2)) / du
+    return theta, (U / K) / n * np.sin(theta) / 2.0, np.cos(theta)
+
+
+def graded_sphere_quadrature(
+    centre: ArrayLike,
+    meridian: ArrayLike,
+    h: float,
+    du: float,
+    eps: float = 1e-9,
+    separatrix: Azimuths = None,
+    eps_sep: float = 1e-4,
+    density: DensityFn | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Quadrature of rho_0 on S^2 with nodes graded logarithmically toward the poles +-c and, on each
+    ring about them, toward given azimuths (a separatrix through the poles; MATH.md, "The tail in
+    d = 3").
+
+    Polar angle theta from c: rings equispaced in u(theta) = integral of n, n = 1/h + sum over the
+    poles of 1 / (du sqrt(eps^2 + r^2)) (spacing about h away from the poles, equal steps du in log r
+    for eps << r << h / du). Azimuth phi about c, from `meridian` (phi = 0) toward c x meridian: each
+    ring is a `graded_circle_quadrature` with spacing h / sin(theta) (arc length h; at most pi / 2),
+    steps du in log-distance toward the ring's separatrix azimuths, down to eps_sep. The rule is a
+    product rule in (u, phi): the trapezoidal rule in each, accurate for integrands smooth on either
+    side of the separatrix. Near a pole the rings are self-similar (the same azimuths at every log r),
+    as the linearised flow about a source needs.
+
+    Parameters
+    ----------
+    centre : array (3,)
+        The pole c (unit).
+    meridian : array (3,)
+        A unit vector orthogonal to c: the direction phi = 0.
+    h, du : float
+        > 0 (radians; log-steps).
+    eps : float
+        In (0, 0.1]: the smallest graded distance to a pole (radians). Offsets below about 1e-12
+        lose their digits in a float64 position.
+    separatrix : array (m,) or callable, optional
+        Azimuths (radians) toward which every ring is graded: the same on every ring (m,), or
+        separatrix(theta (K,)) -> (K, m), the azimuths of a curve at each ring's polar angle; None:
+        phi = 0 and pi, the great circle through c and `meridian`.
+    eps_sep : float
+        In (0, 1): the smallest graded distance to a separatrix azimuth.
+    density : callable, optional
+        f: X (N, 3) -> (N,), w.r.t. the uniform law (None: uniform).
+
+    Returns
+    -------
+    X : array (N, 3)
+        Unit rows, ring by ring in increasing theta.
+    w : array (N,)
+        The weights, > 0, summing to 1.
+    """
+    c, m = _frame(centre, meridian)
+    h, du = check_positive(h, "h"), check_positive(du, "du")
+    eps = check_positive(eps, "eps")
+    if eps > 0.1:
+        raise ValueError(f"eps must be <= 0.1 (the smallest graded distance to a pole, radians), got {eps!r}")
+    half, w_half, cos_half = _polar_angles(h, du, eps)
+    theta = np.concatenate([half, (math.pi - half)[::-1]])
+    w_ring = np.concatenate([w_half, w_half[::-1]])
+    K = theta.size
+    az = _azimuths(separatrix, theta)
+    b = np.cross(c, m)
+    Xs, ws = [], []
+    for k in range(K):
+        j = k if k < K // 2 else K - 1 - k  # the mirrored rings keep their offsets' digits
+        s, cos_t = math.sin(half[j]), (cos_half[j] if k < K // 2 else -cos_half[j])
+        P, wp = graded_circle_quadrature(az[k], min(h / s, math.pi / 2.0), du, eps_sep)
+        Xs.append(cos_t * c + s * (P[:, :1] * m + P[:, 1:] * b))
+        ws.append(w_ring[k] * wp)
+    X, w = np.concatenate(Xs), np.concatenate(ws)
+    if density is not None:
+        w = w * _density_weights(density, X)
+    return X, w / w.sum()
+
+
+def _azimuths(separatrix: Azimuths, theta: np.ndarray) -> np.ndarray:
+    """The separatrix azimuths of every ring, (K, m)."""
+    if separatrix is None:
+        separatrix = (0.0, math.pi)
+    az = np.asarray(separatrix(theta) if callable(separatrix) else separatrix, dtype=np.float64)
+    az = np.broadcast_to(az, (theta.size, az.size)) if az.ndim <= 1 else az
+    if az.shape[0] != theta.size or not np.all(np.isfinite(az)):
+        raise ValueError(f"separatrix must give finite azimuths (m,) or (K, m) for K = {theta.size} rings")
+    return az
+
+
+def _frame(centre: ArrayLike, meridian: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(c, m) as unit float64 3-vectors, m orthogonal to c (checked, not corrected)."""
+    c = np.asarray(to_numpy(centre), dtype=np.float64).reshape(-1)
+    m = np.asarray(to_numpy(meridian), dtype=np.float64).reshape(-1)
+    if c.shape != (3,) or m.shape != (3,) or not (np.all(np.isfinite(c)) and np.all(np.isfinite(m))):
+        raise ValueError(f"centre and meridian must be finite 3-vectors, got {centre!r} and {meridian!r}")
+    if abs(np.linalg.norm(c) - 1.0) > 1e-12 or abs(np.linalg.norm(m) - 1.0) > 1e-12 or abs(c @ m) > 1e-12:
+        raise ValueError("centre and meridian must be orthonormal unit vectors (|c| = |m| = 1, c.m = 0)")
+    return c, m
