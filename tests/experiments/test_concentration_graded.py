@@ -14,7 +14,7 @@ import attnflow.dynamics.separatrix as separatrix
 from attnflow.attention import worked_example
 from attnflow.experiments import ConfigError, load_config, run_experiment
 from attnflow.experiments.concentration import concentration_inputs
-from attnflow.experiments.concentration.levels import graded_clouds
+from attnflow.experiments.concentration.graded import graded_clouds
 from attnflow.io import read_dataset
 from attnflow.measures.quadrature import graded_circle_quadrature
 from attnflow.science.metrics import resolution_ratio
@@ -125,7 +125,11 @@ def test_graded_levels_stop_at_N_max_and_level_0_always_runs():
 @pytest.mark.parametrize(
     ("name", "overrides", "words"),
     [
-        ("concentration", ["weights=worked-example", "init=graded", 'N="auto"'], "d = 3"),
+        (
+            "concentration",
+            ["weights=random", "d=3", "init=graded", 'N="auto"'],
+            "reflection through u_2^perp",
+        ),
         ("concentration", ["weights=random", "d=4", "init=graded", 'N="auto"'], "d = 4"),
         ("concentration", ["weights=worked-example-2d", "init=graded", 'N="auto"', "seeds=[1, 2]"], "seeds"),
         ("concentration", ["weights=worked-example-2d", "init=graded", "N=600"], 'N = "auto"'),

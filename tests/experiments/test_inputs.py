@@ -24,8 +24,10 @@ WEIGHTS_CASES = [([f"weights={n}"], f.d) for n, f in WEIGHTS.items() if f.d] + [
 ]
 
 
-def _exists(init: str, density: str, d: int) -> bool:
+def _exists(init: str, density: str, d: int, overrides: list[str]) -> bool:
     entry = DISCRETISATIONS[init]
+    if init == "graded" and d == 3:  # the sources' symmetry: uniform rho_0 and the worked example
+        return density == "uniform" and "weights=worked-example" in overrides
     return d in entry.dims and d in MEASURES[density].dims and entry.carries(density)
 
 
@@ -40,7 +42,7 @@ def test_every_model_choice_works_where_it_exists_and_is_refused_elsewhere(weigh
     if init in ("graded", "meanfield"):
         args.append('N="auto"')
     # init = meanfield also needs a one-dimensional top eigenspace of A (identity weights have none)
-    if not _exists(init, density, d) or (init == "meanfield" and "weights=identity" in overrides):
+    if not _exists(init, density, d, overrides) or (init == "meanfield" and "weights=identity" in overrides):
         with pytest.raises(ConfigError) as err:
             load_config("concentration", args)
         message = str(err.value)
@@ -89,9 +91,10 @@ def test_unclaimed_dimensions_are_one_line_config_errors_naming_the_key():
         (["weights=random", "d=4", "init=fibonacci"], "init = fibonacci"),
         (["init=fibonacci", "density=vmf"], "init = fibonacci carries density = uniform only"),
         (
-            ["init=graded", 'N="auto"'],
-            "these weights have d = 3: use init = uniform, fibonacci or quadrature",
+            ["weights=random", "d=4", "init=graded", 'N="auto"'],
+            "these weights have d = 4: use init = uniform or quadrature",
         ),
+        (["init=graded", 'N="auto"', "density=vmf"], "init = graded in d = 3 carries density = uniform only"),
     ]
     for overrides, words in cases:
         with pytest.raises(ConfigError) as err:

@@ -21,7 +21,7 @@ import attnflow as af
 from attnflow._checks import total_memory
 from attnflow.experiments import ConfigError, get_experiment, load_config, run_experiment
 from attnflow.experiments.config import ConfigWarning
-from attnflow.experiments.needs import INVERTIBLE_B, LIMIT, REFERENCE, needs_of
+from attnflow.experiments.needs import INVERTIBLE_B, LIMIT, REFERENCE, SOURCES, needs_of
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def one_line_error(name: str, overrides: list[str], *needles: str) -> str:
 
 
 def test_each_experiment_declares_its_needs():
-    assert needs_of(get_experiment("concentration").Config) == (INVERTIBLE_B, LIMIT)
+    assert needs_of(get_experiment("concentration").Config) == (INVERTIBLE_B, LIMIT, SOURCES)
     assert needs_of(get_experiment("zero-temperature").Config) == (INVERTIBLE_B, LIMIT, REFERENCE)
     assert needs_of(get_experiment("terminal").Config) == needs_of(get_experiment("layers").Config) == ()
 

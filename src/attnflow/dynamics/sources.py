@@ -35,8 +35,16 @@ TRACER_WEIGHT = 1e-30  # weight of a tracer, relative to the measure's total mas
 EXIT = 0.6  # |<u_1, x>| at which a point's fate is read
 RINGS = np.geomspace(1e-3, 1.4, 12)  # the polar angles (radians from c) where phi_s is located
 SYMMETRY_TOL = 1e-10
+SEARCH_DU, SEARCH_EPS_SEP = 0.5, 1e-2  # the search's grading (sphere_quadrature)
 
-__all__ = ["SourceSearch", "SourceSettings", "locate_sources", "sphere_quadrature"]
+__all__ = [
+    "SourceSearch",
+    "SourceSettings",
+    "locate_sources",
+    "sources_problem",
+    "sphere_quadrature",
+    "symmetric_frame",
+]
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ class SourceSearch:
         return np.stack([phi, math.pi - phi], axis=1)
 
 
-def _symmetric_frame(att: Attention, density: DensityFn | None) -> tuple[np.ndarray, ...]:
+def symmetric_frame(att: Attention, density: DensityFn | None) -> tuple[np.ndarray, ...]:
     """(u_1, u_2, u_3) of A, checked: d = 3, finite beta, A symmetric with distinct eigenvalues, B and
     V commuting with R = I - 2 u_2 u_2^T, rho_0 invariant under R and x -> -x."""
     att = check_attention(att)
@@ -116,6 +124,17 @@ def _symmetric_frame(att: Attention, density: DensityFn | None) -> tuple[np.ndar
         if not (np.allclose(density(X @ R), f) and np.allclose(density(-X), f)):
             raise ValueError("locating the sources needs rho_0 invariant under x -> -x and the reflection R")
     return u1, u2, u3
+
+
+def sources_problem(att: Attention) -> str | None:
+    """None where `locate_sources` can run on att's weights (any beta), else why not; None for d != 3."""
+    if att.d != 3:
+        return None
+    try:
+        symmetric_frame(att.with_beta(1.0) if not math.isfinite(att.beta) else att, None)
+    except ValueError as err:
+        return str(err).replace("locating the sources needs ", "no ")
+    return None
 
 
 def _fates(x: np.ndarray, u1: np.ndarray) -> np.ndarray:
@@ -243,7 +262,7 @@ def locate_sources(
     from dataclasses import replace
 
     cfg = SourceSettings(**fields) if settings is None else replace(settings, **fields)
-    u1, u2, u3 = _symmetric_frame(att, cfg.density)
+    u1, u2, u3 = symmetric_frame(att, cfg.density)
     if not (math.isfinite(t_max) and t_max > 0):
         raise ValueError(f"t_max must be > 0, got {t_max!r}")
     half = min(0.6, 6.0 / att.beta)
@@ -267,12 +286,12 @@ def sphere_quadrature(
     *,
     search: SourceSearch | None = None,
     eps: float = 1e-6,
-    eps_sep: float = 1e-4,
+    eps_sep: float = 1e-3,
     density: DensityFn | None = None,
     **search_options: Any,
 ) -> tuple[np.ndarray, np.ndarray, SourceSearch]:
     """Nodes and weights of rho_0 for the mean-field flow of att on S^2 up to t_max, graded toward its
-    sources and separatrix: spacing h = kw / 2^level away from them and du = min(2 kw, 0.2) / 2^level
+    sources and separatrix: spacing h = kw / 2^level away from them and du = min(2 kw, 0.3) / 2^level
     in log-distance near them (kw = 1 / sqrt(beta ||B||), as `separatrix.mean_field_quadrature` on
     S^1); compare two levels to show convergence.
 
@@ -285,8 +304,9 @@ def sphere_quadrature(
     level : int
         The refinement level, >= 0.
     search : SourceSearch, optional
-        A previous result (the sources do not depend on the level); otherwise `locate_sources` runs at
-        level 0 with search_options passed on.
+        A previous result (the sources do not depend on the level); otherwise `locate_sources` runs on
+        nodes of spacing kw, log-steps SEARCH_DU and separatrix depth SEARCH_EPS_SEP (coarser than level
+        0: the fates of its tracers need the flow, not the tail), with search_options passed on.
     eps, eps_sep, density
         As in `graded_sphere_quadrature`.
 
@@ -299,10 +319,10 @@ def sphere_quadrature(
     if level < 0:
         raise ValueError(f"level must be an integer >= 0 (each level halves the spacing), got {level}")
     kw = 1.0 / math.sqrt(att.beta * att.norm_B)
-    h0, du0 = kw, min(2.0 * kw, 0.2)
+    h0, du0 = kw, min(2.0 * kw, 0.3)
     if search is None:
-        search = locate_sources(att, t_max, h=h0, du=du0, eps=eps, eps_sep=eps_sep, density=density,
-                                **search_options)  # fmt: skip
+        options = {"h": h0, "du": SEARCH_DU, "eps": eps, "eps_sep": SEARCH_EPS_SEP, **search_options}
+        search = locate_sources(att, t_max, density=density, **options)
     elif search_options:
         raise ValueError(f"search options {sorted(search_options)} apply only without a given search")
     scale = 2.0**-level

@@ -28,6 +28,7 @@ from .model import FLOW_FIELDS, ModelConfig, flow_fields, weights_attention
 
 if TYPE_CHECKING:
     from ..dynamics.separatrix import SeparatrixSearch
+    from ..dynamics.sources import SourceSearch
     from .config import SimulationConfig
 
 __all__ = ["InitialMeasure", "Integration", "ModelInputs", "SimulateKeywords", "integration", "model_inputs"]
@@ -62,18 +63,29 @@ class InitialMeasure:
         """This measure, or for a per-beta discretisation the same density on quadrature nodes."""
         return InitialMeasure(self.density, DISCRETISATIONS["quadrature"]) if self.per_beta else self
 
-    def search(self, att: Attention, t_max: float, kernel: str) -> SeparatrixSearch:
-        """init = graded: the separatrices of the flow of att up to t_max (`mean_field_quadrature`'s
-        search from its default brackets, weighted by this density)."""
+    def search(self, att: Attention, t_max: float, kernel: str) -> SeparatrixSearch | SourceSearch:
+        """init = graded: the separatrices of the flow of att up to t_max (d = 2:
+        `mean_field_quadrature`'s search from its default brackets; d = 3: `sphere_quadrature`'s
+        sources and separatrix), weighted by this density."""
+        if att.d == 3:
+            from ..dynamics.sources import sphere_quadrature
+
+            return sphere_quadrature(att, t_max, 0, density=self.density_fn, kernel=kernel)[2]
         from ..dynamics.separatrix import mean_field_quadrature
 
         return mean_field_quadrature(att, t_max, 0, density=self.density_fn, kernel=kernel)[2]
 
-    def graded_nodes(self, att: Attention, t_max: float, level: int, search: SeparatrixSearch) -> Nodes:
-        """init = graded: the nodes of grading level `level` toward the separatrices of `search`."""
-        from ..dynamics.separatrix import mean_field_quadrature
+    def graded_nodes(
+        self, att: Attention, t_max: float, level: int, search: SeparatrixSearch | SourceSearch
+    ) -> Nodes:
+        """init = graded: the nodes of grading level `level` toward what `search` located."""
+        from ..dynamics.separatrix import SeparatrixSearch, mean_field_quadrature
+        from ..dynamics.sources import sphere_quadrature
 
-        X, w, _ = mean_field_quadrature(att, t_max, level, search=search, density=self.density_fn)
+        if isinstance(search, SeparatrixSearch):
+            X, w, _ = mean_field_quadrature(att, t_max, level, search=search, density=self.density_fn)
+        else:
+            X, w, _ = sphere_quadrature(att, t_max, level, search=search, density=self.density_fn)
         return Nodes(X, w)
 
 

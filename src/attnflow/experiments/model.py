@@ -15,9 +15,11 @@ that integrate the flow; their choices, descriptions and checks come from the re
               "fibonacci"   the Fibonacci lattice on S^2 (d = 3 only), equal weights
               "quadrature"  deterministic nodes (equispaced on S^1, Fibonacci on S^2) whose weights
                             carry rho_0 (docs/math.md, "Weighted measures")
-              "graded"      d = 2, `concentration` only: nodes graded logarithmically toward the
-                            separatrices of the flow at each beta (attnflow.dynamics.separatrix), weights
-                            carrying rho_0; the levels of the N ladder are the grading's levels
+              "graded"      `concentration` only: nodes graded logarithmically toward the separatrices
+                            of the flow at each beta (d = 2, attnflow.dynamics.separatrix; d = 3 toward
+                            the sources and the separatrix, attnflow.dynamics.sources: uniform rho_0 and
+                            weights symmetric under the reflection through u_2^perp), weights carrying
+                            rho_0; the levels of the N ladder are the grading's levels
               "meanfield"   d = 2, `concentration` only: the mean-field measure with its exponentially
                             small tail kept (attnflow.science.meanfield); its refinement levels are the
                             ladder's, N their initial node counts
@@ -422,6 +424,11 @@ def check_init(config: ModelConfig, d: int) -> None:
         raise ValueError(
             f"init = {init.name} builds rho_0 per beta, which only the {PER_BETA_EXPERIMENT} experiment "
             f"does; {experiment} needs init = {others}"
+        )
+    if init.name == "graded" and d == 3 and density.name != "uniform":
+        raise ValueError(
+            f"init = graded in d = 3 carries density = uniform only (its search uses the symmetry x -> -x): "
+            f"for density = {density.name} use init = {others}"
         )
     if not init.carries(density.name):
         raise ValueError(

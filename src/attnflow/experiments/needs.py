@@ -11,6 +11,8 @@ it, `attnflow check` for the numbers of a weights file).
                    eigenvalues real and not defective (the spectral projector, docs/math.md)
     REFERENCE      the N = infinity reference exists (d = 2 or 3, A symmetric, a one-dimensional top
                    eigenspace): for configs with init = quadrature only
+    SOURCES        d = 3 with init = graded: A symmetric with distinct eigenvalues, B and V symmetric
+                   under the reflection through u_2^perp (dynamics.sources locates the sources there)
 
 A new need is a function Attention -> problem (or None) and one `Need` line here.
 """
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..attention import COND_B_MAX, WEIGHTS
 from ..dynamics.reference import reference_problem
+from ..dynamics.sources import sources_problem
 from ..dynamics.zero_temperature import limit_problem
 from ..measures.registry import or_list
 
@@ -38,7 +41,7 @@ class WeightsKeys(Protocol):
     symmetric: bool
 
 
-__all__ = ["INVERTIBLE_B", "LIMIT", "NEEDS", "REFERENCE", "Need", "check_needs", "needs_of"]
+__all__ = ["INVERTIBLE_B", "LIMIT", "NEEDS", "REFERENCE", "SOURCES", "Need", "check_needs", "needs_of"]
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,15 @@ REFERENCE = Need(
     reference_problem,
     _quadrature,
 )
+SOURCES = Need(
+    "sources",
+    "the symmetry that locates the sources in d = 3",
+    "init = graded grades rho_0 toward the flow's sources and separatrix",
+    sources_problem,
+    lambda config: getattr(config, "init", None) == "graded",
+)
 #: every need by name
-NEEDS = {need.name: need for need in (INVERTIBLE_B, LIMIT, REFERENCE)}
+NEEDS = {need.name: need for need in (INVERTIBLE_B, LIMIT, REFERENCE, SOURCES)}
 
 
 def needs_of(Config: type) -> tuple[Need, ...]:
@@ -121,12 +131,15 @@ def _refusal(config: WeightsKeys, need: Need, problem: str) -> str:
 
 def _weights_fixes(config: WeightsKeys, need: Need) -> list[str]:
     """What to change of the weights keys."""
+    if need is SOURCES:
+        return ["init = quadrature", "other weights"]
     if config.weights not in WEIGHTS:
         return ["other weights"]
     if "symmetric" in WEIGHTS[config.weights].keys and not config.symmetric:
         return ["symmetric = true", "another weights_seed"]
     if need is REFERENCE:
         return ["init = fibonacci or uniform (a token cloud)"]
+
     return ["other weights"]
 
 

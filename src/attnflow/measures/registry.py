@@ -378,7 +378,9 @@ DISCRETISATIONS: Mapping[str, Discretisation] = MappingProxyType({
         _quadrature,
     ),
     "graded": Discretisation(
-        "graded", "nodes graded toward the separatrices at each beta", Dims((2,)), (), False, True, None
+        "graded",
+        "nodes graded toward the separatrices (d = 3: the sources and the separatrix) at each beta",
+        Dims((2, 3)), (), False, True, None,
     ),
     "meanfield": Discretisation(
         "meanfield", "the mean-field measure with its exponentially small tail kept, at each beta",

@@ -35,8 +35,13 @@ if TYPE_CHECKING:
 
 def _separatrix_record(search: xr.Dataset) -> dict[str, object]:
     """What summary.json says of one beta's separatrix search (init = graded)."""
+    where = (
+        {"angles": [float(a) for a in search.angles.values]}
+        if "angles" in search
+        else {"source_alpha": float(search.alpha_bracket.values.mean())}
+    )
     return {
-        "angles": [float(a) for a in search.angles.values],
+        **where,
         "width": float(search.attrs["width"]),
         "passes": len(json_attr(search, "passes", [])),
         "search_s": float(search.attrs["wall_s"]),

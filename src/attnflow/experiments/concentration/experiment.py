@@ -34,7 +34,7 @@ from ..common import time_grid, warn_assumptions
 from ..config import Angle, Betas, Seed, SimulationConfig
 from ..inputs import integration, model_inputs
 from ..model import FlowConfig, weights_attention
-from ..needs import INVERTIBLE_B, LIMIT, Need
+from ..needs import INVERTIBLE_B, LIMIT, SOURCES, Need
 from ..parts import part_name
 from ..registry import Experiment, doc_summary
 from ..units import Unit, Units
@@ -73,7 +73,7 @@ class ConcentrationConfig(SimulationConfig, FlowConfig):
     experiment: Literal["concentration"] = "concentration"
     graded_init: ClassVar[bool] = True  # init = graded: rho_0 per beta, N_min..N_max its levels
     # W2 to Pi_# rho_0 of one head's A, and the zero-temperature curve beside the finite betas
-    needs: ClassVar[tuple[Need, ...]] = (INVERTIBLE_B, LIMIT)
+    needs: ClassVar[tuple[Need, ...]] = (INVERTIBLE_B, LIMIT, SOURCES)
     one_head: ClassVar[bool] = True
     betas: Betas = Field(
         [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0], description="inverse temperatures beta (finite, > 0)"

@@ -1,6 +1,6 @@
-"""The units of work of `concentration`: one (beta, N) level, its times located on the solution, and
-(init = graded) the separatrix search of one beta; and `ConcentrationInputs`, what they compute from
-(the zero-temperature reference is `zero`).
+"""The units of work of `concentration`: one (beta, N) level and its times located on the solution;
+and `ConcentrationInputs`, what they compute from (the zero-temperature reference is `zero`, init =
+graded's search and clouds `graded`).
 
 A level simulates rho_0 with N tokens (one cloud, or one per seed in one kernel call) at one beta and
 reduces the trajectory to W2(rho_t, Pi_# rho_0) and the diagnostics; every level is a part of the
@@ -10,10 +10,8 @@ graded the search is a part too: a resumed run grades its nodes from the stored 
 
 from __future__ import annotations
 
-import itertools
 import math
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -147,40 +145,6 @@ class CloudCache(dict[int, Cloud]):
     def __missing__(self, N: int) -> Cloud:
         self[N] = cloud = make_cloud(self.inputs, N)
         return cloud
-
-
-def separatrix_part(inputs: ConcentrationInputs, beta: float, reporter: Reporter) -> xr.Dataset:
-    """init = graded: the separatrices of the flow at beta (separatrix.mean_field_quadrature's search
-    from its default brackets, rho_0's density, up to t_max) as a Dataset: angles (separatrix,),
-    brackets (separatrix, end) in radians; attrs width (the widest bracket), passes (JSON), wall_s."""
-    import xarray as xr
-
-    start = time.perf_counter()
-    with torch_threads(inputs.solver.threads), reporter.task(f"beta = {beta:g}: separatrix search"):
-        res = inputs.model.rho0.search(inputs.model.head_at(beta), inputs.t_max, inputs.solver.kernel)
-    return xr.Dataset(
-        {"angles": (("separatrix",), res.angles), "brackets": (("separatrix", "end"), res.brackets)},
-        attrs={
-            "beta": beta,
-            "width": res.width,
-            "passes": to_json(res.passes),
-            "wall_s": time.perf_counter() - start,
-        },
-    )
-
-
-def graded_clouds(inputs: ConcentrationInputs, beta: float, search: xr.Dataset) -> Iterator[Cloud]:
-    """init = graded: the clouds of levels 0, 1, 2, ... at beta, graded toward the separatrices of
-    `search` (a separatrix_part); level 0 always, then each level whose node count is <= N_max."""
-    from ...dynamics.separatrix import SeparatrixSearch
-
-    found = SeparatrixSearch(search.angles.values, search.brackets.values)
-    att = inputs.model.head_at(beta)
-    for level in itertools.count():
-        nodes = inputs.model.rho0.graded_nodes(att, inputs.t_max, level, found)
-        if level and len(nodes.X) > inputs.rules.N_max:
-            return
-        yield make_cloud(inputs, len(nodes.X), nodes)
 
 
 @dataclass(frozen=True)
@@ -390,10 +354,15 @@ def resolution_ratio_of(inputs: ConcentrationInputs, beta: float, cloud: Cloud) 
 
     att = inputs.model.attention
     ratio = float(resolution_ratio(cloud.N, att.d, beta, B=att.B, X=cloud.X0))
-    if inputs.graded:
+    if inputs.graded and att.d == 2:
         theta = np.sort(np.arctan2(cloud.X0[0, :, 1], cloud.X0[0, :, 0]))
         gap = float(np.max(np.diff(theta, append=theta[0] + 2.0 * math.pi)))
         ratio *= gap / spacing(cloud.N, 2)
+    elif inputs.graded:  # d = 3: the largest distance from a node to its nearest neighbour
+        from scipy.spatial import cKDTree
+
+        gap = float(np.max(cKDTree(cloud.X0[0]).query(cloud.X0[0], k=2)[0][:, 1]))
+        ratio *= gap / spacing(cloud.N, 3)
     return ratio
 
 

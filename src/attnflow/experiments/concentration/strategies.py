@@ -24,15 +24,14 @@ import numpy as np
 from ...science.convergence import LadderDecision, LevelReading
 from ..parts import part_name
 from ..units import Unit, Units
+from .graded import graded_clouds, separatrix_part
 from .levels import (
     Cloud,
     CloudCache,
     ConcentrationInputs,
     Ladder,
     Simulations,
-    graded_clouds,
     reduce_level,
-    separatrix_part,
     simulate_level,
 )
 from .meanfield import meanfield_level
