@@ -1,5 +1,6 @@
-"""concentration with init = graded (d = 2): rho_0 on nodes graded toward each beta's separatrices,
-the ladder's levels being the grading's levels, the separatrix search stored as a part and reused."""
+"""concentration with init = graded: rho_0 on nodes graded toward each beta's separatrices (d = 2; d = 3
+from a stored search of its sources), the ladder's levels being the grading's levels, the search
+stored as a part and reused."""
 
 from __future__ import annotations
 
@@ -140,3 +141,30 @@ def test_graded_config_errors(name, overrides, words):
     with pytest.raises(ConfigError) as err:
         load_config(name, overrides)
     assert words in str(err.value)
+
+
+def test_d3_search_part_round_trips_and_grades_the_levels(monkeypatch):
+    """init = graded in d = 3: the part stores the source's bracket, the frame and the rings' brackets;
+    the clouds of its levels are sphere_quadrature's, level 0 even above N_max."""
+    from attnflow.dynamics.sources import SourceSearch, sphere_quadrature
+    from attnflow.experiments.concentration.graded import separatrix_part, stored_search
+    from attnflow.experiments.inputs import InitialMeasure
+    from attnflow.progress import Reporter
+
+    att = worked_example(10.0)
+    u3, u2, u1 = np.linalg.eigh(att.A)[1].T
+    found = SourceSearch(-0.1979, np.array([-0.19791, -0.19789]), u1, u2, u3, np.array([0.01, 0.5]),
+                         np.array([[-1e-3, -8e-4], [-9e-3, -8e-3]]), [{"N": 1}])  # fmt: skip
+    monkeypatch.setattr(InitialMeasure, "search", lambda self, att, t_max, kernel: found)
+    config = load_config("concentration", ["init=graded", 'N="auto"', "N_max=1000", "betas=[10]"])
+    inputs = concentration_inputs(config)
+    part = separatrix_part(inputs, 10.0, Reporter())
+    back = stored_search(part)
+    assert back.alpha == pytest.approx(-0.1979) and part.attrs["width"] == pytest.approx(found.width)
+    for name in ("alpha_bracket", "u1", "u2", "u3", "theta", "brackets"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(found, name))
+    clouds = list(graded_clouds(inputs, 10.0, part))
+    X, w, _ = sphere_quadrature(worked_example(10.0), config.t_max, 0, search=back)
+    assert [c.N for c in clouds] == [len(w)] and len(w) > 1000
+    np.testing.assert_array_equal(clouds[0].X0[0], X)
+    np.testing.assert_array_equal(clouds[0].weights, w)
