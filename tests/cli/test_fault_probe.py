@@ -157,7 +157,7 @@ def test_one_wall_time_in_summary_provenance_and_the_last_line(tmp_path):
 
 def test_list_says_what_each_experiment_needs_of_its_weights():
     doc = json.loads(invoke("list", "--json").output)["experiments"]
-    assert doc["concentration"]["needs"] == ["invertible-B", "limit"]
+    assert doc["concentration"]["needs"] == ["invertible-B", "limit", "sources"]
     assert doc["zero-temperature"]["needs"] == ["invertible-B", "limit", "reference"]
     assert doc["terminal"]["needs"] == doc["layers"]["needs"] == []
     text = " ".join(invoke("list", "concentration").output.split())

@@ -151,20 +151,20 @@ def test_d3_search_part_round_trips_and_grades_the_levels(monkeypatch):
     from attnflow.experiments.inputs import InitialMeasure
     from attnflow.progress import Reporter
 
-    att = worked_example(10.0)
+    att = worked_example(2.0)
     u3, u2, u1 = np.linalg.eigh(att.A)[1].T
     found = SourceSearch(-0.1979, np.array([-0.19791, -0.19789]), u1, u2, u3, np.array([0.01, 0.5]),
                          np.array([[-1e-3, -8e-4], [-9e-3, -8e-3]]), [{"N": 1}])  # fmt: skip
     monkeypatch.setattr(InitialMeasure, "search", lambda self, att, t_max, kernel: found)
-    config = load_config("concentration", ["init=graded", 'N="auto"', "N_max=1000", "betas=[10]"])
+    config = load_config("concentration", ["init=graded", 'N="auto"', "N_max=1000", "betas=[2]"])
     inputs = concentration_inputs(config)
-    part = separatrix_part(inputs, 10.0, Reporter())
+    part = separatrix_part(inputs, 2.0, Reporter())
     back = stored_search(part)
     assert back.alpha == pytest.approx(-0.1979) and part.attrs["width"] == pytest.approx(found.width)
     for name in ("alpha_bracket", "u1", "u2", "u3", "theta", "brackets"):
         np.testing.assert_array_equal(getattr(back, name), getattr(found, name))
-    clouds = list(graded_clouds(inputs, 10.0, part))
-    X, w, _ = sphere_quadrature(worked_example(10.0), config.t_max, 0, search=back)
+    clouds = list(graded_clouds(inputs, 2.0, part))
+    X, w, _ = sphere_quadrature(att, config.t_max, 0, search=back)
     assert [c.N for c in clouds] == [len(w)] and len(w) > 1000
     np.testing.assert_array_equal(clouds[0].X0[0], X)
     np.testing.assert_array_equal(clouds[0].weights, w)

@@ -31,9 +31,9 @@ def test_the_kink_at_the_separatrix_is_integrated_and_converges():
     ring is graded; the error falls as the steps do."""
     errs = []
     for scale in (1.0, 0.5, 0.25):
-        X, w = graded_sphere_quadrature(C, M, h=0.1 * scale, du=0.3 * scale, eps=1e-6, eps_sep=1e-3)
+        X, w = graded_sphere_quadrature(C, M, h=0.2 * scale, du=0.6 * scale, eps=1e-6, eps_sep=1e-3)
         errs.append(abs(1.0 - 2.0 * w @ np.abs(X @ U1)))
-    assert errs[0] < 1e-8 and errs[1] < errs[0] / 3 and errs[2] < errs[1] / 3
+    assert errs[0] < 1e-7 and errs[1] < errs[0] / 3 and errs[2] < errs[1] / 3
 
 
 def _rings(r):
@@ -72,7 +72,7 @@ def test_a_curved_separatrix_is_followed_ring_by_ring():
     assert np.min(np.abs(phi[ring])) > 1e-3  # not toward phi = 0
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=5, deadline=None)
 @given(st.integers(0, 10**6))
 def test_any_frame_integrates_the_same_polynomials(seed):
     R = Rotation.random(random_state=seed).as_matrix()
