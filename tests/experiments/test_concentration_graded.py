@@ -155,7 +155,7 @@ def test_d3_search_part_round_trips_and_grades_the_levels(monkeypatch):
     u3, u2, u1 = np.linalg.eigh(att.A)[1].T
     found = SourceSearch(-0.1979, np.array([-0.19791, -0.19789]), u1, u2, u3, np.array([0.01, 0.5]),
                          np.array([[-1e-3, -8e-4], [-9e-3, -8e-3]]), [{"N": 1}])  # fmt: skip
-    monkeypatch.setattr(InitialMeasure, "search", lambda self, att, t_max, kernel: found)
+    monkeypatch.setattr(InitialMeasure, "search", lambda self, att, t_max, kernel, device: found)
     config = load_config("concentration", ["init=graded", 'N="auto"', "N_max=1000", "betas=[2]"])
     inputs = concentration_inputs(config)
     part = separatrix_part(inputs, 2.0, Reporter())

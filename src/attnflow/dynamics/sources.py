@@ -169,7 +169,7 @@ def _shrink(points: np.ndarray, fate: np.ndarray, lo: float, hi: float) -> tuple
 class SourceSettings:
     """How `locate_sources` searches: the grading of the measure's nodes (h, du, eps, eps_sep as in
     `graded_sphere_quadrature`), tracers per bracket, passes at most, the bracket width (radians) at
-    which it stops, rho_0's density, and `simulate`'s options and kernel (method "adaptive")."""
+    which it stops, rho_0's density, and `simulate`'s options, kernel and device (method "adaptive")."""
 
     h: float
     du: float
@@ -181,6 +181,7 @@ class SourceSettings:
     density: DensityFn | None = None
     options: dict[str, Any] | None = None
     kernel: str = "auto"
+    device: str | None = None
 
 
 def _pass(
@@ -209,7 +210,7 @@ def _pass(
     times = np.linspace(0.0, t_max, math.ceil(20 * t_max) + 1)
     start = time.perf_counter()
     traj = simulate(np.concatenate([X, tr]), att, times, method="adaptive", kernel=cfg.kernel,
-                    weights=weights, options=cfg.options)  # fmt: skip
+                    weights=weights, options=cfg.options, device=cfg.device)  # fmt: skip
     fate = _fates(np.asarray(traj.x)[:, len(X) :], s.u1)
     lo, hi, und = _shrink(a, fate[:k], *s.alpha_bracket)
     ring_br = s.brackets.copy()

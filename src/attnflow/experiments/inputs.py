@@ -63,14 +63,17 @@ class InitialMeasure:
         """This measure, or for a per-beta discretisation the same density on quadrature nodes."""
         return InitialMeasure(self.density, DISCRETISATIONS["quadrature"]) if self.per_beta else self
 
-    def search(self, att: Attention, t_max: float, kernel: str) -> SeparatrixSearch | SourceSearch:
+    def search(
+        self, att: Attention, t_max: float, kernel: str, device: str | None = None
+    ) -> SeparatrixSearch | SourceSearch:
         """init = graded: the separatrices of the flow of att up to t_max (d = 2:
         `mean_field_quadrature`'s search from its default brackets; d = 3: `sphere_quadrature`'s
-        sources and separatrix), weighted by this density."""
+        sources and separatrix, on `device`), weighted by this density."""
         if att.d == 3:
             from ..dynamics.sources import sphere_quadrature
 
-            return sphere_quadrature(att, t_max, 0, density=self.density_fn, kernel=kernel)[2]
+            found = sphere_quadrature(att, t_max, 0, density=self.density_fn, kernel=kernel, device=device)
+            return found[2]
         from ..dynamics.separatrix import mean_field_quadrature
 
         return mean_field_quadrature(att, t_max, 0, density=self.density_fn, kernel=kernel)[2]

@@ -37,7 +37,9 @@ def separatrix_part(inputs: ConcentrationInputs, beta: float, reporter: Reporter
 
     start = time.perf_counter()
     with torch_threads(inputs.solver.threads), reporter.task(f"beta = {beta:g}: separatrix search"):
-        res = inputs.model.rho0.search(inputs.model.head_at(beta), inputs.t_max, inputs.solver.kernel)
+        res = inputs.model.rho0.search(
+            inputs.model.head_at(beta), inputs.t_max, inputs.solver.kernel, inputs.solver.device
+        )
     if isinstance(res, SeparatrixSearch):
         data = {"angles": (("separatrix",), res.angles), "brackets": (("separatrix", "end"), res.brackets)}
     else:
