@@ -359,7 +359,9 @@ def graded_sphere_quadrature(
     poles of 1 / (du sqrt(eps^2 + r^2)) (spacing about h away from the poles, equal steps du in log r
     for eps << r << h / du). Azimuth phi about c, from `meridian` (phi = 0) toward c x meridian: each
     ring is a `graded_circle_quadrature` with spacing h / sin(theta) (arc length h; at most pi / 2),
-    steps du in log-distance toward the ring's separatrix azimuths, down to eps_sep. The rule is a
+    steps du in log-distance toward the ring's separatrix azimuths, down to eps_sep / sin(theta) (at
+    most 1/2): the band the grading resolves holds the same mass per unit of theta on every ring,
+    so the small rings near a pole, where little mass lies, are graded less deep. The rule is a
     product rule in (u, phi): the trapezoidal rule in each, accurate for integrands smooth on either
     side of the separatrix. Near a pole the rings are self-similar (the same azimuths at every log r),
     as the linearised flow about a source needs.
@@ -380,7 +382,8 @@ def graded_sphere_quadrature(
         separatrix(theta (K,)) -> (K, m), the azimuths of a curve at each ring's polar angle; None:
         phi = 0 and pi, the great circle through c and `meridian`.
     eps_sep : float
-        In (0, 1): the smallest graded distance to a separatrix azimuth.
+        In (0, 1): the smallest graded distance to a separatrix azimuth on the equator's ring
+        (eps_sep / sin(theta) on the others).
     density : callable, optional
         f: X (N, 3) -> (N,), w.r.t. the uniform law (None: uniform).
 
@@ -406,7 +409,7 @@ def graded_sphere_quadrature(
     for k in range(K):
         j = k if k < K // 2 else K - 1 - k  # the mirrored rings keep their offsets' digits
         s, cos_t = math.sin(half[j]), (cos_half[j] if k < K // 2 else -cos_half[j])
-        P, wp = graded_circle_quadrature(az[k], min(h / s, math.pi / 2.0), du, eps_sep)
+        P, wp = graded_circle_quadrature(az[k], min(h / s, math.pi / 2.0), du, min(0.5, eps_sep / s))
         Xs.append(cos_t * c + s * (P[:, :1] * m + P[:, 1:] * b))
         ws.append(w_ring[k] * wp)
     X, w = np.concatenate(Xs), np.concatenate(ws)
