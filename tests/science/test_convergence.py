@@ -138,9 +138,21 @@ def test_richardson_recovers_the_limit_of_a_power_law(q_inf, r, c, negative):
     assert err == pytest.approx(abs(q[-1] - q[-2]))
 
 
+def test_richardson_takes_any_one_factor_as_nodes_on_s2_refine_by_about_4():
+    Ns = np.array([9488.0, 36664.0, 145000.0])  # factors 3.86 and 3.95: x4 up to rounding
+    q = 0.448 + 2.0 / np.array([1.0, 4.0, 16.0])  # first order in the nodes, 4 per level
+    est, err, order = richardson(Ns, q)
+    assert order == pytest.approx(1.0) and est == pytest.approx(0.448)
+    assert err == pytest.approx(abs(q[-1] - q[-2]))
+
+
 def test_richardson_refuses_a_non_doubling_ladder_and_handles_short_ones():
-    with pytest.raises(ValueError, match="doubling"):
-        richardson([100, 300], [1.0, 2.0])
+    with pytest.raises(ValueError, match="refined by one factor"):
+        richardson([100, 200, 600], [1.0, 2.0, 2.5])
+    with pytest.raises(ValueError, match="refined by one factor"):
+        richardson([100, 120], [1.0, 2.0])
+    with pytest.raises(ValueError, match="refined by one factor"):
+        richardson([100, 800], [1.0, 2.0])  # x8: no ladder refines so
     assert richardson([100], [1.5]) == (1.5, pytest.approx(math.nan, nan_ok=True), None)
     est, err, order = richardson([100, 200, 400], [1.0, 2.0, 2.5])  # not monotone in the asymptotic sense
     assert order is not None and est == pytest.approx(3.0)
@@ -154,7 +166,7 @@ def test_richardson_takes_graded_node_counts_that_double_up_to_rounding():
     q = [1.0 + 1.0 / n for n in (1, 2, 4)]  # first order in the spacing, 2 per level
     est, err, order = richardson(Ns, q)
     assert order == pytest.approx(1.0) and est == pytest.approx(1.0) and err == pytest.approx(0.25)
-    with pytest.raises(ValueError, match="doubling"):
+    with pytest.raises(ValueError, match="refined by one factor"):
         richardson([600, 1250], [1.0, 2.0])  # 4 % off a doubling
 
 

@@ -29,7 +29,7 @@ THEOREM = (
 
 #: what a beta's status means (docs/guide.md, "Statuses")
 BETA_STATUS = {
-    "converged": "its curve stops changing when N doubles",
+    "converged": "its curve stops changing when N doubles (or its grading is refined)",
     "resolved": "N is above the mean-field resolution, but doubling N still changes the curve",
     "under-resolved": "N is too small for this β: its curve is not the mean-field one",
 }
