@@ -16,6 +16,7 @@ from attnflow.science.convergence import (
     LadderRules,
     LevelReading,
     converged_window,
+    curve_gap,
     curve_quantities,
     judge_ladder,
     richardson,
@@ -107,6 +108,27 @@ def test_a_true_minimum_inside_the_window_converges_with_richardson():
     est = d.quantities["min_w2"]["estimate"]
     assert est == pytest.approx(0.1, abs=1e-9)
     assert d.quantities["min_w2"]["order"] == pytest.approx(1.0)
+
+
+def test_two_curves_that_cross_at_their_minimum_do_not_shrink_its_error():
+    """The Fibonacci ladder at beta = 10 in d = 3 did this: the minima of N = 4096 and 8192 agreed to
+    1.5e-6 while the curves differed by 1.3e-3 around them (and the truth lay 1.1e-3 away). The min
+    W2's error is at least the curves' largest difference over the near-minimal band."""
+
+    def bowl(N, tilt):  # the same minimum value 0.1, curves tilted apart around it
+        return (T - 5.0) ** 2 / 50 + 0.1 + tilt * (T - 5.0) / N
+
+    Ns = [1024, 2048]
+    w = [bowl(1024, 1.0), bowl(2048, -1.0)]
+    t_end = converged_window(T, w[1], w[0])
+    q = [curve_quantities(T, w[0], None), curve_quantities(T, w[1], t_end)]
+    gap = curve_gap(T, w[1], w[0], q[1].t_lo, q[1].t_hi)
+    assert gap > 10 * abs(q[1].min_w2 - q[0].min_w2)
+    before = curve_quantities(T, w[0], t_end)
+    readings = [LevelReading(Ns[0], q[0], 0.1), LevelReading(Ns[1], q[1], 0.1, previous=before, gap=gap)]
+    d = judge_ladder(readings, LadderRules(dt=0.1, t_max=20.0, ratio_ok=0.5, N_max=4096))
+    assert d.quantities["min_w2"]["error"] == pytest.approx(gap)
+    assert np.isnan(curve_gap(T, w[1], w[0], math.nan, 1.0))
 
 
 def test_departure_growing_with_log_n_is_not_converged():

@@ -41,6 +41,7 @@ from numpy.typing import ArrayLike
 from .._checks import check_times
 from .curves import band as band_of
 from .curves import crossing, locate_minimum
+from .extrapolation import curve_gap, richardson
 from .metrics import RESOLUTION_OK
 
 __all__ = [
@@ -53,15 +54,12 @@ __all__ = [
     "LevelReading",
     "Quantity",
     "converged_window",
+    "curve_gap",
     "curve_quantities",
     "judge_ladder",
     "richardson",
 ]
 
-# The refinement factors of a ladder and how far N_{k+1} / N_k may lie from them: graded quadratures
-# halve their spacing exactly but round their node counts (on S^1 to a multiple of 4, about 0.1 %; on
-# S^2 ring by ring, 9488 -> 36664 at beta = 10: 3.86).
-REFINE_RTOL = {2.0: 0.01, 4.0: 0.05}
 
 # A least value within this many saved steps of the window's end is no minimum (the curve may fall
 # further later): its quantities at the minimum are flagged `edge`, and the figures draw no t* there.
@@ -269,40 +267,6 @@ def _take_located(
     return replace(q, **values, bias=bias)
 
 
-def richardson(Ns: ArrayLike, values: ArrayLike) -> tuple[float, float, float | None]:
-    """N -> infinity estimate of values (L,) at levels Ns (L,) refined by one factor f: (estimate,
-    error, order r). f = 2 (N doubling; a graded quadrature on S^1 halving its spacing) or 4 (a graded
-    quadrature on S^2 halving its spacing in two dimensions); every N_{k+1} / N_k lies within
-    REFINE_RTOL[f] of f (the quadratures round their node counts).
-
-    With three or more levels, q_N ~ q_inf + c N^-r gives r = log(|q_{N} - q_{N/f}| / |q_{fN} - q_N|)
-    / log f from the last three; the estimate is q_fN + (q_fN - q_N) / (f^r - 1) when r > 0 is finite,
-    else the last value. The error is the last difference |q_fN - q_N| (a level alone: NaN).
-    """
-    N = np.asarray(Ns, dtype=np.float64)
-    q = np.asarray(values, dtype=np.float64)
-    if q.size == 0 or not math.isfinite(q[-1]):
-        return math.nan, math.nan, None
-    if q.size == 1:
-        return float(q[-1]), math.nan, None
-    ratios = N[1:] / N[:-1]
-    f = 2.0 ** round(math.log2(ratios[-1])) if ratios[-1] > 1.0 else 0.0
-    if f not in REFINE_RTOL or not np.allclose(ratios, f, rtol=REFINE_RTOL[f]):
-        raise ValueError(
-            f"Richardson extrapolation needs levels refined by one factor (N doubling, or x4 for "
-            f"graded nodes on S^2), got N = {N.tolist()}"
-        )
-    last = float(q[-1] - q[-2])
-    err = abs(last)
-    if q.size < 3 or not math.isfinite(q[-3]) or last == 0.0:
-        return float(q[-1]), err, None
-    prev = float(q[-2] - q[-3])
-    if prev == 0.0 or prev * last < 0 or abs(last) >= abs(prev):
-        return float(q[-1]), err, None  # not (yet) in the asymptotic range: no extrapolation
-    r = math.log(abs(prev) / abs(last)) / math.log(f)
-    return float(q[-1] + last / (f**r - 1.0)), err, r
-
-
 @dataclass
 class LadderDecision:
     """The ladder's verdict on one beta after its latest level.
@@ -346,7 +310,8 @@ class LevelReading:
     `previous` (level >= 1: the coarser level's curve read inside this level's window, where the two
     agree; None: the coarser level's own), and further per-level times judged without a window (name ->
     value, names of QUANTITIES that are not windowed, e.g. t_depart) with their grid errors (`bias`,
-    name -> error; 0 where absent)."""
+    name -> error; 0 where absent); `gap` (level >= 1) the largest |W2_N - W2_{N/2}| over the
+    near-minimal band where the minimum is read (`curve_gap`; NaN: none)."""
 
     N: int
     quantities: CurveQuantities
@@ -354,6 +319,7 @@ class LevelReading:
     previous: CurveQuantities | None = None
     times: Mapping[str, float] = field(default_factory=dict)
     bias: Mapping[str, float] = field(default_factory=dict)
+    gap: float = math.nan
 
     def grid_error(self, name: str) -> float:
         """The save grid's error of quantity `name` at this level (0 when not recorded)."""
@@ -404,6 +370,8 @@ def judge_ladder(readings: Sequence[LevelReading], rules: LadderRules) -> Ladder
     whole = [r.quantities.t_end >= rules.t_max - 1e-9 * max(1.0, rules.t_max) for r in readings]
     for name, (values, edges, before) in _series(readings).items():
         estimate, error, order = richardson(Ns, values)
+        if QUANTITIES[name].kind == "distance" and math.isfinite(readings[-1].gap):
+            error = max(error, readings[-1].gap)  # two curves that cross can share their minimum
         ok, why = _converged(QUANTITIES[name].kind, values, edges, before, rules.dt, rules.tol, streak)
         if not ok and edges[-1] and whole[-1]:
             why = "the minimum lies at t_max: the curve still falls there (a longer t_max decides)"

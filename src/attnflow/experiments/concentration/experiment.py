@@ -12,6 +12,7 @@ Once: the zero-temperature curve, at N = infinity where an exact reference exist
 
 from __future__ import annotations
 
+import math
 import time
 from functools import partial
 from pathlib import Path
@@ -26,6 +27,7 @@ from ...science.convergence import (
     LadderRules,
     LevelReading,
     converged_window,
+    curve_gap,
     curve_quantities,
     judge_ladder,
 )
@@ -266,7 +268,7 @@ def _reading(
     read in the same window, its resolution ratio and departure time."""
     times, part = inputs.times, parts[-1]
     w2 = part.w2.values.mean(axis=0)
-    t_end, previous = None, None
+    t_end, previous, coarse = None, None, None
     if len(parts) > 1:
         coarse = parts[-2].w2.values.mean(axis=0)
         t_end = converged_window(times, w2, coarse, inputs.curve_atol, inputs.curve_rtol)
@@ -274,15 +276,15 @@ def _reading(
             times, coarse, t_end, band=inputs.band, reference=w2_zero, located=located_of(parts[-2])
         )
     depart = departure_time(times, part.mass_A.values.mean(axis=0), located_of(part))
+    q = curve_quantities(times, w2, t_end, band=inputs.band, reference=w2_zero, located=located_of(part))
     return LevelReading(
         N=int(part.attrs["N"]),
-        quantities=curve_quantities(
-            times, w2, t_end, band=inputs.band, reference=w2_zero, located=located_of(part)
-        ),
+        quantities=q,
         ratio=float(part.attrs["resolution_ratio"]),
         previous=previous,
         times={"t_depart": depart.t},
         bias={"t_depart": depart.bias},
+        gap=math.nan if coarse is None else curve_gap(times, w2, coarse, q.t_lo, q.t_hi),
     )
 
 
