@@ -90,3 +90,5 @@ def test_weights_without_the_symmetry_are_refused_in_one_line():
         locate_sources(att, -1.0, **COARSE)
     with pytest.raises(ValueError, match="level"):
         sphere_quadrature(att, T_MAX, -1)
+    with pytest.raises(ValueError, match="finite beta"):
+        sphere_quadrature(af.worked_example(beta=math.inf), T_MAX, 0, search=None)

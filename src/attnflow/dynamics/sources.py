@@ -319,6 +319,8 @@ def sphere_quadrature(
     level = int(level)
     if level < 0:
         raise ValueError(f"level must be an integer >= 0 (each level halves the spacing), got {level}")
+    if not math.isfinite(att.beta):
+        raise ValueError("sphere_quadrature grades toward the sources of a finite beta; got beta = inf")
     kw = 1.0 / math.sqrt(att.beta * att.norm_B)
     h0, du0 = kw, min(2.0 * kw, 0.3)
     if search is None:
