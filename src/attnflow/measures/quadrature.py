@@ -363,8 +363,8 @@ def graded_sphere_quadrature(
     most 1/2): the band the grading resolves holds the same mass per unit of theta on every ring,
     so the small rings near a pole, where little mass lies, are graded less deep. The rule is a
     product rule in (u, phi): the trapezoidal rule in each, accurate for integrands smooth on either
-    side of the separatrix. Near a pole the rings are self-similar (the same azimuths at every log r),
-    as the linearised flow about a source needs.
+    side of the separatrix. Near a pole the rings differ only in how deep that grading goes: the
+    linearised flow about a source maps a ring to a larger one.
 
     Parameters
     ----------
@@ -396,7 +396,7 @@ def graded_sphere_quadrature(
     """
     c, m = _frame(centre, meridian)
     h, du = check_positive(h, "h"), check_positive(du, "du")
-    eps = check_positive(eps, "eps")
+    eps, eps_sep = check_positive(eps, "eps"), check_positive(eps_sep, "eps_sep")
     if eps > 0.1:
         raise ValueError(f"eps must be <= 0.1 (the smallest graded distance to a pole, radians), got {eps!r}")
     half, w_half, cos_half = _polar_angles(h, du, eps)
