@@ -30,8 +30,8 @@ import numpy as np
 from ..attention import Attention, check_attention
 from ..measures.densities import DensityFn
 from ..measures.quadrature import graded_sphere_quadrature
+from .separatrix import TRACER_WEIGHT, kernel_width
 
-TRACER_WEIGHT = 1e-30  # weight of a tracer, relative to the measure's total mass 1
 EXIT = 0.6  # |<u_1, x>| at which a point's fate is read
 RINGS = np.geomspace(1e-3, 1.4, 12)  # the polar angles (radians from c) where phi_s is located
 SYMMETRY_TOL = 1e-10
@@ -321,7 +321,7 @@ def sphere_quadrature(
         raise ValueError(f"level must be an integer >= 0 (each level halves the spacing), got {level}")
     if not math.isfinite(att.beta):
         raise ValueError("sphere_quadrature grades toward the sources of a finite beta; got beta = inf")
-    kw = 1.0 / math.sqrt(att.beta * att.norm_B)
+    kw = kernel_width(att)
     h0, du0 = kw, min(2.0 * kw, 0.3)
     if search is None:
         options = {"h": h0, "du": SEARCH_DU, "eps": eps, "eps_sep": SEARCH_EPS_SEP, **search_options}
